@@ -1,0 +1,161 @@
+"""The `llmload` command. Each subcommand builds its arguments and calls one library function.
+
+Exit codes: 0 pass, 1 an SLO failed, 2 usage or config error, 3 invalid run (the generator fell behind,
+or the target was unreachable).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llmload.errors import LLMLoadError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="llmload",
+    help="Capacity testing for LLM inference servers: at what sustained arrival rate, and under which "
+    "bursts, does the service stop meeting its targets, and which target breaks first?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def sim(
+    flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama or llamacpp.")] = "vllm",
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,
+    seed: Annotated[int, typer.Option(help="Seed for EOS draws and faults.")] = 0,
+    config: Annotated[Optional[Path], typer.Option(help="Sim YAML (engine and fault settings).")] = None,
+    ground_truth: Annotated[Optional[Path], typer.Option(help="Write one JSON line per request here.")] = None,
+    model: Annotated[str, typer.Option(help="Model name the server reports.")] = "sim-model",
+) -> None:
+    """Run the simulated inference server (vLLM, Ollama or llama.cpp wire formats)."""
+    from llmload.sim.server import serve
+
+    serve(flavor=flavor, host=host, port=port, seed=seed, config_path=config,
+          ground_truth_path=ground_truth, model=model)
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="Run configuration (YAML).")],
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default: a new one under output:).")] = None,
+    web: Annotated[bool, typer.Option(help="Start Locust's web UI (with the LLM tab) instead of headless.")] = False,
+    processes: Annotated[int, typer.Option(help="Local worker processes (Locust --processes).")] = 0,
+    master: Annotated[bool, typer.Option(help="Run as Locust master; workers join with --worker.")] = False,
+    expect_workers: Annotated[int, typer.Option(help="Master: workers to wait for.")] = 1,
+    worker: Annotated[bool, typer.Option(help="Run as a Locust worker of a master elsewhere.")] = False,
+    master_host: Annotated[str, typer.Option(help="Worker: the master's address.")] = "127.0.0.1",
+    master_port: Annotated[int, typer.Option(help="Master's port.")] = 5557,
+) -> None:
+    """Run a load test described by CONFIG and write a run directory."""
+    from llmload.runtime.launcher import run_config
+
+    raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
+                                expect_workers=expect_workers, worker=worker, master_host=master_host,
+                                master_port=master_port))
+
+
+@app.command()
+def demo(
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default: under runs/).")] = None,
+) -> None:
+    """Start the simulated server, run a ladder across its capacity and a burst replay, write a report."""
+    from llmload.runtime.demo import run_demo
+
+    raise typer.Exit(run_demo(out=out))
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config): new verdicts, no re-run.")] = None,
+) -> None:
+    """Re-analyse a run directory and rewrite its summary, worksheet and report."""
+    from llmload.report.rereport import rereport
+
+    raise typer.Exit(rereport(run_dir, slo_path=slo))
+
+
+@app.command()
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="Two or more run directories.")],
+    out: Annotated[Optional[Path], typer.Option(help="Write the comparison (HTML) here.")] = None,
+) -> None:
+    """Compare runs step by step, with capacity, goodput per GPU, cost, and the conditions that differ."""
+    from llmload.report.compare import compare_runs
+
+    raise typer.Exit(compare_runs(runs, out=out))
+
+
+@app.command()
+def calibrate(
+    processes: Annotated[int, typer.Option(help="Worker processes to calibrate.")] = 1,
+    target: Annotated[Optional[str], typer.Option(help="Target URL (default: a built-in sim).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Where to save the envelope (JSON).")] = None,
+    quick: Annotated[bool, typer.Option(help="A short ramp (for smoke tests).")] = False,
+) -> None:
+    """Measure how much load this machine's generator can offer while keeping its timing exact."""
+    from llmload.calibrate import run_calibrate
+
+    raise typer.Exit(run_calibrate(processes=processes, target=target, out=out, quick=quick))
+
+
+@app.command()
+def engine(
+    action: Annotated[str, typer.Argument(help="build | model | serve | path")] = "build",
+    port: Annotated[int, typer.Option(help="serve: port (0 = free).")] = 8080,
+    parallel: Annotated[int, typer.Option(help="serve: slots.")] = 4,
+    threads: Annotated[int, typer.Option(help="serve: CPU threads.")] = 1,
+) -> None:
+    """Build and serve the real engine: llama.cpp's llama-server with Gemma 3 270M."""
+    from llmload.engine import engine_command
+
+    raise typer.Exit(engine_command(action, port=port, parallel=parallel, threads=threads))
+
+
+@app.command(name="gpu-agent")
+def gpu_agent(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 9401,
+    interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 1.0,
+) -> None:
+    """Serve this host's NVML GPU samples as Prometheus text for a remote llmload run to scrape."""
+    from llmload.telemetry.gpu_agent import serve_gpu_agent
+
+    serve_gpu_agent(host=host, port=port, interval=interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except LLMLoadError as exc:
+        print(f"llmload: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("llmload: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return 2
+        if isinstance(exc, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

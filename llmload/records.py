@@ -1,0 +1,169 @@
+"""The per-request record (METRICS.md "Per request") and how it reaches disk.
+
+Each worker appends one JSON line per finished request to its own file and flushes it at once, so a
+crashed worker or a killed run leaves every finished request on disk. At the end the files (and the
+copies workers shipped to the master) are merged, de-duplicated by `request_id`, into
+`records.parquet`.
+
+Timestamps are wall-clock seconds from `llmload.clock.now()`; `None` where it did not happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "OUTCOMES",
+    "RECORD_SCHEMA",
+    "Record",
+    "RecordWriter",
+    "merge_records",
+    "read_record_files",
+    "records_frame",
+]
+
+#: every outcome a request can have (METRICS.md)
+OUTCOMES = ("ok", "rejected", "http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled",
+            "quality_fail", "not_sent")
+
+
+@dataclass(slots=True)
+class Record:
+    """One request, as the client saw it. Columns of `records.parquet`."""
+
+    request_id: str
+    step: str
+    worker: str
+    scheduled_at: float
+    outcome: str = "not_sent"
+    sent_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    closed_at: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_estimated: bool = False
+    planned_input_tokens: int | None = None
+    planned_output_tokens: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    token_times: list[float] = field(default_factory=list)
+    #: tokens carried by each output event, when the server says (continuous usage stats); else empty
+    token_counts: list[int] = field(default_factory=list)
+    #: True when the request waited for a free slot under the client concurrency cap
+    capped: bool = False
+    #: when a user took the arrival off the queue (client wait = sent_at - scheduled_at)
+    dequeued_at: float | None = None
+    instance: str | None = None
+    api: str | None = None
+    finish_reason: str | None = None
+    cached_tokens: int | None = None
+    prefix_id: int | None = None
+    cold: bool | None = None
+    #: server-reported timings in seconds (Ollama durations, llama.cpp `timings`), None where not given
+    server_load_s: float | None = None
+    server_prompt_s: float | None = None
+    server_decode_s: float | None = None
+    server_total_s: float | None = None
+    #: Ollama: total - load - prompt_eval - eval (METRICS.md server queue)
+    server_queue_s: float | None = None
+    quality_checked: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False, default=_jsonable)
+
+
+def _jsonable(value: object) -> object:
+    raise TypeError(f"not JSON-serialisable in a record: {type(value).__name__}")
+
+
+_TYPES = {
+    "request_id": pa.string(), "step": pa.string(), "worker": pa.string(), "scheduled_at": pa.float64(),
+    "outcome": pa.string(), "sent_at": pa.float64(), "first_token_at": pa.float64(),
+    "last_token_at": pa.float64(), "closed_at": pa.float64(), "input_tokens": pa.int64(),
+    "output_tokens": pa.int64(), "tokens_estimated": pa.bool_(), "planned_input_tokens": pa.int64(),
+    "planned_output_tokens": pa.int64(), "http_status": pa.int64(), "error": pa.string(),
+    "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64()), "capped": pa.bool_(),
+    "dequeued_at": pa.float64(), "instance": pa.string(), "api": pa.string(),
+    "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
+    "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
+    "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
+    "quality_checked": pa.bool_(),
+}
+RECORD_SCHEMA = pa.schema([(f.name, _TYPES[f.name]) for f in fields(Record)])
+
+
+class RecordWriter:
+    """Appends records as JSON lines to one file, flushing after each so nothing finished is lost."""
+
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._fsync = fsync
+        self.count = 0
+
+    def write(self, record: Record) -> None:
+        self._file.write(record.to_json() + "\n")
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+        self.count += 1
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
+    """Rows from JSON-lines record files. A torn last line (a killed writer) is skipped."""
+    rows: list[dict] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return rows
+
+
+def records_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """A DataFrame with the record schema (missing keys become nulls), one row per request_id."""
+    table = pa.Table.from_pylist(list(rows), schema=RECORD_SCHEMA)
+    df = table.to_pandas()
+    if len(df):
+        # a record shipped to the master and also kept in the worker's file appears twice: keep one,
+        # preferring the most finished version (a later outcome over not_sent)
+        df = (df.assign(_rank=(df["outcome"] != "not_sent").astype(int))
+                .sort_values(["request_id", "_rank"], kind="stable")
+                .drop_duplicates("request_id", keep="last")
+                .drop(columns="_rank")
+                .sort_values("scheduled_at", kind="stable")
+                .reset_index(drop=True))
+    return df
+
+
+def merge_records(sources: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
+    """Merge JSON-lines record files into one Parquet file with the record schema."""
+    df = records_frame(read_record_files(sources))
+    table = pa.Table.from_pandas(df, schema=RECORD_SCHEMA, preserve_index=False)
+    pq.write_table(table, out)
+    return df

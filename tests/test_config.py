@@ -1,0 +1,115 @@
+"""Config validation: every error names file, line and key, in one line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from llmload.config import load_config, load_slo
+from llmload.errors import ConfigError
+
+BASE = """\
+target:
+  url: http://127.0.0.1:8000
+  api: openai-chat
+shape:
+  ladder:
+    steps:
+      - {rate: 0.5, duration: 2m}
+      - {rate: 1, duration: 30s}
+slo:
+  ttft_p95: 1s
+  tpot_p95: 80ms
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_valid_config_has_units_in_seconds(tmp_path):
+    cfg = load_config(write(tmp_path, BASE))
+    assert cfg.shape.kind == "ladder"
+    assert [s.duration for s in cfg.shape.ladder.steps] == [120.0, 30.0]
+    assert cfg.slo.threshold("ttft").value_s == 1.0
+    assert cfg.slo.threshold("tpot").value_s == pytest.approx(0.08)
+    assert cfg.slo.threshold("e2e") is None
+    assert cfg.target.endpoints == ["http://127.0.0.1:8000"]
+
+
+def test_bad_duration_names_file_line_and_key(tmp_path):
+    path = write(tmp_path, BASE.replace("ttft_p95: 1s", "ttft_p95: fast"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f'{path}:10 slo.ttft_p95: expected a duration like 800ms, got "fast"'
+
+
+def test_unknown_key_is_an_error(tmp_path):
+    path = write(tmp_path, BASE + "  tfft_p95: 2s\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}:12 slo.tfft_p95: unknown key"
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = write(tmp_path, BASE + "telemetri: {}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}:12 telemetri: unknown key"
+
+
+def test_wrong_type_in_a_list_item(tmp_path):
+    path = write(tmp_path, BASE.replace("rate: 1,", "rate: lots,"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}:8 shape.ladder.steps[1].rate: ")
+    assert '"lots"' in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "nope.yaml")
+    assert str(err.value) == f"{tmp_path / 'nope.yaml'}: file not found"
+
+
+def test_missing_target(tmp_path):
+    path = write(tmp_path, "shape:\n  ladder:\n    steps: [{rate: 1, duration: 1s}]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}:1 target: required key is missing"
+
+
+def test_two_shapes_is_an_error(tmp_path):
+    path = write(tmp_path, BASE + "  concurrency: {levels: [1, 2]}\n".replace("  conc", "  conc"))
+    text = BASE.replace("shape:\n", "shape:\n  concurrency: {levels: [1, 2]}\n")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "shape: give exactly one of ladder, concurrency, trace, soak" in str(err.value)
+
+
+def test_invalid_yaml(tmp_path):
+    path = write(tmp_path, "target: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}:")
+    assert "invalid YAML" in str(err.value)
+
+
+def test_slo_file_top_level_or_whole_config(tmp_path):
+    slo = load_slo(write(tmp_path, "ttft_p99: 2s\nmax_reject_ratio: 0.01\n", "slo.yaml"))
+    assert slo.threshold("ttft").percentile == 99
+    assert slo.max_reject_ratio == 0.01
+    whole = load_slo(write(tmp_path, BASE))
+    assert whole.threshold("tpot").value_s == pytest.approx(0.08)
+
+
+def test_slo_file_error_has_line(tmp_path):
+    path = write(tmp_path, "ttft_p95: 1s\ne2e_p95: soon\n", "slo.yaml")
+    with pytest.raises(ConfigError) as err:
+        load_slo(path)
+    assert str(err.value) == f'{path}:2 e2e_p95: expected a duration like 800ms, got "soon"'
