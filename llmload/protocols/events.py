@@ -1,0 +1,60 @@
+"""The typed result of reading one stream event, whatever the API.
+
+Every per-API parser turns one event (an SSE `data:` payload or an NDJSON line) into one
+`StreamChunk`. The streaming core only reads these fields, so adding an API means adding a parser.
+`output` follows METRICS.md: true only when the event carries generated output (non-empty content,
+reasoning, completion text, Ollama `response`/`thinking`, or a tool call); role-only deltas, empty
+deltas, usage-only chunks and final objects without text are not output.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+try:  # orjson is about 3x faster on stream chunks; optional
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+__all__ = ["ServerTimings", "StreamChunk", "loads_json"]
+
+
+def loads_json(data: str | bytes) -> Any:
+    """Decode JSON (orjson when installed). Raises ValueError on malformed input."""
+    return _loads(data)
+
+
+@dataclass(slots=True)
+class ServerTimings:
+    """Server-reported timings in seconds (Ollama durations, llama.cpp `timings`); None where absent."""
+
+    load_s: float | None = None
+    prompt_s: float | None = None
+    decode_s: float | None = None
+    total_s: float | None = None
+
+
+@dataclass(slots=True)
+class StreamChunk:
+    """What one stream event said, as the client needs it."""
+
+    #: generated answer text in this event (content, completion text, tool-call arguments)
+    text: str = ""
+    #: reasoning text (`reasoning_content`, Ollama `thinking`): output, but not part of the answer
+    reasoning: str = ""
+    #: the event carries output (first_token_at / token_times are taken at such events)
+    output: bool = False
+    #: output tokens in this event when the server says (continuous usage stats delta); else None
+    tokens: int | None = None
+    finish_reason: str | None = None
+    #: usage or final counts, when this event reports them (the last report wins)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    timings: ServerTimings | None = None
+    #: an error reported inside the stream (`{"error": ...}`), its message
+    error: str | None = None
+    #: the stream's final event: `[DONE]` or Ollama's `done: true`
+    final: bool = False

@@ -1,0 +1,70 @@
+"""Ollama native NDJSON stream lines (`/api/chat`, `/api/generate`).
+
+`OllamaStreamParser().parse(line)` takes one JSON line and returns a `StreamChunk`:
+- `message.content` (chat) or `response` (generate) is answer text; `thinking` (either place) is
+  reasoning; `message.tool_calls` is output (its arguments, as JSON, become the text);
+- the object with `done: true` is final: `done_reason`, `prompt_eval_count` / `eval_count` as input /
+  output tokens, and the integer-nanosecond `load_duration`, `prompt_eval_duration`, `eval_duration`,
+  `total_duration` as server timings in seconds;
+- `{"error": "..."}` is an error inside the 200 stream (Ollama reports failures after the headers so).
+Note: with a cached prompt, Ollama's `prompt_eval_count` counts only the tokens it evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+
+from llmload.protocols.events import ServerTimings, StreamChunk, loads_json
+from llmload.protocols.openai import error_message
+
+__all__ = ["OllamaStreamParser"]
+
+_NS = 1e-9
+
+
+def _seconds(value: object) -> float | None:
+    return value * _NS if isinstance(value, (int, float)) else None
+
+
+class OllamaStreamParser:
+    """One request's Ollama stream: `parse(line) -> StreamChunk`. Stateless; one per request anyway."""
+
+    __slots__ = ()
+
+    def parse(self, line: bytes | str) -> StreamChunk:
+        try:
+            obj = loads_json(line)
+        except ValueError:
+            return StreamChunk(error=f"malformed stream line: {line[:120]!r}")
+        if not isinstance(obj, dict):
+            return StreamChunk(error=f"malformed stream line: {line[:120]!r}")
+        err = obj.get("error")
+        if err is not None:
+            return StreamChunk(error=error_message(err))
+
+        chunk = StreamChunk()
+        message = obj.get("message")
+        if message is not None:
+            content, thinking = message.get("content"), message.get("thinking")
+            calls = message.get("tool_calls")
+            if calls:
+                chunk.text = json.dumps([(c.get("function") or {}).get("arguments") for c in calls])
+        else:
+            content, thinking = obj.get("response"), obj.get("thinking")
+        if content:
+            chunk.text = content + chunk.text
+        if thinking:
+            chunk.reasoning = thinking
+        chunk.output = bool(chunk.text or chunk.reasoning)
+
+        if obj.get("done"):
+            chunk.final = True
+            chunk.finish_reason = obj.get("done_reason")
+            chunk.input_tokens = obj.get("prompt_eval_count")
+            chunk.output_tokens = obj.get("eval_count")
+            chunk.timings = ServerTimings(
+                load_s=_seconds(obj.get("load_duration")),
+                prompt_s=_seconds(obj.get("prompt_eval_duration")),
+                decode_s=_seconds(obj.get("eval_duration")),
+                total_s=_seconds(obj.get("total_duration")))
+        return chunk

@@ -1,0 +1,133 @@
+"""Server-sent events: an incremental, I/O-free decoder following the WHATWG event-stream rules.
+
+`SSEDecoder.feed(chunk) -> list[SSEEvent]` takes bytes split anywhere (inside a line, inside a UTF-8
+character, between `\\r` and `\\n`) and returns the events completed by that chunk; `flush()` ends the
+stream. Rules: lines end with CRLF, LF or CR; a blank line dispatches the event; `:` starts a comment
+(pings); `data:` lines join with `\\n`; `event:` names the event; `id:` sets the last event id (kept
+across events, ignored when it holds NUL); `retry:` takes digits only; one space after the colon is
+dropped; a leading BOM is dropped.
+
+One extension: llama.cpp's server writes errors inside a stream as an `error:` field (`error: {...}`),
+which the standard would ignore. We keep it as an event named `error` with the value as its data, so a
+failure inside a 200 stream is seen.
+
+UTF-8 is decoded per complete line (a line terminator byte never occurs inside a multi-byte character),
+so a character split across chunks is never broken. sseclient-py's parser serves as the test oracle; it
+pulls from an iterator, where the streaming core needs a push decoder fed by `readline()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SSEDecoder", "SSEEvent"]
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    """One dispatched event. `event` is `message` unless the stream named it."""
+
+    data: str
+    event: str = "message"
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    """Push decoder: feed bytes as they arrive, get the events they complete."""
+
+    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_started", "_pending")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._skip_lf = False
+        self._data: list[str] = []
+        self._event = ""
+        self._last_id: str | None = None
+        self._retry: int | None = None
+        self._started = False
+        self._pending = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Events completed by `chunk` (possibly none)."""
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 10:  # the \n of a \r\n split across chunks
+                chunk = chunk[1:]
+        buf = self._buf + chunk if self._buf else chunk
+        events: list[SSEEvent] = []
+        start = 0
+        size = len(buf)
+        has_cr = b"\r" in buf
+        while start < size:
+            lf = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start) if has_cr else -1
+            if cr != -1 and (lf == -1 or cr < lf):
+                end = cr
+                if cr + 1 < size:
+                    nxt = cr + 2 if buf[cr + 1] == 10 else cr + 1
+                else:
+                    nxt = cr + 1
+                    self._skip_lf = True
+            elif lf != -1:
+                end, nxt = lf, lf + 1
+            else:
+                break
+            self._line(buf[start:end], events)
+            start = nxt
+        self._buf = buf[start:] if start < size else b""
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream. An event whose lines all ended but that lacked its blank line is returned
+        (lenient: some servers close right after `data: [DONE]\\n`); an unterminated last line is
+        dropped, as the standard says, because it may be cut."""
+        self._buf = b""
+        events: list[SSEEvent] = []
+        if self._pending:
+            self._dispatch(events)
+        return events
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        if not raw:
+            self._dispatch(events)
+            return
+        line = raw.decode("utf-8", "replace")
+        if not self._started:
+            self._started = True
+            if line.startswith("\ufeff"):
+                line = line[1:]
+                if not line:
+                    return
+        if line[0] == ":":
+            return
+        colon = line.find(":")
+        if colon == -1:
+            field, value = line, ""
+        else:
+            field = line[:colon]
+            value = line[colon + 2:] if line[colon + 1:colon + 2] == " " else line[colon + 1:]
+        if field == "data":
+            self._data.append(value)
+            self._pending = True
+        elif field == "event":
+            self._event = value
+            self._pending = True
+        elif field == "id":
+            if "\0" not in value:
+                self._last_id = value
+        elif field == "retry":
+            if value.isdigit() and value.isascii():
+                self._retry = int(value)
+        elif field == "error":  # llama.cpp's in-stream error (see module docstring)
+            self._event = "error"
+            self._data.append(value)
+            self._pending = True
+
+    def _dispatch(self, events: list[SSEEvent]) -> None:
+        data, name = self._data, self._event
+        self._data, self._event, self._pending = [], "", False
+        if not data:
+            return
+        events.append(SSEEvent(data="\n".join(data), event=name or "message", id=self._last_id,
+                               retry=self._retry))

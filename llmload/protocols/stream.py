@@ -1,0 +1,59 @@
+"""Framing plus interpretation for one API: bytes of a response body in, `StreamChunk`s out.
+
+OpenAI-style APIs frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
+are payloads; other event names are ignored. Ollama's native APIs frame with NDJSON. The streaming
+core feeds each `readline()` result to `feed` and calls `flush` when the body ends.
+"""
+
+from __future__ import annotations
+
+from llmload.protocols.events import StreamChunk, loads_json
+from llmload.protocols.lines import NDJSONDecoder
+from llmload.protocols.ollama import OllamaStreamParser
+from llmload.protocols.openai import OpenAIStreamParser, error_message
+from llmload.protocols.sse import SSEDecoder, SSEEvent
+
+__all__ = ["StreamDecoder"]
+
+_OLLAMA_APIS = ("ollama-chat", "ollama-generate")
+
+
+class StreamDecoder:
+    """One request's body decoder: `feed(bytes) -> list[StreamChunk]`, `flush() -> list[StreamChunk]`."""
+
+    __slots__ = ("_ndjson", "_sse", "_openai", "_ollama")
+
+    def __init__(self, *, ndjson: bool) -> None:
+        self._ndjson = NDJSONDecoder() if ndjson else None
+        self._sse = None if ndjson else SSEDecoder()
+        self._openai = OpenAIStreamParser()
+        self._ollama = OllamaStreamParser()
+
+    @classmethod
+    def for_api(cls, api: str) -> StreamDecoder:
+        """The decoder for a `target.api` value."""
+        return cls(ndjson=api in _OLLAMA_APIS)
+
+    def feed(self, chunk: bytes) -> list[StreamChunk]:
+        if self._ndjson is not None:
+            return [self._ollama.parse(line) for line in self._ndjson.feed(chunk)]
+        return self._events(self._sse.feed(chunk))
+
+    def flush(self) -> list[StreamChunk]:
+        if self._ndjson is not None:
+            return [self._ollama.parse(line) for line in self._ndjson.flush()]
+        return self._events(self._sse.flush())
+
+    def _events(self, events: list[SSEEvent]) -> list[StreamChunk]:
+        out = []
+        for ev in events:
+            if ev.event == "message":
+                out.append(self._openai.parse(ev.data))
+            elif ev.event == "error":
+                try:
+                    obj = loads_json(ev.data)
+                except ValueError:
+                    obj = ev.data
+                out.append(StreamChunk(error=error_message(obj.get("error", obj) if isinstance(obj, dict)
+                                                           else obj)))
+        return out
