@@ -1,0 +1,292 @@
+"""Trace loaders: recorded arrivals with their request sizes, in one DataFrame whatever the source.
+
+Formats (`format: auto` sniffs the file's header or first record):
+
+    llmload    CSV or JSONL: `timestamp` (seconds, or an ISO date-time), `input_tokens`, `output_tokens`,
+               optional `prompt`, `prefix_id`
+    azure      Azure LLM inference trace CSV: `TIMESTAMP` (date-time, 7 fractional digits),
+               `ContextTokens`, `GeneratedTokens`
+    burstgpt   BurstGPT CSV: `Timestamp` (s), `Request tokens`, `Response tokens`, ...; 0 response
+               tokens marks a request that failed in the source (kept, flagged, not replayed)
+    mooncake   Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (one id
+               per shared 512-token prefix block)
+
+Every loader returns the columns of `TRACE_COLUMNS`, sorted by `offset_s` (seconds from the first
+arrival). `prefix_id` / `prefix_tokens` name a shared prompt prefix and its length where the trace
+says (Mooncake: the deepest run of leading blocks another request also has). A wrong file is a one-line
+`ConfigError` naming the file and line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llmload.errors import ConfigError
+
+__all__ = ["MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace", "sniff_format"]
+
+TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake")
+TRACE_COLUMNS = ("offset_s", "input_tokens", "output_tokens", "prefix_ids", "prefix_id", "prefix_tokens",
+                 "prompt", "failed_in_source")
+#: tokens per `hash_ids` block in the Mooncake traces
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+def load_trace(path: str | Path, format: str = "auto") -> pd.DataFrame:
+    """Read a trace file into the common frame (`TRACE_COLUMNS`), sorted by arrival.
+
+    Rows that failed in the source stay in, flagged `failed_in_source`, so they can be counted.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError("trace file not found", file=str(path))
+    if p.is_dir():
+        raise ConfigError("is a directory, expected a trace file", file=str(path))
+    kind = sniff_format(p) if format == "auto" else format
+    if kind not in TRACE_FORMATS:
+        raise ConfigError(f'unknown trace format "{format}" (expected auto or one of {", ".join(TRACE_FORMATS)})',
+                          file=str(path))
+    rows = _jsonl_rows(p) if _is_jsonl(p) else _csv_rows(p)
+    if not len(rows):
+        raise ConfigError("trace has no arrivals", file=str(path))
+    loader = {"llmload": _llmload, "azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake}[kind]
+    return _finish(loader(rows, str(path)))
+
+
+def sniff_format(path: str | Path) -> str:
+    """The format of a trace file from its header (CSV) or first record (JSONL)."""
+    p = Path(path)
+    names: set[str] = set()
+    with p.open(encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line:
+                continue
+            if _is_jsonl(p) or line.startswith("{"):
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError:
+                    raise ConfigError("not valid JSON", file=str(path), line=1) from None
+                names = set(first) if isinstance(first, dict) else set()
+            else:
+                names = {n.strip().strip('"') for n in line.split(",")}
+            break
+    if {"TIMESTAMP", "ContextTokens"} <= names:
+        return "azure"
+    if {"Timestamp", "Request tokens"} <= names:
+        return "burstgpt"
+    if {"input_length", "output_length"} <= names or "hash_ids" in names:
+        return "mooncake"
+    if "timestamp" in names:
+        return "llmload"
+    shown = ", ".join(sorted(names)) or "none"
+    raise ConfigError(f"cannot tell the trace format from its columns ({shown}); set format:", file=str(path),
+                      line=1)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Rows:
+    """Raw rows of a file plus the file line of each row, for error messages."""
+
+    def __init__(self, frame: pd.DataFrame, lines: np.ndarray) -> None:
+        self.frame, self.lines = frame, lines
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def _is_jsonl(p: Path) -> bool:
+    return p.suffix.lower() in (".jsonl", ".json", ".ndjson")
+
+
+def _csv_rows(p: Path) -> _Rows:
+    try:
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not a readable CSV: {str(exc).splitlines()[0]}", file=str(p)) from None
+    except pd.errors.EmptyDataError:
+        raise ConfigError("empty file", file=str(p), line=1) from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    lines = np.arange(len(frame)) + 2  # header is line 1
+    blank = (frame == "").all(axis=1).to_numpy()
+    return _Rows(frame[~blank].reset_index(drop=True), lines[~blank])
+
+
+def _jsonl_rows(p: Path) -> _Rows:
+    records, lines = [], []
+    with p.open(encoding="utf-8") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                item = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"not valid JSON: {exc.msg}", file=str(p), line=number) from None
+            if not isinstance(item, dict):
+                raise ConfigError("expected a JSON object per line", file=str(p), line=number)
+            records.append(item)
+            lines.append(number)
+    return _Rows(pd.DataFrame.from_records(records), np.asarray(lines, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def _need(rows: _Rows, column: str, file: str) -> pd.Series:
+    if column not in rows.frame.columns:
+        shown = ", ".join(map(str, rows.frame.columns))
+        raise ConfigError(f'missing column "{column}" (columns: {shown})', file=file, line=1)
+    return rows.frame[column]
+
+
+def _numbers(rows: _Rows, column: str, file: str, *, integer: bool, optional: bool = False) -> np.ndarray:
+    """A numeric column as float64 (NaN where empty and `optional`); a bad cell names its line."""
+    if column not in rows.frame.columns and optional:
+        return np.full(len(rows), np.nan)
+    raw = _need(rows, column, file)
+    blank = raw.isna() | (raw.astype(str).str.strip() == "")
+    values = pd.to_numeric(raw.where(~blank), errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.isnan(values) & ~blank.to_numpy() if optional else np.isnan(values)
+    bad |= ~np.isnan(values) & (values < 0)
+    if integer:
+        bad |= ~np.isnan(values) & (values != np.round(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        kind = "a non-negative integer" if integer else "a non-negative number"
+        raise ConfigError(f'{column}: expected {kind}, got "{raw.iloc[i]}"', file=file, line=int(rows.lines[i]))
+    return values
+
+
+def _datetimes(rows: _Rows, column: str, file: str) -> np.ndarray:
+    """Seconds since the epoch from date-time strings (any ISO 8601 form, up to 9 fractional digits)."""
+    raw = _need(rows, column, file).astype(str).str.strip()
+    parsed = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+    bad = parsed.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f'{column}: unparsable timestamp "{raw.iloc[i]}"', file=file, line=int(rows.lines[i]))
+    return (parsed - parsed.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+
+
+def _seconds_or_datetimes(rows: _Rows, column: str, file: str) -> np.ndarray:
+    raw = _need(rows, column, file)
+    numeric = pd.to_numeric(raw, errors="coerce")
+    if numeric.notna().all():
+        return numeric.to_numpy(dtype=np.float64)
+    if numeric.notna().any():  # mixed: the first non-number is the bad line
+        i = int(np.argmax(numeric.isna().to_numpy()))
+        raise ConfigError(f'{column}: unparsable timestamp "{raw.iloc[i]}"', file=file, line=int(rows.lines[i]))
+    return _datetimes(rows, column, file)
+
+
+def _frame(offsets: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, **extra: object) -> pd.DataFrame:
+    n = len(offsets)
+    none = [None] * n
+    return pd.DataFrame({
+        "offset_s": offsets.astype(np.float64),
+        "input_tokens": pd.array(np.where(np.isnan(inputs), None, inputs), dtype="Int64"),
+        "output_tokens": pd.array(np.where(np.isnan(outputs), None, outputs), dtype="Int64"),
+        "prefix_ids": extra.get("prefix_ids", none),
+        "prefix_id": pd.array(extra.get("prefix_id", none), dtype="Int64"),
+        "prefix_tokens": pd.array(extra.get("prefix_tokens", none), dtype="Int64"),
+        "prompt": pd.Series(extra.get("prompt", none), dtype=object),
+        "failed_in_source": np.asarray(extra.get("failed", np.zeros(n, dtype=bool)), dtype=bool),
+    })
+
+
+def _finish(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sort by time (stable: ties keep file order) and measure offsets from the first arrival."""
+    frame = frame.sort_values("offset_s", kind="stable").reset_index(drop=True)
+    return frame.assign(offset_s=frame["offset_s"] - frame["offset_s"].iloc[0])
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def _llmload(rows: _Rows, file: str) -> pd.DataFrame:
+    offsets = _seconds_or_datetimes(rows, "timestamp", file)
+    extra: dict[str, object] = {}
+    if "prefix_id" in rows.frame.columns:
+        pid = _numbers(rows, "prefix_id", file, integer=True, optional=True)
+        extra["prefix_id"] = [None if np.isnan(v) else int(v) for v in pid]
+        extra["prefix_ids"] = [None if np.isnan(v) else [int(v)] for v in pid]
+    if "prompt" in rows.frame.columns:
+        extra["prompt"] = [p if isinstance(p, str) and p != "" else None for p in rows.frame["prompt"]]
+    return _frame(offsets,
+                  _numbers(rows, "input_tokens", file, integer=True, optional=True),
+                  _numbers(rows, "output_tokens", file, integer=True, optional=True), **extra)
+
+
+def _azure(rows: _Rows, file: str) -> pd.DataFrame:
+    return _frame(_datetimes(rows, "TIMESTAMP", file),
+                  _numbers(rows, "ContextTokens", file, integer=True),
+                  _numbers(rows, "GeneratedTokens", file, integer=True))
+
+
+def _burstgpt(rows: _Rows, file: str) -> pd.DataFrame:
+    outputs = _numbers(rows, "Response tokens", file, integer=True)
+    return _frame(_numbers(rows, "Timestamp", file, integer=False),
+                  _numbers(rows, "Request tokens", file, integer=True), outputs, failed=outputs == 0)
+
+
+def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
+    offsets = _numbers(rows, "timestamp", file, integer=False) / 1000.0
+    hashes: list[list[int] | None] = []
+    raw = rows.frame["hash_ids"] if "hash_ids" in rows.frame.columns else [None] * len(rows)
+    for i, value in enumerate(raw):
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            hashes.append(None)
+        elif isinstance(value, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+            hashes.append(list(value))
+        else:
+            raise ConfigError(f"hash_ids: expected a list of integers, got {value!r}", file=file,
+                              line=int(rows.lines[i]))
+    prefix_id, prefix_tokens = _shared_prefixes(hashes)
+    return _frame(offsets,
+                  _numbers(rows, "input_length", file, integer=True),
+                  _numbers(rows, "output_length", file, integer=True),
+                  prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens)
+
+
+def _shared_prefixes(hashes: list[list[int] | None]) -> tuple[list[int | None], list[int | None]]:
+    """For each request, the deepest run of leading blocks that some other request also starts with.
+
+    The blocks form a trie; a node reached by two or more requests is a shared prefix. Its node number
+    becomes the `prefix_id` (requests with the same id share exactly that prefix) and its depth times
+    512 the `prefix_tokens`. A request that shares nothing gets None.
+    """
+    nodes: dict[tuple[int, int], int] = {}
+    counts: list[int] = []
+    paths: list[list[int]] = []
+    for blocks in hashes:
+        path, parent = [], -1
+        for h in blocks or ():
+            key = (parent, h)
+            node = nodes.get(key)
+            if node is None:
+                node = nodes[key] = len(counts)
+                counts.append(0)
+            counts[node] += 1
+            path.append(node)
+            parent = node
+        paths.append(path)
+    ids: list[int | None] = []
+    tokens: list[int | None] = []
+    dense: dict[int, int] = {}
+    for path in paths:
+        depth = 0
+        while depth < len(path) and counts[path[depth]] >= 2:
+            depth += 1
+        if depth == 0:
+            ids.append(None)
+            tokens.append(None)
+        else:
+            ids.append(dense.setdefault(path[depth - 1], len(dense)))
+            tokens.append(depth * MOONCAKE_BLOCK_TOKENS)
+    return ids, tokens
