@@ -136,7 +136,9 @@ def gpu_agent(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # with standalone_mode=False a command's `raise typer.Exit(code)` comes back as the return value
+        code = app(args=argv, standalone_mode=False)
+        return code if isinstance(code, int) else 0
     except LLMLoadError as exc:
         print(f"llmload: error: {exc}", file=sys.stderr)
         return exc.exit_code
