@@ -1,0 +1,59 @@
+"""Fixtures for the real-engine tests: llama.cpp's llama-server with Gemma 3 270M on a free port.
+
+The tests run only when `LLMLOAD_LLAMA_SERVER` and `LLMLOAD_GEMMA_GGUF` are set (`.ci/run` exports them
+after `llmload engine build` and `llmload engine model`). Without them they skip with that reason, except
+under `CI=true`, where a missing engine is a failure: CI must prove we measure a real server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from engine_gate import require_engine
+from llama_wire import scrape_metrics
+
+from llmload.engine import start_llama_server, stop_llama_server
+
+HERE = Path(__file__).resolve().parent
+PARALLEL = 4
+CTX_SIZE = 4096
+
+
+@dataclass
+class LlamaServer:
+    """A running llama-server started by a fixture."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+    parallel: int
+    ctx_size: int
+
+    @property
+    def slot_ctx(self) -> int:
+        """Context per slot: `--ctx-size` is split across the slots."""
+        return self.ctx_size // self.parallel
+
+    def metrics(self) -> dict[str, float]:
+        return scrape_metrics(self.url)
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> LlamaServer:
+    require_engine()
+    log = tmp_path_factory.mktemp(name) / "llama-server.log"
+    url, proc = start_llama_server(port=0, parallel=PARALLEL, threads=1, ctx_size=CTX_SIZE, log_path=log)
+    return LlamaServer(url=url, proc=proc, log=log, parallel=PARALLEL, ctx_size=CTX_SIZE)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One llama-server per test module (4 slots, 1 thread, 4096 context), killed by PID at the end."""
+    server = _start(tmp_path_factory, "llama")
+    try:
+        yield server
+    finally:
+        stop_llama_server(server.proc)
