@@ -1,0 +1,28 @@
+"""The simulated inference server: vLLM, Ollama or llama.cpp wire formats over a batching engine model.
+
+Start one and talk to it as to the real server (it binds 127.0.0.1 by default and says so)::
+
+    llmload sim --flavor vllm --port 8000 --ground-truth gt.jsonl
+    curl -N http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"model":"sim-model","messages":[{"role":"user","content":"What is 2+2?"}],
+           "max_tokens":8,"stream":true,"stream_options":{"include_usage":true}}'
+    curl http://127.0.0.1:8000/metrics
+
+    llmload sim --flavor ollama --port 11434
+    curl -N http://127.0.0.1:11434/api/generate -d '{"model":"sim-model","prompt":"Hi","options":{"num_predict":5}}'
+
+    llmload sim --flavor llamacpp --port 8080 --config examples/sim/default.yaml
+    curl -N http://127.0.0.1:8080/completion -d '{"prompt":"Hi","n_predict":5,"stream":true}'
+
+Parts: `settings` (the sim YAML and its defaults), `engine` (pure continuous-batching model),
+`loop` (real-time driver), `wire` (each server's events), `http` (lean HTTP/1.1), `metrics`
+(`/metrics`), `residency` (Ollama model load / keep-alive), `faults` (seeded per-request draws),
+`groundtruth` (the per-request JSONL log), `info` (models, props, slots, tags...), `server` (`serve`).
+"""
+
+from llmload.sim.engine import Engine, EngineLimits, Sequence, StepResult
+from llmload.sim.server import SimServer, serve
+from llmload.sim.settings import FLAVORS, Faults, SimSettings, load_sim_settings
+
+__all__ = ["FLAVORS", "Engine", "EngineLimits", "Faults", "Sequence", "SimServer", "SimSettings", "StepResult",
+           "load_sim_settings", "serve"]

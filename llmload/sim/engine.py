@@ -1,0 +1,194 @@
+"""The engine model: continuous batching with chunked prefill, a KV block budget and preemption.
+
+Pure and clock-free: `Engine.step()` schedules one iteration, applies it and returns what happened and
+what it cost (`StepResult.cost_s`); the real-time loop (`llmload.sim.loop`) sleeps that long before it
+writes the step's tokens. Tests drive it with a virtual clock.
+
+One step, as vLLM's v1 scheduler does it:
+1. Running sequences, oldest first, each get the tokens they need before they can sample their next one
+   (`prompt + generated - computed`: one when decoding, a chunk when (re)prefilling), within the step's
+   token budget `max_num_batched_tokens`. A sequence that needs a KV block when none is free preempts
+   the newest running sequence (its blocks are freed, it goes back to the front of the waiting queue and
+   later recomputes prompt + generated tokens; counted in `preemptions`).
+2. If nothing was preempted, waiting sequences are admitted first come first served while fewer than
+   `max_num_seqs` run, budget is left and their first chunk's blocks are free.
+3. Cost = `step_base_s + prefill_cost_s x prefill tokens + decode_cost_s x sequences in the step`.
+   A sequence whose computed tokens reach `prompt + generated` samples one token at the step end;
+   reaching its output length finishes it and frees its blocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["Engine", "EngineLimits", "Sequence", "StepResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """Batching and cost parameters (a subset of SimSettings, flavour-adjusted)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    num_blocks: int = 4096
+    block_size: int = 16
+    step_base_s: float = 0.024
+    prefill_cost_s: float = 0.0002
+    decode_cost_s: float = 0.00025
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One request inside the engine. `output_tokens` is the length it will stop at."""
+
+    seq_id: int
+    prompt_tokens: int
+    output_tokens: int
+    generated: int = 0
+    computed: int = 0
+    blocks: int = 0
+    preemptions: int = 0
+    admitted: bool = False
+    state: str = "new"  # new | waiting | running | finished | aborted
+
+    @property
+    def needed(self) -> int:
+        """Tokens to compute before the next token can be sampled."""
+        return self.prompt_tokens + self.generated - self.computed
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one step did. `emitted` holds the sequences that sampled a token at the step end."""
+
+    cost_s: float
+    prefill_tokens: int = 0
+    batch: int = 0
+    emitted: list[Sequence] = field(default_factory=list)
+    finished: list[Sequence] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+
+class Engine:
+    """Continuous-batching scheduler over a KV block pool. Not thread-safe; one loop drives it."""
+
+    def __init__(self, limits: EngineLimits) -> None:
+        self.limits = limits
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.free_blocks = limits.num_blocks
+        self.preemptions_total = 0
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    @property
+    def kv_usage(self) -> float:
+        """Share of KV blocks held, 0-1 (vLLM's `kv_cache_usage_perc`)."""
+        return 1.0 - self.free_blocks / self.limits.num_blocks
+
+    def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
+        """Whether one request alone fits the KV cache (else it could never finish)."""
+        return self._blocks_for(prompt_tokens + output_tokens) <= self.limits.num_blocks
+
+    # ----------------------------------------------------------------- changes
+    def add(self, seq: Sequence) -> None:
+        """Queue a sequence (FCFS)."""
+        if not self.fits(seq.prompt_tokens, seq.output_tokens):
+            raise ValueError("request does not fit the KV cache")
+        seq.state = "waiting"
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        """Drop a sequence wherever it is (client gone, fault) and free its blocks."""
+        if seq.state == "waiting":
+            self.waiting.remove(seq)
+        elif seq.state == "running":
+            self.running.remove(seq)
+            self._free(seq)
+        seq.state = "aborted"
+
+    def step(self) -> StepResult:
+        """Schedule and run one iteration; see the module docstring."""
+        lim = self.limits
+        budget = lim.max_num_batched_tokens
+        scheduled: list[tuple[Sequence, int]] = []
+        result = StepResult(cost_s=0.0)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.needed, budget)
+            if not self._reserve(seq, n, result):
+                break  # seq itself was preempted (it was the newest)
+            scheduled.append((seq, n))
+            budget -= n
+            i += 1
+        if not result.preempted:
+            while self.waiting and len(self.running) < lim.max_num_seqs and budget > 0:
+                seq = self.waiting[0]
+                n = min(seq.needed, budget)
+                extra = self._blocks_for(seq.computed + n) - seq.blocks
+                if extra > self.free_blocks:
+                    break
+                self.waiting.popleft()
+                seq.state = "running"
+                self.running.append(seq)
+                seq.blocks += extra
+                self.free_blocks -= extra
+                if not seq.admitted:
+                    seq.admitted = True
+                    result.admitted.append(seq)
+                scheduled.append((seq, n))
+                budget -= n
+        for seq, n in scheduled:
+            decoding = seq.needed == 1 and seq.generated > 0
+            if not decoding:
+                result.prefill_tokens += n
+            seq.computed += n
+            if seq.computed == seq.prompt_tokens + seq.generated:
+                seq.generated += 1
+                result.emitted.append(seq)
+                if seq.generated >= seq.output_tokens:
+                    seq.state = "finished"
+                    self.running.remove(seq)
+                    self._free(seq)
+                    result.finished.append(seq)
+        result.batch = len(scheduled)
+        if scheduled:
+            result.cost_s = (lim.step_base_s + lim.prefill_cost_s * result.prefill_tokens
+                             + lim.decode_cost_s * result.batch)
+        return result
+
+    # ----------------------------------------------------------------- internals
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.limits.block_size)
+
+    def _free(self, seq: Sequence) -> None:
+        self.free_blocks += seq.blocks
+        seq.blocks = 0
+
+    def _reserve(self, seq: Sequence, n: int, result: StepResult) -> bool:
+        """Allocate blocks for `n` more tokens of `seq`, preempting the newest running ones if needed."""
+        extra = self._blocks_for(seq.computed + n) - seq.blocks
+        while extra > self.free_blocks:
+            victim = self.running[-1]
+            self._preempt(victim, result)
+            if victim is seq:
+                return False
+        seq.blocks += extra
+        self.free_blocks -= extra
+        return True
+
+    def _preempt(self, seq: Sequence, result: StepResult) -> None:
+        self.running.remove(seq)
+        self._free(seq)
+        seq.computed = 0
+        seq.preemptions += 1
+        seq.state = "waiting"
+        self.waiting.appendleft(seq)
+        self.preemptions_total += 1
+        result.preempted.append(seq)

@@ -1,0 +1,66 @@
+"""The ground-truth log: one JSON line per request, written and flushed the moment the request ends.
+
+Keys: `request_id` (the `X-Request-Id` header, else one the sim made up), `flavor`, `endpoint`,
+`received_at`, `admitted_at` (first scheduled by the engine; null if never), `queue_s`
+(`admitted_at - received_at`), `first_token_at`, `token_times` (wall time just after each output-bearing
+event was written to the socket), `finished_at`, `input_tokens`, `output_tokens` (tokens written),
+`preemptions`, `outcome` (`ok`, `rejected`, `http_error`, `oom`, `disconnect`, `stall`, `malformed`,
+`client_gone`), `http_status`, `load_s` (Ollama: time waiting for a model load), `planned_times`
+(the engine's planned end of the step that produced each streamed token, for the timing benchmark). Times are
+`llmload.clock.now()` seconds, the client records' wall base.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO
+
+__all__ = ["GroundTruthRow", "GroundTruthWriter"]
+
+
+@dataclass(slots=True)
+class GroundTruthRow:
+    """Server-side facts about one request."""
+
+    request_id: str
+    flavor: str
+    endpoint: str
+    received_at: float
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_at: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    preemptions: int = 0
+    outcome: str = "ok"
+    http_status: int = 200
+    load_s: float = 0.0
+    planned_times: list[float] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        row = asdict(self)
+        row["queue_s"] = None if self.admitted_at is None else self.admitted_at - self.received_at
+        return json.dumps(row, separators=(",", ":"))
+
+
+class GroundTruthWriter:
+    """Appends rows to a JSONL file (or nowhere), flushing each one."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._file: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, row: GroundTruthRow) -> None:
+        if self._file is not None:
+            self._file.write(row.to_json() + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,237 @@
+"""The real-time driver: runs `Engine.step()` back to back and writes each step's tokens at its end.
+
+Timing is what the sim must not distort. Before sleeping out a step, the loop renders every event the
+step will write; at the planned step end (an asyncio sleep to 1 ms before it, then a short spin) it only
+writes pre-rendered bytes, one `transport.write` per event, and stamps each token just after its write.
+The next step is planned from the previous planned end, so write time does not accumulate as drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from llmload.clock import now
+from llmload.sim.engine import Engine, Sequence, StepResult
+from llmload.sim.faults import RequestDraws
+from llmload.sim.groundtruth import GroundTruthRow
+from llmload.sim.http import Connection
+from llmload.sim.wire import Exchange, Renderer
+
+__all__ = ["EngineLoop", "Job"]
+
+_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+        "1.06 GiB is free.")
+
+
+class Job:
+    """One generation request in flight: its sequence, its connection and how to write its events."""
+
+    def __init__(self, *, conn: Connection, renderer: Renderer, ex: Exchange, draws: RequestDraws,
+                 seq: Sequence, row: GroundTruthRow, stall_s: float, headers: dict[str, str],
+                 defer_headers: bool, on_done: Callable[[Job, str], None]) -> None:
+        self.conn, self.renderer, self.ex, self.draws = conn, renderer, ex, draws
+        self.seq, self.row, self.stall_s = seq, row, stall_s
+        self.headers = headers
+        self.headers_sent = False
+        self.defer_headers = defer_headers
+        self.on_done = on_done
+        self.finished = False
+        self.stalled = False
+        self.backlog: list[tuple[int, list[bytes]]] = []
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.reason = "length"
+
+    # ------------------------------------------------------------ lifecycle
+    def send_headers(self) -> None:
+        if self.ex.stream and not self.headers_sent:
+            self.headers_sent = True
+            self.conn.start_stream(200, self.renderer.content_type, self.headers)
+
+    def prepare(self, k: int) -> list[bytes]:
+        """Events for token k, rendered before the step's end (streaming only)."""
+        if not self.ex.stream:
+            return []
+        last = k + 1 >= self.seq.output_tokens
+        reason = ("stop" if self.draws.eos else "length") if last else None
+        self.ex.sent = k + 1
+        events = self.renderer.before_first(self.ex) if k == 0 else []
+        return events + self.renderer.token(self.ex, k, reason)
+
+    def deliver(self, k: int, events: list[bytes], planned_at: float, engine: Engine) -> None:
+        """Write token k at the step end; apply the faults placed at k; finish after the last token."""
+        if self.finished:
+            return
+        if self.conn.closed:
+            self.end(engine, "client_gone")
+            return
+        if k == 0 and self.draws.error == "oom":
+            self.fail_oom(engine)
+            return
+        if self.ex.stream:
+            self.row.planned_times.append(planned_at)
+        if self.stalled:
+            self.backlog.append((k, events))
+            return
+        self._write(k, events, engine)
+
+    def _write(self, k: int, events: list[bytes], engine: Engine) -> None:
+        ex, row, conn = self.ex, self.row, self.conn
+        if ex.stream:
+            if self.defer_headers:
+                self.send_headers()
+            if k == self.draws.malformed_at:
+                conn.write_event(self.renderer.malformed(ex))
+                row.outcome = "malformed"
+            if k == self.draws.disconnect_at:
+                self.end(engine, "disconnect")
+                conn.abort()
+                return
+            for event in events:
+                conn.write_event(event)
+        t = now()
+        ex.sent = k + 1
+        ex.last_token_at = t
+        if k == 0:
+            ex.first_token_at = row.first_token_at = t
+        if ex.stream:
+            row.token_times.append(t)
+        if k + 1 >= self.seq.output_tokens:
+            self.reason = "stop" if self.draws.eos else "length"
+            self.complete(engine)
+        elif ex.stream and k == self.draws.stall_at:
+            self.stalled = True
+            row.outcome = "stall"
+            asyncio.get_running_loop().call_later(self.stall_s, self._resume, engine)
+
+    def _resume(self, engine: Engine) -> None:
+        self.stalled = False
+        backlog, self.backlog = self.backlog, []
+        for k, events in backlog:
+            if self.finished or self.stalled:
+                break
+            if self.conn.closed:
+                self.end(engine, "client_gone")
+                return
+            self._write(k, events, engine)
+
+    def complete(self, engine: Engine) -> None:
+        """The answer is written: close the stream (or send the body) and finish."""
+        ex, conn = self.ex, self.conn
+        finished_at = now()
+        if ex.stream:
+            for event in self.renderer.finish(ex, self.reason, finished_at):
+                conn.write_event(event)
+            conn.end_stream()
+        else:
+            body = self.renderer.body(ex, self.reason, finished_at)
+            conn.send(200, body, headers=self.headers)
+            t = now()
+            ex.first_token_at = self.row.first_token_at = t
+            self.row.token_times.append(t)
+        self.end(engine, self.row.outcome)
+
+    def fail_oom(self, engine: Engine) -> None:
+        """The engine ran out of memory on this request: an error event in the stream, or a 500."""
+        ex = self.ex
+        if ex.stream and (self.headers_sent or not self.defer_headers):
+            self.send_headers()
+            self.conn.write_event(self.renderer.error_event(ex, _OOM))
+            if ex.kind in ("chat", "completions"):
+                self.conn.write_event(self.renderer.done)
+            self.conn.end_stream()
+        else:
+            self.conn.send(500, error_body(ex.flavor, ex.kind, _OOM, 500), headers=self.headers)
+            self.row.http_status = 500
+        self.end(engine, "oom")
+
+    def end(self, engine: Engine, outcome: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        if self.seq.state in ("waiting", "running"):
+            engine.abort(self.seq)
+        self.row.outcome = outcome
+        self.row.finished_at = now()
+        self.row.output_tokens = (len(self.row.token_times) if self.ex.stream else self.ex.sent) \
+            if outcome != "oom" else 0
+        self.row.preemptions = self.seq.preemptions
+        self.on_done(self, outcome)
+        if not self.done.done():
+            self.done.set_result(outcome)
+
+
+def error_body(flavor: str, kind: str, message: str, code: int, err_type: str | None = None) -> dict:
+    """An error body worded the way the flavour's server words it."""
+    if flavor == "ollama" and kind.startswith("ollama"):
+        return {"error": message}
+    if flavor == "ollama":
+        return {"error": {"message": message, "type": err_type or "api_error", "param": None, "code": None}}
+    if flavor == "llamacpp":
+        return {"error": {"code": code, "message": message, "type": err_type or "server_error"}}
+    names = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError",
+             500: "InternalServerError", 503: "ServiceUnavailableError"}
+    return {"error": {"message": message, "type": err_type or names.get(code, "InternalServerError"),
+                      "param": None, "code": code}}
+
+
+class EngineLoop:
+    """Drives an Engine in real time; jobs join with `submit` and leave when their sequence ends."""
+
+    def __init__(self, engine: Engine, on_step: Callable[[StepResult], None]) -> None:
+        self.engine = engine
+        self.jobs: dict[int, Job] = {}
+        self._on_step = on_step
+        self._wake = asyncio.Event()
+
+    def submit(self, job: Job) -> None:
+        self.engine.add(job.seq)
+        self.jobs[job.seq.seq_id] = job
+        self._wake.set()
+
+    def release(self, job: Job) -> None:
+        self.jobs.pop(job.seq.seq_id, None)
+
+    async def run(self) -> None:
+        engine, planned = self.engine, None
+        while True:
+            if engine.idle:
+                self._wake.clear()
+                await self._wake.wait()
+                planned = None
+            t = now()
+            start = planned if planned is not None and t - planned < 0.002 else t
+            result = engine.step()
+            end = start + result.cost_s
+            for seq in result.admitted:
+                job = self.jobs.get(seq.seq_id)
+                if job is not None:
+                    job.row.admitted_at = job.ex.admitted_at = start
+            batch = []
+            for seq in result.emitted:
+                job = self.jobs.get(seq.seq_id)
+                if job is not None:
+                    k = seq.generated - 1
+                    batch.append((job, k, job.prepare(k)))
+            await _sleep_until(end)
+            for job, k, events in batch:
+                job.deliver(k, events, end, engine)
+            self._on_step(result)
+            planned = end
+            if not result.batch:  # nothing schedulable (all blocked): wait for a change
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 0.05)
+
+
+async def _sleep_until(deadline: float) -> None:
+    """Sleep to about 1 ms before `deadline` (the event loop's timer granularity), then spin to it."""
+    delay = deadline - now()
+    if delay > 0.0015:
+        await asyncio.sleep(delay - 0.001)
+    else:
+        await asyncio.sleep(0)
+    while now() < deadline:
+        time.sleep(0)

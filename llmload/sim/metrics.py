@@ -1,0 +1,144 @@
+"""`/metrics` as vLLM and llama.cpp write it, with prometheus-client on a private registry.
+
+vLLM (v1 `loggers.py` names, labels `model_name` and `engine`): gauges `vllm:num_requests_running`,
+`vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (0-1 share of KV blocks), info gauge
+`vllm:cache_config_info`; counters `vllm:num_preemptions_total`, `vllm:prompt_tokens_total`,
+`vllm:generation_tokens_total`, `vllm:request_success_total` (label `finished_reason`),
+`vllm:admission_rejections_total` (503s from `max_num_queued_reqs`; vLLM names it so when admission
+limits are set); histograms `vllm:request_queue_time_seconds`, `vllm:e2e_request_latency_seconds`,
+`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` with vLLM's buckets.
+llama.cpp (`--metrics`, no labels): `llamacpp:prompt_tokens_total`, `llamacpp:prompt_seconds_total`,
+`llamacpp:tokens_predicted_total`, `llamacpp:tokens_predicted_seconds_total`, `llamacpp:n_decode_total`,
+`llamacpp:n_busy_slots_per_decode`, `llamacpp:n_tokens_max`, `llamacpp:prompt_tokens_seconds`,
+`llamacpp:predicted_tokens_seconds`, `llamacpp:requests_processing`, `llamacpp:requests_deferred`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from llmload.sim.engine import StepResult
+
+__all__ = ["LlamaCppMetrics", "TTFT_BUCKETS", "ITL_BUCKETS", "REQUEST_LATENCY_BUCKETS", "VllmMetrics"]
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+               20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                           60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class VllmMetrics:
+    """vLLM's Prometheus series for one model on engine 0."""
+
+    def __init__(self, model: str, cache_info: dict[str, str]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r, names = self.registry, ["model_name", "engine"]
+        labels = {"model_name": model, "engine": "0"}
+
+        def mk(cls, name, doc, **kw):
+            return cls(name, doc, names, registry=r, **kw).labels(**labels)
+
+        self.running = mk(Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = mk(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_usage = mk(Gauge, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.preemptions = mk(Counter, "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = mk(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = mk(Counter, "vllm:generation_tokens", "Number of generation tokens processed.")
+        self.rejections = mk(Counter, "vllm:admission_rejections",
+                             "Requests rejected by admission control (max_num_queued_reqs).")
+        self.queue_time = mk(Histogram, "vllm:request_queue_time_seconds",
+                             "Histogram of time spent in WAITING phase for request.",
+                             buckets=REQUEST_LATENCY_BUCKETS)
+        self.e2e = mk(Histogram, "vllm:e2e_request_latency_seconds",
+                      "Histogram of e2e request latency in seconds.", buckets=REQUEST_LATENCY_BUCKETS)
+        self.ttft = mk(Histogram, "vllm:time_to_first_token_seconds",
+                       "Histogram of time to first token in seconds.", buckets=TTFT_BUCKETS)
+        self.itl = mk(Histogram, "vllm:inter_token_latency_seconds",
+                      "Histogram of inter-token latency in seconds.", buckets=ITL_BUCKETS)
+        success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                          names + ["finished_reason"], registry=r)
+        self.success = {reason: success.labels(finished_reason=reason, **labels)
+                        for reason in ("stop", "length", "abort")}
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     [*cache_info, "engine"], registry=r)
+        info.labels(engine="0", **cache_info).set(1)
+
+    def on_step(self, step: StepResult, *, running: int, waiting: int, kv_usage: float) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.kv_usage.set(kv_usage)
+        if step.preempted:
+            self.preemptions.inc(len(step.preempted))
+        if step.prefill_tokens:
+            self.prompt_tokens.inc(step.prefill_tokens)
+        if step.emitted:
+            self.generation_tokens.inc(len(step.emitted))
+
+    def on_finish(self, *, queue_s: float | None, e2e_s: float, ttft_s: float | None,
+                  token_gaps_s: list[float], reason: str) -> None:
+        if queue_s is not None:
+            self.queue_time.observe(queue_s)
+        self.e2e.observe(e2e_s)
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s)
+        for gap in token_gaps_s:
+            self.itl.observe(gap)
+        self.success.get(reason, self.success["abort"]).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class LlamaCppMetrics:
+    """llama.cpp server's `/metrics` series."""
+
+    def __init__(self, n_ctx_slot: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.prompt_tokens = Counter("llamacpp:prompt_tokens", "Number of prompt tokens processed.", registry=r)
+        self.prompt_seconds = Counter("llamacpp:prompt_seconds", "Prompt process time", registry=r)
+        self.predicted = Counter("llamacpp:tokens_predicted", "Number of generation tokens processed.",
+                                 registry=r)
+        self.predicted_seconds = Counter("llamacpp:tokens_predicted_seconds", "Predict process time",
+                                         registry=r)
+        self.n_decode = Counter("llamacpp:n_decode", "Total number of llama_decode() calls", registry=r)
+        self.busy_per_decode = Gauge("llamacpp:n_busy_slots_per_decode",
+                                     "Average number of busy slots per llama_decode() call", registry=r)
+        self.n_tokens_max = Gauge("llamacpp:n_tokens_max", "Largest observed n_tokens.", registry=r)
+        self.prompt_tps = Gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
+                                registry=r)
+        self.predicted_tps = Gauge("llamacpp:predicted_tokens_seconds",
+                                   "Average generation throughput in tokens/s.", registry=r)
+        self.processing = Gauge("llamacpp:requests_processing", "Number of requests processing.", registry=r)
+        self.deferred = Gauge("llamacpp:requests_deferred", "Number of requests deferred.", registry=r)
+        self._decodes = 0
+        self._busy = 0
+        self._max_tokens = 0
+        self._n_ctx_slot = n_ctx_slot
+
+    def on_step(self, step: StepResult, *, running: int, waiting: int, kv_usage: float) -> None:
+        self.processing.set(running)
+        self.deferred.set(waiting)
+        if step.batch:
+            self._decodes += 1
+            self._busy += step.batch
+            self.n_decode.inc()
+            self.busy_per_decode.set(self._busy / self._decodes)
+
+    def on_finish(self, *, prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> None:
+        self.prompt_tokens.inc(prompt_n)
+        self.prompt_seconds.inc(prompt_s)
+        self.predicted.inc(predicted_n)
+        self.predicted_seconds.inc(predicted_s)
+        self._max_tokens = max(self._max_tokens, prompt_n + predicted_n)
+        self.n_tokens_max.set(self._max_tokens)
+        if prompt_s > 0:
+            self.prompt_tps.set(prompt_n / prompt_s)
+        if predicted_s > 0:
+            self.predicted_tps.set(predicted_n / predicted_s)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,312 @@
+"""`llmload sim`: the HTTP face of the simulated server, one flavour per process.
+
+`serve()` validates the flavour and the sim YAML, builds the engine for the flavour (vLLM: `max_num_seqs`
+sequences; Ollama and llama.cpp: `num_parallel` slots, the rest waiting / deferred), binds (127.0.0.1 by
+default), prints one line and serves until SIGTERM / SIGINT. `SimServer.handle` routes requests;
+generation requests pass admission (faults, queue limits, context checks), join the engine loop and
+stream until their sequence ends. Every request id comes from `X-Request-Id` (vLLM echoes it) or is
+made up, and lands in the ground-truth log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from llmload.clock import now
+from llmload.errors import ConfigError
+from llmload.sim.engine import Engine, EngineLimits, Sequence, StepResult
+from llmload.sim.faults import draw_request
+from llmload.sim.groundtruth import GroundTruthRow, GroundTruthWriter
+from llmload.sim.http import Connection, Request, start_http_server
+from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
+from llmload.sim.loop import EngineLoop, Job, error_body
+from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
+from llmload.sim.residency import ModelResidency, QueueFull
+from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
+from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_tokens
+from llmload.sim.wire import Exchange, renderer_for
+from llmload.units import parse_duration
+
+__all__ = ["SimServer", "serve"]
+
+_GENERATE = {
+    "vllm": {"/v1/chat/completions": "chat", "/v1/completions": "completions"},
+    "ollama": {"/api/chat": "ollama_chat", "/api/generate": "ollama_generate",
+               "/v1/chat/completions": "chat", "/v1/completions": "completions"},
+    "llamacpp": {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions",
+                 "/completions": "completions", "/completion": "llamacpp_completion"},
+}
+_LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+
+
+class SimServer:
+    """One simulated server: engine, loop, metrics, residency and the request handler."""
+
+    def __init__(self, *, flavor: str, settings: SimSettings, seed: int, model: str,
+                 ground_truth: GroundTruthWriter) -> None:
+        self.flavor, self.settings, self.seed, self.model = flavor, settings, seed, model
+        self.gt = ground_truth
+        s = settings
+        slots = s.max_num_seqs if flavor == "vllm" else s.num_parallel
+        self.engine = Engine(EngineLimits(
+            max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens, num_blocks=s.num_blocks,
+            block_size=s.block_size, step_base_s=s.step_base_s, prefill_cost_s=s.prefill_cost_s,
+            decode_cost_s=s.decode_cost_s))
+        self.loop = EngineLoop(self.engine, self._on_step)
+        self.started_at = now()
+        self.ready_at = self.started_at + (s.load_time_s if flavor == "llamacpp" else 0.0)
+        self.info = InfoPages(model=model, settings=s, started_at=self.started_at)
+        self.vllm_metrics = VllmMetrics(model, self.info.vllm_cache_info()) if flavor == "vllm" else None
+        self.llama_metrics = LlamaCppMetrics(self.info.slot_ctx) if flavor == "llamacpp" else None
+        self.residency = ModelResidency(load_time_s=s.load_time_s, keep_alive_s=s.keep_alive_s,
+                                        max_queue=s.max_queue) if flavor == "ollama" else None
+        self.arrivals = 0
+        self.in_flight = 0
+
+    # ------------------------------------------------------------ routing
+    async def handle(self, req: Request, conn: Connection) -> None:
+        rid = req.headers.get("x-request-id") or uuid.uuid4().hex
+        echo = {"x-request-id": rid} if self.flavor == "vllm" else {}
+        kind = _GENERATE[self.flavor].get(req.path)
+        if self.flavor == "llamacpp" and now() < self.ready_at:
+            conn.send(503, _LOADING, headers=echo)
+            return
+        if kind is not None and req.method == "POST":
+            await self._generate(req, conn, kind, rid, echo)
+            return
+        status, body, ctype = self._info(req)
+        conn.send(status, body, content_type=ctype, headers=echo)
+
+    def _info(self, req: Request) -> tuple[int, object, str]:
+        json_type, flavor, path, info = "application/json", self.flavor, req.path, self.info
+        if flavor == "vllm":
+            pages = {"/health": lambda: b"", "/version": lambda: {"version": VLLM_VERSION},
+                     "/v1/models": info.vllm_models, "/metrics": lambda: self.vllm_metrics.render()}
+            if path == "/tokenize" and req.method == "POST":
+                return self._json_call(req, info.vllm_tokenize)
+        elif flavor == "ollama":
+            r = self.residency
+            pages = {"/": lambda: b"Ollama is running", "/api/version": lambda: {"version": OLLAMA_VERSION},
+                     "/api/tags": info.ollama_tags, "/v1/models": lambda: {"object": "list", "data": [
+                         {"id": self.model, "object": "model", "created": int(self.started_at),
+                          "owned_by": "library"}]},
+                     "/api/ps": lambda: info.ollama_ps(loaded=r.state == "loaded", expires_at=r.expires_at),
+                     "/api/show": info.ollama_show}
+        else:
+            pages = {"/health": lambda: {"status": "ok"}, "/props": info.llamacpp_props,
+                     "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,
+                     "/metrics": lambda: self.llama_metrics.render(),
+                     "/slots": lambda: info.llamacpp_slots(
+                         [(s.seq_id, s.generated) for s in self.engine.running])}
+            if path == "/tokenize" and req.method == "POST":
+                return self._json_call(req, lambda b: {"tokens": token_ids(str(b.get("content", "")))})
+        page = pages.get(path)
+        if page is None:
+            return 404, error_body(flavor, "ollama" if flavor == "ollama" else "", f"Not Found: {path}", 404), \
+                json_type
+        body = page()
+        if path == "/metrics":
+            return 200, body, CONTENT_TYPE
+        if path == "/" and flavor == "ollama":
+            return 200, body, "text/plain; charset=utf-8"
+        return 200, body, json_type
+
+    def _json_call(self, req: Request, fn) -> tuple[int, object, str]:
+        try:
+            body = req.json()
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            return 400, error_body(self.flavor, "", f"invalid JSON body: {exc}", 400), "application/json"
+        return 200, fn(body), "application/json"
+
+    # ------------------------------------------------------------ generation
+    async def _generate(self, req: Request, conn: Connection, kind: str, rid: str, echo: dict) -> None:
+        flavor, s = self.flavor, self.settings
+        row = GroundTruthRow(request_id=rid, flavor=flavor, endpoint=req.path, received_at=now())
+        index = self.arrivals
+        self.arrivals += 1
+
+        def reject(status: int, message: str, outcome: str, err_type: str | None = None) -> None:
+            conn.send(status, error_body(flavor, kind, message, status, err_type), headers=echo)
+            row.http_status, row.outcome, row.finished_at = status, outcome, now()
+            self.gt.write(row)
+
+        try:
+            body = req.json()
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            status = 500 if flavor == "llamacpp" else 400
+            reject(status, f"invalid JSON body: {exc}", "http_error")
+            return
+        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
+        if messages is not None and not isinstance(messages, list):
+            reject(400, "messages must be a list", "http_error")
+            return
+        n_prompt = chat_prompt_tokens(messages) if messages is not None else prompt_tokens(
+            body.get("prompt", ""))
+        row.input_tokens = n_prompt
+        requested = (opts.get("num_predict") if kind.startswith("ollama") else
+                     body.get("n_predict") if kind == "llamacpp_completion" else
+                     body.get("max_completion_tokens") or body.get("max_tokens"))
+        if requested is None and kind == "llamacpp_completion":
+            requested = body.get("max_tokens")
+        max_tokens = requested if isinstance(requested, int) and requested > 0 else s.default_max_tokens
+        ignore_eos = bool(body.get("ignore_eos") or opts.get("ignore_eos"))
+        # context limits, as each server applies them
+        if flavor == "vllm":
+            if n_prompt >= s.max_model_len:
+                reject(400, f"This model's maximum context length is {s.max_model_len} tokens. However, your "
+                       f"request has {n_prompt} input tokens. Please reduce the length of the input messages.",
+                       "http_error")
+                return
+            max_tokens = min(max_tokens, s.max_model_len - n_prompt)
+        elif flavor == "llamacpp":
+            n_ctx = self.info.slot_ctx
+            if n_prompt >= n_ctx:
+                conn.send(400, {"error": {"code": 400, "message": "the request exceeds the available context "
+                                          "size, try increasing it", "type": "exceed_context_size_error",
+                                          "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}}, headers=echo)
+                row.http_status, row.outcome, row.finished_at = 400, "http_error", now()
+                self.gt.write(row)
+                return
+            max_tokens = min(max_tokens, n_ctx - n_prompt)
+        else:
+            n_prompt = row.input_tokens = min(n_prompt, s.ctx_size - 1)
+            max_tokens = min(max_tokens, s.ctx_size - n_prompt)
+        capacity = self.engine.limits.num_blocks * self.engine.limits.block_size
+        if n_prompt + 1 > capacity:
+            reject(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)", "http_error")
+            return
+        max_tokens = max(1, min(max_tokens, capacity - n_prompt))
+        draws = draw_request(self.seed, index, s.faults, max_tokens=max_tokens,
+                             eos_probability=s.eos_probability, ignore_eos=ignore_eos)
+        if s.faults.slow_headers_s > 0:
+            await asyncio.sleep(s.faults.slow_headers_s)
+        if draws.error in ("http_429", "http_503", "http_500"):
+            status = int(draws.error[-3:])
+            message = {429: "Too many requests: rate limit exceeded, please retry later",
+                       503: "Service temporarily unavailable: the server is overloaded",
+                       500: "Internal server error: the engine raised an unexpected exception"}[status]
+            reject(status, message, "http_error" if status == 500 else "rejected")
+            return
+        if flavor == "vllm" and s.max_num_queued_reqs is not None and self.in_flight >= s.max_num_queued_reqs:
+            self.vllm_metrics.rejections.inc()
+            reject(503, f"The server is at capacity (max_num_queued_reqs={s.max_num_queued_reqs}): "
+                   "too many requests in flight, please retry later.", "rejected")
+            return
+        load_s = 0.0
+        keep_alive = body.get("keep_alive")
+        if self.residency is not None:
+            try:
+                load_s = await self.residency.acquire()
+            except QueueFull as exc:
+                reject(503, str(exc), "rejected")
+                return
+        stream = bool(body.get("stream", kind.startswith("ollama")))
+        stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        include_usage = bool(stream_opts.get("include_usage"))
+        ex = Exchange(flavor=flavor, kind=kind, model=self.model if flavor != "ollama" else body.get(
+                          "model") or self.model,
+                      completion_id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex,
+                      prompt_tokens=n_prompt, answer=AnswerText(prompt_text(body.get("prompt"), messages), index),
+                      stream=stream, include_usage=include_usage,
+                      continuous_usage=include_usage and bool(stream_opts.get("continuous_usage_stats")),
+                      received_at=row.received_at, load_s=load_s)
+        row.load_s = load_s
+        seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens)
+        job = Job(conn=conn, renderer=renderer_for(kind), ex=ex, draws=draws, seq=seq, row=row,
+                  stall_s=s.faults.stall_s, headers=echo, defer_headers=flavor == "ollama",
+                  on_done=lambda j, outcome: self._on_done(j, outcome, keep_alive))
+        self.in_flight += 1
+        conn.on_close.append(lambda: job.end(self.engine, "client_gone"))
+        if stream and flavor != "ollama":
+            job.send_headers()
+        self.loop.submit(job)
+        await job.done
+
+    def _on_done(self, job: Job, outcome: str, keep_alive: object) -> None:
+        self.in_flight -= 1
+        self.loop.release(job)
+        row, ex = job.row, job.ex
+        self.gt.write(row)
+        if self.residency is not None:
+            try:
+                ka = parse_duration(keep_alive) if keep_alive is not None else None
+            except ValueError:
+                ka = None
+            self.residency.release(ka)
+        end = row.finished_at or now()
+        if self.vllm_metrics is not None and outcome not in ("client_gone",):
+            times = row.token_times
+            self.vllm_metrics.on_finish(
+                queue_s=None if row.admitted_at is None else row.admitted_at - row.received_at,
+                e2e_s=end - row.received_at,
+                ttft_s=None if row.first_token_at is None else row.first_token_at - row.received_at,
+                token_gaps_s=[b - a for a, b in zip(times[:-1], times[1:], strict=True)],
+                reason=job.reason if outcome in ("ok", "stall", "malformed") else "abort")
+        if self.llama_metrics is not None and ex.first_token_at is not None:
+            self.llama_metrics.on_finish(
+                prompt_n=ex.prompt_tokens, prompt_s=ex.first_token_at - (ex.admitted_at or ex.first_token_at),
+                predicted_n=ex.sent, predicted_s=(ex.last_token_at or ex.first_token_at) - ex.first_token_at)
+
+    def _on_step(self, step: StepResult) -> None:
+        metrics = self.vllm_metrics or self.llama_metrics
+        if metrics is not None:
+            metrics.on_step(step, running=len(self.engine.running), waiting=len(self.engine.waiting),
+                            kv_usage=self.engine.kv_usage)
+
+
+def _banner(flavor: str, host: str, port: int) -> str:
+    scope = "loopback only" if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.") \
+        else "all interfaces"
+    shown = f"[{host}]" if ":" in host else host
+    return f"llmload sim ({flavor}) listening on http://{shown}:{port} ({scope})"
+
+
+async def _main(server: SimServer, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if server.flavor == "vllm" and server.settings.load_time_s > 0:
+        await asyncio.sleep(server.settings.load_time_s)  # vLLM listens only once the model is loaded
+    http = await start_http_server(server.handle, host, port)
+    real_port = http.sockets[0].getsockname()[1]
+    print(_banner(server.flavor, host, real_port), flush=True)
+    engine_task = loop.create_task(server.loop.run())
+    exit_after = server.settings.faults.exit_after_s
+    if exit_after is not None:
+        def _exit() -> None:
+            server.gt.close()
+            print(f"llmload sim: exit_after_s={exit_after} reached, exiting", file=sys.stderr, flush=True)
+            os._exit(1)
+
+        loop.call_later(exit_after, _exit)
+    await stop.wait()
+    http.close()
+    engine_task.cancel()
+
+
+def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | None,
+          ground_truth_path: Path | None, model: str) -> None:
+    """Run the simulated server until SIGTERM / SIGINT (see the package docstring)."""
+    if flavor not in FLAVORS:
+        raise ConfigError(f'unknown flavor "{flavor}", expected one of {", ".join(FLAVORS)}', key="--flavor")
+    settings = load_sim_settings(config_path)
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()  # vLLM and llama.cpp expose no *_created series
+    writer = GroundTruthWriter(ground_truth_path)
+    try:
+        server = SimServer(flavor=flavor, settings=settings, seed=seed, model=model, ground_truth=writer)
+        asyncio.run(_main(server, host, port))
+    finally:
+        writer.close()

@@ -1,0 +1,111 @@
+"""The sim YAML: engine, admission and fault settings, validated once with file:line errors.
+
+Every key is optional and flat (faults nest under `faults:`). Durations take `ms`, `s`, `m`, `h` or a bare
+number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per decode step at batch 1,
+0.2 ms per prefill token):
+
+| key | default | meaning |
+|---|---|---|
+| `max_num_seqs` | 256 | vLLM: most sequences running in one engine step (continuous batching) |
+| `max_num_batched_tokens` | 2048 | tokens per step (prefill chunks + one per decoding sequence): chunked prefill |
+| `num_blocks` | 4096 | KV cache blocks; a request holds blocks for its prompt plus generated tokens |
+| `block_size` | 16 | tokens per KV block (4096 x 16 = 65,536 tokens of KV cache) |
+| `step_base_s` | 24ms | fixed cost of one engine step |
+| `prefill_cost_s` | 0.2ms | cost per prompt token computed in a step |
+| `decode_cost_s` | 0.25ms | cost per sequence in a step (batch 64: 24 + 16 = 40 ms per step) |
+| `max_num_queued_reqs` | null | vLLM `--max-num-queued-reqs`: requests in flight (waiting + running) before 503; null = none |
+| `max_model_len` | 8192 | vLLM context: prompt + max_tokens; a longer prompt is a 400, max_tokens is capped |
+| `num_parallel` | 4 | Ollama `OLLAMA_NUM_PARALLEL` / llama.cpp `--parallel`: slots running at once |
+| `ctx_size` | 4096 | llama.cpp `--ctx-size` (split across slots) and Ollama's context length |
+| `max_queue` | 512 | Ollama `OLLAMA_MAX_QUEUE`: requests waiting for a model load before 503 |
+| `load_time_s` | 1s | model load: Ollama on the first request after an unload; llama.cpp `/health` 503 and vLLM not listening for this long after start |
+| `keep_alive_s` | 5m | Ollama: unload the model after this long idle (a request's `keep_alive` overrides) |
+| `eos_probability` | 0.0 | chance per generated token of a seeded EOS (finish_reason stop) unless `ignore_eos` |
+| `default_max_tokens` | 256 | output length when the request gives no max_tokens / num_predict / n_predict |
+
+`faults:` (each a probability per request, drawn from the request's seeded generator, unless a time):
+`disconnect` (connection dropped mid-stream), `stall` (the stream pauses `stall_s`, default 2s, mid-stream),
+`malformed` (one broken chunk mid-stream), `http_429`, `http_503`, `http_500` (an error answer instead of a
+stream), `oom` (a `CUDA out of memory` error), `slow_headers_s` (a time: every response's headers wait this
+long), `exit_after_s` (a time: the process exits this long after it started listening).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+
+from llmload.config import _line_index, _raise_first, _read_yaml  # the project's file:line machinery
+from llmload.errors import ConfigError
+from llmload.units import parse_duration
+
+__all__ = ["FLAVORS", "Faults", "SimSettings", "load_sim_settings"]
+
+FLAVORS = ("vllm", "ollama", "llamacpp")
+
+Seconds = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(float)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Faults(_Model):
+    """Injected faults: probabilities per request, or times."""
+
+    disconnect: Probability = 0.0
+    stall: Probability = 0.0
+    stall_s: Seconds = 2.0
+    malformed: Probability = 0.0
+    http_429: Probability = 0.0
+    http_503: Probability = 0.0
+    http_500: Probability = 0.0
+    oom: Probability = 0.0
+    slow_headers_s: Seconds = 0.0
+    exit_after_s: Seconds | None = None
+
+
+class SimSettings(_Model):
+    """Engine, admission and fault settings of the simulated server (see the module docstring)."""
+
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=2048, ge=1)
+    num_blocks: int = Field(default=4096, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    step_base_s: Seconds = 0.024
+    prefill_cost_s: Seconds = 0.0002
+    decode_cost_s: Seconds = 0.00025
+    max_num_queued_reqs: int | None = Field(default=None, ge=1)
+    max_model_len: int = Field(default=8192, ge=2)
+    num_parallel: int = Field(default=4, ge=1)
+    ctx_size: int = Field(default=4096, ge=2)
+    max_queue: int = Field(default=512, ge=0)
+    load_time_s: Seconds = 1.0
+    keep_alive_s: Seconds = 300.0
+    eos_probability: Probability = 0.0
+    default_max_tokens: int = Field(default=256, ge=1)
+    faults: Faults = Field(default_factory=Faults)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the KV cache holds."""
+        return self.num_blocks * self.block_size
+
+
+def load_sim_settings(path: str | Path | None) -> SimSettings:
+    """Read a sim YAML (None: the defaults). Raises ConfigError `file:line key: reason` on any mistake."""
+    if path is None:
+        return SimSettings()
+    text, data = _read_yaml(path)
+    if data is None:
+        return SimSettings()
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping of sim settings", file=str(path), line=1)
+    try:
+        return SimSettings.model_validate(data)
+    except ValidationError as exc:
+        _raise_first(exc, file=str(path), lines=_line_index(text))
+    raise AssertionError("unreachable")

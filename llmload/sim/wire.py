@@ -1,0 +1,275 @@
+"""Stream events and bodies as each real server writes them, one renderer per (flavour, endpoint).
+
+OpenAI-compatible SSE (`data: {...}\\n\\n`, ending `data: [DONE]`):
+- vLLM chat: a role-only first delta `{"role":"assistant","content":""}`, one content delta per token, the
+  last one carrying `finish_reason`; then a usage chunk with `choices: []` only when
+  `stream_options.include_usage`; `continuous_usage_stats` adds `usage` to every chunk.
+- llama.cpp chat: first delta `{"role":"assistant","content":null}`, content deltas, a finish chunk with
+  `delta: {}` and `timings`, the usage chunk only with `include_usage`.
+- Ollama chat: every delta says `role`; a finish chunk with empty content.
+Completions use `text` instead of `delta`. Ollama native is NDJSON with integer-nanosecond durations;
+llama.cpp `/completion` is SSE without `[DONE]`, with `timings` on the `stop: true` event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from llmload.sim.text import AnswerText
+
+__all__ = ["Exchange", "Renderer", "renderer_for", "rfc3339"]
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def rfc3339(t: float) -> str:
+    """Go's RFC 3339 with nanoseconds, as Ollama writes `created_at`."""
+    dt = datetime.fromtimestamp(t, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int((t % 1) * 1e9):09d}Z"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Per-request facts the renderers need (times are wall seconds)."""
+
+    flavor: str
+    kind: str  # chat | completions | ollama_chat | ollama_generate | llamacpp_completion
+    model: str
+    completion_id: str
+    prompt_tokens: int
+    answer: AnswerText
+    stream: bool = True
+    include_usage: bool = False
+    continuous_usage: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+    received_at: float = 0.0
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    load_s: float = 0.0
+    sent: int = 0  # tokens written so far
+
+    def usage(self, completion_tokens: int | None = None) -> dict:
+        n = self.sent if completion_tokens is None else completion_tokens
+        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + n,
+                "completion_tokens": n}
+
+    def timings(self) -> dict:
+        """llama.cpp's `timings` object."""
+        prompt_ms = ((self.first_token_at or 0) - (self.admitted_at or 0)) * 1000 if self.first_token_at else 0.0
+        predicted_ms = ((self.last_token_at or 0) - (self.first_token_at or 0)) * 1000 if self.sent else 0.0
+        p, n = self.prompt_tokens, self.sent
+        return {"cache_n": 0, "prompt_n": p, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / p if p else 0.0,
+                "prompt_per_second": p / prompt_ms * 1000 if prompt_ms > 0 else 0.0,
+                "predicted_n": n, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / n if n else 0.0,
+                "predicted_per_second": n / predicted_ms * 1000 if predicted_ms > 0 else 0.0}
+
+    def ollama_durations(self, finished_at: float) -> dict:
+        """Ollama's final-object counters and integer-nanosecond durations."""
+        first = self.first_token_at or finished_at
+        admitted = self.admitted_at or first
+        return {"total_duration": int((finished_at - self.received_at) * 1e9),
+                "load_duration": int(self.load_s * 1e9),
+                "prompt_eval_count": self.prompt_tokens,
+                "prompt_eval_duration": int((first - admitted) * 1e9),
+                "eval_count": self.sent,
+                "eval_duration": int(((self.last_token_at or first) - first) * 1e9)}
+
+
+class Renderer:
+    """Events of one endpoint. Subclasses fill in the shapes; each method returns whole events."""
+
+    content_type = "text/event-stream; charset=utf-8"
+    done = b"data: [DONE]\n\n"
+
+    def sse(self, obj: object) -> bytes:
+        return b"data: " + _dumps(obj) + b"\n\n"
+
+    def before_first(self, ex: Exchange) -> list[bytes]:
+        return []
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        raise NotImplementedError
+
+    def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
+        return [self.done]
+
+    def error_event(self, ex: Exchange, message: str, code: int = 500) -> bytes:
+        return self.sse({"error": {"message": message, "type": "InternalServerError", "param": None,
+                                   "code": code}})
+
+    def malformed(self, ex: Exchange) -> bytes:
+        return b'data: {"id":"' + ex.completion_id.encode() + b'","choices":[{"delta":{"content":"\n\n'
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        raise NotImplementedError
+
+
+class OpenAIChat(Renderer):
+    def _chunk(self, ex: Exchange, delta: dict, finish: str | None, **extra) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if ex.flavor == "vllm":
+            choice["stop_reason"] = None
+        obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
+               "model": ex.model, "choices": [choice]}
+        if ex.flavor == "ollama":
+            obj["system_fingerprint"] = "fp_ollama"
+        if ex.continuous_usage:
+            obj["usage"] = ex.usage()
+        obj.update(extra)
+        return obj
+
+    def before_first(self, ex: Exchange) -> list[bytes]:
+        if ex.flavor == "ollama":
+            return []
+        role = {"role": "assistant", "content": "" if ex.flavor == "vllm" else None}
+        return [self.sse(self._chunk(ex, role, None))]
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        delta = {"content": ex.answer.delta(k)}
+        if ex.flavor == "ollama":
+            delta = {"role": "assistant", **delta}
+        if ex.flavor == "vllm":
+            return [self.sse(self._chunk(ex, delta, finish))]
+        return [self.sse(self._chunk(ex, delta, None))]
+
+    def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
+        out = []
+        if ex.flavor == "llamacpp":
+            out.append(self.sse(self._chunk(ex, {}, reason, timings=ex.timings())))
+        elif ex.flavor == "ollama":
+            out.append(self.sse(self._chunk(ex, {"role": "assistant", "content": ""}, reason)))
+        if ex.include_usage:
+            obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
+                   "model": ex.model, "choices": [], "usage": ex.usage()}
+            out.append(self.sse(obj))
+        out.append(self.done)
+        return out
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        message = {"role": "assistant", "content": ex.answer.text(ex.sent)}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+        obj = {"id": ex.completion_id, "object": "chat.completion", "created": ex.created,
+               "model": ex.model, "choices": [choice], "usage": ex.usage()}
+        if ex.flavor == "llamacpp":
+            obj["timings"] = ex.timings()
+        return obj
+
+
+class OpenAICompletions(OpenAIChat):
+    def _text_chunk(self, ex: Exchange, text: str, finish: str | None, **extra) -> dict:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        if ex.flavor == "vllm":
+            choice["stop_reason"] = None
+        obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
+               "model": ex.model, "choices": [choice]}
+        if ex.continuous_usage:
+            obj["usage"] = ex.usage()
+        obj.update(extra)
+        return obj
+
+    def before_first(self, ex: Exchange) -> list[bytes]:
+        return []
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        return [self.sse(self._text_chunk(ex, ex.answer.delta(k), finish if ex.flavor == "vllm" else None))]
+
+    def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
+        out = []
+        if ex.flavor != "vllm":
+            extra = {"timings": ex.timings()} if ex.flavor == "llamacpp" else {}
+            out.append(self.sse(self._text_chunk(ex, "", reason, **extra)))
+        if ex.include_usage:
+            obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
+                   "model": ex.model, "choices": [], "usage": ex.usage()}
+            out.append(self.sse(obj))
+        out.append(self.done)
+        return out
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        choice = {"index": 0, "text": ex.answer.text(ex.sent), "logprobs": None, "finish_reason": reason}
+        return {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
+                "model": ex.model, "choices": [choice], "usage": ex.usage()}
+
+
+class OllamaNative(Renderer):
+    """`/api/chat` and `/api/generate`: NDJSON, `{"error": ...}` lines for in-stream errors."""
+
+    content_type = "application/x-ndjson"
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+
+    def _line(self, obj: object) -> bytes:
+        return _dumps(obj) + b"\n"
+
+    def _piece(self, ex: Exchange, text: str, at: float) -> dict:
+        obj: dict = {"model": ex.model, "created_at": rfc3339(at)}
+        if self.chat:
+            obj["message"] = {"role": "assistant", "content": text}
+        else:
+            obj["response"] = text
+        return obj
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        return [self._line({**self._piece(ex, ex.answer.delta(k), time.time()), "done": False})]
+
+    def _final(self, ex: Exchange, text: str, reason: str, finished_at: float) -> dict:
+        obj = {**self._piece(ex, text, time.time()), "done": True, "done_reason": reason}
+        if not self.chat:
+            obj["context"] = list(range(1, min(ex.prompt_tokens + ex.sent, 64) + 1))
+        obj.update(ex.ollama_durations(finished_at))
+        return obj
+
+    def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
+        return [self._line(self._final(ex, "", reason, finished_at))]
+
+    def error_event(self, ex: Exchange, message: str, code: int = 500) -> bytes:
+        return self._line({"error": message})
+
+    def malformed(self, ex: Exchange) -> bytes:
+        return b'{"model":"' + ex.model.encode() + b'","created_at":"2024-\n'
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        return self._final(ex, ex.answer.text(ex.sent), reason, finished_at)
+
+
+class LlamaCppCompletion(Renderer):
+    """llama.cpp's native `/completion` (SSE without `[DONE]`)."""
+
+    def _event(self, ex: Exchange, text: str, stop: bool) -> dict:
+        return {"index": 0, "content": text, "tokens": [], "stop": stop, "id_slot": 0,
+                "tokens_predicted": ex.sent, "tokens_evaluated": ex.prompt_tokens}
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        return [self.sse(self._event(ex, ex.answer.delta(k), False))]
+
+    def _final(self, ex: Exchange, text: str, reason: str) -> dict:
+        obj = self._event(ex, text, True)
+        obj.update({"model": ex.model, "stop_type": "limit" if reason == "length" else "eos",
+                    "stopping_word": "", "truncated": False, "has_new_line": False,
+                    "tokens_cached": ex.prompt_tokens + ex.sent, "timings": ex.timings()})
+        return obj
+
+    def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
+        return [self.sse(self._final(ex, "", reason))]
+
+    def error_event(self, ex: Exchange, message: str, code: int = 500) -> bytes:
+        return self.sse({"error": {"code": code, "message": message, "type": "server_error"}})
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        return self._final(ex, ex.answer.text(ex.sent), reason)
+
+
+def renderer_for(kind: str) -> Renderer:
+    """The renderer of an endpoint kind."""
+    return {"chat": OpenAIChat, "completions": OpenAICompletions,
+            "ollama_chat": lambda: OllamaNative(chat=True), "ollama_generate": lambda: OllamaNative(chat=False),
+            "llamacpp_completion": LlamaCppCompletion}[kind]()
