@@ -1,0 +1,157 @@
+"""The plan of a run: the steps of each shape kind, built from a validated config. Pure, no Locust.
+
+    ladder       one open-loop step per rate, labels `r0.50`, phase `ladder`; then `refine` steps the
+                 master adds from `BoundarySearch` with `refine_step`
+    concurrency  one closed-loop step per level, labels `c4`, phase `concurrency` (named closed loop)
+    trace        phase `burst` (label `burst`): the trace as recorded (after window, speed-up, scaling);
+                 then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced
+    soak         one step per slice (labels `soak-000`, ...), phase `soak`, no drain between slices so
+                 the load never pauses; constant/Poisson/gamma at `rate`, or a trace looped to the duration
+
+Every step's seed comes from the run seed (`requests.seed`, or `trace.seed`) and its index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
+from llmload.errors import ConfigError
+from shapes.boundary import BoundarySearch
+from shapes.replay import loop_trace, prepare_replay, slice_trace, to_trace_arrivals, uniform_twin
+from shapes.steps import StepSpec, derive_seed
+
+__all__ = ["StepSpec", "boundary_search", "build_plan", "rate_label", "refine_step", "unique_label"]
+
+
+def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[StepSpec]:
+    """The steps of `config.shape`, in run order. `base_dir` resolves a relative trace file first."""
+    shape = config.shape
+    seed = config.requests.seed
+    if shape.ladder is not None:
+        return _ladder(shape.ladder, seed)
+    if shape.concurrency is not None:
+        return _concurrency(shape.concurrency, seed)
+    if shape.trace is not None:
+        return _trace(shape.trace, seed, base_dir)
+    if shape.soak is not None:
+        return _soak(shape.soak, seed, base_dir)
+    raise ValueError("config.shape has no shape kind")  # unreachable: Shape validates exactly one
+
+
+def rate_label(rate: float) -> str:
+    """`r` and the rate with the fewest decimals (at least 2, at most 6) that write it exactly.
+
+    >>> rate_label(0.5), rate_label(12), rate_label(3.3125)
+    ('r0.50', 'r12.00', 'r3.3125')
+    """
+    for digits in range(2, 7):
+        text = f"{rate:.{digits}f}"
+        if float(text) == rate:
+            return f"r{text}"
+    return f"r{rate:.6f}"
+
+
+def unique_label(label: str, taken: Iterable[str]) -> str:
+    """`label`, or `label-2`, `label-3`, ... if already taken (labels are unique in a run)."""
+    used = set(taken)
+    if label not in used:
+        return label
+    n = 2
+    while f"{label}-{n}" in used:
+        n += 1
+    return f"{label}-{n}"
+
+
+def _ladder(ladder: LadderShape, seed: int) -> list[StepSpec]:
+    steps: list[StepSpec] = []
+    for i, item in enumerate(ladder.steps):
+        steps.append(StepSpec(
+            label=unique_label(rate_label(item.rate), (s.label for s in steps)), index=i, phase="ladder",
+            arrival=ladder.arrival, target_rate=item.rate, burstiness=ladder.burstiness,
+            warmup_s=ladder.warmup, duration_s=item.duration, drain_timeout_s=ladder.drain_timeout,
+            seed=derive_seed(seed, i)))
+    return steps
+
+
+def refine_step(ladder: LadderShape, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
+    """A `refine` step at `rate` (from `BoundarySearch.next_rate`), the `index`-th step of the run.
+
+    Its window is `refine.duration`, else that of the ladder step with the highest rate at or below
+    `rate`; warm-up, arrival process and drain are the ladder's.
+    """
+    below = [s for s in ladder.steps if s.rate <= rate] or ladder.steps[:1]
+    duration = (ladder.refine.duration if ladder.refine and ladder.refine.duration
+                else max(below, key=lambda s: s.rate).duration)
+    return StepSpec(label=unique_label(rate_label(rate), taken), index=index, phase="refine",
+                    arrival=ladder.arrival, target_rate=rate, burstiness=ladder.burstiness,
+                    warmup_s=ladder.warmup, duration_s=duration, drain_timeout_s=ladder.drain_timeout,
+                    seed=derive_seed(seed, index))
+
+
+def boundary_search(config: Config, results: Iterable[tuple] = ()) -> BoundarySearch | None:
+    """The boundary search a ladder config asks for (`shape.ladder.refine`), or None when it asks none."""
+    ladder = config.shape.ladder
+    if ladder is None or ladder.refine is None:
+        return None
+    return BoundarySearch(results, resolution=ladder.refine.resolution, max_steps=ladder.refine.max_steps)
+
+
+def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:
+    steps: list[StepSpec] = []
+    for i, level in enumerate(shape.levels):
+        steps.append(StepSpec(
+            label=unique_label(f"c{level}", (s.label for s in steps)), index=i, phase="concurrency",
+            arrival="closed", concurrency=level,
+            requests=None if shape.duration else shape.requests_per_level,
+            duration_s=shape.duration, drain_timeout_s=shape.drain_timeout, seed=derive_seed(seed, i)))
+    return steps
+
+
+def _trace(shape: TraceShape, run_seed: int, base_dir: str | Path | None) -> list[StepSpec]:
+    seed = run_seed if shape.seed is None else shape.seed
+    replay = prepare_replay(shape, seed=seed, base_dir=base_dir)
+    if shape.warmup >= replay.span_s:
+        raise ConfigError(f"warmup {shape.warmup:g}s is not shorter than the trace ({replay.span_s:g}s)",
+                          key="shape.trace.warmup")
+    frames = [("burst", replay.frame)]
+    if shape.uniform_twin:
+        frames.append(("uniform", uniform_twin(replay.frame, replay.span_s)))
+    return [
+        StepSpec(label=phase, index=i, phase=phase, arrival="trace", target_rate=len(frame) / replay.span_s,
+                 warmup_s=shape.warmup, duration_s=replay.span_s - shape.warmup,
+                 drain_timeout_s=shape.drain_timeout, trace=to_trace_arrivals(frame, use_sizes=shape.use_sizes),
+                 seed=derive_seed(seed, i), failed_in_source=replay.failed_in_source)
+        for i, (phase, frame) in enumerate(frames)
+    ]
+
+
+def _soak_slices(soak: SoakShape) -> list[tuple[float, float]]:
+    count = max(1, math.ceil(soak.duration / soak.slice - 1e-9))
+    return [(i * soak.slice, min(soak.slice, soak.duration - i * soak.slice)) for i in range(count)]
+
+
+def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[StepSpec]:
+    slices = _soak_slices(soak)
+    last = len(slices) - 1
+    if soak.trace is None:
+        return [
+            StepSpec(label=f"soak-{i:03d}", index=i, phase="soak", arrival=soak.arrival, target_rate=soak.rate,
+                     burstiness=soak.burstiness, duration_s=length, drain=i == last,
+                     drain_timeout_s=soak.drain_timeout if i == last else 0.0, seed=derive_seed(run_seed, i))
+            for i, (_, length) in enumerate(slices)
+        ]
+    seed = run_seed if soak.trace.seed is None else soak.trace.seed
+    replay = prepare_replay(soak.trace, seed=seed, base_dir=base_dir, key="shape.soak.trace")
+    looped = loop_trace(replay.frame, replay.span_s, soak.duration)
+    steps = []
+    for i, (start, length) in enumerate(slices):
+        part = slice_trace(looped, start, start + length)
+        steps.append(StepSpec(
+            label=f"soak-{i:03d}", index=i, phase="soak", arrival="trace", target_rate=len(part) / length,
+            duration_s=length, drain=i == last, drain_timeout_s=soak.drain_timeout if i == last else 0.0,
+            trace=to_trace_arrivals(part, use_sizes=soak.trace.use_sizes), seed=derive_seed(seed, i),
+            failed_in_source=replay.failed_in_source if i == 0 else 0))
+    return steps
