@@ -1,0 +1,186 @@
+"""The report's first words: the seed's question, the answer in plain sentences, and the warnings.
+
+Pure functions over the `Analysis` (see docs/ARCHITECTURE.md): the last passing sustained rate, the
+first failing rate and what failed there, under which fixed conditions; "invalid" and "insufficient"
+are said plainly, never softened into a number. Warnings the analysis did not raise itself but that
+the data show (generator behind, warm prefix cache, output lengths not honoured, too few samples, SLO
+keys not checked) are added here so no report goes out without them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from llmload.report.html import cell_text, is_blank
+from llmload.report.manifest_view import conditions_of
+from llmload.report.plots import RATE_PHASES
+
+__all__ = [
+    "QUESTION",
+    "SLO_KEYS",
+    "answer_sentences",
+    "derived_warnings",
+    "failing_detail",
+    "first_failing_step",
+    "fixed_conditions_text",
+    "rate_of",
+    "thresholds_of",
+]
+
+QUESTION = ("With this model and this server configuration fixed, at what sustained arrival rate does "
+            "the service stop meeting its response targets, and which target breaks first?")
+
+#: the SLO keys of CONFIG.md; any of them absent from the SLO file is reported as "not checked"
+SLO_KEYS = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
+            "allow_oom", "queue_growth")
+
+
+def rate_of(step: pd.Series) -> float | None:
+    """A step's offered rate, or its target rate when nothing was offered (not run)."""
+    for key in ("offered_rate", "target_rate"):
+        value = step.get(key)
+        if not is_blank(value):
+            return float(value)
+    return None
+
+
+def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    phase = steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
+    rated = steps[phase.isin(RATE_PHASES)]
+    if rated.empty:
+        return rated
+    order = rated.apply(rate_of, axis=1)
+    return rated.assign(_rate=order).sort_values(["_rate", "index"] if "index" in rated else ["_rate"])
+
+
+def first_failing_step(steps: pd.DataFrame) -> pd.Series | None:
+    """The lowest-rate ladder/refine step whose verdict is `fail`."""
+    rated = _rate_steps(steps)
+    failing = rated[rated.get("verdict", pd.Series("", index=rated.index)).astype(str) == "fail"]
+    return None if failing.empty else failing.iloc[0]
+
+
+def thresholds_of(slo: Any) -> dict[str, tuple[float, float]]:
+    """metric -> (percentile, seconds) from an SLO; the P95 one when a metric has several."""
+    out: dict[str, tuple[float, float]] = {}
+    for t in getattr(slo, "thresholds", []) or []:
+        if t.metric not in out or t.percentile == 95:
+            out[t.metric] = (t.percentile, t.value_s)
+    return out
+
+
+def failing_detail(step: pd.Series, slo: Any) -> list[str]:
+    """Each failing dimension of a step with its measured value against the threshold when known."""
+    names = step.get("failing")
+    names = list(names) if names is not None and not isinstance(names, str) else \
+        ([names] if isinstance(names, str) and names else [])
+    limits = {t.key: t.value_s for t in getattr(slo, "thresholds", []) or []}
+    out = []
+    for name in names:
+        match = re.match(r"^(\w+?)_p(\d+(?:\.\d+)?)$", str(name))
+        column = f"{match.group(1)}_p{match.group(2)}_s" if match else None
+        value = step.get(column) if column else None
+        if column and not is_blank(value) and name in limits:
+            out.append(f"{name} ({float(value) * 1000:.0f} ms > {limits[name] * 1000:g} ms)")
+        else:
+            out.append(str(name))
+    return out
+
+
+def fixed_conditions_text(manifest: dict | None) -> str:
+    """One line naming the conditions the answer holds for."""
+    manifest = manifest or {}
+    config = manifest.get("config") or {}
+    target = config.get("target") or {}
+    parts = []
+    for label, value in (("model", manifest.get("model") or target.get("model")),
+                         ("server", manifest.get("server") or target.get("server")),
+                         ("api", target.get("api"))):
+        if not is_blank(value) and not isinstance(value, dict):
+            parts.append(f"{label} {value}")
+    for key, value in conditions_of(manifest).items():
+        if key in ("notes", "owner", "extra", "cost_per_hour") or is_blank(value):
+            continue
+        parts.append(f"{key.replace('_', ' ')} {cell_text(value)}")
+    return "; ".join(parts) if parts else "not recorded (no manifest conditions)"
+
+
+def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[str]]:
+    """The run verdict and the answer as short sentences, most important first."""
+    summary = analysis.summary or {}
+    steps = analysis.steps
+    verdict = str(summary.get("verdict") or "unknown")
+    verdicts = steps.get("verdict", pd.Series(dtype=object)).astype(str)
+    labels = steps.get("label", pd.Series(dtype=object)).astype(str)
+    out: list[str] = []
+    invalid = list(labels[verdicts == "invalid"])
+    if invalid:
+        out.append(f"INVALID at {', '.join(invalid)}: the load generator did not deliver the offered load "
+                   "there. Fix the generator (more workers, a lower cap, a faster client) before reading "
+                   "any latency from those steps.")
+    last = summary.get("last_passing_rate")
+    failing = first_failing_step(steps)
+    if not is_blank(last):
+        out.append(f"Last passing sustained rate: {float(last):g} req/s.")
+    elif failing is not None:
+        out.append("No tested rate passed: the lowest failing rate already broke the targets.")
+    if failing is not None:
+        rate = rate_of(failing)
+        what = ", ".join(failing_detail(failing, analysis.slo)) or "not named"
+        out.append(f"First failing rate: {rate:g} req/s (step {failing.get('label')}); what failed first: "
+                   f"{what}.")
+    elif not is_blank(last):
+        out.append("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
+                   "to find the boundary.")
+    insufficient = list(labels[verdicts == "insufficient"])
+    if insufficient:
+        need = getattr(analysis.slo, "min_samples", 200)
+        out.append(f"INSUFFICIENT at {', '.join(insufficient)}: fewer than {need} completions, too few to "
+                   "estimate the tail; run those steps longer.")
+    not_run = list(labels[steps.get("status", pd.Series(dtype=object)).astype(str) == "not_run"])
+    if not_run:
+        out.append(f"Not run: {', '.join(not_run)} (left blank in every table, never counted as passing).")
+    out.append(f"Holds only under these fixed conditions: {fixed_conditions_text(manifest)}.")
+    return verdict, out
+
+
+def _mentioned(warnings: list[str], *words: str) -> bool:
+    text = " ".join(warnings).lower()
+    return any(w in text for w in words)
+
+
+def derived_warnings(analysis: Any, manifest: dict | None) -> list[str]:
+    """The analysis's warnings plus the report's own checks on the same data, without repeats."""
+    warnings = [str(w) for w in (analysis.warnings or [])]
+    out = list(warnings)
+    steps, requests = analysis.steps, analysis.requests
+    verdicts = steps.get("verdict", pd.Series(dtype=object)).astype(str)
+    labels = steps.get("label", pd.Series(dtype=object)).astype(str)
+    if (verdicts == "invalid").any() and not _mentioned(warnings, "behind", "invalid", "send lag"):
+        out.append("The generator fell behind (invalid steps: "
+                   f"{', '.join(labels[verdicts == 'invalid'])}): achieved send rate under offered, send "
+                   "lag or worker CPU over its limit.")
+    config = (manifest or {}).get("config") or {}
+    ratio = ((config.get("requests") or {}).get("shared_prefix") or {}).get("ratio") or 0
+    cached = 0
+    if requests is not None and "cached_tokens" in requests.columns:
+        cached = int(pd.to_numeric(requests["cached_tokens"], errors="coerce").fillna(0).sum())
+    if (ratio or cached) and not _mentioned(warnings, "prefix", "cache"):
+        out.append(f"The prefix cache may have been warm (shared_prefix ratio {ratio:g}, cached tokens "
+                   f"reported {cached}): throughput can look higher than for traffic without repeats.")
+    if "output_mismatch_ratio" in steps.columns:
+        mism = pd.to_numeric(steps["output_mismatch_ratio"], errors="coerce")
+        bad = labels[mism > 0.01]
+        if len(bad) and not _mentioned(warnings, "output length", "mismatch", "honour", "honor"):
+            out.append(f"Output lengths not honoured at {', '.join(bad)} (more than 1% of answers differ "
+                       "from the planned length): the server may ignore ignore_eos / max_tokens.")
+    if (verdicts == "insufficient").any() and not _mentioned(warnings, "sample", "insufficient"):
+        out.append(f"Too few samples for a P95 at {', '.join(labels[verdicts == 'insufficient'])}.")
+    checked = set(getattr(analysis.slo, "checked", []) or [])
+    unchecked = [k for k in SLO_KEYS if k not in checked]
+    if unchecked and not _mentioned(warnings, "not checked"):
+        out.append(f"SLO keys not checked (absent from the SLO): {', '.join(unchecked)}.")
+    return out

@@ -1,0 +1,197 @@
+"""`write_report(analysis, run_dir)`: the self-contained `report.html` of one run.
+
+Order follows the reader: the question and the answer first, then warnings, the seed's worksheet, the
+plots (each with a caption naming what it shows and which definition), the decision record, the
+manifest and the definitions with the name map to vLLM / GuideLLM / AIPerf. The page draws only what
+`analysis.analyze` computed; nothing is recomputed here except display units.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from llmload.report import plots
+from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
+from llmload.report.definitions import DEFINITIONS, NAME_MAP
+from llmload.report.html import cell_text, esc, figure, is_blank, kv_table, page, section, table
+from llmload.report.manifest_view import flatten, redact
+
+__all__ = ["render_report", "step_table", "worksheet_table", "write_report"]
+
+_STEP_COLUMNS = ("label", "phase", "status", "target_rate", "offered_rate", "achieved_rate", "completed",
+                 "goodput", "slo_attainment", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms",
+                 "client_wait_p95_ms", "server_queue_p95_ms", "verdict", "failing")
+_HEADERS = {"target_rate": "target req/s", "offered_rate": "offered req/s", "achieved_rate": "achieved req/s",
+            "goodput": "goodput req/s", "slo_attainment": "SLO attainment", "ttft_p95_ms": "TTFT p95 ms",
+            "tpot_p95_ms": "TPOT p95 ms", "e2e_p95_ms": "E2E p95 ms", "client_wait_p95_ms":
+            "client wait p95 ms", "server_queue_p95_ms": "server queue p95 ms"}
+#: worksheet columns that identify or plan a step (kept for an unrun step; everything else is blanked)
+_PLAN_WORDS = ("label", "step", "phase", "target", "planned", "index", "阶段", "档")
+
+
+def _not_run(steps: pd.DataFrame) -> pd.Series:
+    return steps.get("status", pd.Series("run", index=steps.index)).astype(str) == "not_run"
+
+
+def step_table(steps: pd.DataFrame) -> str:
+    """The compact verdict table: one row per plan step, unrun steps blank (never "pass")."""
+    df = steps.copy()
+    for column in [c for c in df.columns if c.endswith("_s")]:
+        df[column[:-2] + "_ms"] = pd.to_numeric(df[column], errors="coerce") * 1000
+    unrun = _not_run(df)
+    measured = [c for c in df.columns if c not in ("label", "index", "phase", "status", "target_rate",
+                                                    "concurrency")]
+    df.loc[unrun, measured] = None
+    return table(df, columns=list(_STEP_COLUMNS), headers=_HEADERS, table_id="steps-table",
+                 row_class=["not-run" if u else "" for u in unrun])
+
+
+def worksheet_table(worksheet: pd.DataFrame, steps: pd.DataFrame) -> str:
+    """The seed's worksheet from `analysis.worksheet`; cells of unrun steps are blank whatever they held."""
+    if worksheet is None or worksheet.empty:
+        return '<p class="nodata">No worksheet rows.</p>'
+    df = worksheet.astype(object).copy()
+    unrun_labels = set(steps.loc[_not_run(steps), "label"].astype(str)) if "label" in steps else set()
+    key = next((c for c in df.columns if df[c].astype(str).isin(set(steps.get("label", [])).union(
+        unrun_labels)).any()), None)
+    unrun = df[key].astype(str).isin(unrun_labels) if key is not None else pd.Series(False, index=df.index)
+    keep = [c for c in df.columns if c == key or any(w in str(c).lower() for w in _PLAN_WORDS)]
+    blank = [c for c in df.columns if c not in keep]
+    df.loc[unrun, blank] = None
+    return table(df, table_id="worksheet", css_class="data worksheet",
+                 row_class=["not-run" if u else "" for u in unrun])
+
+
+def _value_html(value: Any) -> str:
+    value = redact(value)
+    if isinstance(value, dict):
+        return kv_table([(str(k), v) if not isinstance(v, (dict, list)) else (str(k), cell_text(v))
+                         for k, v in value.items()])
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return table(pd.DataFrame(value))
+    if isinstance(value, list):
+        return "<ul>" + "".join(f"<li>{esc(cell_text(v))}</li>" for v in value) + "</ul>" if value else ""
+    return esc(cell_text(value))
+
+
+def _decision_html(decision: dict | None) -> str:
+    if not decision:
+        return '<p class="nodata">No decision record.</p>'
+    rows = "".join(f"<tr><th>{esc(str(k).replace('_', ' '))}</th><td>{_value_html(v)}</td></tr>"
+                   for k, v in redact(decision).items())
+    return f'<div class="scroll"><table class="kv" id="decision-table"><tbody>{rows}</tbody></table></div>'
+
+
+def _answer_html(analysis: Any, manifest: dict | None) -> str:
+    verdict, sentences = answer_sentences(analysis, manifest)
+    badge = verdict if verdict in ("pass", "fail", "invalid", "insufficient") else "unknown"
+    items = "".join(f'<p class="a">{esc(s)}</p>' for s in sentences)
+    return (f'<div class="answer"><p class="q">{esc(QUESTION)}</p>'
+            f'<p class="a">Run verdict: <span class="badge b-{badge}" id="run-verdict">{esc(verdict)}</span>'
+            f"</p>{items}</div><h3>Steps at a glance</h3>{step_table(analysis.steps)}")
+
+
+def _plots_html(analysis: Any) -> str:
+    steps, slo = analysis.steps, analysis.slo
+    thresholds = thresholds_of(slo)
+    lines = ", ".join(f"{m} p{p:g} ≤ {v * 1000:g} ms" for m, (p, v) in thresholds.items()) or "none set"
+    parts = [figure(plots.latency_plot(steps, thresholds), plot_id="plot-latency", caption=(
+        "Latency percentiles (p50 dotted, p95 solid, p99 dashed) against offered rate, per ladder/refine "
+        "step; dots colour the step verdict. TTFT = first output − sent_at; TPOT = (E2E − TTFT) ÷ "
+        f"(output tokens − 1), 1-token answers left out; E2E = last output − sent_at. SLO lines: {lines}."))]
+    last = (analysis.summary or {}).get("last_passing_rate")
+    parts.append(figure(plots.goodput_plot(steps, None if is_blank(last) else float(last)),
+                        plot_id="plot-goodput", caption=(
+        "Goodput (ok requests meeting every per-request threshold ÷ window) and completion throughput "
+        "(ok requests finished in the window ÷ window) against offered rate; the dotted diagonal is the "
+        "offered load. Completion throughput near the diagonal with goodput below it means the service "
+        "finishes the work but too slowly.")))
+    svg, missing = plots.timeline_plot(analysis.timeline, steps)
+    note = f" Not measured in this run: {', '.join(missing)}." if missing else ""
+    parts.append(figure(svg, plot_id="plot-timeline", caption=(
+        "Timeline in 1-s bins with a shaded band per step's measurement window: arrivals and completions, "
+        "client in-flight, server running/waiting, KV usage (0–1 ratio of KV blocks, not GPU memory), GPU "
+        "memory used, TTFT p95 of requests sent in the bin." + note)))
+    parts.append(figure(plots.distribution_plot(analysis.requests, steps), plot_id="plot-distributions",
+                        caption=("Empirical CDFs of TTFT and E2E per step, ok requests in the measurement "
+                                 "window (log scale; the dotted line marks the 95th percentile).")))
+    return "".join(parts)
+
+
+def _split_html(analysis: Any) -> str:
+    split = analysis.split
+    basis = ""
+    if split is not None and "basis" in getattr(split, "columns", []):
+        basis = " Basis: " + "; ".join(sorted({str(b) for b in split["basis"].dropna()})) + "."
+    body = figure(plots.split_plot(split, analysis.steps), plot_id="plot-split", caption=(
+        "Where the time went, mean per request per step: client wait (sent_at − scheduled_at), server "
+        "queue (server-reported; explains TTFT, never added to it), prefill and decode." + basis))
+    if split is not None and not split.empty:
+        body += table(split, table_id="split-table")
+    return body
+
+
+def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
+    out = []
+    burst = analysis.burst
+    if burst is not None and not burst.empty:
+        out.append(("burst", "Burst vs uniform arrivals", figure(plots.burst_plot(burst), plot_id="plot-burst",
+                   caption=("Burst ÷ uniform for each metric at the same mean rate and request mix (red: "
+                            "the bursty arrivals did worse, green: better). A pass under uniform arrivals does not vouch for "
+                            "bursts."))
+                    + table(burst, table_id="burst-table")))
+    slices = getattr(analysis, "slices", None)
+    if slices is not None and not slices.empty:
+        out.append(("soak", "Soak: drift across time slices", figure(plots.slices_plot(slices),
+                   plot_id="plot-slices", caption=("Per time slice of the soak: p95 latencies (ms) and the "
+                                                   "other per-slice series; drift is judged by the trend "
+                                                   "test in the table, not by eye."))
+                    + table(slices, table_id="slices-table")))
+    instances = getattr(analysis, "instances", None)
+    if instances is not None and not instances.empty:
+        out.append(("instances", "Per instance", table(instances, table_id="instances-table")))
+    return out
+
+
+def render_report(analysis: Any, *, manifest: dict | None = None, title: str | None = None) -> str:
+    """The whole report page as text."""
+    manifest = manifest or {}
+    warnings = derived_warnings(analysis, manifest)
+    warn_html = ('<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>"
+                 if warnings else '<p class="muted">No warnings.</p>')
+    sections = [("answer", "The question and the answer", _answer_html(analysis, manifest)),
+                ("warnings", "Warnings", warn_html),
+                ("worksheet-section", "Load-test worksheet (seed 000)", (
+                    '<p class="muted">One row per step; blank where a step was not run or a number was not '
+                    "measurable. Fixed conditions are in the manifest, the final decision in the decision "
+                    "record below.</p>" + worksheet_table(analysis.worksheet, analysis.steps))),
+                ("plots", "Latency, goodput and the timeline", _plots_html(analysis)),
+                ("split", "Queueing split", _split_html(analysis))]
+    sections += _optional_sections(analysis)
+    sections += [("decision", "Decision record", _decision_html(analysis.decision)),
+                 ("manifest", "Manifest: fixed conditions, versions, seeds",
+                  kv_table(flatten(manifest), table_id="manifest-table") if manifest
+                  else '<p class="nodata">No manifest.</p>'),
+                 ("definitions", "Definitions and name map",
+                  kv_table(DEFINITIONS, table_id="definitions-table")
+                  + "<h3>Same word, different quantity: name map</h3>"
+                  + table([dict(zip(("llmload", "vllm bench serve", "GuideLLM", "AIPerf"), row, strict=True))
+                           for row in NAME_MAP], table_id="name-map", css_class="namemap"))]
+    body = "".join(section(sid, heading, html) for sid, heading, html in sections)
+    nav = [(sid, heading.split(":")[0]) for sid, heading, _ in sections]
+    name = title or f"llmload report: {manifest.get('run_id') or manifest.get('name') or 'run'}"
+    return page(name, body, nav=nav)
+
+
+def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = None) -> Path:
+    """Write `run_dir/report.html` from an `Analysis`; returns its path."""
+    path = Path(run_dir) / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = render_report(analysis, manifest=manifest)
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

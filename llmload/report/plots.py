@@ -1,0 +1,315 @@
+"""The report's plots: matplotlib figures rendered to inline SVG text.
+
+Uses matplotlib's object API (`Figure`, no pyplot), so no global backend is chosen and nothing opens a
+window; SVG ids are salted per plot so several plots can live in one page. Each function takes the
+analysis frames and returns SVG text, or None when there is nothing to draw. Latencies are drawn in
+milliseconds (display only); data stay in seconds.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+__all__ = [
+    "RATE_PHASES",
+    "burst_plot",
+    "distribution_plot",
+    "goodput_plot",
+    "latency_plot",
+    "rate_axis",
+    "rates_overlay_plot",
+    "slices_plot",
+    "split_plot",
+    "timeline_plot",
+]
+
+RATE_PHASES = ("ladder", "refine")
+_VERDICT_COLOURS = {"pass": "#1b7f3b", "fail": "#b3261e", "invalid": "#8a4b00",
+                    "insufficient": "#5a4fb3"}
+_SPLIT_ORDER = ("client_wait", "server_queue", "prefill", "decode")
+_SPLIT_COLOURS = {"client_wait": "#e0a040", "server_queue": "#c0504d", "prefill": "#4f81bd",
+                  "decode": "#9bbb59"}
+
+
+def _svg(fig: Figure, salt: str) -> str:
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue().decode("utf-8")
+    return text[text.index("<svg"):]
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column, all-NaN when the frame lacks it."""
+    if name in df.columns:
+        return pd.to_numeric(df[name], errors="coerce").astype(float)
+    return pd.Series(np.nan, index=df.index, dtype=float)
+
+
+def rate_axis(steps: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+    """The steps to draw against load, sorted, with the x column and its axis label.
+
+    Ladder and refine steps against offered rate; a closed-loop run against concurrency. Unrun steps
+    are left out (they have no numbers). Burst, uniform and soak phases have their own plots.
+    """
+    run = steps[steps.get("status", pd.Series("run", index=steps.index)).astype(str) != "not_run"]
+    phase = run.get("phase", pd.Series("ladder", index=run.index)).astype(str)
+    rated = run[phase.isin(RATE_PHASES)]
+    if rated.empty and (phase == "concurrency").any():
+        conc = run[phase == "concurrency"].assign(_x=lambda d: _col(d, "concurrency"))
+        return conc.sort_values("_x"), "_x", "concurrency (closed loop, users)"
+    if rated.empty:
+        rated = run
+    offered = _col(rated, "offered_rate").fillna(_col(rated, "target_rate"))
+    return rated.assign(_x=offered).dropna(subset=["_x"]).sort_values("_x"), "_x", "offered rate (req/s)"
+
+
+def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]) -> str | None:
+    """TTFT, TPOT, E2E p50/p95/p99 against offered rate; `thresholds` maps metric -> (percentile, s)."""
+    data, x, xlabel = rate_axis(steps)
+    if data.empty:
+        return None
+    fig, axes = _figure(11.5, 3.5, 1, 3)
+    drew = False
+    for ax, metric, title in zip(axes[0], ("ttft", "tpot", "e2e"), ("TTFT", "TPOT", "E2E"), strict=True):
+        for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
+            y = _col(data, f"{metric}_{q}_s") * 1000
+            if y.notna().any():
+                ax.plot(data[x], y, style, marker="o", markersize=3, label=q, color="#33414e")
+                drew = True
+        p95 = _col(data, f"{metric}_p95_s") * 1000
+        verdicts = data.get("verdict", pd.Series("", index=data.index)).astype(str)
+        for verdict, colour in _VERDICT_COLOURS.items():
+            mask = (verdicts == verdict) & p95.notna()
+            if mask.any():
+                ax.scatter(data[x][mask], p95[mask], s=36, color=colour, zorder=3, label=verdict)
+        if metric in thresholds:
+            pct, value_s = thresholds[metric]
+            ax.axhline(value_s * 1000, color="#b3261e", linestyle="--", linewidth=1.2,
+                       label=f"SLO p{pct:g} ≤ {value_s * 1000:g} ms")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("ms")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _svg(fig, "latency") if drew else None
+
+
+def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | None:
+    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal."""
+    data, x, xlabel = rate_axis(steps)
+    if data.empty:
+        return None
+    fig, axes = _figure(7.5, 4.2)
+    ax = axes[0][0]
+    xs = data[x].astype(float)
+    if xlabel.startswith("offered"):
+        top = float(np.nanmax(xs)) if len(xs) else 1.0
+        ax.plot([0, top], [0, top], color="#999", linestyle=":", label="offered (y = x)")
+    for column, label, style in (("completion_throughput", "completion throughput", "-"),
+                                 ("goodput", "goodput (met every threshold)", "-"),
+                                 ("achieved_rate", "achieved send rate", "--")):
+        y = _col(data, column)
+        if y.notna().any():
+            ax.plot(xs, y, style, marker="o", markersize=4, label=label)
+    if last_passing_rate is not None and not pd.isna(last_passing_rate):
+        ax.axvline(float(last_passing_rate), color="#1b7f3b", linestyle="--", linewidth=1,
+                   label=f"last passing rate {float(last_passing_rate):g} req/s")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("requests per second")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _svg(fig, "goodput")
+
+
+_TIMELINE_PANELS = (
+    (("arrivals", "completed"), "requests per 1-s bin", 1.0),
+    (("in_flight",), "in flight (client)", 1.0),
+    (("running", "waiting"), "server running / waiting", 1.0),
+    (("kv_usage",), "KV usage (% of blocks)", 100.0),
+    (("gpu_memory_used_bytes",), "GPU memory (GiB)", 1.0 / 2 ** 30),
+    (("ttft_p95_s",), "TTFT p95 (ms)", 1000.0),
+)
+
+
+def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | None, list[str]]:
+    """Stacked time series with a band per step window; returns the SVG and the panels not measured."""
+    if timeline is None or timeline.empty or "t" not in timeline.columns:
+        return None, [p[1] for p in _TIMELINE_PANELS]
+    panels, missing = [], []
+    for columns, label, scale in _TIMELINE_PANELS:
+        present = [c for c in columns if _col(timeline, c).notna().any()]
+        (panels if present else missing).append((present, label, scale))
+    missing_labels = [m[1] for m in missing]
+    if not panels:
+        return None, missing_labels
+    t = _col(timeline, "t")
+    ran = steps[steps.get("status", pd.Series("run", index=steps.index)).astype(str) != "not_run"]
+    starts = _col(ran, "window_start")
+    t0 = float(np.nanmin([t.min(), starts.min()])) if starts.notna().any() else float(t.min())
+    fig, axes = _figure(11.5, 1.55 * len(panels) + 0.6, len(panels), 1, sharex=True)
+    for i, (columns, label, scale) in enumerate(panels):
+        ax = axes[i][0]
+        for _, step in ran.iterrows():
+            ws, we = step.get("window_start"), step.get("window_end")
+            if pd.isna(ws) or pd.isna(we):
+                continue
+            shade = "#dfe8f1" if int(step.get("index", 0) or 0) % 2 == 0 else "#eef0e2"
+            ax.axvspan(float(ws) - t0, float(we) - t0, color=shade, zorder=0)
+            if i == 0:
+                ax.text((float(ws) + float(we)) / 2 - t0, 1.0, str(step.get("label", "")),
+                        transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
+        for column in columns:
+            ax.plot(t - t0, _col(timeline, column) * scale, linewidth=1, label=column)
+        ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if len(columns) > 1:
+            ax.legend(fontsize=6, loc="upper left")
+    axes[-1][0].set_xlabel("seconds since the first step window")
+    return _svg(fig, "timeline"), missing_labels
+
+
+def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None:
+    """Empirical CDFs of TTFT and E2E per step (ok requests in the measurement window)."""
+    if requests is None or requests.empty or "step" not in requests.columns:
+        return None
+    req = requests
+    if "in_window" in req.columns:
+        req = req[req["in_window"].fillna(False).astype(bool)]
+    if "outcome" in req.columns:
+        req = req[req["outcome"] == "ok"]
+    order = [str(s) for s in steps.sort_values("index")["label"]] if "index" in steps.columns \
+        else sorted(req["step"].astype(str).unique())
+    labels = [s for s in order if (req["step"].astype(str) == s).any()]
+    if not labels:
+        return None
+    fig, axes = _figure(11.5, 3.8, 1, 2)
+    colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, len(labels)))
+    drew = False
+    for ax, column, title in zip(axes[0], ("ttft_s", "e2e_s"), ("TTFT", "E2E"), strict=True):
+        for label, colour in zip(labels, colours, strict=True):
+            values = np.sort(_col(req[req["step"].astype(str) == label], column).dropna().to_numpy())
+            values = values[values > 0] * 1000
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
+                        color=colour, label=f"{label} (n={len(values)})", linewidth=1.1)
+                drew = True
+        if ax.lines:
+            ax.set_xscale("log")
+            ax.legend(fontsize=6, ncol=2 if len(labels) > 8 else 1)
+        ax.axhline(0.95, color="#999", linestyle=":", linewidth=0.8)
+        ax.set_title(f"{title} distribution per step")
+        ax.set_xlabel("ms (log scale)")
+        ax.set_ylabel("fraction of requests ≤ x")
+        ax.grid(alpha=0.3)
+    return _svg(fig, "distributions") if drew else None
+
+
+def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
+    """Stacked mean client wait / server queue / prefill / decode per step."""
+    if split is None or split.empty or not {"step", "component", "mean_s"} <= set(split.columns):
+        return None
+    table = split.pivot_table(index="step", columns="component", values="mean_s", aggfunc="first")
+    order = [s for s in steps.sort_values("index")["label"].astype(str) if s in table.index] \
+        if "index" in steps.columns else list(table.index)
+    table = table.reindex(order)
+    components = [c for c in _SPLIT_ORDER if c in table.columns] + \
+        [c for c in table.columns if c not in _SPLIT_ORDER]
+    if table.empty or table[components].isna().all().all():
+        return None
+    fig, axes = _figure(max(6.0, 0.55 * len(table) + 3), 3.8)
+    ax = axes[0][0]
+    bottom = np.zeros(len(table))
+    for component in components:
+        values = table[component].fillna(0).to_numpy(dtype=float) * 1000
+        ax.bar(range(len(table)), values, bottom=bottom, label=component.replace("_", " "),
+               color=_SPLIT_COLOURS.get(component))
+        bottom += values
+    ax.set_xticks(range(len(table)), [str(s) for s in table.index], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("mean ms per request")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+    return _svg(fig, "split")
+
+
+def burst_plot(burst: pd.DataFrame) -> str | None:
+    """Burst ÷ uniform ratio per metric at the same mean rate (1 = no difference; red = burst worse)."""
+    if burst is None or burst.empty or not {"metric", "ratio"} <= set(burst.columns):
+        return None
+    data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
+    if data.empty:
+        return None
+    fig, axes = _figure(7.5, 0.35 * len(data) + 1.4)
+    ax = axes[0][0]
+    higher_better = data["metric"].astype(str).str.contains("goodput|throughput|attainment|achieved|ok")
+    worse = np.where(higher_better, data["_r"] < 1, data["_r"] > 1)
+    colours = ["#b3261e" if w else "#1b7f3b" for w in worse]
+    ax.barh(range(len(data)), data["_r"], color=colours)
+    ax.set_yticks(range(len(data)), [str(m) for m in data["metric"]], fontsize=7)
+    ax.axvline(1.0, color="#333", linewidth=1)
+    ax.set_xlabel("burst ÷ uniform")
+    ax.invert_yaxis()
+    ax.grid(alpha=0.3, axis="x")
+    return _svg(fig, "burst")
+
+
+def slices_plot(slices: pd.DataFrame) -> str | None:
+    """Soak drift: every p95 (ms) and every other numeric series per slice, one small panel each."""
+    if slices is None or slices.empty:
+        return None
+    x_name = next((c for c in ("slice", "slice_index", "index") if c in slices.columns), None)
+    xs = _col(slices, x_name) if x_name else pd.Series(np.arange(len(slices)), index=slices.index)
+    numeric = [c for c in slices.columns if c != x_name and pd.api.types.is_numeric_dtype(slices[c])
+               and not pd.api.types.is_bool_dtype(slices[c]) and slices[c].notna().any()
+               and not c.endswith(("_start", "_end", "_p", "_pvalue", "_slope")) and c != "t"]
+    if not numeric:
+        return None
+    latency = [c for c in numeric if c.endswith("_s")]
+    other = [c for c in numeric if c not in latency][:5]
+    panels = ([("latency (ms)", latency, 1000.0)] if latency else []) + [(c, [c], 1.0) for c in other]
+    fig, axes = _figure(11.5, 1.7 * len(panels) + 0.6, len(panels), 1, sharex=True)
+    for ax, (label, columns, scale) in zip(axes[:, 0], panels, strict=True):
+        for column in columns:
+            ax.plot(xs, _col(slices, column) * scale, marker="o", markersize=3, label=column)
+        ax.set_ylabel(label, fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if len(columns) > 1:
+            ax.legend(fontsize=6)
+    axes[-1][0].set_xlabel("slice")
+    return _svg(fig, "slices")
+
+
+def rates_overlay_plot(runs: Sequence[tuple[str, pd.DataFrame]], column: str, ylabel: str,
+                       scale: float = 1.0, salt: str = "overlay") -> str | None:
+    """One line per run of `column` against offered rate (for `llmload compare`)."""
+    fig, axes = _figure(7.5, 3.8)
+    ax = axes[0][0]
+    for name, steps in runs:
+        data, x, xlabel = rate_axis(steps)
+        y = _col(data, column) * scale
+        if y.notna().any():
+            ax.plot(data[x], y, marker="o", markersize=4, label=name)
+            ax.set_xlabel(xlabel)
+    if not ax.lines:
+        return None
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig, salt)

@@ -1,0 +1,112 @@
+"""A hand-made `Analysis`-shaped object (docs/ARCHITECTURE.md "Analysis") for report tests.
+
+Built from the pinned field and column names only, so the report is tested without depending on how
+the analysis computes them. Steps: three ladder rates (r2.00 fails on TTFT), one unrun rate whose
+(wrong) numbers the report must blank, a burst and a uniform phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from llmload.config import SLO
+
+SECRET = "sk-test-SECRET-1234567890"
+
+
+@dataclass
+class FakeAnalysis:
+    steps: pd.DataFrame
+    summary: dict
+    worksheet: pd.DataFrame
+    requests: pd.DataFrame
+    split: pd.DataFrame
+    burst: pd.DataFrame | None
+    timeline: pd.DataFrame
+    slices: pd.DataFrame | None
+    instances: pd.DataFrame | None
+    decision: dict
+    warnings: list
+    slo: SLO
+
+
+def _step(label, index, phase, rate, status, verdict, ttft95, failing=(), t0=1000.0):
+    ws = t0 + index * 40.0
+    return {"label": label, "index": index, "phase": phase, "status": status, "target_rate": rate,
+            "concurrency": None, "window_start": ws, "window_end": ws + 30.0, "window_s": 30.0,
+            "arrivals": rate * 30, "sent": rate * 30, "completed": rate * 30, "ok": rate * 30,
+            "offered_rate": rate, "achieved_rate": rate * 0.995,
+            "completion_throughput": rate * 0.99, "goodput": rate * (0.97 if verdict == "pass" else 0.5),
+            "slo_attainment": 0.97 if verdict == "pass" else 0.5,
+            "ttft_p50_s": ttft95 / 2, "ttft_p95_s": ttft95, "ttft_p99_s": ttft95 * 1.3,
+            "tpot_p50_s": 0.02, "tpot_p95_s": 0.03, "tpot_p99_s": 0.04,
+            "e2e_p50_s": 1.5, "e2e_p95_s": 2.0 + ttft95, "e2e_p99_s": 2.5 + ttft95,
+            "client_wait_p95_s": 0.001, "server_queue_p95_s": ttft95 * 0.6, "send_lag_p99_s": 0.002,
+            "outcomes": {"ok": int(rate * 30)}, "output_mismatch_ratio": 0.0,
+            "verdict": verdict, "failing": list(failing)}
+
+
+def make_analysis(*, not_run_numbers: bool = True) -> FakeAnalysis:
+    rows = [_step("r0.50", 0, "ladder", 0.5, "run", "pass", 0.3),
+            _step("r1.00", 1, "ladder", 1.0, "run", "pass", 0.6),
+            _step("r2.00", 2, "ladder", 2.0, "run", "fail", 1.8, failing=["ttft_p95", "queue_growth"]),
+            _step("r4.00", 3, "ladder", 4.0, "not_run", "pass", 9.0),
+            _step("burst", 4, "burst", 1.0, "run", "fail", 1.2, failing=["ttft_p95"]),
+            _step("uniform", 5, "uniform", 1.0, "run", "pass", 0.5)]
+    steps = pd.DataFrame(rows)
+    rng = np.random.default_rng(1)
+    req_rows = []
+    for row in rows[:3] + rows[4:]:
+        n = int(row["target_rate"] * 30)
+        ttft = rng.lognormal(np.log(row["ttft_p95_s"] / 2), 0.4, n)
+        for i in range(n):
+            req_rows.append({"request_id": f"{row['label']}-{i}", "step": row["label"], "outcome": "ok",
+                             "ttft_s": ttft[i], "e2e_s": ttft[i] + 1.5, "output_tokens": 64,
+                             "cached_tokens": 0, "in_window": True, "good": ttft[i] < 1.0})
+    requests = pd.DataFrame(req_rows)
+    t = np.arange(1000.0, 1240.0)
+    timeline = pd.DataFrame({"t": t, "step": "", "arrivals": rng.poisson(1.0, len(t)),
+                             "sent": 1, "completed": 1, "in_flight": rng.uniform(0, 5, len(t)),
+                             "ttft_p95_s": rng.uniform(0.2, 2, len(t)), "running": 4.0,
+                             "waiting": np.linspace(0, 8, len(t)), "kv_usage": np.linspace(0.1, 0.7, len(t)),
+                             "gpu_memory_used_bytes": np.nan})
+    split = pd.DataFrame([{"step": s, "component": c, "mean_s": v, "p50_s": v, "p95_s": v * 2,
+                           "share": 0.25, "basis": "vllm queue histogram"}
+                          for s in ("r0.50", "r1.00", "r2.00")
+                          for c, v in (("client_wait", 0.001), ("server_queue", 0.2), ("prefill", 0.1),
+                                       ("decode", 1.4))])
+    burst = pd.DataFrame([{"metric": "ttft_p95_s", "burst": 1.2, "uniform": 0.5, "difference": 0.7,
+                           "ratio": 2.4},
+                          {"metric": "goodput", "burst": 0.6, "uniform": 0.97, "difference": -0.37,
+                           "ratio": 0.62}])
+    worksheet = pd.DataFrame([{"step": r["label"], "target_rate": r["target_rate"],
+                               "offered_rate": r["offered_rate"], "ttft_p95_ms": r["ttft_p95_s"] * 1000,
+                               "verdict": r["verdict"]} for r in rows])
+    if not not_run_numbers:
+        worksheet.loc[3, ["offered_rate", "ttft_p95_ms", "verdict"]] = None
+    slo = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "80ms", "queue_growth": "forbid"})
+    decision = {"thresholds": {"ttft_p95": "1s", "tpot_p95": "80ms"},
+                "goodput_at_each_rate": [{"rate": 0.5, "goodput": 0.485}, {"rate": 1.0, "goodput": 0.97}],
+                "last_passing_rate": 1.0, "failing_dimension": "ttft_p95", "owner": "capacity team",
+                "retest_triggers": ["model revision changes", "max-num-seqs changes"]}
+    summary = {"verdict": "fail", "last_passing_rate": 1.0, "steps": []}
+    return FakeAnalysis(steps=steps, summary=summary, worksheet=worksheet, requests=requests, split=split,
+                        burst=burst, timeline=timeline, slices=None, instances=None, decision=decision,
+                        warnings=[], slo=slo)
+
+
+def make_manifest() -> dict:
+    return {"run_id": "test-run", "model": "sim-model",
+            "conditions": {"gpus": 2, "instances": 1, "cost_per_hour": 4.0, "owner": "capacity team"},
+            "config": {"target": {"url": "http://127.0.0.1:9", "model": "sim-model",
+                                  "api_key_env": "OPENAI_API_KEY",
+                                  "headers": {"Authorization": f"Bearer {SECRET}"}},
+                       "requests": {"shared_prefix": {"ratio": 0.3}},
+                       "slo": {"ttft_p95": 1.0}},
+            "versions": {"llmload": "0.1.0"}, "seeds": {"requests": 1}, "api_key": SECRET,
+            "fingerprint": "abc123"}
+
+

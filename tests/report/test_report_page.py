@@ -1,0 +1,161 @@
+"""report.html from a hand-made analysis: every section and plot, blank unrun cells, offline, no secret."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+from report_fakes import SECRET, make_analysis, make_manifest
+
+from llmload.report import write_report
+from llmload.report.html import cell_text
+from llmload.report.manifest_view import flatten, is_secret_key
+
+
+class Page(HTMLParser):
+    """Collects ids, plot figures with an <svg> inside, and the rows of every table by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.plots: list[str] = []
+        self.tables: dict[str, list[list[str]]] = {}
+        self.resources: list[str] = []
+        self._figure: str | None = None
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for key in ("src", "href"):
+            if attrs.get(key) and not attrs[key].startswith("#"):
+                self.resources.append(attrs[key])
+        if tag == "figure" and "plot" in (attrs.get("class") or "").split():
+            self._figure = attrs.get("id")
+        elif tag == "svg" and self._figure:
+            self.plots.append(self._figure)
+            self._figure = None
+        elif tag == "table" and attrs.get("id"):
+            self._table = attrs["id"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._table:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+
+@pytest.fixture
+def page(tmp_path, analysis, manifest):
+    path = write_report(analysis, tmp_path, manifest=manifest)
+    assert path == tmp_path / "report.html"
+    text = path.read_text(encoding="utf-8")
+    parser = Page()
+    parser.feed(text)
+    return text, parser
+
+
+def test_every_section_and_plot(page):
+    text, parsed = page
+    for section in ("answer", "warnings", "worksheet-section", "plots", "split", "burst", "decision",
+                    "manifest", "definitions"):
+        assert section in parsed.ids, section
+    assert parsed.plots == ["plot-latency", "plot-goodput", "plot-timeline", "plot-distributions",
+                            "plot-split", "plot-burst"]
+    assert text.count("<figcaption>") == len(parsed.plots)
+    assert "worksheet" in parsed.tables and "name-map" in parsed.tables
+
+
+def test_answer_first(page):
+    text, parsed = page
+    answer = text[text.index('id="answer"'):text.index('id="warnings"')]
+    assert "Last passing sustained rate: 1 req/s." in answer
+    assert "First failing rate: 2 req/s (step r2.00)" in answer
+    assert "ttft_p95 (1800 ms &gt; 1000 ms)" in answer and "queue_growth" in answer
+    assert "gpus 2" in answer
+
+
+def test_unrun_step_is_blank_everywhere(page):
+    _, parsed = page
+    ws_rows = [r for r in parsed.tables["worksheet"] if r and r[0] == "r4.00"]
+    assert ws_rows == [["r4.00", "4", "", "", ""]]  # target kept; measured cells and verdict blank
+    step_rows = [r for r in parsed.tables["steps-table"] if r and r[0] == "r4.00"]
+    assert len(step_rows) == 1 and "pass" not in step_rows[0] and step_rows[0][2] == "not_run"
+    assert all(cell == "" for cell in step_rows[0][4:])
+
+
+def test_offline_and_no_secret(page):
+    text, parsed = page
+    assert parsed.resources == []
+    for needle in ("<script src", "<link", "url(http", "@import", "cdn"):
+        assert needle not in text.lower()
+    assert SECRET not in text
+    assert "OPENAI_API_KEY" in text  # the variable's name is where the key lives, not the key
+
+
+def test_warnings_name_prefix_cache_and_unchecked_slo(page):
+    text, _ = page
+    warnings = text[text.index('id="warnings"'):text.index('id="worksheet-section"')]
+    assert "prefix cache may have been warm" in warnings
+    assert "e2e_p95" in warnings and "max_reject_ratio" in warnings
+    assert "ttft_p95," not in warnings.split("not checked")[1]
+
+
+def test_generator_behind_and_insufficient_said_plainly(tmp_path, manifest):
+    analysis = make_analysis()
+    steps = analysis.steps.copy()
+    steps.loc[0, "verdict"], steps.loc[1, "verdict"] = "invalid", "insufficient"
+    analysis.steps, analysis.summary = steps, {"verdict": "invalid", "last_passing_rate": None}
+    text = write_report(analysis, tmp_path, manifest=manifest).read_text()
+    assert 'id="run-verdict">invalid<' in text
+    assert "INVALID at r0.50" in text and "INSUFFICIENT at r1.00" in text
+    assert "generator fell behind" in text and "Too few samples" in text
+
+
+def test_missing_optional_frames_and_columns(tmp_path):
+    analysis = make_analysis()
+    analysis.burst, analysis.split = None, pd.DataFrame()
+    analysis.timeline = pd.DataFrame({"t": [1.0, 2.0]})
+    analysis.steps = analysis.steps.drop(columns=["tpot_p50_s", "tpot_p95_s", "tpot_p99_s"])
+    text = write_report(analysis, tmp_path).read_text()
+    parsed = Page()
+    parsed.feed(text)
+    assert parsed.plots == ["plot-latency", "plot-goodput", "plot-distributions"]
+    assert "plot-timeline-nodata" in parsed.ids and "burst" not in parsed.ids
+
+
+def test_soak_slices_and_instances_drawn_when_present(tmp_path):
+    analysis = make_analysis()
+    analysis.slices = pd.DataFrame({"slice": [0, 1, 2], "ttft_p95_s": [0.3, 0.4, 0.6],
+                                    "e2e_p95_s": [2.0, 2.2, 2.9], "error_ratio": [0.0, 0.01, 0.05]})
+    analysis.instances = pd.DataFrame({"instance": ["a", "b"], "completed": [10, 11]})
+    parsed = Page()
+    parsed.feed(write_report(analysis, tmp_path).read_text())
+    assert "plot-slices" in parsed.plots and "instances-table" in parsed.tables
+
+
+def test_secret_keys_are_dropped_and_token_counts_kept():
+    assert is_secret_key("api_key") and is_secret_key("Authorization") and is_secret_key("hf_token")
+    assert not is_secret_key("api_key_env") and not is_secret_key("max_tokens")
+    assert not is_secret_key("input_tokens")
+    rows = dict(flatten(make_manifest()))
+    assert "api_key" not in rows and not any("Authorization" in k for k in rows)
+    assert rows["config.target.api_key_env"] == "OPENAI_API_KEY"
+
+
+def test_cell_text_blanks():
+    assert [cell_text(v) for v in (None, float("nan"), pd.NA, "", [])] == [""] * 5
+    assert cell_text(0.000123) == "0.000123" and cell_text(1234.5) == "1234" and cell_text(True) == "yes"
