@@ -34,6 +34,7 @@ __all__ = [
     "constant_offsets",
     "gamma_offsets",
     "plan_arrivals",
+    "planned_count",
     "poisson_offsets",
     "request_id",
     "shard_indices",
@@ -131,6 +132,13 @@ def step_offsets(step: StepSpec) -> np.ndarray:
     if step.arrival == "poisson":
         return poisson_offsets(rate, span_s, rng)
     return gamma_offsets(rate, span_s, step.burstiness, rng)
+
+
+def planned_count(step: StepSpec) -> int | None:
+    """How many arrivals `step` plans (plan.json `planned_arrivals`); None for a time-bound closed loop."""
+    if step.arrival == "closed":
+        return step.requests
+    return len(step_offsets(step))
 
 
 def shard_indices(count: int, shard: int, shards: int) -> range:

@@ -12,6 +12,7 @@ from llmload.arrivals import (
     constant_offsets,
     gamma_offsets,
     plan_arrivals,
+    planned_count,
     poisson_offsets,
     request_id,
     shard_indices,
@@ -148,3 +149,10 @@ def test_bad_shard_is_refused():
         plan_arrivals(open_step("constant"), 0.0, 0, 0)
     with pytest.raises(ValueError, match="closed loop"):
         step_offsets(closed_step())
+
+
+def test_planned_count_matches_the_schedule():
+    assert planned_count(open_step("constant", rate=5.0, warmup_s=2.0, duration_s=8.0)) == 50
+    assert planned_count(trace_step()) == 9
+    assert planned_count(closed_step(requests=23)) == 23
+    assert planned_count(closed_step(requests=None)) is None

@@ -122,3 +122,15 @@ def test_bad_files_give_one_line_errors_with_file_and_line(tmp_path, name, text,
 def test_missing_file_names_it(tmp_path):
     with pytest.raises(ConfigError, match="nope.csv: trace file not found"):
         load_trace(tmp_path / "nope.csv")
+
+
+def test_example_samples_match_their_source():
+    examples = Path(__file__).resolve().parents[1] / "examples" / "traces"
+    conv = load_trace(examples / "azure_conv_5min.csv")
+    code = load_trace(examples / "azure_code_5min_llmload.csv")
+    assert (len(conv), len(code)) == (1_445, 781)
+    assert conv["offset_s"].max() < 300 and code["offset_s"].max() < 300
+    if CODE.exists():
+        full = load_trace(CODE).head(781)
+        assert code["input_tokens"].tolist() == full["input_tokens"].tolist()
+        np.testing.assert_allclose(code["offset_s"], full["offset_s"], atol=1e-6)
