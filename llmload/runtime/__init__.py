@@ -1,0 +1,21 @@
+"""Locust glue shared by `locustfiles/` and `shapes/`: the open-loop runtime.
+
+    messages    the step / results / drained / cancel messages between master and workers
+    planning    a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
+    worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
+    controller  the master's step controller: steps, drain, cancel, live judging, boundary search
+    planfile    plan.json as it goes
+    table       the live terminal table and progress line
+    sending     the client library behind a worker (mix, transport, send)
+    preflight   reachability, model, cold load, quality cases, manifest, telemetry start
+    judging     live verdicts with analysis.judge_step
+    finish      merge records, telemetry, analysis, report, exit code
+    session     the Locust glue of one process (options, init, test start/stop, the shape's tick)
+    webui       the LLM tab and the /llmload page of Locust's web UI
+    launcher    `llmload run`: the Locust command line
+    demo        `llmload demo`
+"""
+
+from llmload.runtime.launcher import run_config
+
+__all__ = ["run_config"]

@@ -1,0 +1,313 @@
+"""The master's step controller: runs the plan step by step, drains, judges live, refines.
+
+It runs as one greenlet on the master (or the local runner), never inside `tick()` (ticks come late,
+NOTES.md). For each step it sends every worker one self-contained `llmload:step` message with an
+absolute `start_at` a little in the future, sleeps until the arrivals end, then waits for every
+worker's `llmload:drained` or the drain deadline, after which it sends `llmload:cancel` (the workers
+record their in-flight requests as `cancelled`). It judges the step with `analysis.judge_step` from
+the summaries the workers shipped, prints the live table row, and goes on; after a ladder it runs the
+boundary search's refine steps. `plan.json` is rewritten as it goes; steps not run stay `not_run`.
+
+When it is done it finalises the run directory (`llmload.runtime.finish`) and sets `done`, which
+makes the shape's `tick()` return None (after a short drain phase so late results are not lost).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.clock import now
+from llmload.config import Config
+from llmload.records import RecordWriter
+from llmload.runtime.messages import CANCEL, STEP, step_message, unpack_record
+from llmload.runtime.planfile import PlanFile
+from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, step_row
+from shapes.steps import StepSpec, step_bounds
+
+__all__ = ["StepController", "WorkerLink"]
+
+log = logging.getLogger("llmload.controller")
+
+#: lead time between sending a step and its first arrival (messages, clock skew, pool start)
+LEAD_S = 0.6
+#: how long to wait for workers after a cancel before judging anyway
+CANCEL_GRACE_S = 3.0
+PROGRESS_EVERY_S = 5.0
+CPU_WARN = 0.8
+
+
+class WorkerLink:
+    """How the controller reaches workers: Locust's runner (master or local) behind three calls."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+
+    @property
+    def local(self) -> bool:
+        return not hasattr(self.runner, "clients")
+
+    def workers(self) -> list[tuple[str | None, str]]:
+        """(client id, worker name) of each worker that can take a step now."""
+        if self.local:
+            return [(None, "0")]
+        alive = [c for c in self.runner.clients.all if c.state != "missing"]
+        return [(c.id, str(self.runner.get_worker_index(c.id))) for c in alive]
+
+    def missing(self, client_id: str | None) -> bool:
+        if self.local or client_id is None:
+            return False
+        node = self.runner.clients.get(client_id) if hasattr(self.runner.clients, "get") else None
+        return node is None or node.state == "missing"
+
+    def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
+        self.runner.send_message(msg_type, data, client_id=client_id)
+
+
+class StepController:
+    """Runs the steps of one run on the master. `start()` spawns it; `done` is set when it ends."""
+
+    def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
+                 judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
+                 wait_ready: Callable[[], bool] | None = None, base_dir: str = ".") -> None:
+        self.config = config
+        self.config_dict = config.model_dump(mode="json")
+        self.run_dir = Path(run_dir)
+        self.link = link
+        self.specs = steps
+        self.judge = judge
+        self.telemetry = telemetry
+        self.out = out
+        self.wait_ready = wait_ready
+        self.base_dir = base_dir
+        self.seed = int(config.requests.seed)
+        self.rows: dict[str, list[dict]] = defaultdict(list)
+        self.drained: dict[str, dict[str, dict]] = defaultdict(dict)
+        self.results: list[dict] = []
+        self.worker_cpu: dict[str, float] = {}
+        self._cpu_warned: set[str] = set()
+        self._events: dict[str, Event] = defaultdict(Event)
+        self._master_file: RecordWriter | None = None
+        self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
+                             seed=self.seed, started_at=now())
+        self.current: dict | None = None
+        self.done = Event()
+        self.stopped = False
+        self.greenlet: gevent.Greenlet | None = None
+
+    # ------------------------------------------------------------------ messages from workers
+
+    def on_results(self, data: dict) -> None:
+        """A batch of per-request summaries from one worker."""
+        worker = str(data.get("worker"))
+        cpu = data.get("cpu")
+        if cpu is not None:
+            self.worker_cpu[worker] = float(cpu)
+            if cpu > CPU_WARN and worker not in self._cpu_warned:
+                self._cpu_warned.add(worker)
+                self.out(f"llmload: warning: worker {worker} CPU at {cpu:.0%}: the generator may fall behind")
+        rows = [unpack_record(r) for r in data.get("rows", [])]
+        if not self.link.local:
+            if self._master_file is None:
+                self._master_file = _JsonLines(self.run_dir / "records" / "master.jsonl")
+            for row in rows:
+                self._master_file.write_row(row)
+        for row in rows:
+            self.rows[row["step"]].append(row)
+
+    def on_drained(self, data: dict) -> None:
+        label = data["label"]
+        self.drained[label][str(data["worker"])] = data
+        self._events[label].set()
+
+    # ------------------------------------------------------------------ the run
+
+    def start(self) -> None:
+        if self.greenlet is None:
+            self.greenlet = gevent.spawn(self.run)
+
+    def run(self) -> None:
+        """Every planned step, then refine steps; marks the run done either way."""
+        try:
+            rows = [self.plan.add(spec.to_dict() | _plan_fields(spec)) for spec in self.specs]
+            if self.wait_ready is not None:
+                self.wait_ready()
+            self.out(format_header())
+            for spec, row in zip(self.specs, rows, strict=True):
+                if self.stopped:
+                    break
+                self.run_step(spec, row)
+            if not self.stopped:
+                self._refine()
+        except gevent.GreenletExit:
+            raise
+        except Exception:
+            log.exception("step controller failed")
+            self.out("llmload: error: the step controller failed (see the log); finishing the run")
+        finally:
+            self.plan.finish(now())
+            if self._master_file is not None:
+                self._master_file.close()
+            self.done.set()
+
+    def run_step(self, spec: StepSpec, row: dict) -> tuple[str, list[str], dict]:
+        """Run one step on every worker, drain it, judge it; returns (verdict, failing, stats)."""
+        workers = self.link.workers()
+        start_at = now() + LEAD_S
+        bounds = step_bounds(spec, start_at)
+        self.current = row
+        if self.telemetry is not None:
+            self.telemetry.set_step(spec.label)
+        self.plan.update(row, start_at=start_at, window_start=bounds.window_start,
+                         window_end=bounds.window_end, drain_deadline=bounds.drain_deadline,
+                         status="running", workers=len(workers))
+        step_dict = spec.to_dict()
+        for shard, (client_id, name) in enumerate(workers):
+            self.link.send(STEP, step_message(step=step_dict, start_at=start_at, seed=spec.seed, shard=shard,
+                                              shards=len(workers), run_dir=str(self.run_dir),
+                                              config=self.config_dict, worker=name, base_dir=self.base_dir),
+                           client_id)
+        cancelled = self._wait_drained(spec, row, workers, start_at)
+        drained_at = now()
+        window_end = bounds.window_end if bounds.window_end is not None else drained_at
+        lost = [name for cid, name in workers if name not in self.drained[spec.label]]
+        self.plan.update(row, drained_at=drained_at, window_end=window_end,
+                         status="partial" if self.stopped else "run", cancelled=cancelled,
+                         lost_workers=lost)
+        return self._judge(spec, row, lost)
+
+    def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float) -> bool:
+        """Block until every live worker drained `spec`; cancel stragglers at the deadline."""
+        arrivals_end = start_at + spec.arrivals_s if spec.arrivals_s is not None else None
+        last_progress = now()
+        last_count = -1
+        event = self._events[spec.label]
+        while not self.stopped:
+            pending = [(cid, n) for cid, n in workers
+                       if n not in self.drained[spec.label] and not self.link.missing(cid)]
+            if not pending:
+                return False
+            t = now()
+            count = len(self.rows[spec.label])
+            if count != last_count:
+                last_count, last_change = count, t
+            deadline = (arrivals_end + spec.drain_timeout_s if arrivals_end is not None
+                        else last_change + spec.drain_timeout_s)
+            if t >= deadline:
+                self._cancel(spec, pending)
+                return True
+            if t - last_progress >= PROGRESS_EVERY_S:
+                last_progress = t
+                self._progress(spec, start_at, row)
+            event.clear()
+            event.wait(timeout=min(0.5, max(0.01, deadline - t)))
+        return False
+
+    def _cancel(self, spec: StepSpec, pending: list) -> None:
+        self.out(f"  {spec.label}: drain timeout ({spec.drain_timeout_s:g}s): cancelling in-flight requests")
+        for cid, _ in pending:
+            self.link.send(CANCEL, {"label": spec.label}, cid)
+        deadline = now() + CANCEL_GRACE_S
+        while now() < deadline and any(n not in self.drained[spec.label] for _, n in pending):
+            self._events[spec.label].clear()
+            self._events[spec.label].wait(timeout=0.2)
+
+    def _progress(self, spec: StepSpec, start_at: float, row: dict) -> None:
+        stats = quick_stats(self.rows[spec.label])
+        sent = sum(1 for r in self.rows[spec.label] if r.get("sent_at") is not None)
+        in_flight = max(0, _planned_so_far(spec, start_at, row) - sent) if row.get("planned_arrivals") else 0
+        self.out(format_progress(spec.label, now() - start_at, spec.arrivals_s, row.get("planned_arrivals"),
+                                 stats, in_flight, self._server_waiting()))
+
+    def _server_waiting(self) -> float | None:
+        if self.telemetry is None:
+            return None
+        latest = self.telemetry.latest()
+        values = [v["waiting"] for source, v in latest.items() if source.startswith("server:") and "waiting" in v]
+        return float(sum(values)) if values else None
+
+    def _judge(self, spec: StepSpec, row: dict, lost: list[str]) -> tuple[str, list[str], dict]:
+        step_rows = self.rows[spec.label]
+        verdict, failing, stats = "insufficient", [], quick_stats(step_rows)
+        if self.judge is not None:
+            try:
+                verdict, failing, stats = self.judge(step_rows, dict(row), self.config)
+            except Exception:
+                log.exception("live judging of %s failed", spec.label)
+                verdict = "unjudged"
+        if lost:
+            failing = [*failing, f"lost worker(s) {', '.join(lost)}"]
+        table_row = step_row(spec.label, stats, verdict, list(failing), self._server_waiting())
+        self.results.append({"label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
+                             "failing": list(failing), "samples": stats.get("completed", stats.get("ok"))})
+        self.plan.update(row, live_verdict=verdict, live_failing=list(failing))
+        self.out(format_row(table_row))
+        return verdict, list(failing), stats
+
+    def _refine(self) -> None:
+        """After a ladder with `refine:`, bisect between the last pass and the first fail."""
+        shape = self.config.shape
+        if shape.kind != "ladder" or shape.ladder.refine is None:
+            return
+        from shapes.plan import boundary_search, refine_step
+
+        search = boundary_search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
+                                               for r in self.results if r["target_rate"] is not None])
+        while not self.stopped and (rate := search.next_rate()) is not None:
+            spec = refine_step(shape.ladder, rate, index=len(self.plan.steps), seed=self.seed,
+                               taken=[s["label"] for s in self.plan.steps])
+            row = self.plan.add(spec.to_dict() | _plan_fields(spec))
+            verdict, _, stats = self.run_step(spec, row)
+            search.record(rate, verdict, stats.get("completed", stats.get("ok")))
+        answer = search.answer
+        self.plan.data["boundary"] = {"rate": answer.rate, "samples": answer.samples,
+                                      "failing_rate": answer.failing_rate, "stopped": answer.stopped}
+        self.out(f"  boundary search: highest passing rate {answer.rate} req/s "
+                 f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
+
+    def stop(self) -> None:
+        """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`."""
+        self.stopped = True
+        if self.current is not None and self.current.get("status") == "running":
+            self.plan.update(self.current, status="partial")
+
+
+class _JsonLines(RecordWriter):
+    """A record file fed with already-unpacked dicts (the master's copy of shipped records)."""
+
+    def write_row(self, row: dict) -> None:
+        import json
+
+        self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self._file.flush()
+        self.count += 1
+
+
+def _plan_fields(spec: StepSpec) -> dict:
+    """plan.json's per-step fields that come from the spec alone."""
+    planned = None
+    if not spec.closed_loop:
+        from llmload.arrivals import step_offsets
+
+        planned = len(step_offsets(spec))
+    elif spec.requests is not None:
+        planned = spec.requests
+    fields = {"planned_arrivals": planned}
+    if spec.trace is not None:
+        fields["trace"] = None  # the arrivals travel in the step message, not in plan.json
+        fields["trace_requests"] = len(spec.trace)
+    return fields
+
+
+def _planned_so_far(spec: StepSpec, start_at: float, row: dict) -> int:
+    total = row.get("planned_arrivals") or 0
+    if not spec.arrivals_s:
+        return total
+    return int(total * min(1.0, max(0.0, (now() - start_at) / spec.arrivals_s)))
+

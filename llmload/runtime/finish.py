@@ -1,0 +1,60 @@
+"""Finalisation of a run directory: merged records, telemetry, analysis, report, exit code.
+
+Runs on the master once the steps are over (or the run was stopped): every worker's flushed record
+file plus the master's copy of shipped records are merged into `records.parquet` (de-duplicated by
+`request_id`; the workers' own files, which carry every field, win over the master's copy), the
+telemetry lines become `telemetry.parquet`, and the analysis writes `summary.json`, `worksheet.csv`
+and `report.html`. Analysis is CPU-heavy: it runs only here, after the load has stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from llmload.config import Config
+from llmload.records import merge_records
+
+__all__ = ["analyse_run", "finalize_run", "merge_run_records"]
+
+log = logging.getLogger("llmload.finish")
+
+
+def merge_run_records(run_dir: Path) -> int:
+    """Merge `records/*.jsonl` into `records.parquet`; returns the number of requests."""
+    folder = Path(run_dir) / "records"
+    files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
+    # merge_records keeps the last copy of a request among equals: master.jsonl first, workers after
+    files.sort(key=lambda p: (p.name != "master.jsonl", p.name))
+    return len(merge_records(files, Path(run_dir) / "records.parquet"))
+
+
+def analyse_run(run_dir: Path, config: Config) -> int:
+    """Analysis, summary.json, worksheet.csv and report.html; returns the verdict's exit code."""
+    import analysis
+
+    run = analysis.load_run(run_dir)
+    result = analysis.analyze(run, config.slo, config.client)
+    analysis.write_outputs(result, run_dir)
+    try:
+        from llmload.report import write_report
+
+        write_report(result, run_dir)
+    except Exception as exc:  # the summary is the contract; a report bug must not lose it
+        log.exception("report.html could not be written")
+        print(f"llmload: warning: report.html not written: {exc}")
+    return int(analysis.exit_code(result.summary))
+
+
+def finalize_run(run_dir: Path, config: Config) -> int:
+    """Everything after the last step; returns 0 pass, 1 fail, 3 invalid."""
+    run_dir = Path(run_dir)
+    merge_run_records(run_dir)
+    try:
+        from llmload.telemetry import finalize_telemetry
+
+        finalize_telemetry(run_dir)
+    except Exception as exc:
+        log.exception("telemetry could not be finalised")
+        print(f"llmload: warning: telemetry.parquet not written: {exc}")
+    return analyse_run(run_dir, config)

@@ -1,0 +1,37 @@
+"""Live judging of a finished step on the master, with the analysis' own rules.
+
+The summaries the workers shipped become a records frame (`llmload.records.records_frame`), the
+telemetry sampled so far is read back from `telemetry.jsonl`, and `analysis.judge_step` gives the
+verdict, the failing dimensions and the step's numbers. Runs between steps, when no load is in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llmload.config import Config
+from llmload.records import records_frame
+
+__all__ = ["judge_rows", "live_judge"]
+
+
+def judge_rows(rows: list[dict], step: dict, config: Config, *, run_dir: Path | None = None) -> tuple:
+    """(verdict, failing, stats) of one step from shipped summaries."""
+    from analysis.verdict import judge_step
+
+    telemetry = None
+    if run_dir is not None:
+        from llmload.telemetry.sink import read_telemetry
+
+        telemetry = read_telemetry(run_dir)
+    return judge_step(records_frame(rows), step, config.slo, config.client, telemetry)
+
+
+def live_judge(run_dir: Path) -> Callable[[list[dict], dict, Config], tuple]:
+    """The controller's judge for a run directory."""
+    def judge(rows: list[dict], step: dict, config: Config) -> tuple[str, list[str], dict[str, Any]]:
+        return judge_rows(rows, step, config, run_dir=run_dir)
+
+    return judge

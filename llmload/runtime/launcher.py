@@ -1,0 +1,95 @@
+"""`llmload run`: validate the config, check the target, start Locust with our users and shape.
+
+The command line built here is what a user could type themselves:
+
+    python -m locust -f <locustfiles/llm.py>,<shapes/llm.py> --headless --llmload-config CONFIG
+        --llmload-run-dir RUN_DIR [--processes N | --master --expect-workers N | --worker --master-host H]
+
+Config errors are caught before Locust starts (one line, exit 2) and an unreachable target gives one
+line and exit 3. The exit code afterwards is the run's verdict from `summary.json` (0 pass, 1 fail,
+3 invalid), or Locust's own code when no summary was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["locust_command", "run_config", "verdict_exit_code"]
+
+REPO_FILES = Path(__file__).resolve().parents[2]
+LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
+SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
+
+_VERDICT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
+
+
+def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False, processes: int = 0,
+                   master: bool = False, expect_workers: int = 1, worker: bool = False,
+                   master_host: str = "127.0.0.1", master_port: int = 5557) -> list[str]:
+    """The Locust command line for one run (see the module docstring)."""
+    cmd = [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--loglevel", "WARNING"]
+    if worker:
+        return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port)]
+    cmd += ["--llmload-config", str(config_path)]
+    if run_dir is not None:
+        cmd += ["--llmload-run-dir", str(run_dir)]
+    if not web:
+        cmd += ["--headless"]
+    else:
+        cmd += ["--web-host", "127.0.0.1"]
+    if processes:
+        cmd += ["--processes", str(processes)]
+    if master:
+        cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-port", str(master_port)]
+    return cmd
+
+
+def verdict_exit_code(run_dir: Path) -> int | None:
+    """0 pass, 1 fail, 3 invalid/insufficient, from `summary.json`; None if there is none."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None
+    verdict = json.loads(path.read_text(encoding="utf-8")).get("verdict")
+    return _VERDICT_CODES.get(verdict, 3)
+
+
+def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
+               master: bool = False, expect_workers: int = 1, worker: bool = False,
+               master_host: str = "127.0.0.1", master_port: int = 5557, skip_preflight: bool = False) -> int:
+    """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
+    if worker:
+        return subprocess.call(locust_command(config_path, None, worker=True, master_host=master_host,
+                                              master_port=master_port))
+    from llmload.config import load_config
+    from llmload.errors import LLMLoadError
+    from llmload.runtime.preflight import check_reachable
+    from llmload.runtime.session import new_run_dir
+
+    try:
+        config = load_config(config_path)
+        from shapes.plan import build_plan
+
+        build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
+        if not skip_preflight:
+            check_reachable(config)
+    except LLMLoadError as exc:
+        print(f"llmload: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
+    cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
+                         expect_workers=expect_workers, master_port=master_port)
+    if skip_preflight:
+        cmd.append("--llmload-skip-preflight")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    code = subprocess.call(cmd, env=env)
+    verdict = verdict_exit_code(run_dir)
+    return verdict if verdict is not None else (code if code in (2, 3) else 3)
+
+
+def _output_dir(config, config_path: Path) -> Path:
+    out = Path(config.output)
+    return out if out.is_absolute() else Path.cwd() / out

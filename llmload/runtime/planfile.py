@@ -1,0 +1,65 @@
+"""`plan.json`: the steps as run, rewritten as the run goes (ARCHITECTURE.md "Plan").
+
+Every planned step is listed from the start with status `not_run`; a step becomes `run` when it
+drained (or `partial` when the run stopped inside it). Refine steps are appended when the boundary
+search chooses them. The file is replaced atomically so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PlanFile", "STEP_FIELDS"]
+
+#: the per-step keys every plan.json step carries (None where not known yet)
+STEP_FIELDS = ("label", "index", "phase", "target_rate", "arrival", "concurrency", "start_at",
+               "window_start", "window_end", "drain_deadline", "drained_at", "planned_arrivals", "status")
+
+
+class PlanFile:
+    """The plan of one run, kept in memory and written to `run_dir/plan.json` on every change."""
+
+    def __init__(self, run_dir: Path, *, kind: str, workers: int, seed: int, started_at: float) -> None:
+        self.path = Path(run_dir) / "plan.json"
+        self.data: dict[str, Any] = {"kind": kind, "started_at": started_at, "ended_at": None,
+                                     "workers": workers, "seed": seed, "steps": []}
+
+    @property
+    def steps(self) -> list[dict]:
+        return self.data["steps"]
+
+    def add(self, spec: dict) -> dict:
+        """Append a step (not run yet); returns the plan.json row to update as it runs."""
+        row = {key: None for key in STEP_FIELDS}
+        row.update({k: v for k, v in spec.items() if not k.startswith("_")})
+        row["index"] = len(self.steps)
+        row["status"] = "not_run"
+        self.steps.append(row)
+        self.write()
+        return row
+
+    def update(self, row: dict, **values: Any) -> None:
+        row.update(values)
+        self.write()
+
+    def finish(self, ended_at: float, **extra: Any) -> None:
+        self.data["ended_at"] = ended_at
+        self.data.update(extra)
+        self.write()
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=_plain), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def _plain(value: object) -> object:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)

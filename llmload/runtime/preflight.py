@@ -1,0 +1,160 @@
+"""Pre-flight on the master, before the first step: reachable, model served, cold load, quality.
+
+- reachable: each endpoint answers HTTP at all (a refused connection or a timeout stops the run with
+  one line and exit code 3; any HTTP status counts as reachable);
+- model: listed by `/v1/models` (OpenAI) or `/api/tags` (Ollama); a missing model is a warning, since
+  llama.cpp serves whatever it loaded under any name;
+- cold load: one tiny request, timed and recorded apart (`preflight.json`), never in the records;
+- quality cases (`quality.cases`) through the client library: a failure stops the run unless
+  `quality.required` is false.
+
+Also the manifest (`manifest.json`, fixed conditions, secrets removed) and the telemetry collector.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from llmload.clock import now
+from llmload.config import Config
+from llmload.errors import RunError
+
+__all__ = ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
+
+log = logging.getLogger("llmload.preflight")
+
+_PROBE_PATHS = {"openai-chat": "/v1/models", "openai-completions": "/v1/models", "ollama-chat": "/api/tags",
+                "ollama-generate": "/api/tags"}
+
+
+class PreflightFailed(RunError):
+    """The run cannot start (exit code 3): target unreachable or a required quality case failed."""
+
+
+def _get_json(url: str, *, timeout_s: float, headers: dict[str, str]) -> tuple[int, Any]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (the user's target)
+            body = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, None
+
+
+def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """Each endpoint answers HTTP; returns the models each one lists. Raises PreflightFailed."""
+    from llmload.client.auth import Credentials
+
+    headers = Credentials.from_target(config.target).headers()
+    path = _PROBE_PATHS[config.target.api]
+    timeout = timeout_s if timeout_s is not None else min(config.target.connect_timeout, 10.0)
+    found: dict[str, Any] = {}
+    for base in config.target.endpoints:
+        try:
+            status, body = _get_json(base + path, timeout_s=timeout, headers=headers)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise PreflightFailed(f"target {base} is unreachable: {reason}") from None
+        found[base] = {"status": status, "models": _model_names(body)}
+    return found
+
+
+def _model_names(body: Any) -> list[str]:
+    if not isinstance(body, dict):
+        return []
+    items = body.get("data") or body.get("models") or []
+    names = []
+    for item in items:
+        if isinstance(item, dict):
+            names.append(str(item.get("id") or item.get("name") or item.get("model") or ""))
+    return [n for n in names if n]
+
+
+def _cold_request(config: Config) -> dict[str, Any]:
+    """One short request, timed apart from the measurements (a cold model load shows here)."""
+    from llmload.runtime.sending import preflight_send
+
+    t0 = now()
+    record = preflight_send(config, prompt="Hello", max_tokens=4, request_id="preflight-cold")
+    out = {"outcome": record.outcome, "http_status": record.http_status, "error": record.error,
+           "elapsed_s": now() - t0, "cold": record.cold, "server_load_s": record.server_load_s}
+    if record.sent_at is not None and record.first_token_at is not None:
+        out["ttft_s"] = record.first_token_at - record.sent_at
+    if record.sent_at is not None and record.last_token_at is not None:
+        out["e2e_s"] = record.last_token_at - record.sent_at
+    return out
+
+
+def preflight(config: Config, run_dir: Path, *, config_path: str = "") -> dict[str, Any]:
+    """Run every check; writes `preflight.json`; raises PreflightFailed when the run must not start."""
+    result: dict[str, Any] = {"started_at": now(), "endpoints": check_reachable(config), "warnings": []}
+    for base, info in result["endpoints"].items():
+        if info["models"] and config.target.model not in info["models"]:
+            result["warnings"].append(f"{base} does not list model {config.target.model!r} "
+                                      f"(lists {', '.join(info['models'][:5])})")
+    result["cold_load"] = _cold_request(config)
+    if result["cold_load"]["outcome"] != "ok":
+        result["warnings"].append(f"the first request ended {result['cold_load']['outcome']}: "
+                                  f"{result['cold_load'].get('error') or ''}")
+    result["quality"] = _quality(config, config_path)
+    for warning in result["warnings"]:
+        print(f"llmload: warning: {warning}", flush=True)
+    (Path(run_dir) / "preflight.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    failed = [c for c in result["quality"] if not c.get("passed")]
+    if failed and config.quality.required:
+        first = failed[0]
+        raise PreflightFailed(f"quality case {first.get('index', 0) + 1} failed: {first.get('reason')} "
+                              "(set quality.required: false to run anyway)")
+    return result
+
+
+def _quality(config: Config, config_path: str) -> list[dict[str, Any]]:
+    if not config.quality.cases:
+        return []
+    from llmload.client import run_quality_cases
+
+    results = run_quality_cases(config)
+    return [_case_dict(i, r) for i, r in enumerate(results)]
+
+
+def _case_dict(index: int, result: Any) -> dict[str, Any]:
+    if isinstance(result, dict):
+        return {"index": index, **result}
+    data = {k: getattr(result, k) for k in ("passed", "reason", "outcome", "latency_s") if hasattr(result, k)}
+    data["index"] = index
+    return data
+
+
+def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: int, config_path: str) -> None:
+    """`manifest.json` from the telemetry package's builder (fixed conditions, secrets removed)."""
+    from llmload.telemetry.manifest import build_manifest, write_manifest
+
+    seeds = {"requests": config.requests.seed, "trace": getattr(config.shape.trace, "seed", None)}
+    manifest = build_manifest(config, run_id=Path(run_dir).name, seeds=seeds, plan_kind=config.shape.kind)
+    manifest["workers"] = workers
+    manifest["preflight"] = checks
+    manifest["config_file"] = config_path
+    write_manifest(run_dir, manifest)
+
+
+def start_telemetry(config: Config, run_dir: Path) -> Any:
+    """Start the telemetry collector (server metrics, GPU); None (with a warning) if it cannot start."""
+    try:
+        from llmload.telemetry.collector import TelemetryCollector
+
+        collector = TelemetryCollector(config, run_dir)
+        collector.start()
+        return collector
+    except Exception as exc:
+        log.exception("telemetry did not start")
+        print(f"llmload: warning: telemetry did not start: {exc}", flush=True)
+        return None

@@ -1,0 +1,288 @@
+"""The glue between Locust and the runtime, for one Locust process (master, worker or local).
+
+`locustfiles/llm.py` calls `add_options` from `init_command_line_parser` and `on_init` from `init`;
+`shapes/llm.py` asks `pool_tick()` for the user pool. What happens where:
+
+- worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel`;
+- master or local runner: the config named by `--llmload-config` is validated at init (a config error
+  is one line and exit code 2), and on `test_start` a greenlet runs pre-flight, writes the manifest,
+  starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code.
+
+Nothing here reads the worker's own options when a step arrives: the step message carries it all.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from llmload.clock import now
+from llmload.config import Config, load_config
+from llmload.errors import LLMLoadError
+from llmload.runtime.controller import StepController, WorkerLink
+from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.worker import WorkerRuntime
+
+__all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
+           "register_user_classes", "user_class"]
+
+log = logging.getLogger("llmload.session")
+
+#: users in the pool when the client has no concurrency cap
+UNCAPPED_POOL = 512
+#: how fast Locust starts the pool's users (they only block on a queue, so this can be high)
+SPAWN_RATE = 500.0
+
+
+def add_options(parser: Any) -> None:
+    """Our Locust options, typed with non-None defaults (they travel to workers and show in the web UI)."""
+    group = parser.add_argument_group("llmload")
+    group.add_argument("--llmload-config", type=str, default="", help="llmload run configuration (YAML)")
+    group.add_argument("--llmload-run-dir", type=str, default="",
+                       help="run directory (default: a new <output>/<UTC time>-<shape> directory)")
+    group.add_argument("--llmload-skip-preflight", action="store_true", default=False,
+                       help="skip the pre-flight checks (reachability, model, quality cases)")
+
+
+def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
+    """`<output>/<UTC timestamp>-<shape kind>/`, made unique if two runs start in the same second."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    root = Path(base if base is not None else config.output)
+    path = root / f"{stamp}-{config.shape.kind}"
+    n = 2
+    while path.exists():
+        path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
+    return path
+
+
+def pool_size(config: Config) -> int:
+    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
+    cap = config.client.max_concurrency or UNCAPPED_POOL
+    if config.shape.kind == "concurrency":
+        return max(config.shape.concurrency.levels)
+    return cap
+
+
+class Session:
+    """The runtime state of this Locust process."""
+
+    def __init__(self, environment: Any) -> None:
+        self.env = environment
+        self.config: Config | None = None
+        self.config_path: str = ""
+        self.run_dir: Path | None = None
+        self.worker: WorkerRuntime | None = None
+        self.controller: StepController | None = None
+        self.telemetry: Any = None
+        self.finished = False
+        self.exit_code: int | None = None
+        self.greenlet: gevent.Greenlet | None = None
+        self._finalised = False
+
+    # ------------------------------------------------------------------ roles
+
+    @property
+    def is_master(self) -> bool:
+        from locust.runners import MasterRunner
+
+        return isinstance(self.env.runner, MasterRunner)
+
+    @property
+    def is_worker(self) -> bool:
+        from locust.runners import WorkerRunner
+
+        return isinstance(self.env.runner, WorkerRunner)
+
+    def setup(self) -> None:
+        runner = self.env.runner
+        if runner is None:
+            return
+        if not self.is_master:
+            from llmload.runtime.sending import build_sender
+
+            self.worker = WorkerRuntime(runner.send_message, build_sender=build_sender)
+            runner.register_message(STEP, lambda environment, msg, **kw: self.worker.on_step(msg.data))
+            runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
+                                    concurrent=True)
+            self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
+        if not self.is_worker:
+            runner.register_message(RESULTS, self._on_results)
+            runner.register_message(DRAINED, self._on_drained)
+            self._load_config()
+            self.env.events.test_start.add_listener(self._on_test_start)
+            self.env.events.test_stop.add_listener(self._on_test_stop)
+            if getattr(self.env, "web_ui", None) is not None:
+                from llmload.runtime.webui import install_web_ui
+
+                install_web_ui(self.env, self)
+
+    def _load_config(self) -> None:
+        options = self.env.parsed_options
+        self.config_path = getattr(options, "llmload_config", "") if options else ""
+        if not self.config_path:
+            self._fail("no run configuration: pass --llmload-config FILE", 2)
+            return
+        try:
+            self.config = load_config(self.config_path)
+        except LLMLoadError as exc:
+            self._fail(str(exc), exc.exit_code)
+
+    def _fail(self, message: str, code: int) -> None:
+        print(f"llmload: error: {message}", file=sys.stderr, flush=True)
+        self.exit_code = code
+        self.env.process_exit_code = code
+        self.finished = True
+        runner = self.env.runner
+        if runner is not None:
+            gevent.spawn_later(0.05, runner.quit)
+
+    # ------------------------------------------------------------------ master: the run
+
+    def _on_results(self, environment: Any, msg: Any, **kw: Any) -> None:
+        if self.controller is not None:
+            self.controller.on_results(msg.data)
+
+    def _on_drained(self, environment: Any, msg: Any, **kw: Any) -> None:
+        if self.controller is not None:
+            self.controller.on_drained(msg.data)
+
+    def _on_test_start(self, **kw: Any) -> None:
+        if self.config is None or (self.greenlet is not None and not self.greenlet.dead):
+            return
+        options = self.env.parsed_options
+        given = getattr(options, "llmload_run_dir", "") if options else ""
+        if given and self.run_dir is None and not (Path(given) / "plan.json").exists():
+            self.run_dir = Path(given)
+        else:
+            self.run_dir = new_run_dir(self.config)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.finished = False
+        self._finalised = False
+        self.greenlet = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        from llmload.runtime.preflight import PreflightFailed, preflight, start_telemetry, write_run_manifest
+
+        assert self.config is not None and self.run_dir is not None
+        config, run_dir = self.config, self.run_dir
+        print(f"llmload: run directory {run_dir}", flush=True)
+        skip = bool(getattr(self.env.parsed_options, "llmload_skip_preflight", False))
+        try:
+            checks = {} if skip else preflight(config, run_dir, config_path=self.config_path)
+        except PreflightFailed as exc:
+            self._fail(str(exc), exc.exit_code)
+            return
+        try:
+            write_run_manifest(config, run_dir, checks=checks, config_path=self.config_path,
+                               workers=len(WorkerLink(self.env.runner).workers()))
+        except Exception as exc:  # the run can go on; the report will say the manifest is missing
+            log.exception("manifest not written")
+            print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
+        self.telemetry = start_telemetry(config, run_dir)
+        from shapes.plan import build_plan
+
+        base_dir = Path(self.config_path).resolve().parent
+        try:
+            steps = build_plan(config, base_dir=base_dir)
+        except LLMLoadError as exc:
+            self._fail(str(exc), exc.exit_code)
+            return
+        from llmload.runtime.judging import live_judge
+
+        self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
+                                         judge=live_judge(run_dir), telemetry=self.telemetry,
+                                         wait_ready=self._wait_pool, base_dir=str(base_dir))
+        self.controller.run()
+        self._finalise()
+
+    def _wait_pool(self, timeout_s: float = 60.0) -> bool:
+        """Wait until Locust has spawned the user pool (the first arrivals need free users)."""
+        deadline = now() + timeout_s
+        while now() < deadline:
+            if self.env.runner.state == "running":
+                return True
+            gevent.sleep(0.05)
+        return False
+
+    def _finalise(self) -> None:
+        if self._finalised or self.config is None or self.run_dir is None:
+            return
+        self._finalised = True
+        if self.telemetry is not None:
+            try:
+                self.telemetry.stop()
+            except Exception:
+                log.exception("telemetry stop failed")
+        from llmload.runtime.finish import finalize_run
+
+        try:
+            code = finalize_run(self.run_dir, self.config)
+        except Exception as exc:
+            log.exception("finalisation failed")
+            print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
+            code = 3
+        self.exit_code = code
+        self.env.process_exit_code = code
+        print(f"llmload: report {self.run_dir / 'report.html'} (exit code {code})", flush=True)
+        self.finished = True
+
+    def _on_test_stop(self, **kw: Any) -> None:
+        """Stopped from outside (Ctrl-C, the web UI, a lost last worker): keep what ran, finalise."""
+        if self.controller is None or self.controller.done.is_set() or self._finalised:
+            return
+        self.controller.stop()
+        if self.greenlet is not None and self.greenlet is not gevent.getcurrent():
+            self.greenlet.kill(block=True, timeout=5)
+        if not self.is_master:
+            pass  # local runner: the users were killed synchronously, their records are on disk
+        else:
+            gevent.sleep(1.0)  # remote users record their cancellations; the worker files are flushed
+        self.controller.plan.finish(now(), stopped=True)
+        self._finalise()
+
+    # ------------------------------------------------------------------ the shape's view
+
+    def tick(self) -> tuple | None:
+        """(users, spawn rate, [user class]) while the run is on; None once it is finalised."""
+        if self.finished or self.config is None:
+            return None
+        return pool_size(self.config), SPAWN_RATE, [user_class(self.config.target.api)]
+
+
+_SESSION: Session | None = None
+
+
+def on_init(environment: Any) -> Session:
+    """Create this process's session (called from the locustfile's `init` listener)."""
+    global _SESSION
+    _SESSION = Session(environment)
+    _SESSION.setup()
+    return _SESSION
+
+
+def current() -> Session | None:
+    return _SESSION
+
+
+def pool_tick() -> tuple | None:
+    """The shape's tick: the user pool while the run is on, None when it is done."""
+    return _SESSION.tick() if _SESSION is not None else None
+
+
+_USER_CLASSES: dict[str, type] = {}
+
+
+def register_user_classes(classes: dict[str, type]) -> None:
+    """The locustfile's user class per `target.api` (registered at import: Locust loads it by path)."""
+    _USER_CLASSES.update(classes)
+
+
+def user_class(api: str) -> type:
+    if api not in _USER_CLASSES:
+        raise LLMLoadError(f"no user class for api {api!r}: load locustfiles/llm.py with -f")
+    return _USER_CLASSES[api]

@@ -1,0 +1,93 @@
+"""The live terminal view: one table row per finished step, and a progress line during a step.
+
+The numbers shown live come from the workers' shipped summaries, judged on the master with
+`analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
+the merged records. Times are shown in milliseconds, rates in requests per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["COLUMNS", "format_header", "format_progress", "format_row", "quick_stats", "step_row"]
+
+#: (key, header, width, kind) of the live step table
+COLUMNS = (
+    ("label", "step", 10, "s"),
+    ("offered_rate", "offered/s", 9, "r"),
+    ("achieved_rate", "achieved/s", 10, "r"),
+    ("ttft_p95_s", "TTFT p95", 9, "ms"),
+    ("tpot_p95_s", "TPOT p95", 9, "ms"),
+    ("e2e_p95_s", "E2E p95", 9, "ms"),
+    ("goodput", "goodput/s", 9, "r"),
+    ("client_wait_p95_s", "wait p95", 9, "ms"),
+    ("server_waiting", "srv wait", 8, "n"),
+    ("verdict", "verdict", 12, "s"),
+)
+
+
+def _cell(value: object, kind: str, width: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        text = "-"
+    elif kind == "ms":
+        text = f"{float(value) * 1000:.0f}ms"
+    elif kind == "r":
+        text = f"{float(value):.2f}"
+    elif kind == "n":
+        text = f"{float(value):.1f}"
+    else:
+        text = str(value)
+    return text.rjust(width) if kind != "s" else text.ljust(width)
+
+
+def format_header() -> str:
+    return " ".join(h.rjust(w) if k != "s" else h.ljust(w) for _, h, w, k in COLUMNS)
+
+
+def format_row(row: dict) -> str:
+    """One table line from a step row (missing numbers print as `-`)."""
+    return " ".join(_cell(row.get(key), kind, width) for key, _, width, kind in COLUMNS)
+
+
+def _p(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def quick_stats(rows: Iterable[dict], *, window: tuple[float, float] | None = None) -> dict:
+    """Counts and p95s of shipped summaries (for the progress line; the verdict uses judge_step)."""
+    rows = [r for r in rows if window is None or window[0] <= r["scheduled_at"] < window[1]]
+    ok = [r for r in rows if r.get("outcome") == "ok"]
+    ttft = np.array([r["first_token_at"] - r["sent_at"] for r in ok
+                     if r.get("first_token_at") is not None and r.get("sent_at") is not None])
+    e2e = np.array([r["last_token_at"] - r["sent_at"] for r in ok
+                    if r.get("last_token_at") is not None and r.get("sent_at") is not None])
+    tpot = np.array([(r["last_token_at"] - r["first_token_at"]) / (r["output_tokens"] - 1) for r in ok
+                     if (r.get("output_tokens") or 0) >= 2 and r.get("last_token_at") is not None
+                     and r.get("first_token_at") is not None])
+    wait = np.array([r["sent_at"] - r["scheduled_at"] for r in rows if r.get("sent_at") is not None])
+    return {"done": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),
+            "ttft_p95_s": _p(ttft, 95), "tpot_p95_s": _p(tpot, 95), "e2e_p95_s": _p(e2e, 95),
+            "client_wait_p95_s": _p(wait, 95)}
+
+
+def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_waiting: float | None) -> dict:
+    """The table row of a judged step."""
+    row = {"label": label, **{k: stats.get(k) for k, *_ in COLUMNS if k in stats}}
+    row["server_waiting"] = server_waiting if server_waiting is not None else stats.get("waiting_mean")
+    row["verdict"] = verdict + (f" ({', '.join(failing)})" if failing else "")
+    return row
+
+
+def format_progress(label: str, elapsed_s: float, total_s: float | None, planned: int | None,
+                    stats: dict, in_flight: int, server_waiting: float | None) -> str:
+    """One progress line during a step."""
+    span = f"{elapsed_s:5.0f}s/{total_s:.0f}s" if total_s else f"{elapsed_s:5.0f}s"
+    planned_text = f"/{planned}" if planned else ""
+    ttft = stats.get("ttft_p95_s")
+    waiting = "-" if server_waiting is None else f"{server_waiting:.0f}"
+    ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms"
+    return (f"  {label} {span}: done {stats['done']}{planned_text}, failed {stats['failed']}, "
+            f"in flight {in_flight}, TTFT p95 {ttft_text}, server waiting {waiting}")

@@ -1,0 +1,265 @@
+"""The worker side of the open-loop runtime: scheduler greenlet, arrival queue, in-flight tracking.
+
+One `WorkerRuntime` lives in each process that runs users (a Locust worker, or the local runner). For
+each `llmload:step` message it starts a scheduler greenlet that sleeps until each planned arrival's
+time and puts a `Job` on a gevent queue. The pool of users blocks on that queue inside `wait_time`
+(Locust kills idle waiting users instantly on stop) and sends. An arrival put while no user is free is
+marked `capped`: its wait shows as client wait (`sent_at - scheduled_at`), never as TTFT.
+
+Closed-loop (concurrency) steps use the same queue: the scheduler puts this shard's share of the level
+at once and each finished request puts its successor, until the shard's share of the requests is sent.
+
+Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and a compact summary is
+queued for the master. When a step's arrivals are over and every job of it has finished, the worker
+flushes its summaries and sends `llmload:drained`. On `llmload:cancel` (drain timeout) the in-flight
+requests of that step are killed, which records them as `cancelled`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.queue
+from gevent.greenlet import Greenlet
+
+from llmload.clock import now
+from llmload.records import Record, RecordWriter
+from llmload.runtime.messages import DRAINED, RESULTS, pack_record
+from llmload.runtime.planning import ClosedLoop, Job, plan_jobs
+from shapes.steps import StepSpec
+
+__all__ = ["StepState", "WorkerRuntime"]
+
+log = logging.getLogger("llmload.worker")
+
+#: how often queued summaries are shipped to the master
+SHIP_INTERVAL_S = 0.25
+
+
+@dataclass
+class StepState:
+    """What a worker knows about one step it runs."""
+
+    label: str
+    shard: int
+    shards: int
+    loop: ClosedLoop | None = None
+    put: int = 0
+    finished: int = 0
+    #: open loop: every planned arrival is queued; closed loop: the first level's jobs are queued
+    initial_done: bool = False
+    drained_sent: bool = False
+    cancelled: bool = False
+    inflight: set = field(default_factory=set)
+    scheduler: Greenlet | None = None
+
+
+class WorkerRuntime:
+    """Scheduler, queue and record shipping for one user-running process."""
+
+    def __init__(self, send_message: Callable[[str, Any], None], *, build_sender: Callable) -> None:
+        self._send_message = send_message
+        self._build_sender = build_sender
+        self.queue: gevent.queue.Queue = gevent.queue.Queue()
+        self.free_users = 0
+        self.steps: dict[str, StepState] = {}
+        self.worker = "0"
+        self.run_dir: Path | None = None
+        self.writer: RecordWriter | None = None
+        self.sender: Any = None
+        self._config_dict: dict | None = None
+        self._outbox: list[dict] = []
+        self._shipper: Greenlet | None = None
+        self._cpu: Any = None
+        self.cpu_now = 0.0
+
+    # ------------------------------------------------------------------ messages from the master
+
+    def on_step(self, data: dict) -> None:
+        """Start one step: the message carries everything (see `llmload.runtime.messages`)."""
+        self.worker = str(data["worker"])
+        run_dir = Path(data["run_dir"])
+        if self.writer is None or self.run_dir != run_dir:
+            if self.writer is not None:
+                self.writer.close()
+            self.run_dir = run_dir
+            self.writer = RecordWriter(run_dir / "records" / f"worker-{self.worker}.jsonl")
+        if self.sender is None or data["config"] != self._config_dict:
+            self._config_dict = data["config"]
+            self.sender = self._build_sender(data["config"], worker=self.worker, shard=data["shard"],
+                                             shards=data["shards"], seed=data["seed"],
+                                             base_dir=data.get("base_dir", "."))
+        step = StepSpec.from_dict(data["step"])
+        jobs, loop = plan_jobs(step, start_at=data["start_at"], shard=data["shard"], shards=data["shards"])
+        state = StepState(label=step.label, shard=data["shard"], shards=data["shards"], loop=loop)
+        self.steps[state.label] = state
+        if self._shipper is None:
+            self._shipper = gevent.spawn(self._ship_loop)
+        state.scheduler = gevent.spawn(self._schedule, state, jobs)
+
+    def on_cancel(self, data: dict) -> None:
+        """The drain timed out: cancel this step's in-flight requests and its queued arrivals."""
+        state = self.steps.get(data["label"])
+        if state is None:
+            return
+        state.cancelled = True
+        if state.loop is not None:
+            state.loop.stopped = True
+        if state.scheduler is not None:
+            state.scheduler.kill(block=True)
+            state.initial_done = True
+        self._drop_queued(state, outcome="cancelled")
+        gevent.killall(list(state.inflight), block=True, timeout=5)
+        self._maybe_drained(state)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule(self, state: StepState, jobs: list[Job]) -> None:
+        for job in jobs:
+            delay = job.scheduled_at - now()
+            if delay > 0:
+                gevent.sleep(delay)
+            self._put(state, job)
+        state.initial_done = True
+        self._maybe_drained(state)
+
+    def _put(self, state: StepState, job: Job) -> None:
+        job.capped = self.free_users <= 0
+        state.put += 1
+        self.queue.put(job)
+
+    def take(self) -> Job:
+        """Block until an arrival is queued (called by users inside `wait_time`)."""
+        self.free_users += 1
+        try:
+            job = self.queue.get()
+        finally:
+            self.free_users -= 1
+        job.dequeued_at = now()
+        return job
+
+    def _drop_queued(self, state: StepState, *, outcome: str) -> None:
+        kept = []
+        while not self.queue.empty():
+            job = self.queue.get_nowait()
+            if job.label == state.label:
+                record = job.record(self.worker)
+                record.outcome = outcome
+                self.finish(job, record)
+            else:
+                kept.append(job)
+        for job in kept:
+            self.queue.put(job)
+
+    # ------------------------------------------------------------------ running one request
+
+    def run(self, job: Job, *, on_record: Callable[[Record], None] | None = None) -> Record:
+        """Send one job in a child greenlet (so a drain timeout can cancel it) and wait for it.
+
+        If the calling user is killed (test stopped), the request is killed too and recorded as
+        `cancelled` before the exit propagates.
+        """
+        state = self.steps.get(job.label)
+        record = job.record(self.worker)
+        child = gevent.spawn(self._send, job, record, on_record)
+        if state is not None:
+            state.inflight.add(child)
+        try:
+            child.join()
+        except gevent.GreenletExit:
+            child.kill(block=True, timeout=5)
+            raise
+        finally:
+            if state is not None:
+                state.inflight.discard(child)
+        return record
+
+    def _send(self, job: Job, record: Record, on_record: Callable[[Record], None] | None) -> None:
+        try:
+            self.sender.send(record, job)
+        except gevent.GreenletExit:
+            record.outcome = "cancelled"
+            raise
+        except Exception as exc:  # a bug in a request must not kill the user pool
+            log.exception("request %s failed inside the client", record.request_id)
+            if record.outcome in ("not_sent", "ok"):
+                record.outcome = "connect_error" if record.sent_at is None else "disconnect"
+            record.error = record.error or f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self.finish(job, record)
+            if on_record is not None and record.outcome != "not_sent":
+                try:
+                    on_record(record)
+                except Exception:
+                    log.exception("request event hook failed")
+
+    def finish(self, job: Job, record: Record) -> None:
+        """Write the record, queue its summary, and keep the step's counts (and closed loop) going."""
+        if self.writer is not None:
+            self.writer.write(record)
+        self._outbox.append(pack_record(record))
+        state = self.steps.get(job.label)
+        if state is None:
+            return
+        state.finished += 1
+        if state.loop is not None and not state.cancelled:
+            successor = state.loop.next(now())
+            if successor is not None:
+                self._put(state, successor)
+        self._maybe_drained(state)
+
+    # ------------------------------------------------------------------ shipping to the master
+
+    def _maybe_drained(self, state: StepState) -> None:
+        arrivals_over = state.initial_done and not (state.loop is not None and state.loop.more(now()))
+        if arrivals_over and state.put <= state.finished and not state.drained_sent:
+            state.drained_sent = True
+            self.flush()
+            self._send_message(DRAINED, {"worker": self.worker, "label": state.label, "put": state.put,
+                                         "finished": state.finished, "cancelled": state.cancelled,
+                                         "at": now()})
+
+    def flush(self) -> None:
+        """Ship the queued summaries now (with this process's CPU use)."""
+        if not self._outbox:
+            return
+        rows, self._outbox = self._outbox, []
+        self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now})
+
+    def _ship_loop(self) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        proc.cpu_percent(None)
+        last_cpu = now()
+        while True:
+            gevent.sleep(SHIP_INTERVAL_S)
+            if now() - last_cpu >= 1.0:
+                self.cpu_now = proc.cpu_percent(None) / 100.0
+                last_cpu = now()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("could not ship results to the master")
+
+    def close(self) -> None:
+        """Record queued-but-unsent arrivals as cancelled and close the record file."""
+        for state in self.steps.values():
+            if state.scheduler is not None:
+                state.scheduler.kill(block=False)
+            self._drop_queued(state, outcome="cancelled")
+        if self._shipper is not None:
+            self._shipper.kill(block=False)
+            self._shipper = None
+        try:
+            self.flush()
+        except Exception:
+            log.debug("final flush failed", exc_info=True)
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
