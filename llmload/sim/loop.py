@@ -136,7 +136,7 @@ class Job:
     def fail_oom(self, engine: Engine) -> None:
         """The engine ran out of memory on this request: an error event in the stream, or a 500."""
         ex = self.ex
-        if ex.stream and (self.headers_sent or not self.defer_headers):
+        if ex.stream:  # every flavour streams an engine error in the 200 stream it started
             self.send_headers()
             self.conn.write_event(self.renderer.error_event(ex, _OOM))
             if ex.kind in ("chat", "completions"):

@@ -1,0 +1,93 @@
+"""The engine model on a virtual clock: batching, chunked prefill, step cost, KV preemption, FCFS."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.sim.engine import Engine, EngineLimits, Sequence
+
+
+def run(engine: Engine, max_steps: int = 10_000) -> tuple[float, list]:
+    """Step until idle; return the virtual time and (time, seq_id, token index) of every token."""
+    t, tokens = 0.0, []
+    for _ in range(max_steps):
+        if engine.idle:
+            break
+        result = engine.step()
+        t += result.cost_s
+        tokens += [(t, s.seq_id, s.generated - 1) for s in result.emitted]
+    return t, tokens
+
+
+def test_single_request_costs_prefill_then_one_step_per_token():
+    lim = EngineLimits(step_base_s=0.02, prefill_cost_s=0.001, decode_cost_s=0.005)
+    engine = Engine(lim)
+    engine.add(Sequence(seq_id=1, prompt_tokens=100, output_tokens=5))
+    t, tokens = run(engine)
+    assert [k for _, _, k in tokens] == [0, 1, 2, 3, 4]
+    first = 0.02 + 100 * 0.001 + 0.005
+    assert tokens[0][0] == pytest.approx(first)
+    assert t == pytest.approx(first + 4 * (0.02 + 0.005))
+    assert engine.free_blocks == lim.num_blocks
+
+
+def test_chunked_prefill_splits_a_long_prompt_across_steps():
+    engine = Engine(EngineLimits(max_num_batched_tokens=64, step_base_s=0.01, prefill_cost_s=0.001,
+                                 decode_cost_s=0.0))
+    engine.add(Sequence(seq_id=1, prompt_tokens=150, output_tokens=2))
+    steps = [engine.step() for _ in range(3)]
+    assert [s.prefill_tokens for s in steps] == [64, 64, 22]
+    assert [len(s.emitted) for s in steps] == [0, 0, 1]
+    assert steps[0].cost_s == pytest.approx(0.01 + 0.064)
+
+
+def test_max_num_seqs_caps_the_batch_and_the_rest_wait_fcfs():
+    engine = Engine(EngineLimits(max_num_seqs=2))
+    for i in range(4):
+        engine.add(Sequence(seq_id=i, prompt_tokens=10, output_tokens=3))
+    first = engine.step()
+    assert [s.seq_id for s in first.admitted] == [0, 1]
+    assert len(engine.running) == 2 and [s.seq_id for s in engine.waiting] == [2, 3]
+    _, tokens = run(engine)
+    finish_order = [sid for _, sid, k in tokens if k == 2]
+    assert finish_order == [0, 1, 2, 3]
+
+
+def test_decode_cost_grows_with_batch():
+    engine = Engine(EngineLimits(step_base_s=0.02, decode_cost_s=0.001, prefill_cost_s=0.0))
+    for i in range(8):
+        engine.add(Sequence(seq_id=i, prompt_tokens=4, output_tokens=3))
+    engine.step()
+    assert engine.step().cost_s == pytest.approx(0.02 + 8 * 0.001)
+
+
+def test_kv_exhaustion_preempts_the_newest_and_it_recomputes():
+    # 8 blocks of 4 tokens = 32 tokens; two requests of 8 prompt + 12 output cannot both stay
+    engine = Engine(EngineLimits(num_blocks=8, block_size=4, max_num_batched_tokens=64))
+    a = Sequence(seq_id=1, prompt_tokens=8, output_tokens=12)
+    b = Sequence(seq_id=2, prompt_tokens=8, output_tokens=12)
+    engine.add(a)
+    engine.add(b)
+    peak, preempted = 0.0, []
+    while not engine.idle:
+        result = engine.step()
+        peak = max(peak, engine.kv_usage)
+        preempted += [s.seq_id for s in result.preempted]
+        assert engine.free_blocks >= 0
+    assert preempted and set(preempted) == {2}  # always the newest
+    assert b.preemptions == len(preempted) and a.preemptions == 0
+    assert a.generated == 12 and b.generated == 12
+    assert peak == 1.0 and engine.free_blocks == 8
+    assert engine.preemptions_total == len(preempted)
+
+
+def test_abort_frees_blocks_and_a_request_larger_than_the_cache_is_refused():
+    engine = Engine(EngineLimits(num_blocks=4, block_size=4))
+    seq = Sequence(seq_id=1, prompt_tokens=8, output_tokens=4)
+    engine.add(seq)
+    engine.step()
+    assert engine.free_blocks < 4
+    engine.abort(seq)
+    assert engine.free_blocks == 4 and engine.idle
+    with pytest.raises(ValueError):
+        engine.add(Sequence(seq_id=2, prompt_tokens=16, output_tokens=4))
