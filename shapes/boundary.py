@@ -11,7 +11,8 @@ Pure: it sees only `(rate, verdict, samples)` results. The master runs each rate
 The bounds: `low` is the highest passing rate below the lowest failing rate (`high`). The search
 ends when `high - low <= resolution`, after `max_steps` refine steps, when there is no pass below a
 fail or no fail at all (nothing to bisect), or at an `invalid` / `insufficient` refine step (it moves
-neither bound: the generator or the sample count must be fixed first).
+neither bound: the generator or the sample count must be fixed first). Any verdict other than
+`pass` and `fail` (`invalid`, `insufficient`, `not_run`, a runtime's `unjudged`) decides nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BoundaryAnswer", "BoundarySearch", "VERDICTS"]
-
-VERDICTS = ("pass", "fail", "invalid", "insufficient", "not_run")
+__all__ = ["BoundaryAnswer", "BoundarySearch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +58,15 @@ class BoundarySearch:
             self._add(rate, verdict, rest[0] if rest else None)
 
     def _add(self, rate: float, verdict: str, samples: int | None) -> None:
-        if verdict not in VERDICTS:
-            raise ValueError(f'verdict must be one of {", ".join(VERDICTS)}, got "{verdict}"')
+        if not isinstance(verdict, str):
+            raise ValueError(f"verdict must be a string like pass or fail, got {verdict!r}")
         self.results.append((float(rate), verdict, samples))
 
     def record(self, rate: float, verdict: str, samples: int | None = None) -> None:
         """The verdict of a refine step the search proposed (or any extra result)."""
         self._add(rate, verdict, samples)
         self.refine_steps += 1
-        if verdict in ("invalid", "insufficient", "not_run"):
+        if verdict not in ("pass", "fail"):
             self._inconclusive = True
 
     def _bounds(self) -> tuple[tuple[float, int | None] | None, float | None]:

@@ -143,6 +143,9 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
                      drain_timeout_s=soak.drain_timeout if i == last else 0.0, seed=derive_seed(run_seed, i))
             for i, (_, length) in enumerate(slices)
         ]
+    if soak.trace.uniform_twin or soak.trace.warmup:
+        key = "uniform_twin" if soak.trace.uniform_twin else "warmup"
+        raise ConfigError("does not apply to a soak (its slices run back to back)", key=f"shape.soak.trace.{key}")
     seed = run_seed if soak.trace.seed is None else soak.trace.seed
     replay = prepare_replay(soak.trace, seed=seed, base_dir=base_dir, key="shape.soak.trace")
     looped = loop_trace(replay.frame, replay.span_s, soak.duration)

@@ -69,15 +69,16 @@ def test_nothing_or_something_to_bisect(results, stopped, rate):
         assert search.next_rate() == 2.5
 
 
-def test_an_invalid_refine_step_stops_the_search():
+@pytest.mark.parametrize("verdict", ["invalid", "insufficient", "unjudged"])
+def test_an_undecided_refine_step_stops_the_search(verdict):
     search = BoundarySearch([(1, "pass"), (2, "fail")], resolution=0.1)
-    search.record(search.next_rate(), "invalid")
+    search.record(search.next_rate(), verdict)
     assert search.next_rate() is None
     assert search.answer.stopped == "inconclusive" and search.answer.rate == 1
 
 
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="verdict"):
-        BoundarySearch([(1, "maybe")], resolution=0.1)
+        BoundarySearch([(1, None)], resolution=0.1)
     with pytest.raises(ValueError, match="resolution"):
         BoundarySearch([], resolution=0)

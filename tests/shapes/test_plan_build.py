@@ -105,6 +105,11 @@ def test_trace_driven_soak_loops_the_trace():
     assert steps[1].trace.offsets_s == pytest.approx(steps[0].trace.offsets_s, abs=1e-9)
 
 
+def test_soak_trace_refuses_options_of_a_two_phase_replay():
+    with pytest.raises(ConfigError, match="shape.soak.trace.uniform_twin: does not apply to a soak"):
+        build_plan(config({"soak": {"duration": "1m", "trace": {"file": "x.csv", "uniform_twin": True}}}))
+
+
 def test_steps_survive_a_locust_message_and_plan_json():
     for step in build_plan(config(LADDER)) + build_plan(config({"concurrency": {"levels": [2]}})):
         packed = msgpack.unpackb(msgpack.packb(step.to_dict()))
