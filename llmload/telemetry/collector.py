@@ -1,0 +1,183 @@
+"""The telemetry collector on the Locust master: one polling thread per source, samples to disk as they come.
+
+Sources: each `target.urls` endpoint (`server:<url>`, plus `slots:` for llama.cpp, `ollama_ps:` for
+Ollama), and the GPU (`gpu: auto|nvml` NVML here, `dcgm:<url>` a DCGM exporter or `llmload gpu-agent`).
+Each sample is stamped with `llmload.clock.now()` (midpoint of the poll) and the step set by
+`set_step`, and appended to `run_dir/telemetry.jsonl`; `finalize_telemetry` makes the Parquet file.
+A failed poll records `scrape_error=1` and polling goes on. Plain threads and urllib work both as OS
+threads and as greenlets under gevent's monkey-patching.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from llmload.clock import now
+from llmload.config import Config
+from llmload.errors import ConfigError, TelemetryError
+from llmload.telemetry.credentials import request_headers
+from llmload.telemetry.exposition import format_labels
+from llmload.telemetry.gpu import DcgmPoller, NvmlSampler
+from llmload.telemetry.sink import Point, TelemetrySink
+from llmload.telemetry.sources import EndpointSource, error_label
+
+__all__ = ["LIVE_METRICS", "TelemetryCollector", "dcgm_url", "metrics_urls"]
+
+log = logging.getLogger("llmload.telemetry")
+
+#: what `latest()` reports per source (summed over labels), for the live table and web UI
+LIVE_METRICS = frozenset({
+    "running", "waiting", "kv_usage", "deferred", "processing", "preemptions_total",
+    "gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_utilization", "ollama_size_vram_bytes",
+    "ollama_loaded_models", "slots_total", "slots_processing", "scrape_error",
+})
+
+
+def metrics_urls(config: Config) -> list[tuple[str, str | None]]:
+    """`(base url, metrics url or None)` per endpoint from `telemetry.metrics_url`."""
+    setting = config.telemetry.metrics_url.strip()
+    endpoints = config.target.endpoints
+    if setting.lower() in ("off", "none", ""):
+        return []
+    if setting == "auto":
+        return [(u, f"{u}/metrics") for u in endpoints]
+    if "{url}" in setting:
+        return [(u, setting.replace("{url}", u)) for u in endpoints]
+    if len(endpoints) > 1:
+        raise ConfigError("an explicit URL needs a single target.url; use auto or a template with {url}",
+                          key="telemetry.metrics_url")
+    return [(endpoints[0], setting)]
+
+
+def dcgm_url(setting: str) -> str:
+    """`dcgm:http://host:9400` -> `http://host:9400/metrics` (a path given is kept)."""
+    url = setting[len("dcgm:"):].strip()
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f'expected dcgm:http://host:port, got "{setting}"', key="telemetry.gpu")
+    return url if url.split("//", 1)[1].count("/") else f"{url.rstrip('/')}/metrics"
+
+
+class _NvmlSource:
+    """Adapts the NVML sampler to the poller interface; opened in start()."""
+
+    def __init__(self, sampler: NvmlSampler) -> None:
+        self.sampler, self.source = sampler, "nvml"
+
+    def poll(self) -> list[Point]:
+        return self.sampler.poll()
+
+
+class TelemetryCollector:
+    """Polls every source each `telemetry.interval` until `stop()`; see the module docstring."""
+
+    def __init__(self, config: Config, run_dir: str | Path, *, nvml: object = None) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.interval_s = float(config.telemetry.interval)
+        timeout_s = min(float(config.telemetry.timeout), max(self.interval_s, 0.5))
+        headers = request_headers(config)
+        self._pollers: list = [
+            EndpointSource(base, flavor=config.target.server, metrics_url=url, timeout_s=timeout_s,
+                           headers=headers)
+            for base, url in metrics_urls(config)]
+        gpu = config.telemetry.gpu
+        self.nvml: NvmlSampler | None = NvmlSampler(nvml) if gpu in ("auto", "nvml") else None
+        if gpu.startswith("dcgm:"):
+            self._pollers.append(DcgmPoller(dcgm_url(gpu), timeout_s=timeout_s))
+        self._sink: TelemetrySink | None = None
+        self._step: str | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._latest: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / "telemetry.jsonl"
+
+    def start(self) -> None:
+        """Open the JSONL file and start one polling thread per source (returns at once)."""
+        if self._sink is not None:
+            return
+        self._sink = TelemetrySink(self.path)
+        pollers = list(self._pollers)
+        if self.nvml is not None and self.nvml.open():
+            pollers.append(_NvmlSource(self.nvml))
+        for poller in pollers:
+            thread = threading.Thread(target=self._loop, args=(poller,), daemon=True,
+                                      name=f"llmload-telemetry {poller.source}")
+            self._threads.append(thread)
+            thread.start()
+
+    def set_step(self, label: str | None) -> None:
+        """Samples taken from now on carry this step label (None between steps)."""
+        self._step = label
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop polling, wait for the threads, close the file. Safe to call twice."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._threads.clear()
+        if self.nvml is not None:
+            self.nvml.close()
+        if self._sink is not None:
+            self._sink.close()
+
+    def latest(self) -> dict[str, dict[str, float]]:
+        """Most recent values per source: `{"server:http://..": {"running": 3, "waiting": 0, "t": ..}}`."""
+        with self._lock:
+            return {source: dict(values) for source, values in self._latest.items()}
+
+    def poll_once(self, poller: object) -> list[Point]:
+        """Poll one source, write its points and return them (also used by tests, without threads)."""
+        t_start, step = now(), self._step
+        try:
+            points = poller.poll()
+        except TelemetryError as exc:
+            points = [Point(poller.source, "scrape_error", 1.0, error_label(exc))]
+        except Exception as exc:  # a bug in a parser must not stop the run: record the gap and say so once
+            key = f"{poller.source}:{type(exc).__name__}"
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("telemetry: polling %s failed: %s: %s", poller.source, type(exc).__name__, exc)
+            points = [Point(poller.source, "scrape_error", 1.0, format_labels({"error": "internal"}))]
+        t = (t_start + now()) / 2
+        if self._sink is not None:
+            for source in {p.source for p in points if p.metric == "scrape_error" and p.value > 0}:
+                self._sink.forget(source)
+            self._sink.write(t, step, points)
+        self._remember(t, points)
+        return points
+
+    def _remember(self, t: float, points: list[Point]) -> None:
+        fresh: dict[str, dict[str, float]] = defaultdict(dict)
+        for p in points:
+            if p.metric in LIVE_METRICS:
+                values = fresh[p.source]
+                values[p.metric] = values.get(p.metric, 0.0) + p.value
+        with self._lock:
+            for source, values in fresh.items():
+                kept = self._latest.setdefault(source, {})
+                if values.get("scrape_error", 0.0) > 0:
+                    kept["scrape_error"] = values["scrape_error"]
+                else:
+                    kept.update(values)
+                    kept["t"] = t
+
+    def _loop(self, poller: object) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self.poll_once(poller)
+            next_at += self.interval_s
+            delay = next_at - time.monotonic()
+            if delay < 0:  # a slow poll: skip the missed ticks rather than bunch them
+                next_at, delay = time.monotonic(), 0.0
+            if self._stop.wait(delay):
+                break
+

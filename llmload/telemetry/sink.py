@@ -1,0 +1,152 @@
+"""Where telemetry samples go: `run_dir/telemetry.jsonl` as they come, then `telemetry.parquet`.
+
+Each line is one value: `{"t", "source", "metric", "value", "step", "labels"}` with `t` from
+`llmload.clock.now()` (the records' wall-clock base) and `step` the label current when it was taken.
+Lines are flushed per batch, so a killed run keeps what it sampled, and memory stays bounded in a
+multi-hour soak: only the last value of each series is held, to skip repeats.
+
+Repeats: a point marked `always=False` (raw server series, counters, histogram buckets) is written only
+when its value changed since it was last written for that series, or after the source had a gap. The
+"last sample at or before t" of such a series is still exact, which is all counters and histograms need;
+gauges the analysis averages (`running`, `waiting`, `kv_usage`, GPU memory) are written every sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "TELEMETRY_SCHEMA",
+    "Point",
+    "TelemetrySink",
+    "finalize_telemetry",
+    "read_telemetry",
+    "telemetry_frame",
+]
+
+TELEMETRY_SCHEMA = pa.schema([
+    ("t", pa.float64()), ("source", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+    ("step", pa.string()), ("labels", pa.string()),
+])
+
+_CHUNK_LINES = 200_000
+
+
+class Point(NamedTuple):
+    """One value from one poll; the collector stamps the time and the step."""
+
+    source: str
+    metric: str
+    value: float
+    labels: str = ""
+    #: False: write only when the value changed (raw series, counters, histogram buckets)
+    always: bool = True
+
+
+class TelemetrySink:
+    """Appends points as JSON lines, flushed per batch. Safe to call from several threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str, str], float] = {}
+        self.lines = 0
+
+    def write(self, t: float, step: str | None, points: Iterable[Point]) -> int:
+        """Write a batch taken at `t` during `step`; returns how many lines were written."""
+        out: list[str] = []
+        with self._lock:
+            for p in points:
+                value = float(p.value)
+                if not math.isfinite(value):
+                    continue
+                if not p.always:
+                    key = (p.source, p.metric, p.labels)
+                    if self._last.get(key) == value:
+                        continue
+                    self._last[key] = value
+                out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
+                                       "step": step, "labels": p.labels}, separators=(",", ":")))
+            if out and not self._file.closed:
+                self._file.write("\n".join(out) + "\n")
+                self._file.flush()
+                self.lines += len(out)
+        return len(out)
+
+    def forget(self, source: str) -> None:
+        """After a gap, write every series of `source` again on its next sample."""
+        with self._lock:
+            for key in [k for k in self._last if k[0] == source]:
+                del self._last[key]
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+def _rows(path: Path) -> Iterable[list[dict]]:
+    """Chunks of parsed lines; a torn last line (a killed writer) is skipped."""
+    chunk: list[dict] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                chunk.append(row)
+            if len(chunk) >= _CHUNK_LINES:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _jsonl_files(run_dir: Path) -> list[Path]:
+    """`telemetry.jsonl` plus any `telemetry-<name>.jsonl` other writers (worker CPU) add."""
+    return sorted(p for p in run_dir.glob("telemetry*.jsonl") if p.is_file())
+
+
+def finalize_telemetry(run_dir: str | Path) -> Path:
+    """Write `run_dir/telemetry.parquet` from the JSON-lines files, chunk by chunk (bounded memory).
+
+    An empty run still gets a file with the schema. Returns the Parquet path.
+    """
+    run_dir = Path(run_dir)
+    out = run_dir / "telemetry.parquet"
+    tmp = out.with_suffix(".parquet.tmp")
+    with pq.ParquetWriter(tmp, TELEMETRY_SCHEMA) as writer:
+        for path in _jsonl_files(run_dir):
+            for chunk in _rows(path):
+                writer.write_table(pa.Table.from_pylist(chunk, schema=TELEMETRY_SCHEMA))
+    tmp.replace(out)
+    return out
+
+
+def telemetry_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """A telemetry DataFrame (the parquet schema) from row dicts, sorted by time."""
+    df = pa.Table.from_pylist(list(rows), schema=TELEMETRY_SCHEMA).to_pandas()
+    return df.sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def read_telemetry(run_dir: str | Path) -> pd.DataFrame:
+    """`telemetry.parquet` if written, else the JSON-lines files (a run still going), sorted by `t`."""
+    run_dir = Path(run_dir)
+    parquet = run_dir / "telemetry.parquet"
+    if parquet.exists():
+        df = pq.read_table(parquet, schema=TELEMETRY_SCHEMA).to_pandas()
+        return df.sort_values("t", kind="stable").reset_index(drop=True)
+    rows = [row for path in _jsonl_files(run_dir) for chunk in _rows(path) for row in chunk]
+    return telemetry_frame(rows)
