@@ -28,3 +28,13 @@ def test_planning_never_imports_locust():
     code = "import sys, shapes, llmload.arrivals, llmload.traces; print('locust' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import shapes.plan
+
+    for module in (llmload.arrivals, shapes.plan):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
