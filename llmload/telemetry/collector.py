@@ -92,6 +92,7 @@ class TelemetryCollector:
         self._step: str | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._active: list = []
         self._latest: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
@@ -100,19 +101,31 @@ class TelemetryCollector:
     def path(self) -> Path:
         return self.run_dir / "telemetry.jsonl"
 
+    def _open(self) -> list:
+        """Open the JSONL file and NVML once; the pollers to run."""
+        if self._sink is None:
+            self._sink = TelemetrySink(self.path)
+            self._active = list(self._pollers)
+            if self.nvml is not None and self.nvml.open():
+                self._active.append(_NvmlSource(self.nvml))
+        return self._active
+
     def start(self) -> None:
         """Open the JSONL file and start one polling thread per source (returns at once)."""
-        if self._sink is not None:
+        if self._threads:
             return
-        self._sink = TelemetrySink(self.path)
-        pollers = list(self._pollers)
-        if self.nvml is not None and self.nvml.open():
-            pollers.append(_NvmlSource(self.nvml))
-        for poller in pollers:
+        for poller in self._open():
             thread = threading.Thread(target=self._loop, args=(poller,), daemon=True,
                                       name=f"llmload-telemetry {poller.source}")
             self._threads.append(thread)
             thread.start()
+
+    def sample_now(self) -> list[Point]:
+        """Poll every source once, now, in this thread (a sample at a step boundary; tests without threads)."""
+        points: list[Point] = []
+        for poller in self._open():
+            points.extend(self.poll_once(poller))
+        return points
 
     def set_step(self, label: str | None) -> None:
         """Samples taken from now on carry this step label (None between steps)."""
@@ -135,7 +148,7 @@ class TelemetryCollector:
             return {source: dict(values) for source, values in self._latest.items()}
 
     def poll_once(self, poller: object) -> list[Point]:
-        """Poll one source, write its points and return them (also used by tests, without threads)."""
+        """Poll one source, write its points and return them."""
         t_start, step = now(), self._step
         try:
             points = poller.poll()
