@@ -5,8 +5,10 @@
     concurrency  one closed-loop step per level, labels `c4`, phase `concurrency` (named closed loop)
     trace        phase `burst` (label `burst`): the trace as recorded (after window, speed-up, scaling);
                  then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced
-    soak         one step per slice (labels `soak-000`, ...), phase `soak`, no drain between slices so
-                 the load never pauses; constant/Poisson/gamma at `rate`, or a trace looped to the duration
+    soak         one step per slice (labels `soak-000`, ...), phase `soak`; constant/Poisson/gamma at
+                 `rate`, or a trace looped to the duration. Every slice but the last has `drain=False`:
+                 the next slice should start as its arrivals end (its requests still finish, within
+                 `drain_timeout_s`, while the next slice runs), so the load never pauses
 
 Every step's seed comes from the run seed (`requests.seed`, or `trace.seed`) and its index.
 """
@@ -140,7 +142,7 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
         return [
             StepSpec(label=f"soak-{i:03d}", index=i, phase="soak", arrival=soak.arrival, target_rate=soak.rate,
                      burstiness=soak.burstiness, duration_s=length, drain=i == last,
-                     drain_timeout_s=soak.drain_timeout if i == last else 0.0, seed=derive_seed(run_seed, i))
+                     drain_timeout_s=soak.drain_timeout, seed=derive_seed(run_seed, i))
             for i, (_, length) in enumerate(slices)
         ]
     if soak.trace.uniform_twin or soak.trace.warmup:
@@ -154,7 +156,7 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
         part = slice_trace(looped, start, start + length)
         steps.append(StepSpec(
             label=f"soak-{i:03d}", index=i, phase="soak", arrival="trace", target_rate=len(part) / length,
-            duration_s=length, drain=i == last, drain_timeout_s=soak.drain_timeout if i == last else 0.0,
+            duration_s=length, drain=i == last, drain_timeout_s=soak.drain_timeout,
             trace=to_trace_arrivals(part, use_sizes=soak.trace.use_sizes), seed=derive_seed(seed, i),
             failed_in_source=replay.failed_in_source if i == 0 else 0))
     return steps
