@@ -67,8 +67,9 @@ class StepSpec:
 
     `target_rate` is requests per second for open-loop steps (for trace steps: the trace's mean rate
     over the step); `concurrency` and `requests` describe a closed loop; `trace` holds a trace step's
-    arrivals. `drain` False means the next step starts as this one's arrivals end (soak slices, whose
-    load must not pause). `seed` is this step's own seed (see `derive_seed`).
+    arrivals. `drain` False means the next step should start as this one's arrivals end, without
+    waiting for its in-flight requests (they still get `drain_timeout_s` to finish): soak slices,
+    whose load must not pause. `seed` is this step's own seed (see `derive_seed`).
     """
 
     label: str
