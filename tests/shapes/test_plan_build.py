@@ -92,6 +92,7 @@ def test_soak_by_rate_is_sliced_without_pauses():
     assert [s.label for s in steps] == ["soak-000", "soak-001", "soak-002"]
     assert [s.duration_s for s in steps] == [600.0, 600.0, 300.0]
     assert [s.drain for s in steps] == [False, False, True]
+    assert {s.drain_timeout_s for s in steps} == {60.0}  # no slice's requests are cut at its end
     assert {s.phase for s in steps} == {"soak"} and len({s.seed for s in steps}) == 3
 
 
