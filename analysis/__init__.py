@@ -1,1 +1,28 @@
-"""analysis package."""
+"""Analysis of a run directory: pure pandas, no Locust (usable from a notebook).
+
+    run = analysis.load_run("runs/2026-11-29-1050")
+    result = analysis.analyze(run, slo)            # Analysis: steps, summary, worksheet, split, ...
+    analysis.write_outputs(result, run.path)       # summary.json, worksheet.csv
+    analysis.exit_code(result.summary)             # 0 pass, 1 fail, 3 invalid or insufficient
+
+`judge_step(step_records, step, slo, client, telemetry)` applies the same rules to one step, live.
+Definitions: METRICS.md; which requests each number uses: `analysis.metrics`.
+"""
+
+from analysis.analyze import Analysis, analyze
+from analysis.outputs import write_outputs
+from analysis.planning import plan_in_flight
+from analysis.run import Run, load_run
+from analysis.summary import exit_code
+from analysis.verdict import judge_step
+
+__all__ = [
+    "Analysis",
+    "Run",
+    "analyze",
+    "exit_code",
+    "judge_step",
+    "load_run",
+    "plan_in_flight",
+    "write_outputs",
+]

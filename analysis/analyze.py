@@ -1,0 +1,100 @@
+"""`analyze(run, slo) -> Analysis`: every table the summary, the worksheet and the report draw from.
+
+Composition only: derive per-request columns once, explode the event times once (numpy), build the
+telemetry index once, then per step `step_metrics` + `judge` (the same code `judge_step` runs live),
+and from the step table the split, burst comparison, soak slices, instance tables, timeline, decision
+record and summary. Pure: the `Run` is not modified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis.burst import burst_vs_uniform
+from analysis.conditions import fixed_conditions
+from analysis.requests import derive_requests, event_gaps
+from analysis.run import Run
+from analysis.soak import soak_slices
+from analysis.split import queueing_split
+from analysis.steps import instance_table, step_table
+from analysis.summary import build_summary
+from analysis.telemetry_stats import TelemetryIndex
+from analysis.timeline import timeline
+from analysis.worksheet import worksheet
+from llmload.config import SLO, Client, Conditions
+
+__all__ = ["Analysis", "analyze"]
+
+
+@dataclass
+class Analysis:
+    """What `analyze` returns (docs/ARCHITECTURE.md "Analysis")."""
+
+    steps: pd.DataFrame
+    summary: dict
+    worksheet: pd.DataFrame
+    requests: pd.DataFrame
+    split: pd.DataFrame
+    burst: pd.DataFrame | None
+    timeline: pd.DataFrame
+    slices: pd.DataFrame | None
+    instances: pd.DataFrame | None
+    decision: dict
+    warnings: list[str] = field(default_factory=list)
+    slo: SLO = field(default_factory=SLO)
+
+
+def _windows(plan_steps: list[dict]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for s in plan_steps:
+        if s.get("window_start") is not None and s.get("window_end") is not None:
+            out[str(s["label"])] = (float(s["window_start"]), float(s["window_end"]))
+    return out
+
+
+def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame, slo: SLO,
+              telemetry: pd.DataFrame) -> list[str]:
+    out = []
+    labels = {str(s.get("label")) for s in plan_steps}
+    stray = sorted(set(records["step"].dropna().astype(str)) - labels) if len(records) else []
+    if stray:
+        out.append(f"records of steps not in plan.json are left out: {', '.join(stray[:5])}")
+    if telemetry is None or telemetry.empty:
+        out.append("no telemetry: server running/waiting, KV, GPU memory and server queue are not measured; "
+                   "queue growth is judged on client in-flight")
+    for _, r in steps.iterrows():
+        if r["status"] == "partial":
+            out.append(f"step {r['label']} was stopped early (partial): judged on what ran")
+        for key in r.get("unmeasured") or []:
+            out.append(f"step {r['label']}: {key} could not be measured and was not judged")
+        if r["phase"] == "concurrency" and r["verdict"] != "not_run":
+            out.append(f"step {r['label']} is closed-loop: no offered rate, no rate-shortfall check")
+    missing = [k for k in ("ttft_p95", "tpot_p95", "e2e_p95") if k not in slo.checked]
+    if missing:
+        out.append(f"not checked (no SLO threshold): {', '.join(missing)}")
+    return out
+
+
+def analyze(run: Run, slo: SLO, client: Client | None = None, *, conditions: Conditions | None = None) -> Analysis:
+    """Analyse a loaded run against an SLO (and the generator limits of `client`)."""
+    plan_steps = list(run.plan.get("steps", []))
+    records = run.records.reset_index(drop=True)
+    requests = derive_requests(records, _windows(plan_steps), slo)
+    gaps = event_gaps(records["token_times"], records.get("token_counts"))
+    tel = TelemetryIndex(run.telemetry)
+    steps = step_table(requests, plan_steps, slo, client, tel, gaps)
+    conds = fixed_conditions(run.manifest, conditions)
+    burst = burst_vs_uniform(steps)
+    slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
+    warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
+    summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
+    decision = summary["decision"]
+    return Analysis(
+        steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),
+        requests=requests, split=queueing_split(requests, steps), burst=burst,
+        timeline=timeline(requests, plan_steps, run.telemetry), slices=slices,
+        instances=instance_table(requests, plan_steps, slo, tel, gaps), decision=decision,
+        warnings=warnings, slo=slo,
+    )

@@ -1,0 +1,216 @@
+"""Every per-step number of METRICS.md "Per step", for one step: `step_metrics(...) -> dict`.
+
+Which requests each number uses (a step's requests are those with `step == label`):
+- arrivals: requests scheduled inside the window `[window_start, window_end)` (not-sent ones included)
+- offered rate: arrivals / window; achieved rate: arrivals the generator dispatched (sent, or held at
+  the client cap) / window. Closed-loop concurrency steps have no offered rate (NaN).
+- completed: arrivals whose answer streamed to the end (`ok` or `quality_fail`); `ok`: outcome ok.
+  Latency percentiles (TTFT, user TTFT, TPOT, ITL, E2E, user E2E, client wait, per-request server
+  queue) use the completed arrivals; send lag uses every sent arrival with `capped == False`.
+- completion throughput: `ok` requests of the step that finished (end time) inside the window / window.
+- goodput: `ok` arrivals meeting every per-request threshold / window; SLO attainment: the same count /
+  all arrivals (rejected, timed-out, cancelled, failed and not-sent stay in the denominator).
+- in-flight: time-average over the window of requests sent and not finished (client view).
+- reject ratio: `rejected` / arrivals; error ratio: `http_error`, `timeout`, `disconnect`,
+  `connect_error`, `oom`, `cancelled` / arrivals (quality failures and rejections are counted apart).
+- queue growth: Mann-Kendall (one-sided, increasing) over `slo.sub_windows` sub-window means of the
+  server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
+  the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
+  significant rise of a fraction of a request is not a queue building up).
+- Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
+  steady state.
+Percentiles are from raw values by linear interpolation (`analysis.stats.quantiles`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.requests import EventGaps, event_gaps
+from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
+from analysis.telemetry_stats import TelemetryIndex, histogram_queue_quantiles
+from llmload.config import SLO
+
+__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "empty_metrics", "step_metrics"]
+
+#: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
+LATENCIES = {
+    "ttft": "ttft_s", "user_ttft": "user_ttft_s", "tpot": "tpot_s", "itl": None, "itl_token": None,
+    "e2e": "e2e_s", "user_e2e": "user_e2e_s", "client_wait": "client_wait_s", "server_queue": None,
+    "send_lag": None,
+}
+ERROR_OUTCOMES = ("http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled")
+#: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
+MIN_QUEUE_GROWTH = 1.0
+
+_STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency")
+
+
+def _pct_columns(name: str, values: dict) -> dict:
+    out = {f"{name}_p{q:g}_s": values[q] for q in QUANTILES}
+    out[f"{name}_max_s"] = values["max"]
+    return out
+
+
+def _nan_pcts() -> dict:
+    return {**{q: math.nan for q in QUANTILES}, "max": math.nan}
+
+
+def empty_metrics(step: dict) -> dict:
+    """The row of a step that was not run: identity and plan only, every number NaN."""
+    row = {k: step.get(k) for k in _STEP_KEYS}
+    row.update(window_start=_f(step.get("window_start")), window_end=_f(step.get("window_end")))
+    row["window_s"] = row["window_end"] - row["window_start"]
+    for key in ("arrivals", "sent", "completed", "ok", "offered_rate", "achieved_rate",
+                "completion_throughput", "goodput", "slo_attainment", "in_flight_mean", "running_mean",
+                "waiting_mean", "deferred_mean", "tpot_excluded", "reject_ratio", "error_ratio", "oom",
+                "queue_trend_p", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
+                "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
+                "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
+                "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio"):
+        row[key] = math.nan
+    for name in LATENCIES:
+        row.update(_pct_columns(name, _nan_pcts()))
+    row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None)
+    return row
+
+
+def _f(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _closed_loop(step: dict) -> bool:
+    return step.get("phase") == "concurrency" or (step.get("concurrency") is not None
+                                                   and step.get("target_rate") is None)
+
+
+def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
+                 gaps: EventGaps | None = None) -> dict:
+    """All numbers of one run step. `req`: the step's derived requests (`derive_requests`);
+    `gaps`: their per-event gaps (rows = positions in `req`), computed here when not given."""
+    row = empty_metrics(step)
+    ws, we = row["window_start"], row["window_end"]
+    window_s = row["window_s"]
+    in_win = req["in_window"].to_numpy(dtype=bool)
+    outcome = req["outcome"].astype(str).to_numpy()
+    finished = req["finished"].to_numpy(dtype=bool) & in_win
+    sent_at = req["sent_at"].to_numpy(dtype=float)
+    end_at = req["end_at"].to_numpy(dtype=float)
+    capped = req["capped"].fillna(False).to_numpy(dtype=bool) if "capped" in req else np.zeros(len(req), bool)
+    arrivals = int(in_win.sum())
+    sent = int((in_win & ~np.isnan(sent_at)).sum())
+    ok_win = in_win & (outcome == "ok")
+    good = int(req["good"].to_numpy(dtype=bool).sum())
+    counts = pd.Series(outcome[in_win]).value_counts()
+    outcomes = {str(k): int(v) for k, v in counts.items()}
+    finished_in_window = (outcome == "ok") & (end_at >= ws) & (end_at < we)
+    row.update(
+        arrivals=arrivals, sent=sent, completed=int(finished.sum()), ok=int(ok_win.sum()), outcomes=outcomes,
+        offered_rate=math.nan if _closed_loop(step) else arrivals / window_s,
+        achieved_rate=int((in_win & (~np.isnan(sent_at) | capped)).sum()) / window_s,
+        completion_throughput=int(finished_in_window.sum()) / window_s,
+        goodput=good / window_s, slo_attainment=good / arrivals if arrivals else math.nan,
+        reject_ratio=outcomes.get("rejected", 0) / arrivals if arrivals else math.nan,
+        error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
+        oom=outcomes.get("oom", 0),
+    )
+    fin = req[finished]
+    for name, column in LATENCIES.items():
+        if column is not None:
+            row.update(_pct_columns(name, quantiles(fin[column].to_numpy(dtype=float))))
+    lag = req["send_lag_s"].to_numpy(dtype=float)[in_win]
+    row.update(_pct_columns("send_lag", quantiles(lag)))
+    row["tpot_excluded"] = int(fin["tpot_s"].isna().sum())
+    row["e2e_mean_s"] = float(fin["e2e_s"].mean()) if len(fin) else math.nan
+
+    if gaps is None:
+        gaps = event_gaps(req["token_times"], req.get("token_counts"))
+    sel = gaps.select(finished)
+    row.update(_pct_columns("itl", quantiles(sel.chunk)))
+    row.update(_pct_columns("itl_token", quantiles(sel.token)))
+
+    _server_queue(row, fin, tel, ws, we)
+    _tokens(row, fin)
+    is_sent = ~np.isnan(sent_at)
+    starts, ends = sent_at[is_sent], np.fmax(end_at[is_sent], sent_at[is_sent])
+    row["in_flight_mean"] = float(time_average(starts, ends, np.array([ws, we]))[0])
+    row.update(running_mean=tel.gauge_mean("running", ws, we), waiting_mean=tel.gauge_mean("waiting", ws, we),
+               deferred_mean=tel.gauge_mean("deferred", ws, we), kv_usage_peak=tel.peak("kv_usage", ws, we),
+               preemptions=tel.counter_delta("preemptions_total", ws, we),
+               gpu_memory_peak_bytes=tel.peak("gpu_memory_used_bytes", ws, we),
+               worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at")) if step.get("start_at") else ws, we))
+    _queue_trend(row, slo, tel, starts, ends)
+    _threshold_percentiles(row, slo, fin, sel)
+    denom = row["completion_throughput"] * row["e2e_mean_s"]
+    row["littles_law_ratio"] = row["in_flight_mean"] / denom if denom > 0 else math.nan
+    return row
+
+
+def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, ws: float, we: float) -> None:
+    per_request = fin["server_queue_s"].to_numpy(dtype=float)
+    if (~np.isnan(per_request)).any():
+        row.update(_pct_columns("server_queue", quantiles(per_request)))
+        row["server_queue_mean_s"] = float(np.nanmean(per_request))
+        row["server_queue_basis"] = "per-request"
+    elif tel.has("queue_time_seconds_bucket"):
+        values, _problem = histogram_queue_quantiles(tel.frame, ws, we, QUANTILES)
+        row.update(_pct_columns("server_queue", {**values, "max": math.nan}))
+        row["server_queue_mean_s"] = tel.histogram_mean(ws, we)
+        row["server_queue_basis"] = "histogram"
+
+
+def _tokens(row: dict, fin: pd.DataFrame) -> None:
+    for name in ("input_tokens", "output_tokens"):
+        values = fin[name].to_numpy(dtype=float) if name in fin else np.array([])
+        q = quantiles(values, (50.0, 95.0))
+        row[f"{name}_mean"] = float(np.nanmean(values)) if (~np.isnan(values)).any() else math.nan
+        row[f"{name}_p50"], row[f"{name}_p95"] = q[50.0], q[95.0]
+    if "planned_output_tokens" in fin:
+        planned = fin["planned_output_tokens"].to_numpy(dtype=float)
+        served = fin["output_tokens"].to_numpy(dtype=float)
+        known = ~np.isnan(planned) & ~np.isnan(served)
+        row["output_mismatch_ratio"] = float((planned[known] != served[known]).mean()) if known.any() else math.nan
+    if "prefix_id" in fin and len(fin):
+        row["prefix_share_ratio"] = float(fin["prefix_id"].notna().mean())
+
+
+def _queue_trend(row: dict, slo: SLO, tel: TelemetryIndex, starts: np.ndarray, ends: np.ndarray) -> None:
+    edges = np.linspace(row["window_start"], row["window_end"], slo.sub_windows + 1)
+    series, name = None, None
+    for metric in ("waiting", "deferred"):
+        values = tel.subwindow_means(metric, edges)
+        if (~np.isnan(values)).sum() >= 3:
+            series, name = values, metric
+            break
+    if series is None:
+        series, name = time_average(starts, ends, edges), "in_flight"
+    _s, p = mann_kendall(series)
+    rise = sen_slope(series) * (slo.sub_windows - 1)
+    row["queue_trend_p"] = p
+    row["queue_trend_series"] = name
+    row["queue_growth"] = bool(p < slo.trend_alpha and rise >= MIN_QUEUE_GROWTH)
+
+
+def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, sel: EventGaps) -> None:
+    """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values."""
+    for t in slo.thresholds:
+        key = f"{t.key}_s"
+        if key in row:
+            continue
+        column = LATENCIES.get(t.metric)
+        if t.metric == "itl":
+            values = sel.chunk
+        elif t.metric == "server_queue" and row["server_queue_basis"] == "per-request":
+            values = fin["server_queue_s"].to_numpy(dtype=float)
+        elif column is not None:
+            values = fin[column].to_numpy(dtype=float)
+        else:
+            row[key] = math.nan  # histogram quantiles other than p50/p95/p99 are not computed
+            continue
+        row[key] = quantiles(values, (t.percentile,))[t.percentile]

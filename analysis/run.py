@@ -1,0 +1,93 @@
+"""Reading a run directory (METRICS.md "The run directory") into frames: `load_run(path) -> Run`.
+
+`records.parquet` is read with pyarrow; the per-event list columns (`token_times`, `token_counts`)
+stay Arrow-backed (`pd.ArrowDtype`) so a million requests do not become a million numpy objects.
+Missing files are allowed where a run can lack them: no telemetry (empty frame), no manifest ({}).
+Missing records or plan is a user mistake and raises `ConfigError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmload.errors import ConfigError
+from llmload.records import RECORD_SCHEMA
+
+__all__ = ["TELEMETRY_COLUMNS", "Run", "empty_records", "empty_telemetry", "load_run", "records_from_table"]
+
+TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
+
+
+@dataclass
+class Run:
+    """A run directory's data: one row per request, the telemetry (long format), the plan, the manifest."""
+
+    records: pd.DataFrame
+    telemetry: pd.DataFrame
+    plan: dict
+    manifest: dict = field(default_factory=dict)
+    path: Path | None = None
+
+
+def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:
+    return pd.ArrowDtype(dtype) if pa.types.is_list(dtype) else None
+
+
+def records_from_table(table: pa.Table) -> pd.DataFrame:
+    """Records as a DataFrame: list columns Arrow-backed, every schema column present."""
+    for name in RECORD_SCHEMA.names:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, RECORD_SCHEMA.field(name).type))
+    return table.to_pandas(types_mapper=_arrow_lists)
+
+
+def empty_records() -> pd.DataFrame:
+    """A records frame with the schema and no rows."""
+    return records_from_table(RECORD_SCHEMA.empty_table())
+
+
+def empty_telemetry() -> pd.DataFrame:
+    """A telemetry frame with the long-format columns and no rows."""
+    return pd.DataFrame({"t": pd.Series(dtype=float), "source": pd.Series(dtype=str),
+                         "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float),
+                         "step": pd.Series(dtype=str), "labels": pd.Series(dtype=str)})
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"invalid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a JSON object", file=str(path), line=1)
+    return data
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Read `records.parquet`, `plan.json`, `telemetry.parquet` (optional), `manifest.json` (optional)."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ConfigError("not a run directory", file=str(root))
+    rec_path, plan_path = root / "records.parquet", root / "plan.json"
+    if not rec_path.exists():
+        raise ConfigError("no records.parquet in this run directory", file=str(rec_path))
+    if not plan_path.exists():
+        raise ConfigError("no plan.json in this run directory", file=str(plan_path))
+    try:
+        records = records_from_table(pq.read_table(rec_path))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ConfigError(f"unreadable Parquet: {exc}", file=str(rec_path)) from None
+    plan = _read_json(plan_path)
+    if not isinstance(plan.get("steps"), list):
+        raise ConfigError("expected a list under the key steps", file=str(plan_path), key="steps")
+    tel_path = root / "telemetry.parquet"
+    telemetry = pd.read_parquet(tel_path) if tel_path.exists() else empty_telemetry()
+    man_path = root / "manifest.json"
+    manifest = _read_json(man_path) if man_path.exists() else {}
+    return Run(records=records, telemetry=telemetry, plan=plan, manifest=manifest, path=root)

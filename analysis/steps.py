@@ -1,0 +1,110 @@
+"""The per-step table: one row per plan step (not-run steps included, their numbers NaN), with verdicts.
+
+`step_table(requests, plan_steps, slo, client, tel, gaps)` runs `step_metrics` and `judge` on each
+step's requests; `instance_table` does the same per instance (records column `instance`; requests
+never routed to an instance form the group `(none)` so the counts add up to the combined ones).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import empty_metrics, step_metrics
+from analysis.requests import EventGaps
+from analysis.telemetry_stats import TelemetryIndex
+from analysis.verdict import judge
+from llmload.config import SLO, Client
+
+__all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_table", "step_table", "subset_gaps"]
+
+#: integer columns: nullable Int64 so a not-run step is <NA>, not a float NaN turning counts into 20.0
+COUNT_COLUMNS = ("index", "arrivals", "sent", "completed", "ok", "tpot_excluded", "oom")
+
+#: the instance name of requests that never reached an instance (not sent, connect errors)
+UNROUTED = "(none)"
+
+
+def subset_gaps(gaps: EventGaps, positions: np.ndarray, n_rows: int) -> EventGaps:
+    """The gaps of the requests at `positions`, renumbered 0..len(positions)-1 in that order."""
+    remap = np.full(n_rows, -1, dtype=np.int64)
+    remap[positions] = np.arange(len(positions))
+    keep, keep_t = remap[gaps.row] >= 0, remap[gaps.token_row] >= 0
+    return EventGaps(gaps.chunk[keep], remap[gaps.row[keep]], gaps.token[keep_t], remap[gaps.token_row[keep_t]])
+
+
+def _positions(requests: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
+    if requests.empty:
+        return {}
+    return {str(k): np.asarray(v) for k, v in requests.groupby(column, sort=False, dropna=False).indices.items()}
+
+
+def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client: Client | None,
+               tel: TelemetryIndex, gaps: EventGaps) -> pd.DataFrame:
+    """One judged row per plan step, in plan order."""
+    groups = _positions(requests, "step")
+    rows = []
+    for step in plan_steps:
+        if step.get("status") == "not_run":
+            row = empty_metrics(step)
+            row.update(verdict="not_run", failing=[], unmeasured=[])
+            rows.append(row)
+            continue
+        pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
+        sub = requests.iloc[pos].reset_index(drop=True)
+        row = step_metrics(sub, step, slo, tel, subset_gaps(gaps, pos, len(requests)))
+        verdict, failing, details = judge(row, step, slo, client)
+        row.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"])
+        rows.append(row)
+    return _typed(pd.DataFrame(rows))
+
+
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    if table.empty:
+        return table
+    return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table})
+
+
+def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel: TelemetryIndex,
+                   gaps: EventGaps) -> pd.DataFrame | None:
+    """Per instance and step: the step numbers of that instance's requests (no verdict: the rate
+    checks belong to the whole generator). None when the run had a single instance."""
+    if "instance" not in requests or requests["instance"].dropna().nunique() < 2:
+        return None
+    inst = requests["instance"].astype(object).where(requests["instance"].notna(), UNROUTED)
+    keyed = requests.assign(_key=inst.astype(str) + "\x00" + requests["step"].astype(str))
+    groups = _positions(keyed, "_key")
+    rows = []
+    names = sorted(inst.unique(), key=lambda n: (n == UNROUTED, str(n)))
+    indexes = _instance_indexes(tel, names)
+    for step in plan_steps:
+        if step.get("status") == "not_run":
+            continue
+        for name in names:
+            pos = groups.get(f"{name}\x00{step['label']}")
+            if pos is None:
+                continue
+            sub = requests.iloc[pos].reset_index(drop=True)
+            row = step_metrics(sub, step, slo, TelemetryIndex(None), subset_gaps(gaps, pos, len(requests)))
+            own = indexes.get(str(name))
+            ws, we = row["window_start"], row["window_end"]
+            nan = float("nan")
+            row.update(running_mean=own.gauge_mean("running", ws, we) if own else nan,
+                       waiting_mean=own.gauge_mean("waiting", ws, we) if own else nan,
+                       kv_usage_peak=own.peak("kv_usage", ws, we) if own else nan)
+            rows.append({"instance": name, **row})
+    return _typed(pd.DataFrame(rows)) if rows else None
+
+
+def _instance_indexes(tel: TelemetryIndex, names: list) -> dict[str, TelemetryIndex]:
+    """A telemetry index per instance, from the source `server:<instance>` (absent: no entry)."""
+    frame = tel.frame
+    if frame is None or frame.empty:
+        return {}
+    source = frame["source"].astype(str)
+    out = {}
+    for name in names:
+        own = frame[source == f"server:{name}"]
+        if not own.empty:
+            out[str(name)] = TelemetryIndex(own)
+    return out

@@ -1,0 +1,169 @@
+"""`summary.json` (METRICS.md contract), the ladder's result, the decision record, the exit code.
+
+Run verdict over the steps that ran: `invalid` if any step is invalid (fix the generator first), else
+`fail` if any failed, else `insufficient` if any had too few samples (or none ran), else `pass`.
+The ladder result uses the sustained-rate steps (phases `ladder`, `refine`, `soak`) sorted by rate:
+the first failing rate is the lowest failing one, the last passing rate the highest passing rate below
+it; invalid and insufficient steps are neither. `failed_first` names the first failing step's
+dimensions, furthest over their limits first. Closed-loop steps give `last_passing_concurrency`.
+
+Exit code: 0 pass, 1 fail, 3 invalid, and 3 for insufficient too: no conclusion could be drawn, and
+a CI gate must not pass on a test that proved nothing (the CLI documents 3 as "not a valid test").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.conditions import retest_triggers
+from llmload.config import SLO
+
+__all__ = [
+    "DEFINITIONS_VERSION",
+    "SUMMARY_STEP_KEYS",
+    "build_summary",
+    "decision_record",
+    "exit_code",
+    "json_value",
+    "ladder_result",
+    "overall_verdict",
+]
+
+DEFINITIONS_VERSION = "1"
+SUMMARY_STEP_KEYS = (
+    "label", "offered_rate", "achieved_rate", "completed", "goodput", "slo_attainment", "ttft_p95_s",
+    "tpot_p95_s", "itl_p95_s", "e2e_p95_s", "client_wait_p95_s", "server_queue_p95_s", "send_lag_p99_s",
+    "window_start", "window_end", "outcomes", "verdict", "failing",
+)
+_EXTRA_STEP_KEYS = (
+    "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
+    "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
+    "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "unmeasured",
+)
+_SUSTAINED = ("ladder", "refine", "soak")
+_STANDARD_SLO = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
+                 "allow_oom", "queue_growth")
+_EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
+
+
+def json_value(value: Any) -> Any:
+    """A JSON-ready value: NaN/NA -> None, numpy scalars -> Python, containers converted inside."""
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [json_value(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+def overall_verdict(steps: pd.DataFrame) -> str:
+    """The run's verdict from its steps' verdicts (rule in the module docstring)."""
+    ran = [] if steps.empty else [v for v in steps["verdict"] if v != "not_run"]
+    for verdict in ("invalid", "fail", "insufficient"):
+        if verdict in ran:
+            return verdict
+    return "pass" if ran else "insufficient"
+
+
+def _first_failing(steps: pd.DataFrame, phases: tuple[str, ...], key: str) -> tuple[Any, Any, list[str]]:
+    if steps.empty:
+        return None, None, []
+    own = steps[steps["phase"].isin(phases) & (steps["verdict"] != "not_run") & steps[key].notna()]
+    own = own.sort_values([key, "index"], kind="stable")
+    failing = own[own["verdict"] == "fail"]
+    first = failing.iloc[0] if len(failing) else None
+    passing = own[own["verdict"] == "pass"]
+    if first is not None:
+        passing = passing[passing[key] < first[key]]
+    last = passing[key].max() if len(passing) else None
+    return (json_value(last), json_value(first[key]) if first is not None else None,
+            list(first["failing"]) if first is not None else [])
+
+
+def ladder_result(steps: pd.DataFrame) -> dict:
+    """last_passing_rate, first_failing_rate, failed_first (+ the same for closed-loop concurrency)."""
+    last, first, failed = _first_failing(steps, _SUSTAINED, "target_rate")
+    last_c, first_c, failed_c = _first_failing(steps, ("concurrency",), "concurrency")
+    return {"last_passing_rate": last, "first_failing_rate": first, "failed_first": failed or failed_c,
+            "last_passing_concurrency": last_c, "first_failing_concurrency": first_c}
+
+
+def _thresholds(slo: SLO) -> dict:
+    out: dict[str, Any] = {f"{t.key}_s": t.value_s for t in slo.thresholds}
+    for key in ("max_reject_ratio", "max_error_ratio", "allow_oom", "queue_growth"):
+        if getattr(slo, key) is not None:
+            out[key] = getattr(slo, key)
+    out["min_samples"] = slo.min_samples
+    return out
+
+
+def _not_checked(slo: SLO) -> list[str]:
+    checked = set(slo.checked)
+    return [k for k in _STANDARD_SLO if k not in checked]
+
+
+def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dict) -> dict:
+    """Seed 000's final section: thresholds, goodput per step, result, failing dimension, owner, triggers."""
+    ran = steps[steps["verdict"] != "not_run"] if not steps.empty else steps
+    goodput = [{"label": r["label"], "phase": r["phase"], "target_rate": r["target_rate"],
+                "concurrency": r["concurrency"], "goodput": r["goodput"], "slo_attainment": r["slo_attainment"],
+                "verdict": r["verdict"]} for _, r in ran.iterrows()]
+    return json_value({
+        "thresholds": _thresholds(slo), "not_checked": _not_checked(slo), "goodput_by_step": goodput,
+        "last_passing_rate": ladder["last_passing_rate"], "first_failing_rate": ladder["first_failing_rate"],
+        "failing_dimension": ladder["failed_first"][0] if ladder["failed_first"] else None,
+        "failed_first": ladder["failed_first"], "owner": conditions.get("owner", ""),
+        "conditions": conditions, "retest_triggers": retest_triggers(conditions),
+        "scope": "holds only for the recorded conditions, request mix and thresholds; not a number of users",
+    })
+
+
+def _step_entry(row: pd.Series) -> dict:
+    keys = SUMMARY_STEP_KEYS + tuple(k for k in _EXTRA_STEP_KEYS if k in row.index)
+    return {k: json_value(row.get(k)) for k in keys}
+
+
+def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: list[str],
+                  soak: dict | None = None, burst: pd.DataFrame | None = None) -> dict:
+    """The whole summary.json document."""
+    ladder = ladder_result(steps)
+    summary = {
+        "verdict": overall_verdict(steps),
+        "last_passing_rate": ladder["last_passing_rate"],
+        "steps": [_step_entry(r) for _, r in steps.iterrows()],
+        "first_failing_rate": ladder["first_failing_rate"],
+        "failed_first": ladder["failed_first"],
+        "last_passing_concurrency": ladder["last_passing_concurrency"],
+        "first_failing_concurrency": ladder["first_failing_concurrency"],
+        "slo": {"thresholds": _thresholds(slo), "checked": slo.checked, "not_checked": _not_checked(slo)},
+        "decision": decision_record(steps, slo, conditions, ladder),
+        "definitions": {
+            "version": DEFINITIONS_VERSION,
+            "percentiles": "raw per-request values, linear interpolation between order statistics",
+            "window": "requests belong to a step's window by scheduled_at in [window_start, window_end)",
+            "itl": "chunk level: gaps between consecutive output-bearing events",
+            "goodput": "ok arrivals in the window meeting every per-request threshold / window seconds",
+            "slo_attainment": "arrivals meeting every per-request threshold / all arrivals in the window",
+            "latency_sample": "completed arrivals (ok or quality_fail); send lag: sent, not capped",
+        },
+        "warnings": list(warnings),
+    }
+    if soak is not None:
+        summary["soak"] = json_value(soak)
+    if burst is not None:
+        summary["burst"] = json_value(burst.to_dict(orient="records"))
+    return summary
+
+
+def exit_code(summary: dict) -> int:
+    """0 pass, 1 fail, 3 invalid or insufficient (no conclusion)."""
+    return _EXIT.get(summary.get("verdict", "insufficient"), 3)

@@ -1,0 +1,104 @@
+"""The verdict of a step (METRICS.md "Verdict of a step") and `judge_step`, the same rules run live.
+
+Order of the rules:
+1. `not_run`: the step never started; no other rule applies (its cells stay blank, never "pass").
+2. `invalid`: the generator did not deliver the load. `rate_shortfall` (achieved send rate more than
+   `client.max_rate_shortfall` under offered; not checked for closed-loop concurrency steps, which
+   have no offered rate), `send_lag` (p99 over `client.max_send_lag_p99`), `worker_cpu` (a worker over
+   `client.max_worker_cpu`). Fix the generator before reading anything else.
+3. `fail` on count dimensions, which need no tail estimate: `oom` (any, unless `allow_oom`),
+   `reject_ratio`, `error_ratio` (over their limits), `queue_growth` (a significant rising trend, when
+   `queue_growth: forbid`). These are judged even with few completions: an overloaded server that
+   rejects most requests fails, it is not merely "insufficient".
+4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
+5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...).
+6. `pass`.
+Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
+a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
+A threshold whose value could not be measured (e.g. server queue without telemetry) is not judged and
+is listed in `stats["unmeasured"]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analysis.metrics import empty_metrics, step_metrics
+from analysis.requests import TOLERANCE_S, derive_requests
+from analysis.telemetry_stats import TelemetryIndex
+from llmload.config import SLO, Client
+
+__all__ = ["VERDICTS", "judge", "judge_step"]
+
+VERDICTS = ("pass", "fail", "invalid", "insufficient", "not_run")
+
+
+def _excess(value: float, limit: float) -> float:
+    if limit > 0:
+        return value / limit
+    return math.inf
+
+
+def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> tuple[str, list[str], dict]:
+    """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
+    client = client or Client()
+    if step.get("status") == "not_run":
+        return "not_run", [], {"excess": {}, "unmeasured": []}
+    invalid: list[str] = []
+    offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
+    if not math.isnan(offered) and offered > 0 and achieved < offered * (1.0 - client.max_rate_shortfall):
+        invalid.append("rate_shortfall")
+    if metrics["send_lag_p99_s"] > client.max_send_lag_p99:
+        invalid.append("send_lag")
+    if metrics["worker_cpu_max"] > client.max_worker_cpu:
+        invalid.append("worker_cpu")
+    if invalid:
+        return "invalid", invalid, {"excess": {}, "unmeasured": []}
+
+    excess: dict[str, float] = {}
+    if metrics["oom"] and metrics["oom"] > 0 and slo.allow_oom is False:
+        excess["oom"] = math.inf
+    for key, limit in (("reject_ratio", slo.max_reject_ratio), ("error_ratio", slo.max_error_ratio)):
+        value = metrics[key]
+        if limit is not None and not math.isnan(value) and value > limit:
+            excess[key] = _excess(value, limit)
+    if slo.queue_growth == "forbid" and metrics["queue_growth"]:
+        excess["queue_growth"] = 1.0
+    unmeasured: list[str] = []
+    enough = metrics["completed"] >= slo.min_samples
+    if enough:
+        for t in slo.thresholds:
+            value = metrics.get(f"{t.key}_s", math.nan)
+            if value is None or math.isnan(value):
+                unmeasured.append(t.key)
+            elif value > t.value_s + TOLERANCE_S:
+                excess[t.key] = _excess(value, t.value_s)
+    details = {"excess": excess, "unmeasured": unmeasured}
+    if excess:
+        order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
+        return "fail", order, details
+    if not enough:
+        return "insufficient", [], details
+    return "pass", [], details
+
+
+def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client | None = None,
+               telemetry: pd.DataFrame | None = None) -> tuple[str, list[str], dict]:
+    """Judge one step from its raw records (and telemetry if any): (verdict, failing, stats).
+
+    Cheap enough for the Locust master after each step; `stats` is the step's row of `Analysis.steps`.
+    """
+    if step.get("status") == "not_run":
+        stats = empty_metrics(step)
+        stats.update(verdict="not_run", failing=[])
+        return "not_run", [], stats
+    label = str(step["label"])
+    windows = {label: (float(step["window_start"]), float(step["window_end"]))}
+    own = step_records[step_records["step"].astype(str) == label].reset_index(drop=True)
+    req = derive_requests(own, windows, slo)
+    stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
+    verdict, failing, details = judge(stats, step, slo, client)
+    stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"])
+    return verdict, failing, stats

@@ -1,0 +1,182 @@
+"""Per-step numbers on hand-built records whose answers are worked out by hand (METRICS.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_frames import plan_step, request, run_of
+
+from analysis import analyze
+from llmload.config import SLO
+
+SLO_BASIC = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "100ms", "min_samples": 1})
+
+
+def _step_row(rows: list[dict], slo: SLO = SLO_BASIC, **step_kw) -> pd.Series:
+    result = analyze(run_of(rows, [plan_step("s", 0, **step_kw)]), slo)
+    return result.steps.iloc[0]
+
+
+def test_goodput_counts_ok_requests_meeting_every_threshold() -> None:
+    # window [0, 10): ten arrivals, one a second
+    rows = [request(f"g{i}", "s", float(i), ttft=0.2, e2e=0.6, out=5) for i in range(5)]  # tpot 0.1: good
+    rows += [request("slow_ttft", "s", 5.0, ttft=1.5, e2e=1.9, out=5)]                    # ttft over 1 s
+    rows += [request("slow_tpot", "s", 6.0, ttft=0.2, e2e=1.0, out=5)]                    # tpot 0.2 over
+    rows += [request("one_token", "s", 7.0, ttft=0.3, e2e=0.3, out=1)]                    # no tpot: judged on ttft
+    rows += [request("rejected", "s", 8.0, ttft=None, e2e=None, outcome="rejected")]
+    rows += [request("late", "s", 9.0, ttft=0.2, e2e=0.6, out=5, outcome="quality_fail")]  # not ok: not good
+    rows += [request("warmup", "s", -1.0, ttft=0.2, e2e=0.6, out=5)]                      # before the window
+    row = _step_row(rows, start=0.0, length=10.0)
+    # good: g0..g4 and one_token = 6 requests in 10 s
+    assert row["goodput"] == pytest.approx(0.6)
+    assert row["arrivals"] == 10
+    assert row["slo_attainment"] == pytest.approx(6 / 10)
+    assert row["ok"] == 8 and row["completed"] == 9  # quality_fail streamed to the end: a latency sample
+
+
+def test_attainment_keeps_rejects_and_timeouts_in_the_denominator() -> None:
+    rows = [request(f"ok{i}", "s", float(i), ttft=0.1, e2e=0.5) for i in range(6)]
+    rows += [request("rej", "s", 6.0, ttft=None, e2e=None, outcome="rejected"),
+             request("to", "s", 7.0, ttft=0.1, e2e=None, outcome="timeout"),
+             request("cancel", "s", 8.0, ttft=None, e2e=None, outcome="cancelled"),
+             request("oom", "s", 9.0, ttft=None, e2e=None, outcome="oom")]
+    row = _step_row(rows)
+    assert row["slo_attainment"] == pytest.approx(6 / 10)
+    assert row["goodput"] == pytest.approx(0.6)
+    assert row["reject_ratio"] == pytest.approx(0.1)
+    assert row["error_ratio"] == pytest.approx(0.3)  # timeout, cancelled, oom
+    assert row["oom"] == 1
+    assert row["outcomes"] == {"ok": 6, "rejected": 1, "timeout": 1, "cancelled": 1, "oom": 1}
+    # every ok request ended at scheduled + 0.5 s < 10: six completions in 10 s
+    assert row["completion_throughput"] == pytest.approx(0.6)
+
+
+def test_tpot_leaves_one_token_answers_out_and_counts_them() -> None:
+    rows = [request("a", "s", 0.0, ttft=0.1, e2e=0.5, out=5),   # (0.5-0.1)/4 = 0.1
+            request("b", "s", 1.0, ttft=0.1, e2e=0.5, out=3),   # 0.4/2 = 0.2
+            request("c", "s", 2.0, ttft=0.1, e2e=0.9, out=2),   # 0.8/1 = 0.8
+            request("d", "s", 3.0, ttft=0.3, e2e=0.3, out=1),   # no TPOT
+            request("e", "s", 4.0, ttft=0.3, e2e=0.3, out=1)]   # no TPOT
+    row = _step_row(rows)
+    assert row["tpot_excluded"] == 2
+    expected = np.percentile([0.1, 0.2, 0.8], [50, 95, 99])
+    assert row["tpot_p50_s"] == pytest.approx(0.2)
+    assert [row["tpot_p50_s"], row["tpot_p95_s"], row["tpot_p99_s"]] == pytest.approx(list(expected))
+    assert row["tpot_max_s"] == pytest.approx(0.8)
+    assert row["tpot_p95_s"] == pytest.approx(0.2 + 0.9 * 0.6)  # linear: rank 1.9 between 0.2 and 0.8
+
+
+def test_percentiles_are_linear_interpolation_of_raw_values() -> None:
+    rows = [request(f"r{i}", "s", float(i), ttft=0.1 * (i + 1), e2e=2.0) for i in range(10)]
+    row = _step_row(rows)
+    # sorted TTFTs 0.1..1.0; rank (n-1) q: p50 -> 4.5 -> 0.55, p95 -> 8.55 -> 0.955, p99 -> 8.91 -> 0.991
+    assert row["ttft_p50_s"] == pytest.approx(0.55)
+    assert row["ttft_p95_s"] == pytest.approx(0.955)
+    assert row["ttft_p99_s"] == pytest.approx(0.991)
+    assert row["ttft_max_s"] == pytest.approx(1.0)
+    # user TTFT adds the client wait (0 here); E2E all 2.0
+    assert row["user_ttft_p50_s"] == pytest.approx(0.55)
+    assert row["e2e_p95_s"] == pytest.approx(2.0)
+
+
+def test_itl_chunk_and_token_level() -> None:
+    # 5 events from 0.1 to 0.5 s: gaps 0.1; events carry 2 tokens each -> token-level 0.05
+    rows = [request("a", "s", 0.0, ttft=0.1, e2e=0.5, out=10, events=5, counts=[2, 2, 2, 2, 2]),
+            request("b", "s", 1.0, ttft=0.1, e2e=0.9, out=3, events=3)]  # gaps 0.4, no counts
+    row = _step_row(rows)
+    assert row["itl_p50_s"] == pytest.approx(0.1)
+    assert row["itl_max_s"] == pytest.approx(0.4)
+    assert row["itl_token_p50_s"] == pytest.approx(0.05)
+    assert row["itl_token_max_s"] == pytest.approx(0.05)
+
+
+def test_client_wait_and_send_lag_split_by_cap() -> None:
+    rows = [request("free", "s", 0.0, wait=0.002),
+            request("capped", "s", 1.0, wait=3.0, capped=True)]
+    row = _step_row(rows)
+    assert row["client_wait_max_s"] == pytest.approx(3.0)
+    assert row["send_lag_max_s"] == pytest.approx(0.002)  # the capped request's wait is not lag
+    assert row["user_ttft_max_s"] == pytest.approx(3.1)
+
+
+def test_in_flight_time_average_and_littles_law() -> None:
+    # one request a second, each 2 s long from sending: in flight 2 on average once running
+    rows = [request(f"r{i}", "s", float(i), ttft=0.5, e2e=2.0) for i in range(-2, 10)]
+    row = _step_row(rows)
+    assert row["in_flight_mean"] == pytest.approx(2.0)
+    # completions in [0,10): requests scheduled -2..7 end at 0..9 -> 10 / 10 s; mean E2E 2 -> L = 2
+    assert row["completion_throughput"] == pytest.approx(1.0)
+    assert row["littles_law_ratio"] == pytest.approx(1.0)
+
+
+def test_output_mismatch_and_token_distribution() -> None:
+    rows = [request("a", "s", 0.0, out=5, planned_out=5), request("b", "s", 1.0, out=3, planned_out=5),
+            request("c", "s", 2.0, out=5, planned_out=5), request("d", "s", 3.0, out=5, planned_out=5)]
+    row = _step_row(rows)
+    assert row["output_mismatch_ratio"] == pytest.approx(0.25)
+    assert row["output_tokens_mean"] == pytest.approx(4.5)
+    assert row["input_tokens_p50"] == pytest.approx(100)
+
+
+def test_offered_and_achieved_rate_with_unsent_arrivals() -> None:
+    rows = [request(f"r{i}", "s", float(i)) for i in range(8)]
+    rows += [request("n1", "s", 8.0, outcome="not_sent"), request("n2", "s", 9.0, outcome="not_sent")]
+    row = _step_row(rows)
+    assert row["offered_rate"] == pytest.approx(1.0)
+    assert row["achieved_rate"] == pytest.approx(0.8)
+    assert row["sent"] == 8
+
+
+def test_telemetry_numbers_of_a_window() -> None:
+    t = np.arange(0.0, 10.0, 1.0)
+    tel = pd.DataFrame({
+        "t": np.concatenate([t, t, t, t, [-1.0], t, t]),
+        "source": ["server:a"] * 10 + ["server:b"] * 10 + ["server:a"] * 10 + ["gpu:0"] * 10 + ["server:a"] * 11
+        + ["worker:1"] * 10,
+        "metric": ["running"] * 20 + ["kv_usage"] * 10 + ["gpu_memory_used_bytes"] * 10
+        + ["preemptions_total"] * 11 + ["worker_cpu"] * 10,
+        "value": np.concatenate([np.full(10, 3.0), np.full(10, 1.0), np.linspace(0.1, 0.6, 10),
+                                 np.full(10, 5e9), [4.0], [4, 4, 5, 5, 1, 2, 2, 2, 3, 3], np.full(10, 0.3)]),
+        "step": "s", "labels": "",
+    })
+    rows = [request(f"r{i}", "s", float(i)) for i in range(10)]
+    result = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC)
+    row = result.steps.iloc[0]
+    assert row["running_mean"] == pytest.approx(4.0)  # two instances: 3 + 1
+    assert row["kv_usage_peak"] == pytest.approx(0.6)
+    assert row["gpu_memory_peak_bytes"] == pytest.approx(5e9)
+    # counter from the sample before the window (4): +0 +0 +1 +0, reset to 1 (+1), +1 +0 +0 +1 +0 = 4
+    assert row["preemptions"] == pytest.approx(4.0)
+    assert row["worker_cpu_max"] == pytest.approx(0.3)
+    assert math.isnan(row["waiting_mean"])
+
+
+def test_server_queue_from_per_request_server_timings() -> None:
+    rows = [request(f"r{i}", "s", float(i), ttft=0.5, server_queue=0.1 * (i + 1)) for i in range(5)]
+    result = analyze(run_of(rows, [plan_step("s", 0)]), SLO_BASIC)
+    row = result.steps.iloc[0]
+    assert row["server_queue_basis"] == "per-request"
+    assert row["server_queue_p50_s"] == pytest.approx(0.3)
+    split = result.split.set_index("component")
+    # per-request means add up: wait 0 + queue 0.3 + prefill (0.5 - 0.3) + decode 0 ... = user E2E 0.5
+    assert split.loc["server_queue", "mean_s"] == pytest.approx(0.3)
+    assert split.loc["prefill_to_first_token", "mean_s"] == pytest.approx(0.2)
+    parts = split.loc[["client_wait", "server_queue", "prefill_to_first_token", "decode"], "mean_s"].sum()
+    assert parts == pytest.approx(split.loc["user_e2e", "mean_s"])
+    assert split.loc["user_e2e", "share"] == pytest.approx(1.0)
+
+
+def test_server_queue_mean_from_histogram_sum_and_count() -> None:
+    t = np.array([-1.0, 5.0, 9.0])
+    tel = pd.DataFrame({"t": np.concatenate([t, t]), "source": "server:a",
+                        "metric": ["queue_time_seconds_sum"] * 3 + ["queue_time_seconds_count"] * 3,
+                        "value": [1.0, 2.0, 4.0, 10.0, 15.0, 20.0], "step": "s", "labels": ""})
+    tel = pd.concat([tel, pd.DataFrame({"t": [5.0], "source": "server:a", "metric": "queue_time_seconds_bucket",
+                                        "value": [1.0], "step": "s", "labels": "le=+Inf"})])
+    rows = [request(f"r{i}", "s", float(i)) for i in range(5)]
+    row = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC).steps.iloc[0]
+    assert row["server_queue_basis"] == "histogram"
+    assert row["server_queue_mean_s"] == pytest.approx(3.0 / 10.0)  # sum +3 over count +10

@@ -1,0 +1,119 @@
+"""Verdicts of a step (METRICS.md "Verdict of a step"): invalid, insufficient, fail with every
+dimension named, pass; queue growth by a trend test; judge_step equal to the full analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_frames import frame, plan_step, request, run_of
+
+from analysis import analyze, judge_step
+from analysis.summary import ladder_result
+from llmload.config import SLO, Client
+
+
+def _waiting(values: np.ndarray, *, start: float = 0.0) -> pd.DataFrame:
+    t = start + np.arange(values.size, dtype=float)
+    return pd.DataFrame({"t": t, "source": "server:a", "metric": "waiting", "value": values, "step": "s",
+                         "labels": ""})
+
+
+def _steady(n: int = 60, *, length: float = 60.0, **kw) -> list[dict]:
+    return [request(f"r{i}", "s", i * length / n, **kw) for i in range(n)]
+
+
+def test_growing_waiting_queue_fails_and_flat_noisy_one_does_not() -> None:
+    slo = SLO.model_validate({"queue_growth": "forbid", "min_samples": 10})
+    rng = np.random.default_rng(7)
+    steps = [plan_step("s", 0, length=60.0)]
+    growing = _waiting(np.linspace(0, 30, 60) + rng.normal(0, 2, 60))
+    flat = _waiting(np.clip(5 + rng.normal(0, 2, 60), 0, None))
+    grow_row = analyze(run_of(_steady(), steps, telemetry=growing), slo).steps.iloc[0]
+    flat_row = analyze(run_of(_steady(), steps, telemetry=flat), slo).steps.iloc[0]
+    assert grow_row["queue_trend_series"] == "waiting"
+    assert bool(grow_row["queue_growth"]) and grow_row["verdict"] == "fail"
+    assert list(grow_row["failing"]) == ["queue_growth"]
+    assert grow_row["queue_trend_p"] < 0.05
+    assert not bool(flat_row["queue_growth"]) and flat_row["verdict"] == "pass"
+
+
+def test_growing_client_in_flight_is_caught_without_telemetry() -> None:
+    slo = SLO.model_validate({"queue_growth": "forbid", "min_samples": 10})
+    # each request takes longer than the last: in flight climbs from ~1 to ~15 over the window
+    rows = [request(f"r{i}", "s", float(i), ttft=0.1, e2e=1.0 + 0.25 * i) for i in range(60)]
+    row = analyze(run_of(rows, [plan_step("s", 0, length=60.0)]), slo).steps.iloc[0]
+    assert row["queue_trend_series"] == "in_flight"
+    assert bool(row["queue_growth"]) and row["verdict"] == "fail"
+
+
+def test_insufficient_when_too_few_completions() -> None:
+    slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 200})
+    row = analyze(run_of(_steady(50), [plan_step("s", 0, length=60.0)]), slo).steps.iloc[0]
+    assert row["verdict"] == "insufficient" and list(row["failing"]) == []
+
+
+def test_count_dimensions_fail_even_with_few_completions() -> None:
+    slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 200, "allow_oom": False})
+    rows = _steady(50) + [request("o", "s", 30.5, ttft=None, e2e=None, outcome="oom")]
+    row = analyze(run_of(rows, [plan_step("s", 0, length=60.0)]), slo).steps.iloc[0]
+    assert row["verdict"] == "fail" and list(row["failing"]) == ["oom"]
+
+
+def test_every_failing_dimension_named_furthest_first() -> None:
+    slo = SLO.model_validate({"ttft_p95": "1s", "e2e_p95": "2s", "tpot_p95": "1s", "max_reject_ratio": 0.5,
+                              "min_samples": 10})
+    # ttft 1.5 (1.5x), e2e 5 (2.5x), tpot (5-1.5)/4 = 0.875 (passes)
+    rows = [request(f"r{i}", "s", float(i), ttft=1.5, e2e=5.0, out=5) for i in range(20)]
+    row = analyze(run_of(rows, [plan_step("s", 0, length=20.0)]), slo).steps.iloc[0]
+    assert row["verdict"] == "fail"
+    assert list(row["failing"]) == ["e2e_p95", "ttft_p95"]
+
+
+def test_invalid_when_the_generator_fell_behind() -> None:
+    slo = SLO.model_validate({"min_samples": 1})
+    steps = [plan_step("s", 0, length=10.0)]
+    short = [request(f"r{i}", "s", float(i)) for i in range(9)] + [request("n", "s", 9.5, outcome="not_sent")]
+    row = analyze(run_of(short, steps), slo, Client()).steps.iloc[0]
+    assert row["verdict"] == "invalid" and list(row["failing"]) == ["rate_shortfall"]  # 0.9 < 1.0 x 0.98
+    lagging = [request(f"r{i}", "s", float(i), wait=0.05) for i in range(10)]
+    row = analyze(run_of(lagging, steps), slo, Client()).steps.iloc[0]
+    assert row["verdict"] == "invalid" and list(row["failing"]) == ["send_lag"]
+    # the same wait at the client cap is client wait, not generator lag: valid
+    capped = [request(f"r{i}", "s", float(i), wait=0.05, capped=True) for i in range(10)]
+    assert analyze(run_of(capped, steps), slo, Client()).steps.iloc[0]["verdict"] == "pass"
+
+
+def test_closed_loop_step_has_no_rate_shortfall_check() -> None:
+    slo = SLO.model_validate({"min_samples": 1})
+    rows = [request(f"r{i}", "s", float(i)) for i in range(5)] + [request("n", "s", 6.0, outcome="not_sent")]
+    step = plan_step("s", 0, rate=None, phase="concurrency", concurrency=4)
+    row = analyze(run_of(rows, [step]), slo).steps.iloc[0]
+    assert np.isnan(row["offered_rate"]) and row["verdict"] == "pass"
+
+
+def test_judge_step_matches_the_full_analysis() -> None:
+    slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5, "max_reject_ratio": 0.0})
+    rows = [request(f"a{i}", "a", float(i), ttft=0.2 * i) for i in range(10)]
+    rows += [request("x", "a", 3.5, ttft=None, e2e=None, outcome="rejected")]
+    rows += [request(f"b{i}", "b", 20.0 + i) for i in range(10)]
+    steps = [plan_step("a", 0), plan_step("b", 1, start=20.0)]
+    full = analyze(run_of(rows, steps), slo).steps.iloc[0]
+    verdict, failing, stats = judge_step(frame(rows), steps[0], slo, Client(), None)
+    assert verdict == full["verdict"] == "fail"
+    assert failing == list(full["failing"]) == ["reject_ratio", "ttft_p95"]
+    for key in ("goodput", "slo_attainment", "ttft_p95_s", "in_flight_mean", "arrivals", "completion_throughput"):
+        assert stats[key] == pytest.approx(full[key])
+
+
+def test_ladder_result_last_passing_and_what_failed_first() -> None:
+    steps = pd.DataFrame({
+        "label": ["r1", "r2", "r4", "r3", "r8"], "index": [0, 1, 2, 3, 4],
+        "phase": ["ladder", "ladder", "ladder", "refine", "ladder"], "target_rate": [1.0, 2.0, 4.0, 3.0, 8.0],
+        "concurrency": [None] * 5, "verdict": ["pass", "pass", "fail", "pass", "not_run"],
+        "failing": [[], [], ["ttft_p95", "queue_growth"], [], []],
+    })
+    result = ladder_result(steps)
+    assert result["last_passing_rate"] == 3.0
+    assert result["first_failing_rate"] == 4.0
+    assert result["failed_first"] == ["ttft_p95", "queue_growth"]
