@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import traceback
 from collections.abc import Callable
 
 from llmload.clock import now
@@ -128,8 +129,8 @@ class Job:
         else:
             body = self.renderer.body(ex, self.reason, finished_at)
             conn.send(200, body, headers=self.headers)
-            t = now()
-            ex.first_token_at = self.row.first_token_at = t
+            t = now()  # the client sees the whole answer, first token included, now
+            self.row.first_token_at = t
             self.row.token_times.append(t)
         self.end(engine, self.row.outcome)
 
@@ -158,9 +159,11 @@ class Job:
         self.row.output_tokens = (len(self.row.token_times) if self.ex.stream else self.ex.sent) \
             if outcome != "oom" else 0
         self.row.preemptions = self.seq.preemptions
-        self.on_done(self, outcome)
-        if not self.done.done():
-            self.done.set_result(outcome)
+        try:
+            self.on_done(self, outcome)
+        finally:
+            if not self.done.done():
+                self.done.set_result(outcome)
 
 
 def error_body(flavor: str, kind: str, message: str, code: int, err_type: str | None = None) -> dict:
@@ -217,7 +220,12 @@ class EngineLoop:
                     batch.append((job, k, job.prepare(k)))
             await _sleep_until(end)
             for job, k, events in batch:
-                job.deliver(k, events, end, engine)
+                try:
+                    job.deliver(k, events, end, engine)
+                except Exception:  # a bug in one request must not stop the engine for all
+                    traceback.print_exc()
+                    job.end(engine, "http_error")
+                    job.conn.abort()
             self._on_step(result)
             planned = end
             if not result.batch:  # nothing schedulable (all blocked): wait for a change

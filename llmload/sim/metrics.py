@@ -129,6 +129,7 @@ class LlamaCppMetrics:
             self.busy_per_decode.set(self._busy / self._decodes)
 
     def on_finish(self, *, prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> None:
+        prompt_s, predicted_s = max(0.0, prompt_s), max(0.0, predicted_s)
         self.prompt_tokens.inc(prompt_n)
         self.prompt_seconds.inc(prompt_s)
         self.predicted.inc(predicted_n)

@@ -1,0 +1,109 @@
+"""Each injected fault, seen the way a client sees it, and the ground-truth log that records it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+import sseclient
+from sim_client import FAST, ndjson, post
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "stream": True}
+
+
+def stream_raw(url: str, body: dict) -> tuple[int, list[str], str | None]:
+    """Status, SSE data fields, and the error the stream ended with (None if it ended cleanly)."""
+    resp = requests.post(url, json=body, stream=True, timeout=15)
+    data, error = [], None
+    try:
+        for event in sseclient.SSEClient(resp.raw).events():
+            data.append(event.data)
+    except Exception as exc:  # the connection was cut: the client sees a broken body
+        error = type(exc).__name__
+    return resp.status_code, data, error
+
+
+@pytest.mark.parametrize(("fault", "status", "outcome"), [("http_429", 429, "rejected"),
+                                                          ("http_503", 503, "rejected"),
+                                                          ("http_500", 500, "http_error")])
+def test_http_error_faults(sim_factory, fault, status, outcome):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {fault: 1.0}})
+    resp = post(sim.url + "/v1/chat/completions", CHAT, headers={"X-Request-Id": "e1"})
+    assert resp.status_code == status and resp.json()["error"]["code"] == status
+    row = sim.ground_truth_rows()[0]
+    assert row["request_id"] == "e1" and row["outcome"] == outcome and row["http_status"] == status
+
+
+@pytest.mark.slow
+def test_oom_in_stream_and_as_500(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"oom": 1.0}})
+    status, data, _ = stream_raw(sim.url + "/v1/chat/completions", CHAT)
+    assert status == 200 and "CUDA out of memory" in json.loads(data[0])["error"]["message"]
+    assert data[-1] == "[DONE]"
+    resp = post(sim.url + "/v1/chat/completions", {**CHAT, "stream": False})
+    assert resp.status_code == 500 and "CUDA out of memory" in resp.json()["error"]["message"]
+    assert [r["outcome"] for r in sim.ground_truth_rows()] == ["oom", "oom"]
+    ollama = sim_factory(flavor="ollama", config={**FAST, "faults": {"oom": 1.0}})
+    resp, lines = ndjson(ollama.url + "/api/generate", {"model": "m", "prompt": "hi"})
+    assert resp.status_code == 200 and "CUDA out of memory" in lines[-1]["error"]
+
+
+def test_disconnect_mid_stream(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"disconnect": 1.0}})
+    status, data, error = stream_raw(sim.url + "/v1/chat/completions", CHAT)
+    assert status == 200 and error is not None and "[DONE]" not in data
+    row = sim.ground_truth_rows()[0]
+    assert row["outcome"] == "disconnect" and 1 <= row["output_tokens"] < 12
+    assert len(row["token_times"]) == row["output_tokens"]
+
+
+def test_malformed_chunk(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"malformed": 1.0}})
+    status, data, error = stream_raw(sim.url + "/v1/chat/completions", CHAT)
+    broken = []
+    for item in data:
+        try:
+            json.loads(item) if item != "[DONE]" else None
+        except ValueError:
+            broken.append(item)
+    assert status == 200 and error is None and len(broken) == 1 and data[-1] == "[DONE]"
+    assert sim.ground_truth_rows()[0]["outcome"] == "malformed"
+
+
+def test_stall_pauses_the_stream(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"stall": 1.0, "stall_s": "400ms"}})
+    t0 = time.monotonic()
+    status, data, error = stream_raw(sim.url + "/v1/chat/completions", CHAT)
+    assert status == 200 and error is None and data[-1] == "[DONE]" and time.monotonic() - t0 > 0.4
+    row = sim.ground_truth_rows()[0]
+    gaps = [b - a for a, b in zip(row["token_times"][:-1], row["token_times"][1:], strict=True)]
+    assert row["outcome"] == "stall" and row["output_tokens"] == 12 and max(gaps) >= 0.38
+
+
+def test_slow_headers(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"slow_headers_s": 0.3}})
+    t0 = time.monotonic()
+    resp = post(sim.url + "/v1/chat/completions", CHAT, stream=True)
+    assert time.monotonic() - t0 >= 0.28 and resp.status_code == 200
+    resp.close()
+
+
+def test_client_gone_frees_the_engine(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "step_base_s": 0.02})
+    resp = post(sim.url + "/v1/chat/completions", {**CHAT, "max_tokens": 200}, stream=True,
+                headers={"X-Request-Id": "gone"})
+    next(resp.iter_lines())
+    resp.close()
+    deadline = time.monotonic() + 5
+    while not sim.ground_truth_rows():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    row = sim.ground_truth_rows()[0]
+    assert row["request_id"] == "gone" and row["outcome"] == "client_gone" and row["output_tokens"] < 200
+
+
+def test_exit_after(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"exit_after_s": 0.5}})
+    assert sim.proc.wait(timeout=10) == 1
