@@ -62,3 +62,35 @@ def config_for(url: str | list[str], **sections) -> Config:
             "shape": {"ladder": {"steps": [{"rate": 1, "duration": "10s"}]}}}
     data.update(sections)
     return parse_config(data)
+
+
+def send_burst(url: str, n: int, *, path: str = "/v1/completions", body: dict | None = None,
+               timeout_s: float = 20.0) -> list[int]:
+    """Send `n` requests at once from `n` threads (non-streaming) and return their HTTP statuses."""
+    import json
+    from urllib.error import HTTPError
+    from urllib.request import Request, urlopen
+
+    payload = json.dumps(body or {"model": "sim-model", "prompt": "hello there", "max_tokens": 16,
+                                  "ignore_eos": True, "stream": False}).encode()
+    statuses: list[int] = [0] * n
+
+    def one(i: int) -> None:
+        request = Request(url + path, data=payload, headers={"Content-Type": "application/json",
+                                                              "X-Request-Id": f"burst-{i}"})
+        try:
+            with urlopen(request, timeout=timeout_s) as resp:
+                resp.read()
+                statuses[i] = resp.status
+        except HTTPError as exc:
+            statuses[i] = exc.code
+            exc.close()
+        except OSError:
+            statuses[i] = -1
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    return statuses
