@@ -56,10 +56,17 @@ def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:
     return rated.assign(_rate=order).sort_values(["_rate", "index"] if "index" in rated else ["_rate"])
 
 
-def first_failing_step(steps: pd.DataFrame) -> pd.Series | None:
-    """The lowest-rate ladder/refine step whose verdict is `fail`."""
+def first_failing_step(steps: pd.DataFrame, summary: dict | None = None) -> pd.Series | None:
+    """The first failing sustained step: the one at `summary["first_failing_rate"]` when the analysis
+    named it, else the lowest-rate ladder/refine step whose verdict is `fail`."""
     rated = _rate_steps(steps)
     failing = rated[rated.get("verdict", pd.Series("", index=rated.index)).astype(str) == "fail"]
+    first_rate = (summary or {}).get("first_failing_rate")
+    if not is_blank(first_rate) and "target_rate" in steps.columns:
+        named = steps[(pd.to_numeric(steps["target_rate"], errors="coerce") == float(first_rate))
+                      & (steps.get("verdict", pd.Series("", index=steps.index)).astype(str) == "fail")]
+        if not named.empty:
+            return named.iloc[0]
     return None if failing.empty else failing.iloc[0]
 
 
@@ -72,11 +79,12 @@ def thresholds_of(slo: Any) -> dict[str, tuple[float, float]]:
     return out
 
 
-def failing_detail(step: pd.Series, slo: Any) -> list[str]:
-    """Each failing dimension of a step with its measured value against the threshold when known."""
-    names = step.get("failing")
-    names = list(names) if names is not None and not isinstance(names, str) else \
-        ([names] if isinstance(names, str) and names else [])
+def failing_detail(step: pd.Series, slo: Any, names: list | None = None) -> list[str]:
+    """Each failing dimension of a step (furthest over first, as the analysis orders them) with its
+    measured value against the threshold when known."""
+    if names is None:
+        raw = step.get("failing")
+        names = list(raw) if raw is not None and not isinstance(raw, str) else ([raw] if raw else [])
     limits = {t.key: t.value_s for t in getattr(slo, "thresholds", []) or []}
     out = []
     for name in names:
@@ -122,19 +130,24 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
                    "there. Fix the generator (more workers, a lower cap, a faster client) before reading "
                    "any latency from those steps.")
     last = summary.get("last_passing_rate")
-    failing = first_failing_step(steps)
+    failing = first_failing_step(steps, summary)
     if not is_blank(last):
         out.append(f"Last passing sustained rate: {float(last):g} req/s.")
     elif failing is not None:
         out.append("No tested rate passed: the lowest failing rate already broke the targets.")
     if failing is not None:
         rate = rate_of(failing)
-        what = ", ".join(failing_detail(failing, analysis.slo)) or "not named"
+        named = summary.get("failed_first") or None
+        what = ", ".join(failing_detail(failing, analysis.slo, list(named) if named else None)) or "not named"
         out.append(f"First failing rate: {rate:g} req/s (step {failing.get('label')}); what failed first: "
                    f"{what}.")
     elif not is_blank(last):
         out.append("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
                    "to find the boundary.")
+    for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
+                      ("first_failing_concurrency", "First failing concurrency (closed loop)")):
+        if not is_blank(summary.get(key)):
+            out.append(f"{text}: {float(summary[key]):g} users.")
     insufficient = list(labels[verdicts == "insufficient"])
     if insufficient:
         need = getattr(analysis.slo, "min_samples", 200)
@@ -180,7 +193,8 @@ def derived_warnings(analysis: Any, manifest: dict | None) -> list[str]:
     if (verdicts == "insufficient").any() and not _mentioned(warnings, "sample", "insufficient"):
         out.append(f"Too few samples for a P95 at {', '.join(labels[verdicts == 'insufficient'])}.")
     checked = set(getattr(analysis.slo, "checked", []) or [])
-    unchecked = [k for k in SLO_KEYS if k not in checked]
-    if unchecked and not _mentioned(warnings, "not checked"):
+    said = " ".join(w for w in warnings if "not checked" in w.lower())
+    unchecked = [k for k in SLO_KEYS if k not in checked and k not in said]
+    if unchecked:
         out.append(f"SLO keys not checked (absent from the SLO): {', '.join(unchecked)}.")
     return out

@@ -153,8 +153,8 @@ def step_comparison(runs: Sequence[RunFigures]) -> pd.DataFrame:
             ~unrun, None).to_numpy()
         frames.append(part.drop_duplicates("step").set_index("step"))
     out = frames[0]
-    for i, part in enumerate(frames[1:], start=1):
-        out = out.join(part.drop(columns="rate"), how="outer", rsuffix=f"_{i}")
+    for part in frames[1:]:
+        out = out.join(part.drop(columns="rate"), how="outer")
         out["rate"] = out["rate"].fillna(part["rate"])
     for i in range(1, len(runs)):
         for column in ("goodput", "ttft_p95_s", "e2e_p95_s"):

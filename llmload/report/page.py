@@ -28,12 +28,33 @@ _HEADERS = {"target_rate": "target req/s", "offered_rate": "offered req/s", "ach
             "goodput": "goodput req/s", "slo_attainment": "SLO attainment", "ttft_p95_ms": "TTFT p95 ms",
             "tpot_p95_ms": "TPOT p95 ms", "e2e_p95_ms": "E2E p95 ms", "client_wait_p95_ms":
             "client wait p95 ms", "server_queue_p95_ms": "server queue p95 ms"}
+_INSTANCE_COLUMNS = ("instance", "label", "offered_rate", "achieved_rate", "arrivals", "completed", "ok",
+                     "completion_throughput", "goodput", "slo_attainment", "ttft_p95_s", "tpot_p95_s",
+                     "e2e_p95_s", "in_flight_mean", "running_mean", "waiting_mean", "kv_usage_peak")
 #: worksheet columns that identify or plan a step (kept for an unrun step; everything else is blanked)
-_PLAN_WORDS = ("label", "step", "phase", "target", "planned", "index", "阶段", "档")
+_PLAN_NAMES = {"label", "step", "phase", "status", "arrival", "concurrency", "index", "target_rate",
+               "planned_window_s", "window_s"}
 
 
 def _not_run(steps: pd.DataFrame) -> pd.Series:
-    return steps.get("status", pd.Series("run", index=steps.index)).astype(str) == "not_run"
+    status = steps.get("status", pd.Series("run", index=steps.index)).astype(str)
+    verdict = steps.get("verdict", pd.Series("", index=steps.index)).astype(str)
+    return (status == "not_run") | (verdict == "not_run")
+
+
+def display_frame(frame: pd.DataFrame, preferred: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A frame for display: `preferred` columns first (when present), seconds shown as milliseconds."""
+    columns = [c for c in preferred if c in frame.columns] or list(frame.columns)
+    out = frame[columns].copy()
+    renames = {}
+    for column in columns:
+        if not str(column).endswith("_s") or "window" in str(column) or pd.api.types.is_bool_dtype(out[column]):
+            continue
+        numbers = pd.to_numeric(out[column], errors="coerce")
+        if numbers.notna().sum() == out[column].notna().sum():  # every present value is a number
+            out[column] = numbers * 1000
+            renames[column] = str(column)[:-2] + "_ms"
+    return out.rename(columns=renames)
 
 
 def step_table(steps: pd.DataFrame) -> str:
@@ -44,25 +65,50 @@ def step_table(steps: pd.DataFrame) -> str:
     unrun = _not_run(df)
     measured = [c for c in df.columns if c not in ("label", "index", "phase", "status", "target_rate",
                                                     "concurrency")]
+    df = df.astype(object)
     df.loc[unrun, measured] = None
     return table(df, columns=list(_STEP_COLUMNS), headers=_HEADERS, table_id="steps-table",
                  row_class=["not-run" if u else "" for u in unrun])
 
 
+def _worksheet_keep(column: str) -> bool:
+    """Worksheet columns an unrun step keeps: what was planned, and run-level conditions and decisions."""
+    name = str(column).lower()
+    if name.startswith("condition."):
+        return True
+    if name.startswith("decision."):
+        return not name.endswith(("goodput", "slo_attainment", "verdict", ".failing"))
+    return name.rsplit(".", 1)[-1] in _PLAN_NAMES or "planned" in name
+
+
 def worksheet_table(worksheet: pd.DataFrame, steps: pd.DataFrame) -> str:
-    """The seed's worksheet from `analysis.worksheet`; cells of unrun steps are blank whatever they held."""
+    """The seed's worksheet from `analysis.worksheet`, in its four groups.
+
+    Columns the same on every row (fixed conditions `condition.*`, run-level `decision.*`) are shown
+    once above the per-step table. Cells of unrun steps are blank whatever the frame held (never
+    "pass"); seconds are shown as milliseconds.
+    """
     if worksheet is None or worksheet.empty:
         return '<p class="nodata">No worksheet rows.</p>'
     df = worksheet.astype(object).copy()
     unrun_labels = set(steps.loc[_not_run(steps), "label"].astype(str)) if "label" in steps else set()
-    key = next((c for c in df.columns if df[c].astype(str).isin(set(steps.get("label", [])).union(
-        unrun_labels)).any()), None)
+    labels = set(steps.get("label", pd.Series(dtype=str)).astype(str))
+    key = next((c for c in df.columns if df[c].astype(str).isin(labels).any()), None)
     unrun = df[key].astype(str).isin(unrun_labels) if key is not None else pd.Series(False, index=df.index)
-    keep = [c for c in df.columns if c == key or any(w in str(c).lower() for w in _PLAN_WORDS)]
-    blank = [c for c in df.columns if c not in keep]
-    df.loc[unrun, blank] = None
-    return table(df, table_id="worksheet", css_class="data worksheet",
-                 row_class=["not-run" if u else "" for u in unrun])
+    df.loc[unrun, [c for c in df.columns if c != key and not _worksheet_keep(c)]] = None
+    once = [c for c in df.columns if str(c).startswith(("condition.", "decision.")) and _worksheet_keep(c)
+            and df[c].astype(str).nunique(dropna=False) == 1]
+    parts = []
+    for prefix, title in (("condition.", "Fixed conditions"), ("decision.", "Final decision")):
+        items = [(str(c)[len(prefix):], df[c].iloc[0]) for c in once if str(c).startswith(prefix)]
+        items = [(k, v) for k, v in items if not is_blank(v)]
+        if items:
+            parts.append(f"<h3>{esc(title)}</h3>" + kv_table(items, table_id=f"worksheet-{prefix[:-1]}"))
+    per_step = display_frame(df.drop(columns=once))
+    parts.append("<h3>Per step: traffic shape and observations</h3>"
+                 + table(per_step, table_id="worksheet", css_class="data worksheet",
+                         row_class=["not-run" if u else "" for u in unrun]))
+    return "".join(parts)
 
 
 def _value_html(value: Any) -> str:
@@ -117,7 +163,7 @@ def _plots_html(analysis: Any) -> str:
         "memory used, TTFT p95 of requests sent in the bin." + note)))
     parts.append(figure(plots.distribution_plot(analysis.requests, steps), plot_id="plot-distributions",
                         caption=("Empirical CDFs of TTFT and E2E per step, ok requests in the measurement "
-                                 "window (log scale; the dotted line marks the 95th percentile).")))
+                                 "window (log scale when they span more than ×10; the dotted line marks the 95th percentile).")))
     return "".join(parts)
 
 
@@ -130,7 +176,7 @@ def _split_html(analysis: Any) -> str:
         "Where the time went, mean per request per step: client wait (sent_at − scheduled_at), server "
         "queue (server-reported; explains TTFT, never added to it), prefill and decode." + basis))
     if split is not None and not split.empty:
-        body += table(split, table_id="split-table")
+        body += table(display_frame(split), table_id="split-table")
     return body
 
 
@@ -145,15 +191,34 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
                     + table(burst, table_id="burst-table")))
     slices = getattr(analysis, "slices", None)
     if slices is not None and not slices.empty:
-        out.append(("soak", "Soak: drift across time slices", figure(plots.slices_plot(slices),
-                   plot_id="plot-slices", caption=("Per time slice of the soak: p95 latencies (ms) and the "
-                                                   "other per-slice series; drift is judged by the trend "
-                                                   "test in the table, not by eye."))
-                    + table(slices, table_id="slices-table")))
+        out.append(("soak", "Soak: drift across time slices", _soak_html(analysis, slices)))
     instances = getattr(analysis, "instances", None)
     if instances is not None and not instances.empty:
-        out.append(("instances", "Per instance", table(instances, table_id="instances-table")))
+        out.append(("instances", "Per instance", (
+            '<p class="muted">The step numbers of each instance\'s requests (no verdict per instance: the '
+            "generator checks belong to the whole run). Counts add up to the combined step table.</p>"
+            + table(display_frame(instances, _INSTANCE_COLUMNS), table_id="instances-table"))))
     return out
+
+
+def _soak_html(analysis: Any, slices: pd.DataFrame) -> str:
+    soak = (analysis.summary or {}).get("soak") or {}
+    verdicts = []
+    if soak:
+        drifting = ", ".join(soak.get("drifting") or []) or "none"
+        bursts = ", ".join(soak.get("error_bursts") or []) or "none"
+        verdicts.append(f"Drifting series: {drifting}. Memory growth: "
+                        f"{'yes' if soak.get('memory_growth') else 'no'}. Error bursts in slices: {bursts}.")
+    body = "".join(f'<p class="a" id="soak-verdict">{esc(v)}</p>' for v in verdicts)
+    body += figure(plots.slices_plot(slices), plot_id="plot-slices", caption=(
+        "Per time slice of the soak: p95 TTFT/TPOT/E2E (ms), error rate (every non-ok outcome of a sent "
+        "request ÷ sent), server waiting, KV usage peak and GPU memory peak. Drift is judged by a one-sided "
+        "Mann-Kendall trend test with a minimum rise (table below), not by eye."))
+    body += table(display_frame(slices), table_id="slices-table")
+    if soak.get("trends"):
+        body += "<h3>Trend tests</h3>" + table(display_frame(pd.DataFrame(soak["trends"])),
+                                                table_id="trends-table")
+    return body
 
 
 def render_report(analysis: Any, *, manifest: dict | None = None, title: str | None = None) -> str:

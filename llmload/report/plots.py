@@ -15,6 +15,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 __all__ = [
     "RATE_PHASES",
@@ -32,9 +33,11 @@ __all__ = [
 RATE_PHASES = ("ladder", "refine")
 _VERDICT_COLOURS = {"pass": "#1b7f3b", "fail": "#b3261e", "invalid": "#8a4b00",
                     "insufficient": "#5a4fb3"}
-_SPLIT_ORDER = ("client_wait", "server_queue", "prefill", "decode")
-_SPLIT_COLOURS = {"client_wait": "#e0a040", "server_queue": "#c0504d", "prefill": "#4f81bd",
-                  "decode": "#9bbb59"}
+_SPLIT_ORDER = ("client_wait", "server_queue", "prefill_to_first_token", "prefill", "decode")
+_SPLIT_COLOURS = {"client_wait": "#e0a040", "server_queue": "#c0504d", "prefill_to_first_token": "#4f81bd",
+                  "prefill": "#4f81bd", "decode": "#9bbb59"}
+#: split rows that are totals of the others: drawn as a marker, never stacked
+_SPLIT_TOTALS = ("user_e2e",)
 
 
 def _svg(fig: Figure, salt: str) -> str:
@@ -172,8 +175,9 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
             shade = "#dfe8f1" if int(step.get("index", 0) or 0) % 2 == 0 else "#eef0e2"
             ax.axvspan(float(ws) - t0, float(we) - t0, color=shade, zorder=0)
             if i == 0:
-                ax.text((float(ws) + float(we)) / 2 - t0, 1.0, str(step.get("label", "")),
-                        transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
+                ax.text((float(ws) + float(we)) / 2 - t0, 0.97, str(step.get("label", "")),
+                        transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
+                        bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
         for column in columns:
             ax.plot(t - t0, _col(timeline, column) * scale, linewidth=1, label=column)
         ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
@@ -211,11 +215,15 @@ def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None
                         color=colour, label=f"{label} (n={len(values)})", linewidth=1.1)
                 drew = True
         if ax.lines:
-            ax.set_xscale("log")
+            lo, hi = ax.dataLim.x0, ax.dataLim.x1
+            if lo > 0 and hi / lo > 10:
+                ax.set_xscale("log")
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+                ax.xaxis.set_minor_formatter(NullFormatter())
             ax.legend(fontsize=6, ncol=2 if len(labels) > 8 else 1)
         ax.axhline(0.95, color="#999", linestyle=":", linewidth=0.8)
         ax.set_title(f"{title} distribution per step")
-        ax.set_xlabel("ms (log scale)")
+        ax.set_xlabel("ms (log scale when the values span more than ×10)")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.grid(alpha=0.3)
     return _svg(fig, "distributions") if drew else None
@@ -230,8 +238,8 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
         if "index" in steps.columns else list(table.index)
     table = table.reindex(order)
     components = [c for c in _SPLIT_ORDER if c in table.columns] + \
-        [c for c in table.columns if c not in _SPLIT_ORDER]
-    if table.empty or table[components].isna().all().all():
+        [c for c in table.columns if c not in _SPLIT_ORDER and c not in _SPLIT_TOTALS]
+    if table.empty or not components or table[components].isna().all().all():
         return None
     fig, axes = _figure(max(6.0, 0.55 * len(table) + 3), 3.8)
     ax = axes[0][0]
@@ -241,10 +249,13 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
         ax.bar(range(len(table)), values, bottom=bottom, label=component.replace("_", " "),
                color=_SPLIT_COLOURS.get(component))
         bottom += values
+    for total in (t for t in _SPLIT_TOTALS if t in table.columns):
+        ax.scatter(range(len(table)), table[total].to_numpy(dtype=float) * 1000, marker="_", s=300,
+                   color="#111", zorder=3, label=f"{total.replace('_', ' ')} (total)")
     ax.set_xticks(range(len(table)), [str(s) for s in table.index], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("mean ms per request")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _svg(fig, "split")
 
 
@@ -257,7 +268,7 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
         return None
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4)
     ax = axes[0][0]
-    higher_better = data["metric"].astype(str).str.contains("goodput|throughput|attainment|achieved|ok")
+    higher_better = data["metric"].astype(str).str.contains("goodput|throughput|attainment|achieved|offered")
     worse = np.where(higher_better, data["_r"] < 1, data["_r"] > 1)
     colours = ["#b3261e" if w else "#1b7f3b" for w in worse]
     ax.barh(range(len(data)), data["_r"], color=colours)
@@ -269,21 +280,23 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     return _svg(fig, "burst")
 
 
+_SLICE_PREFERRED = ("error_rate", "waiting_mean", "kv_usage_peak", "gpu_memory_peak_bytes", "errors")
+
+
 def slices_plot(slices: pd.DataFrame) -> str | None:
-    """Soak drift: every p95 (ms) and every other numeric series per slice, one small panel each."""
+    """Soak drift: p95 latencies (ms) in one panel, then error rate, waiting, KV and GPU memory peaks."""
     if slices is None or slices.empty:
         return None
-    x_name = next((c for c in ("slice", "slice_index", "index") if c in slices.columns), None)
-    xs = _col(slices, x_name) if x_name else pd.Series(np.arange(len(slices)), index=slices.index)
-    numeric = [c for c in slices.columns if c != x_name and pd.api.types.is_numeric_dtype(slices[c])
-               and not pd.api.types.is_bool_dtype(slices[c]) and slices[c].notna().any()
-               and not c.endswith(("_start", "_end", "_p", "_pvalue", "_slope")) and c != "t"]
-    if not numeric:
+    xs = np.arange(len(slices))
+    numeric = [c for c in slices.columns if pd.api.types.is_numeric_dtype(slices[c])
+               and not pd.api.types.is_bool_dtype(slices[c]) and slices[c].notna().any()]
+    latency = [c for c in numeric if c.endswith("_p95_s") or c.endswith("_p99_s")]
+    other = [c for c in _SLICE_PREFERRED if c in numeric][:4]
+    panels = ([("latency p95 (ms)", latency, 1000.0)] if latency else []) + \
+        [(c.replace("_bytes", " (GiB)"), [c], 1.0 / 2 ** 30 if c.endswith("_bytes") else 1.0) for c in other]
+    if not panels:
         return None
-    latency = [c for c in numeric if c.endswith("_s")]
-    other = [c for c in numeric if c not in latency][:5]
-    panels = ([("latency (ms)", latency, 1000.0)] if latency else []) + [(c, [c], 1.0) for c in other]
-    fig, axes = _figure(11.5, 1.7 * len(panels) + 0.6, len(panels), 1, sharex=True)
+    fig, axes = _figure(11.5, 1.6 * len(panels) + 0.8, len(panels), 1, sharex=True)
     for ax, (label, columns, scale) in zip(axes[:, 0], panels, strict=True):
         for column in columns:
             ax.plot(xs, _col(slices, column) * scale, marker="o", markersize=3, label=column)
@@ -292,6 +305,9 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
         ax.grid(alpha=0.3)
         if len(columns) > 1:
             ax.legend(fontsize=6)
+    names = slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs]
+    step = max(1, len(names) // 16)
+    axes[-1][0].set_xticks(xs[::step], names[::step], rotation=45, ha="right", fontsize=7)
     axes[-1][0].set_xlabel("slice")
     return _svg(fig, "slices")
 

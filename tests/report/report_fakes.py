@@ -8,6 +8,7 @@ the analysis computes them. Steps: three ladder rates (r2.00 fails on TTFT), one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
@@ -110,3 +111,93 @@ def make_manifest() -> dict:
             "fingerprint": "abc123"}
 
 
+
+
+def write_run_dir(root, *, steps: list[tuple[str, float, float]], gpus: int, cost_per_hour: float | None,
+                  slo: dict, window_s: float = 100.0, output_tokens: int = 64, tpot_s: float = 0.02) -> None:
+    """A tiny real run directory: records.parquet (via merge_records from JSONL), plan.json, manifest.json.
+
+    `steps` holds (label, rate, ttft_s): arrivals every 1/rate seconds over the window, every request
+    ok with `output_tokens` tokens `tpot_s` apart after a TTFT of `ttft_s`.
+    """
+    import json
+    from pathlib import Path
+
+    from llmload.records import Record, RecordWriter, merge_records
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    plan_steps = []
+    start = 1000.0
+    with RecordWriter(root / "records" / "worker-0.jsonl") as writer:
+        for index, (label, rate, ttft_s) in enumerate(steps):
+            n = int(round(rate * window_s))
+            for i in range(n):
+                scheduled = start + i / rate
+                sent = scheduled + 0.001
+                times = [sent + ttft_s + k * tpot_s for k in range(output_tokens)]
+                writer.write(Record(request_id=f"{label}-{i}", step=label, worker="0", scheduled_at=scheduled,
+                                    outcome="ok", sent_at=sent, first_token_at=times[0], last_token_at=times[-1],
+                                    closed_at=times[-1] + 0.001, input_tokens=100, output_tokens=output_tokens,
+                                    planned_output_tokens=output_tokens, http_status=200, token_times=times,
+                                    dequeued_at=sent))
+            plan_steps.append({"label": label, "index": index, "phase": "ladder", "target_rate": rate,
+                               "arrival": "constant", "concurrency": None, "start_at": start,
+                               "window_start": start, "window_end": start + window_s,
+                               "drain_deadline": start + window_s + 30, "drained_at": start + window_s + 5,
+                               "planned_arrivals": n, "status": "run"})
+            start += window_s + 10.0
+    merge_records(sorted((root / "records").glob("*.jsonl")), root / "records.parquet")
+    plan = {"kind": "ladder", "started_at": 1000.0, "ended_at": start, "workers": 1, "seed": 1,
+            "steps": plan_steps}
+    (root / "plan.json").write_text(json.dumps(plan))
+    manifest = {"run_id": root.name, "conditions": {"gpus": gpus, "instances": gpus,
+                                                    "cost_per_hour": cost_per_hour, "owner": "ops"},
+                "config": {"target": {"url": "http://127.0.0.1:9", "model": "sim-model"}, "slo": slo},
+                "fingerprint": {"model": "sim-model", "gpus": gpus}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+class Page(HTMLParser):
+    """Collects ids, plot figures with an <svg> inside, and the rows of every table by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.plots: list[str] = []
+        self.tables: dict[str, list[list[str]]] = {}
+        self.resources: list[str] = []
+        self._figure: str | None = None
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for key in ("src", "href"):
+            if attrs.get(key) and not attrs[key].startswith("#"):
+                self.resources.append(attrs[key])
+        if tag == "figure" and "plot" in (attrs.get("class") or "").split():
+            self._figure = attrs.get("id")
+        elif tag == "svg" and self._figure:
+            self.plots.append(self._figure)
+            self._figure = None
+        elif tag == "table" and attrs.get("id"):
+            self._table = attrs["id"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._table:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None

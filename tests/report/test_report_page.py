@@ -2,66 +2,20 @@
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
-
 import pandas as pd
 import pytest
-from report_fakes import SECRET, make_analysis, make_manifest
+from report_fakes import SECRET, Page, make_analysis, make_manifest
 
 from llmload.report import write_report
 from llmload.report.html import cell_text
 from llmload.report.manifest_view import flatten, is_secret_key
 
 
-class Page(HTMLParser):
-    """Collects ids, plot figures with an <svg> inside, and the rows of every table by id."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: set[str] = set()
-        self.plots: list[str] = []
-        self.tables: dict[str, list[list[str]]] = {}
-        self.resources: list[str] = []
-        self._figure: str | None = None
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if "id" in attrs:
-            self.ids.add(attrs["id"])
-        for key in ("src", "href"):
-            if attrs.get(key) and not attrs[key].startswith("#"):
-                self.resources.append(attrs[key])
-        if tag == "figure" and "plot" in (attrs.get("class") or "").split():
-            self._figure = attrs.get("id")
-        elif tag == "svg" and self._figure:
-            self.plots.append(self._figure)
-            self._figure = None
-        elif tag == "table" and attrs.get("id"):
-            self._table = attrs["id"]
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th") and self._table:
-            self._cell = []
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None and self._table:
-            self.tables[self._table][-1].append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "table":
-            self._table = None
-
-
-@pytest.fixture
-def page(tmp_path, analysis, manifest):
-    path = write_report(analysis, tmp_path, manifest=manifest)
-    assert path == tmp_path / "report.html"
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    path = write_report(make_analysis(), root, manifest=make_manifest())
+    assert path == root / "report.html"
     text = path.read_text(encoding="utf-8")
     parser = Page()
     parser.feed(text)
