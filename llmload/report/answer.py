@@ -26,6 +26,7 @@ __all__ = [
     "failing_detail",
     "first_failing_step",
     "fixed_conditions_text",
+    "HEADLINE_CONDITIONS",
     "rate_of",
     "thresholds_of",
 ]
@@ -98,21 +99,22 @@ def failing_detail(step: pd.Series, slo: Any, names: list | None = None) -> list
     return out
 
 
+#: the conditions named in the answer's last line (all of them are in the manifest section)
+HEADLINE_CONDITIONS = ("model", "model_revision", "quantization", "server", "server_version", "gpus",
+                       "gpu_model", "gpu_residency", "instances", "context_length", "max_num_seqs",
+                       "prefix_cache", "kv_cache_dtype", "ollama_num_parallel", "ollama_max_queue",
+                       "ollama_context_length", "client_max_concurrency", "server_admission_cap", "cache_state")
+
+
 def fixed_conditions_text(manifest: dict | None) -> str:
     """One line naming the conditions the answer holds for."""
     manifest = manifest or {}
-    config = manifest.get("config") or {}
-    target = config.get("target") or {}
-    parts = []
-    for label, value in (("model", manifest.get("model") or target.get("model")),
-                         ("server", manifest.get("server") or target.get("server")),
-                         ("api", target.get("api"))):
-        if not is_blank(value) and not isinstance(value, dict):
-            parts.append(f"{label} {value}")
-    for key, value in conditions_of(manifest).items():
-        if key in ("notes", "owner", "extra", "cost_per_hour") or is_blank(value):
-            continue
-        parts.append(f"{key.replace('_', ' ')} {cell_text(value)}")
+    conditions = conditions_of(manifest)
+    target = (manifest.get("config") or {}).get("target") or {}
+    if is_blank(conditions.get("model")) and not is_blank(target.get("model")):
+        conditions = {"model": target.get("model"), **conditions}
+    parts = [f"{key.replace('_', ' ')} {cell_text(conditions[key])}" for key in HEADLINE_CONDITIONS
+             if not is_blank(conditions.get(key)) and not isinstance(conditions.get(key), dict)]
     return "; ".join(parts) if parts else "not recorded (no manifest conditions)"
 
 
@@ -169,6 +171,7 @@ def derived_warnings(analysis: Any, manifest: dict | None) -> list[str]:
     """The analysis's warnings plus the report's own checks on the same data, without repeats."""
     warnings = [str(w) for w in (analysis.warnings or [])]
     out = list(warnings)
+    out += [f"manifest: {w}" for w in ((manifest or {}).get("warnings") or []) if str(w) not in warnings]
     steps, requests = analysis.steps, analysis.requests
     verdicts = steps.get("verdict", pd.Series(dtype=object)).astype(str)
     labels = steps.get("label", pd.Series(dtype=object)).astype(str)

@@ -22,7 +22,7 @@ from llmload.errors import ConfigError
 from llmload.report import plots
 from llmload.report.answer import rate_of
 from llmload.report.html import cell_text, figure, is_blank, kv_table, page, section, table
-from llmload.report.manifest_view import conditions_of, flatten
+from llmload.report.manifest_view import conditions_of
 from llmload.report.rereport import check_run_dir, slo_from_manifest
 from llmload.report.text import fmt_ms, text_table
 
@@ -164,36 +164,30 @@ def step_comparison(runs: Sequence[RunFigures]) -> pd.DataFrame:
 
 
 def condition_diff(manifests: Sequence[dict]) -> list[tuple[str, list[Any]]]:
-    """The fixed conditions (and fingerprint) that differ between runs: (key, value per run)."""
+    """The fixed conditions (and the fingerprint) that differ between runs: (key, value per run).
+
+    Each run is compared with the first by the telemetry's `diff_conditions` (a plain dict comparison
+    when that module is absent), over the recorded conditions completed by the config's.
+    """
+    conditions = [conditions_of(m) for m in manifests]
     try:
         from llmload.telemetry.manifest import diff_conditions
     except ImportError:
-        diff_conditions = None
-    flat = []
-    for m in manifests:
-        part = dict(flatten({"conditions": conditions_of(m)}))
-        if "fingerprint" in (m or {}):
-            part.update(flatten({"fingerprint": m["fingerprint"]}))
-        flat.append(part)
-    keys = sorted(set().union(*flat)) if flat else []
-    differing = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
-    if diff_conditions is not None and len(manifests) == 2:
-        try:
-            named = diff_conditions(manifests[0], manifests[1])
-        except (TypeError, ValueError, KeyError):
-            named = None
-        extra = list(named.keys()) if isinstance(named, dict) else \
-            [n[0] if isinstance(n, (list, tuple)) else n for n in (named or [])]
-        differing += [str(k) for k in extra if str(k) not in differing and "." not in str(k)
-                      and f"conditions.{k}" not in differing]
-    return [(k, [f.get(k, _lookup(m, k)) for f, m in zip(flat, manifests, strict=True)]) for k in differing]
-
-
-def _lookup(manifest: dict, key: str) -> Any:
-    value: Any = manifest
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+        def diff_conditions(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
+            ca, cb = a.get("conditions") or {}, b.get("conditions") or {}
+            return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb))
+                    if json.dumps(ca.get(k), sort_keys=True, default=str)
+                    != json.dumps(cb.get(k), sort_keys=True, default=str)]
+    keys: list[str] = []
+    for other in conditions[1:]:
+        for key, *_ in diff_conditions({"conditions": conditions[0]}, {"conditions": other}):
+            if key not in keys:
+                keys.append(key)
+    rows = [(f"conditions.{k}", [c.get(k) for c in conditions]) for k in sorted(keys)]
+    prints = [json.dumps((m or {}).get("fingerprint"), sort_keys=True, default=str) for m in manifests]
+    if len(set(prints)) > 1:
+        rows.append(("fingerprint", [(m or {}).get("fingerprint") for m in manifests]))
+    return rows
 
 
 def _run_rows(runs: Sequence[RunFigures]) -> tuple[list[str], list[list[Any]]]:

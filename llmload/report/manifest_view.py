@@ -63,10 +63,14 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def conditions_of(manifest: dict | None) -> dict[str, Any]:
-    """The fixed conditions of a run: `manifest["conditions"]` (config's conditions as a fallback)."""
+    """The fixed conditions of a run: `manifest["conditions"]` (what the server reported, else the
+    config), completed by the config's `conditions:` for what only the user can state (cost_per_hour,
+    owner, notes). Redacted."""
     if not manifest:
         return {}
-    conditions = manifest.get("conditions")
-    if not isinstance(conditions, dict):
-        conditions = ((manifest.get("config") or {}).get("conditions")) or {}
-    return redact(conditions)
+    stated = ((manifest.get("config") or {}).get("conditions")) or {}
+    recorded = manifest.get("conditions")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    merged = {k: v for k, v in stated.items() if not isinstance(v, dict)}
+    merged.update({k: v for k, v in recorded.items() if v is not None or k not in merged})
+    return redact(merged)

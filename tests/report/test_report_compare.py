@@ -74,3 +74,22 @@ def test_needs_two_runs_and_real_directories(runs, tmp_path):
         compare_runs([runs[0]])
     with pytest.raises(ConfigError, match="run directory not found"):
         compare_runs([runs[0], tmp_path / "missing"])
+
+
+def test_cost_and_gpus_from_a_real_manifest_shape():
+    """build_manifest records server-reported conditions; cost_per_hour and owner live in the config."""
+    import pandas as pd
+
+    from llmload.report.compare import run_figures
+
+    steps = pd.DataFrame([{"label": "r1.00", "phase": "ladder", "status": "run", "target_rate": 1.0,
+                           "offered_rate": 1.0, "goodput": 0.5, "window_s": 10.0, "verdict": "pass"}])
+    requests = pd.DataFrame({"step": ["r1.00"] * 3, "in_window": [True, True, False],
+                             "good": [True, False, True], "output_tokens": [100, 100, 100]})
+    manifest = {"conditions": {"gpus": 4, "model": "m", "cost_per_hour": None},
+                "config": {"conditions": {"gpus": 4, "cost_per_hour": 7.2, "owner": "ops"}}}
+    fig = run_figures("x", steps, {"verdict": "pass", "last_passing_rate": 1.0}, manifest, requests)
+    assert (fig.gpus, fig.cost_per_hour, fig.goodput_per_gpu) == (4.0, 7.2, 0.125)
+    assert fig.good_tokens_per_s == pytest.approx(10.0)  # one good in-window request of 100 tokens / 10 s
+    assert fig.cost_per_million_good_tokens == pytest.approx(7.2 / (10.0 * 3600) * 1e6)
+    assert fig.cost_per_thousand_good_requests == pytest.approx(7.2 / (0.5 * 3600) * 1e3)
