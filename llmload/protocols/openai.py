@@ -7,12 +7,14 @@
 - completions: `choices[0].text` is output;
 - `usage` (the `choices: []` chunk from `stream_options.include_usage`, or on every chunk with vLLM's
   `continuous_usage_stats`) gives input/output/cached tokens; on an output chunk the rise of
-  `completion_tokens` since the previous report is that event's token count;
+  `completion_tokens` since the previous output chunk is that event's token count (counting from the
+  previous output chunk, not the previous report, because servers differ on what the role-only chunk
+  reports: vLLM says 0, others already count the first token there);
 - llama.cpp's `timings` (`prompt_ms`, `predicted_ms`, `prompt_n`, `predicted_n`, `cache_n`) give server
   timings and, when no usage comes, the counts;
 - `{"error": {...}}` / `{"error": "..."}` and vLLM's older `{"object": "error", "message": ...}` are
   in-stream errors; a payload that is not JSON is reported as an error too (a malformed chunk).
-The parser keeps one integer of state (the last `completion_tokens`), so use one per request.
+The parser keeps one integer of state (`completion_tokens` at the last output chunk), so use one per request.
 """
 
 from __future__ import annotations
@@ -92,9 +94,8 @@ class OpenAIStreamParser:
             details = usage.get("prompt_tokens_details")
             if details:
                 chunk.cached_tokens = details.get("cached_tokens")
-            if completion is not None:
-                if chunk.output:
-                    chunk.tokens = completion - self._completion_tokens
+            if completion is not None and chunk.output:
+                chunk.tokens = completion - self._completion_tokens
                 self._completion_tokens = completion
 
         timings = obj.get("timings")

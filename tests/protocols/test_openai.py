@@ -51,6 +51,13 @@ def test_continuous_usage_gives_tokens_per_event() -> None:
     assert finish.finish_reason == "length" and not finish.output
 
 
+def test_role_chunk_that_already_counts_a_token_does_not_steal_it() -> None:
+    p = OpenAIStreamParser()
+    p.parse(chat({"role": "assistant", "content": ""}, usage={"prompt_tokens": 4, "completion_tokens": 1}))
+    assert p.parse(chat({"content": "a"}, usage={"prompt_tokens": 4, "completion_tokens": 1})).tokens == 1
+    assert p.parse(chat({"content": "b"}, usage={"prompt_tokens": 4, "completion_tokens": 2})).tokens == 1
+
+
 def test_completions_text() -> None:
     c = OpenAIStreamParser().parse(json.dumps({"object": "text_completion",
                                                "choices": [{"index": 0, "text": " yes", "finish_reason": None}]}))

@@ -1,0 +1,265 @@
+"""The streaming request core: send one request, read its stream incrementally, fill its Record.
+
+`send(transport, request, record, expect=None) -> SendResult` runs inside a gevent greenlet (a Locust
+user, or a plain test). Server failures never raise: they are data (the record's `outcome`, `error`,
+`http_status`). Only cancellation propagates: a `GreenletExit` (the greenlet was killed: the test was
+stopped) fills the record as `cancelled` with the times seen so far, then re-raises.
+
+Timestamps (METRICS.md), all from `llmload.clock.now()`:
+- `sent_at` when the pool hands over a connected socket, right before the bytes are written (a new
+  connection's connect time is not in TTFT; if the connection fails, the time of the attempt);
+- each event is stamped right after `readline()` returns its line; `first_token_at` and `token_times`
+  at output-bearing events only; `last_token_at` is the last of them;
+- `closed_at` at `[DONE]` / Ollama's `done` object / the error / the end of the body.
+
+Outcomes: `ok` (final event seen, or a finish_reason then a cleanly ended body, for servers that omit
+`[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
+`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the socket's network timeout),
+`disconnect` (the body ended or broke before the final event, or the server closed before answering),
+`connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it). A malformed
+chunk is an `http_error` ("malformed stream chunk"). Error texts are one line, at most 300 characters,
+with the API key removed.
+
+Counts: `input_tokens` / `output_tokens` from usage, Ollama's counts or llama.cpp `timings`; when the
+server gives none, the planned input and `count_tokens` of the received text, with
+`tokens_estimated=True`. `token_counts` is filled only when every output event carried a count
+(vLLM `continuous_usage_stats`). Ollama durations fill `server_*_s`; `server_queue_s = total - load -
+prompt - decode`; `cold` is true when the load took over `COLD_LOAD_S`.
+
+The answer text is returned in `SendResult.text` (for quality checks), never put in the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gevent
+from gevent import GreenletExit
+from geventhttpclient.response import HTTPParseError
+
+from llmload.client.bodies import PreparedRequest
+from llmload.client.checks import check_answer
+from llmload.client.outcomes import body_message, classify_error_text, classify_status, trim
+from llmload.client.transport import ConnectFailed, Transport, socket_ready_at
+from llmload.clock import now
+from llmload.config import Expect
+from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
+from llmload.records import Record
+from llmload.tokens import count_tokens
+
+__all__ = ["COLD_LOAD_S", "SendResult", "send"]
+
+#: an Ollama `load_duration` above this means the model had to be loaded (warm requests report a few ms)
+COLD_LOAD_S = 0.5
+#: how long to wait for the end of the body after the final event, to keep the connection reusable
+_DRAIN_S = 0.2
+
+
+@dataclass(slots=True)
+class SendResult:
+    """The filled record and the answer text (not stored anywhere)."""
+
+    record: Record
+    text: str
+
+
+class _Stream:
+    """What one response stream has said so far."""
+
+    __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
+                 "cached_tokens", "timings", "finish_reason", "error", "final")
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        self.times = record.token_times
+        self.counts: list[int] | None = []
+        self.texts: list[str] = []
+        self.reasoning: list[str] = []
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.timings: ServerTimings | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.final = False
+
+    def apply(self, chunk: StreamChunk, t: float) -> bool:
+        """Take one chunk stamped `t`; True when the stream is over (final event or error)."""
+        if chunk.output:
+            if not self.times:
+                self.record.first_token_at = t
+            self.times.append(t)
+            if self.counts is not None:
+                if chunk.tokens is None:
+                    self.counts = None
+                else:
+                    self.counts.append(chunk.tokens)
+            if chunk.text:
+                self.texts.append(chunk.text)
+            if chunk.reasoning:
+                self.reasoning.append(chunk.reasoning)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if chunk.output_tokens is not None:
+            self.output_tokens = chunk.output_tokens
+        if chunk.input_tokens is not None:
+            self.input_tokens = chunk.input_tokens
+        if chunk.cached_tokens is not None:
+            self.cached_tokens = chunk.cached_tokens
+        if chunk.timings is not None:
+            self.timings = chunk.timings
+        if chunk.error is not None:
+            self.error = chunk.error
+            self.record.closed_at = t
+            return True
+        if chunk.final:
+            self.final = True
+            self.record.closed_at = t
+            return True
+        return False
+
+
+def send(transport: Transport, request: PreparedRequest, record: Record, *,
+         expect: Expect | None = None) -> SendResult:
+    """Send `request`, stream the answer, fill `record` (see the module docstring). Call under gevent."""
+    record.api = request.api
+    record.planned_input_tokens = request.planned_input_tokens
+    record.planned_output_tokens = request.planned_output_tokens
+    record.prefix_id = request.prefix_id
+    credentials = transport.credentials
+    base = transport.router.acquire()
+    record.instance = base
+    stream = _Stream(record)
+    resp = None
+    got_200 = False
+    timer = gevent.Timeout(transport.total_timeout_s)
+    timer.start()
+    try:
+        client = transport.client(base)
+        headers = {**credentials.headers(), **request.headers}
+        path = transport.prefix(base) + request.path
+        decoder = StreamDecoder.for_api(request.api)
+        socket_ready_at(reset=True)
+        record.sent_at = now()  # replaced by the time the connection was ready, once known
+        resp = client.request("POST", path, body=request.body, headers=headers)
+        record.sent_at = socket_ready_at() or record.sent_at
+        status = record.http_status = resp.status_code
+        if status != 200:
+            message = body_message(resp.read())
+            record.closed_at = now()
+            _fail(record, classify_status(status, message), f"HTTP {status}: {message}", transport)
+            return SendResult(record, "")
+        got_200 = True
+        readline, apply, feed = resp.readline, stream.apply, decoder.feed
+        done = False
+        while not done:
+            line = readline(b"\n")
+            t = now()
+            if not line:
+                for chunk in decoder.flush():
+                    if apply(chunk, t):
+                        break
+                if record.closed_at is None:
+                    record.closed_at = t
+                break
+            for chunk in feed(line):
+                if apply(chunk, t):
+                    done = True
+                    break
+        _judge(record, stream, transport, clean_end=resp.message_complete)
+        if stream.final and not resp.message_complete:
+            _drain(resp)
+    except gevent.Timeout as exc:
+        if exc is not timer:
+            raise
+        _fail(record, "timeout", f"total timeout: no complete answer within {transport.total_timeout_s:g}s",
+              transport)
+    except GreenletExit:
+        _fail(record, "cancelled", "cancelled: the test stopped while the request was in flight", transport)
+        _count(record, stream, request, got_200)
+        raise
+    except ConnectFailed as exc:
+        _fail(record, "connect_error", str(exc), transport)
+    except ConnectionRefusedError as exc:
+        _fail(record, "connect_error", f"cannot connect to {base}: {exc.strerror or exc}", transport)
+    except TimeoutError:  # socket.timeout: the idle (network) timeout between bytes
+        phase = "stream events" if got_200 else "the response headers"
+        _fail(record, "timeout", f"idle timeout: no data for {transport.idle_timeout_s:g}s waiting for {phase}",
+              transport)
+    except (OSError, HTTPParseError) as exc:
+        where = "mid-stream" if got_200 else "before the response headers"
+        record.closed_at = now()
+        _fail(record, "disconnect", f"connection lost {where}: {type(exc).__name__}: {exc}", transport)
+    except Exception as exc:  # a client-side failure must not lose the record; it names itself
+        _fail(record, "http_error", f"internal client error: {type(exc).__name__}: {exc}", transport)
+    finally:
+        timer.close()
+        if resp is not None:
+            resp.release()
+        transport.router.release(base)
+    text = "".join(stream.texts)
+    _count(record, stream, request, got_200)
+    if expect is not None and record.outcome == "ok":
+        record.quality_checked = True
+        passed, reason = check_answer(text, expect)
+        if not passed:
+            record.outcome = "quality_fail"
+            record.error = trim(transport.credentials.redact(reason))
+    return SendResult(record, text)
+
+
+def _drain(resp: object) -> None:
+    """Read the end of the body after the final event so the connection can be reused; a failure
+    here only costs the connection (release() closes an unfinished one)."""
+    try:
+        with gevent.Timeout(_DRAIN_S, False):
+            resp.read()
+    except Exception:  # noqa: BLE001 - the answer is complete; nothing here changes it
+        pass
+
+
+def _fail(record: Record, outcome: str, message: str, transport: Transport) -> None:
+    record.outcome = outcome
+    record.error = trim(transport.credentials.redact(message))
+
+
+def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: bool) -> None:
+    """Outcome of a 200 stream that ended."""
+    if stream.error is not None:
+        _fail(record, classify_error_text(stream.error), f"error in stream: {stream.error}", transport)
+    elif stream.final or (stream.finish_reason is not None and clean_end):
+        record.outcome = "ok"
+    else:
+        _fail(record, "disconnect", "stream ended before its final event", transport)
+
+
+def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: bool) -> None:
+    """Token counts, server timings and last_token_at from what the stream said."""
+    if stream.times:
+        record.last_token_at = stream.times[-1]
+    if stream.counts:
+        record.token_counts = stream.counts
+    record.finish_reason = stream.finish_reason
+    record.cached_tokens = stream.cached_tokens
+    estimated = False
+    if stream.input_tokens is not None:
+        record.input_tokens = stream.input_tokens
+    elif got_200 and request.planned_input_tokens is not None:
+        record.input_tokens, estimated = request.planned_input_tokens, True
+    if stream.output_tokens is not None:
+        record.output_tokens = stream.output_tokens
+    elif got_200:
+        record.output_tokens = count_tokens("".join(stream.reasoning) + " " + "".join(stream.texts))
+        estimated = True
+    record.tokens_estimated = estimated
+    timings = stream.timings
+    if timings is not None:
+        record.server_load_s = timings.load_s
+        record.server_prompt_s = timings.prompt_s
+        record.server_decode_s = timings.decode_s
+        record.server_total_s = timings.total_s
+        if timings.load_s is not None:
+            record.cold = timings.load_s > COLD_LOAD_S
+        if None not in (timings.total_s, timings.load_s, timings.prompt_s, timings.decode_s):
+            record.server_queue_s = max(0.0, timings.total_s - timings.load_s - timings.prompt_s
+                                        - timings.decode_s)
