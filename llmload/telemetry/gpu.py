@@ -16,7 +16,7 @@ from typing import Any
 
 from llmload.errors import TelemetryError
 from llmload.telemetry.exposition import format_labels, parse_exposition
-from llmload.telemetry.http import fetch_text
+from llmload.telemetry.http import fetch_text, public_url
 from llmload.telemetry.sink import Point
 
 __all__ = ["DcgmPoller", "GpuReading", "NvmlSampler"]
@@ -133,7 +133,7 @@ class DcgmPoller:
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
         self.url, self.timeout_s = url, timeout_s
-        self.source = f"dcgm:{url}"
+        self.source = f"dcgm:{public_url(url)}"
 
     def poll(self) -> list[Point]:
         samples = parse_exposition(fetch_text(self.url, timeout_s=self.timeout_s))

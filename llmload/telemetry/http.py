@@ -7,15 +7,17 @@ then cooperative). Every failure becomes a `TelemetryError` whose message names 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.error import HTTPError, URLError
+from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 from llmload.errors import TelemetryError
 
-__all__ = ["HttpStatusError", "fetch_bytes", "fetch_json", "fetch_text"]
+__all__ = ["HttpStatusError", "fetch_bytes", "fetch_json", "fetch_text", "public_url"]
 
 #: the most we read from one telemetry answer (a vLLM /metrics page is ~100 kB)
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -33,7 +35,8 @@ def fetch_bytes(url: str, *, timeout_s: float, headers: Mapping[str, str] | None
                 body: Any = None) -> bytes:
     """GET `url` (POST a JSON `body` when given) and return the body; TelemetryError on any failure."""
     data = None if body is None else json.dumps(body).encode()
-    request = Request(url, data=data, headers=dict(headers or {}), method="GET" if data is None else "POST")
+    url, headers = _split_credentials(url, dict(headers or {}))
+    request = Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
@@ -50,6 +53,28 @@ def fetch_bytes(url: str, *, timeout_s: float, headers: Mapping[str, str] | None
         raise TelemetryError(f"{url}: {text}", url=url) from None
     except (OSError, ValueError) as exc:  # reset, bad status line, invalid URL
         raise TelemetryError(f"{url}: {type(exc).__name__}: {exc}", url=url) from None
+
+
+def public_url(url: str) -> str:
+    """The URL without `user:password@`, for names that get written (sources, messages)."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _split_credentials(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """`http://user:pw@host/x` -> `http://host/x` plus Basic auth (urllib refuses credentials in URLs)."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, headers
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    if not any(k.lower() == "authorization" for k in headers):
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    return urlunsplit(parts._replace(netloc=netloc)), headers
 
 
 def fetch_text(url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> str:

@@ -18,7 +18,7 @@ from datetime import datetime
 from llmload.clock import now
 from llmload.errors import TelemetryError
 from llmload.telemetry.exposition import format_labels, parse_exposition
-from llmload.telemetry.http import HttpStatusError, fetch_json, fetch_text
+from llmload.telemetry.http import HttpStatusError, fetch_json, fetch_text, public_url
 from llmload.telemetry.profiles import detect_flavor_from_names, normalise
 from llmload.telemetry.sink import Point
 
@@ -71,7 +71,7 @@ class SlotsPoller:
     """llama.cpp `/slots`: how many slots exist and how many are busy, and each slot's context size."""
 
     def __init__(self, base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
-        self.url, self.source, self.timeout_s = f"{base_url}/slots", f"slots:{base_url}", timeout_s
+        self.url, self.source, self.timeout_s = f"{base_url}/slots", f"slots:{public_url(base_url)}", timeout_s
         self.headers = dict(headers or {})
 
     def poll(self) -> list[Point]:
@@ -103,7 +103,7 @@ class OllamaPsPoller:
     """Ollama `/api/ps`: loaded models with `size_vram`, `size`, `context_length`, time left to unload."""
 
     def __init__(self, base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
-        self.url, self.source, self.timeout_s = f"{base_url}/api/ps", f"ollama_ps:{base_url}", timeout_s
+        self.url, self.source, self.timeout_s = f"{base_url}/api/ps", f"ollama_ps:{public_url(base_url)}", timeout_s
         self.headers = dict(headers or {})
 
     def poll(self) -> list[Point]:
@@ -159,7 +159,7 @@ class EndpointSource:
     def __init__(self, base_url: str, *, flavor: str | None, metrics_url: str | None, timeout_s: float,
                  headers: Mapping[str, str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self.source = f"server:{self.base_url}"
+        self.source = f"server:{public_url(self.base_url)}"
         self.flavor = flavor
         self.metrics_url = metrics_url
         self.timeout_s = timeout_s

@@ -131,3 +131,14 @@ def test_metrics_url_settings() -> None:
         metrics_urls(config_for(["http://a:1", "http://b:2"], telemetry={"metrics_url": "http://x/metrics"}))
     assert dcgm_url("dcgm:http://gpu:9400") == "http://gpu:9400/metrics"
     assert dcgm_url("dcgm:http://gpu:9401/custom") == "http://gpu:9401/custom"
+
+
+def test_credentials_in_the_url_are_sent_but_never_named(tmp_path: Path, canned: CannedServer) -> None:
+    canned.routes["/metrics"] = (200, VLLM, 0.0)
+    url = canned.url.replace("http://", "http://ops:s3cr3t-pw@")
+    collector = TelemetryCollector(config_for(url, telemetry=FAST), tmp_path)
+    sources = {p.source for p in collector.sample_now()}
+    collector.stop()
+    assert sources == {f"server:{canned.url}"}
+    assert canned.headers_seen[0]["Authorization"].startswith("Basic ")
+    assert "s3cr3t-pw" not in (tmp_path / "telemetry.jsonl").read_text()
