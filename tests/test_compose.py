@@ -164,3 +164,21 @@ def test_dockerfile_copies_what_the_package_needs() -> None:
     assert re.search(r'^ENTRYPOINT \["llmload"\]', text, flags=re.M)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert not set(copied) & set(ignored), "the Dockerfile copies something .dockerignore drops"
+
+
+@pytest.mark.parametrize("name", ["master", "master-vllm"])
+def test_master_web_ui_listens_beyond_its_container(services: dict, name: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The published port 8089 reaches the UI only if Locust binds the container's interfaces: the
+    Locust command `llmload run` builds must leave `LOCUST_WEB_HOST=0.0.0.0` (Locust's own variable,
+    set by the compose file) in force rather than pin `--web-host 127.0.0.1`."""
+    from llmload.runtime.launcher import locust_command
+
+    service = services[name]
+    for key, value in service["environment"].items():
+        monkeypatch.setenv(key, interpolate(str(value)))
+    params = run_params(service)
+    cmd = locust_command(Path(params["config"]), None, web=params["web"], master=params["master"],
+                         expect_workers=params["expect_workers"], master_port=params["master_port"])
+    host = cmd[cmd.index("--web-host") + 1] if "--web-host" in cmd else service["environment"]["LOCUST_WEB_HOST"]
+    assert host in ("0.0.0.0", "*", ""), f"the web UI binds {host} inside the container"
