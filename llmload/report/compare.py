@@ -23,7 +23,7 @@ from llmload.report import plots
 from llmload.report.answer import rate_of
 from llmload.report.html import cell_text, figure, is_blank, kv_table, page, section, table
 from llmload.report.manifest_view import conditions_of
-from llmload.report.rereport import check_run_dir, slo_from_manifest
+from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
 from llmload.report.text import fmt_ms, text_table
 
 __all__ = [
@@ -122,7 +122,9 @@ def load_figures(run_dir: str | Path, name: str | None = None) -> RunFigures:
     import analysis
 
     run = analysis.load_run(root)
-    result = analysis.analyze(run, slo_from_manifest(run.manifest, file=str(root / "manifest.json")))
+    manifest_file = str(root / "manifest.json")
+    result = analysis.analyze(run, slo_from_manifest(run.manifest, file=manifest_file),
+                              client_from_manifest(run.manifest, file=manifest_file))
     return run_figures(name or root.name, result.steps, result.summary, run.manifest, result.requests)
 
 

@@ -8,6 +8,7 @@ manifest and the definitions with the name map to vLLM / GuideLLM / AIPerf. The 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -251,10 +252,24 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
     return page(name, body, nav=nav)
 
 
+def _read_manifest(run_dir: Path) -> dict | None:
+    path = run_dir / "manifest.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = None) -> Path:
-    """Write `run_dir/report.html` from an `Analysis`; returns its path."""
+    """Write `run_dir/report.html` from an `Analysis`; returns its path.
+
+    Without `manifest`, the run directory's `manifest.json` is used when it is there.
+    """
     path = Path(run_dir) / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if manifest is None:
+        manifest = _read_manifest(path.parent)
     text = render_report(analysis, manifest=manifest)
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from llmload.config import SLO, load_slo
+from llmload.config import SLO, Client, load_slo
 from llmload.errors import ConfigError
 from llmload.report.page import write_report
 from llmload.report.text import verdict_table
 
-__all__ = ["check_run_dir", "rereport", "slo_from_manifest"]
+__all__ = ["check_run_dir", "client_from_manifest", "rereport", "slo_from_manifest"]
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -41,6 +41,19 @@ def slo_from_manifest(manifest: dict, *, file: str = "manifest.json") -> SLO:
         raise ConfigError(err["msg"], file=file, key=where) from None
 
 
+def client_from_manifest(manifest: dict, *, file: str = "manifest.json") -> Client | None:
+    """The generator limits the run was judged with (`manifest["config"]["client"]`), or None."""
+    data = ((manifest or {}).get("config") or {}).get("client")
+    if not data:
+        return None
+    try:
+        return Client.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(err["msg"], file=file, key=".".join(str(p) for p in ("config", "client", *err["loc"]))) \
+            from None
+
+
 def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
     """Re-analyse `run_dir`, rewrite summary.json, worksheet.csv and report.html; return the exit code."""
     root = check_run_dir(run_dir)
@@ -49,7 +62,7 @@ def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
     run = analysis.load_run(root)
     slo = load_slo(slo_path) if slo_path is not None else slo_from_manifest(
         run.manifest, file=str(root / "manifest.json"))
-    result = analysis.analyze(run, slo)
+    result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=str(root / "manifest.json")))
     analysis.write_outputs(result, root)
     report = write_report(result, root, manifest=run.manifest)
     source = f"SLO from {slo_path}" if slo_path is not None else "SLO from the run's config"

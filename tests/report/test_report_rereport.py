@@ -59,3 +59,17 @@ def test_bad_slo_file_names_file_and_key(run_dir, tmp_path, capsys):
     assert main(["report", str(run_dir), "--slo", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml:1" in err and "ttft_p95" in err
+
+
+def test_slo_and_client_from_a_dumped_config():
+    from llmload.report.rereport import client_from_manifest, slo_from_manifest
+
+    manifest = {"config": {"slo": {"thresholds": [{"metric": "ttft", "percentile": 95.0, "value_s": 0.5}],
+                                   "max_reject_ratio": 0.0, "allow_oom": None, "min_samples": 100},
+                           "client": {"max_concurrency": 8, "max_send_lag_p99": 0.05}}}
+    slo = slo_from_manifest(manifest)
+    assert slo.threshold("ttft").value_s == 0.5 and slo.min_samples == 100 and slo.max_reject_ratio == 0.0
+    assert client_from_manifest(manifest).max_send_lag_p99 == 0.05
+    assert slo_from_manifest({}).thresholds == [] and client_from_manifest({}) is None
+    with pytest.raises(ConfigError, match="config.slo.min_samples"):
+        slo_from_manifest({"config": {"slo": {"min_samples": "many"}}})
