@@ -1,0 +1,512 @@
+"""`llmload calibrate`: how much load this machine's generator can offer while its timing stays exact.
+
+It runs the real generator (`llmload run`'s Locust command, constant arrivals, pre-flight skipped)
+against a built-in sim (started with a large capacity and a ground-truth log on a free loopback port)
+or a given target, in two ramps:
+
+- **rates**: short outputs (32 tokens) at 10, 25, 50, 100, 200, 300, 400 req/s per worker process;
+- **streams**: long outputs (128 tokens) at rates that keep about 50, 100, 200, 400 streams open.
+
+Per step it reports achieved vs offered rate, send lag p99, TTFT measurement error p99 (the client's
+`first_token_at` minus the sim's ground-truth `first_token_at`, joined on `request_id`), token
+timestamp error p99 (every token, same join), mean in-flight streams and the busiest worker's CPU.
+A step **holds** when send lag p99 < `SEND_LAG_LIMIT_S` (2 ms), TTFT error p99 < `TTFT_ERROR_LIMIT_S`
+(1 ms; unknown against an outside target, which has no ground truth), the achieved rate is within 2%
+of the offered rate and no request failed. The **envelope** per worker process is the highest rate
+(and the most mean in-flight streams) of the steps that hold, counting only from the bottom of each
+ramp up to its first step that does not. It is printed and saved as JSON (default
+`~/.cache/llmload/envelope.json`); `check_plan_against_envelope` is what `llmload run` calls to warn.
+
+`--quick` runs one ramp of two short steps (10 and 50 req/s per process): a smoke test, not a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmload.clock import now
+from llmload.errors import RunError, ServerError
+
+__all__ = [
+    "ENVELOPE_PATH",
+    "SEND_LAG_LIMIT_S",
+    "TTFT_ERROR_LIMIT_S",
+    "CalibrationStep",
+    "Ramp",
+    "check_plan_against_envelope",
+    "envelope_from_steps",
+    "load_envelope",
+    "measure_steps",
+    "run_calibrate",
+    "start_sim",
+]
+
+#: where the envelope is saved and read by default
+ENVELOPE_PATH = Path.home() / ".cache" / "llmload" / "envelope.json"
+#: the generator's timing limits the envelope holds to (issue 9 targets)
+SEND_LAG_LIMIT_S = 0.002
+TTFT_ERROR_LIMIT_S = 0.001
+#: achieved rate may fall this far under offered (METRICS.md "invalid")
+MAX_RATE_SHORTFALL = 0.02
+ENVELOPE_VERSION = 1
+
+#: the sim used for calibration: effectively unlimited batch, 20 ms per engine step, no load time
+CALIBRATION_SIM = {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
+                   "block_size": 16, "step_base_s": "20ms", "prefill_cost_s": "0ms", "decode_cost_s": "0ms",
+                   "load_time_s": "0s", "max_model_len": 100000}
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """One `llmload run` of the calibration: its per-process rates and request sizes."""
+
+    name: str
+    rates: tuple[float, ...]
+    output_tokens: int
+    input_tokens: int = 32
+    warmup_s: float = 1.0
+    duration_s: float = 4.0
+
+
+RAMPS = (Ramp("rates", (10, 25, 50, 100, 200, 300, 400), output_tokens=32),
+         Ramp("streams", (20, 40, 80, 160), output_tokens=128, warmup_s=2.0))
+QUICK_RAMPS = (Ramp("rates", (10, 50), output_tokens=32, warmup_s=0.5, duration_s=2.0),)
+
+
+@dataclass
+class CalibrationStep:
+    """What one step of a ramp showed, per worker process where it says so (seconds, req/s)."""
+
+    ramp: str
+    label: str
+    offered_rate: float
+    achieved_rate: float
+    requests: int
+    failed: int
+    send_lag_p50_s: float | None
+    send_lag_p99_s: float | None
+    ttft_error_p50_s: float | None
+    ttft_error_p99_s: float | None
+    token_error_p99_s: float | None
+    in_flight_mean: float | None
+    events_per_s: float
+    worker_cpu: float | None
+    holds: bool = False
+    why_not: str = ""
+
+
+# --------------------------------------------------------------------------- the built-in sim
+
+def start_sim(folder: Path, *, settings: dict | None = None, timeout_s: float = 20.0
+              ) -> tuple[subprocess.Popen, str, Path]:
+    """Start `llmload sim --flavor vllm --port 0` with a ground-truth log; returns (process, URL, log path)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sim_yaml = folder / "sim.yaml"
+    sim_yaml.write_text(yaml.safe_dump(settings or CALIBRATION_SIM), encoding="utf-8")
+    ground_truth = folder / "sim-ground-truth.jsonl"
+    log_path = folder / "sim.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "sim", "--flavor", "vllm", "--port", "0",
+                                 "--config", str(sim_yaml), "--ground-truth", str(ground_truth)],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://\S+)", log_path.read_text(encoding="utf-8", errors="replace"))
+        if found:
+            return proc, found.group(1), ground_truth
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise ServerError(f"the calibration sim did not start: see {log_path}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _target_model(url: str) -> str:
+    """The first model an outside OpenAI-compatible target lists (`/v1/models`), else "default"."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=5) as resp:
+            data = json.loads(resp.read())
+        return str(data["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return "default"
+
+
+# --------------------------------------------------------------------------- running one ramp
+
+class CpuSampler:
+    """Samples the CPU seconds of this process's descendants (the Locust processes) every 0.2 s."""
+
+    def __init__(self, exclude: set[int]) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._exclude = exclude
+        self.samples: list[tuple[float, dict[int, float]]] = []
+        self.parents: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        me = self._psutil.Process()
+        while not self._stop.wait(0.2):
+            row: dict[int, float] = {}
+            for proc in me.children(recursive=True):
+                if proc.pid in self._exclude:
+                    continue
+                try:
+                    cpu = proc.cpu_times()
+                    row[proc.pid] = cpu.user + cpu.system
+                    self.parents[proc.pid] = proc.ppid()
+                except self._psutil.Error:
+                    continue
+            self.samples.append((now(), row))
+
+    def worker_cpu(self, t0: float, t1: float) -> float | None:
+        """The busiest worker's CPU (fraction of one core) over [t0, t1]. Workers are the Locust
+        processes with no Locust children (the local runner, or each forked worker)."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return None
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        leaves = [pid for pid in b if pid not in set(self.parents.values())]
+        used = [(b[pid] - a[pid]) / (tb - ta) for pid in leaves if pid in a]
+        return max(used) if used else None
+
+
+def _ramp_config(ramp: Ramp, *, url: str, model: str, processes: int, work: Path) -> dict:
+    per_process_peak = max(ramp.rates) * (ramp.output_tokens * 0.02 + 0.1)  # streams at 20 ms per token
+    cap = max(256, int(2 * per_process_peak)) * max(1, processes)
+    return {
+        "target": {"url": url, "api": "openai-chat", "model": model, "server": "vllm", "timeout": "60s"},
+        "requests": {"input_tokens": {"dist": "fixed", "value": ramp.input_tokens},
+                     "output_tokens": {"dist": "fixed", "value": ramp.output_tokens}, "seed": 1},
+        "client": {"max_concurrency": cap},
+        "shape": {"ladder": {"arrival": "constant", "warmup": f"{ramp.warmup_s}s", "drain_timeout": "20s",
+                             "steps": [{"rate": r * max(1, processes), "duration": f"{ramp.duration_s}s"}
+                                       for r in ramp.rates]}},
+        "telemetry": {"metrics_url": "off", "gpu": "off"},
+        "conditions": {"notes": "llmload calibrate"},
+        "output": str(work),
+    }
+
+
+_PROGRESS = re.compile(r"^(r\d|llmload: (warning|error))")
+
+
+def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, exclude: set[int]
+              ) -> tuple[Path, CpuSampler]:
+    """Run one ramp with the real generator; returns its run directory and the CPU samples."""
+    from llmload.runtime.launcher import locust_command
+
+    run_dir = work / ramp.name
+    config_path = work / f"{ramp.name}.yaml"
+    config_path.write_text(yaml.safe_dump(_ramp_config(ramp, url=url, model=model, processes=processes,
+                                                       work=work), sort_keys=False), encoding="utf-8")
+    cmd = locust_command(config_path, run_dir, processes=processes if processes > 1 else 0)
+    cmd.append("--llmload-skip-preflight")
+    log_path = work / f"{ramp.name}.log"
+    with CpuSampler(exclude) as sampler, open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the live table, one row per step as it ends: the progress
+            log.write(line)
+            if _PROGRESS.match(line):
+                print(f"  {line.rstrip()}", flush=True)
+        proc.wait()
+    if not (run_dir / "records.parquet").exists():
+        raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}): see {log_path}")
+    return run_dir, sampler
+
+
+# --------------------------------------------------------------------------- measuring
+
+def _read_ground_truth(path: Path | None) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    if path is None or not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["request_id"]] = row
+    return rows
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def measure_steps(run_dir: Path, *, ramp: str, processes: int, ground_truth: dict[str, dict] | None,
+                  cpu: CpuSampler | None = None) -> list[CalibrationStep]:
+    """Per-step figures of one calibration run (see the module docstring); rates are per process."""
+    import pandas as pd
+
+    records = pd.read_parquet(run_dir / "records.parquet")
+    plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    summary_path = run_dir / "summary.json"
+    in_flight = {}
+    if summary_path.exists():
+        in_flight = {s["label"]: s.get("in_flight_mean")
+                     for s in json.loads(summary_path.read_text(encoding="utf-8")).get("steps", [])}
+    share = max(1, processes)
+    steps = []
+    for spec in plan["steps"]:
+        if spec.get("status") != "run":
+            continue
+        t0, t1 = spec["window_start"], spec["window_end"]
+        window_s = t1 - t0
+        rows = records[(records["step"] == spec["label"]) & (records["scheduled_at"] >= t0)
+                       & (records["scheduled_at"] < t1)]
+        sent = rows[rows["sent_at"].notna()]
+        lags = (sent["sent_at"] - sent["scheduled_at"])[~sent["capped"].fillna(False).astype(bool)].tolist()
+        ttft_err: list[float] = []
+        token_err: list[float] = []
+        if ground_truth is not None:
+            for rid, first, times in zip(sent["request_id"], sent["first_token_at"], sent["token_times"],
+                                         strict=True):
+                truth = ground_truth.get(rid)
+                if truth is None or truth.get("first_token_at") is None or first is None or math.isnan(first):
+                    continue
+                ttft_err.append(abs(first - truth["first_token_at"]))
+                token_err.extend(abs(c - s) for c, s in zip(times, truth.get("token_times") or [], strict=False))
+        events = _events_between(records["token_times"], t0, t1)
+        mean_in_flight = in_flight.get(spec["label"])
+        steps.append(CalibrationStep(
+            ramp=ramp, label=spec["label"], offered_rate=len(rows) / window_s / share,
+            achieved_rate=len(sent[(sent["sent_at"] >= t0) & (sent["sent_at"] < t1)]) / window_s / share,
+            requests=len(rows), failed=int((rows["outcome"] != "ok").sum()),
+            send_lag_p50_s=_pct(lags, 50), send_lag_p99_s=_pct(lags, 99),
+            ttft_error_p50_s=_pct(ttft_err, 50), ttft_error_p99_s=_pct(ttft_err, 99),
+            token_error_p99_s=_pct(token_err, 99),
+            in_flight_mean=None if mean_in_flight is None else mean_in_flight / share,
+            events_per_s=events / window_s / share,
+            worker_cpu=cpu.worker_cpu(t0, t1) if cpu is not None else None))
+    for step in steps:
+        _judge(step, ground_truth is not None)
+    return steps
+
+
+def _events_between(token_times: Any, t0: float, t1: float) -> int:
+    """Output events (any request's) that arrived in [t0, t1)."""
+    return sum(1 for times in token_times if times is not None for t in times if t0 <= t < t1)
+
+
+def _judge(step: CalibrationStep, with_truth: bool) -> None:
+    why = []
+    if step.send_lag_p99_s is None or step.send_lag_p99_s >= SEND_LAG_LIMIT_S:
+        why.append("send lag")
+    if with_truth and (step.ttft_error_p99_s is None or step.ttft_error_p99_s >= TTFT_ERROR_LIMIT_S):
+        why.append("TTFT error")
+    if step.achieved_rate < (1 - MAX_RATE_SHORTFALL) * step.offered_rate:
+        why.append("rate shortfall")
+    if step.failed:
+        why.append("failed requests")
+    step.holds, step.why_not = not why, ", ".join(why)
+
+
+def envelope_from_steps(steps: list[CalibrationStep]) -> dict[str, float | None]:
+    """The highest rate and mean stream count per process that hold, each ramp read from the bottom up
+    to its first step that does not (a lucky step above a failing one does not count)."""
+    max_rate: float | None = None
+    max_streams: float | None = None
+    for ramp in dict.fromkeys(s.ramp for s in steps):
+        for step in sorted((s for s in steps if s.ramp == ramp), key=lambda s: s.offered_rate):
+            if not step.holds:
+                break
+            if ramp == "rates":
+                max_rate = max(max_rate or 0.0, step.offered_rate)
+            if step.in_flight_mean is not None:
+                max_streams = max(max_streams or 0.0, step.in_flight_mean)
+    return {"max_rate_per_process": max_rate, "max_streams_per_process": max_streams}
+
+
+# --------------------------------------------------------------------------- the command
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.2f}"
+
+
+def format_table(steps: list[CalibrationStep]) -> str:
+    """The per-step table the command prints (per worker process; times in ms)."""
+    head = (f"{'ramp':<8} {'step':<9} {'offered':>8} {'achieved':>8} {'lag p99':>8} {'TTFT err':>9} "
+            f"{'tok err':>8} {'streams':>8} {'events/s':>9} {'CPU':>5}  holds")
+    lines = [head, "-" * len(head)]
+    for s in steps:
+        cpu = "-" if s.worker_cpu is None else f"{s.worker_cpu:.0%}"
+        streams = "-" if s.in_flight_mean is None else f"{s.in_flight_mean:.0f}"
+        lines.append(f"{s.ramp:<8} {s.label:<9} {s.offered_rate:>8.1f} {s.achieved_rate:>8.1f} "
+                     f"{_ms(s.send_lag_p99_s):>8} {_ms(s.ttft_error_p99_s):>9} {_ms(s.token_error_p99_s):>8} "
+                     f"{streams:>8} {s.events_per_s:>9.0f} {cpu:>5}  "
+                     f"{'yes' if s.holds else 'no (' + s.why_not + ')'}")
+    return "\n".join(lines)
+
+
+def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick: bool) -> int:
+    """Calibrate this machine's generator (see the module docstring); 0 when an envelope was saved."""
+    processes = max(1, processes)
+    ramps = QUICK_RAMPS if quick else RAMPS
+    work = Path(tempfile.mkdtemp(prefix="llmload-calibrate-"))
+    total_s = sum(len(r.rates) * (r.warmup_s + r.duration_s + 1.5) + 8 for r in ramps)
+    print(f"llmload calibrate: {processes} worker process(es), {len(ramps)} ramp(s), about {total_s:.0f} s; "
+          f"work folder {work}", flush=True)
+    sim = None
+    try:
+        if target is None:
+            sim, url, truth_path = start_sim(work / "sim")
+            model = "sim-model"
+            print(f"llmload calibrate: built-in sim at {url} (ground truth: {truth_path})", flush=True)
+        else:
+            url, truth_path, model = target.rstrip("/"), None, _target_model(target)
+            print(f"llmload calibrate: target {url} (model {model}); TTFT error is unknown: an outside "
+                  "target has no ground-truth log", flush=True)
+        steps: list[CalibrationStep] = []
+        for i, ramp in enumerate(ramps, 1):
+            rates = ", ".join(f"{r:g}" for r in ramp.rates)
+            print(f"llmload calibrate: ramp {i}/{len(ramps)} '{ramp.name}': {rates} req/s per process, "
+                  f"{ramp.output_tokens}-token outputs", flush=True)
+            exclude = {sim.pid} if sim is not None else set()
+            run_dir, cpu = _run_ramp(ramp, url=url, model=model, processes=processes, work=work, exclude=exclude)
+            truth = _read_ground_truth(truth_path) if truth_path is not None else None
+            steps += measure_steps(run_dir, ramp=ramp.name, processes=processes, ground_truth=truth, cpu=cpu)
+    finally:
+        if sim is not None:
+            _stop(sim)
+    envelope = _envelope_document(steps, processes=processes, target=target, quick=quick, work=work)
+    path = Path(out) if out is not None else ENVELOPE_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
+    print("\n" + format_table(steps))
+    rate, streams = envelope["max_rate_per_process"], envelope["max_streams_per_process"]
+    limits = f"send lag p99 < {SEND_LAG_LIMIT_S * 1000:g} ms" + (
+        "" if target else f", TTFT error p99 < {TTFT_ERROR_LIMIT_S * 1000:g} ms")
+    if rate is None:
+        print(f"\nllmload calibrate: no step held ({limits}): this machine's generator is not exact even at "
+              f"{min(r for ramp in ramps for r in ramp.rates):g} req/s per process")
+    else:
+        print(f"\nsafe envelope per worker process ({limits}): {rate:g} req/s, "
+              f"{'-' if streams is None else f'{streams:.0f}'} concurrent streams")
+    if quick:
+        print("llmload calibrate: --quick is a smoke test; run without it for figures to rely on")
+    print(f"llmload calibrate: envelope saved to {path}")
+    return 0
+
+
+def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: str | None, quick: bool,
+                       work: Path) -> dict[str, Any]:
+    from llmload import __version__
+
+    return {
+        "version": ENVELOPE_VERSION,
+        "created_at": time.time(),
+        "llmload": __version__,
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "processes": processes,
+        "target": target or "built-in sim",
+        "ttft_error_known": target is None,
+        "quick": quick,
+        "limits": {"send_lag_p99_s": SEND_LAG_LIMIT_S, "ttft_error_p99_s": TTFT_ERROR_LIMIT_S,
+                   "max_rate_shortfall": MAX_RATE_SHORTFALL},
+        **envelope_from_steps(steps),
+        "steps": [asdict(s) for s in steps],
+        "work_dir": str(work),
+    }
+
+
+# --------------------------------------------------------------------------- used by `llmload run`
+
+def load_envelope(path: Path | None = None) -> dict | None:
+    """The saved envelope, or None when there is none (or it cannot be read)."""
+    path = Path(path) if path is not None else ENVELOPE_PATH
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != ENVELOPE_VERSION:
+        return None
+    return data
+
+
+def _peak_rate(step: Any) -> float:
+    """A step's highest arrival rate: its target rate, or a trace's busiest one-second window."""
+    rate = float(step.target_rate or 0.0)
+    trace = getattr(step, "trace", None)
+    if trace is not None and len(trace):
+        import numpy as np
+
+        offsets = np.sort(np.asarray(trace.offsets_s, dtype=float))
+        in_one_s = np.searchsorted(offsets, offsets + 1.0, side="left") - np.arange(len(offsets))
+        rate = max(rate, float(in_one_s.max()))
+    return rate
+
+
+def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict | None = None,
+                                base_dir: str | Path | None = None) -> str | None:
+    """A warning line when the plan asks more of each worker process than the saved envelope, else None.
+
+    Compares the plan's peak arrival rate (a trace's busiest second) and its closed-loop concurrency,
+    divided by the worker processes, with the envelope. No envelope: None (nothing is known).
+    """
+    envelope = envelope if envelope is not None else load_envelope()
+    if not envelope:
+        return None
+    from shapes.plan import build_plan
+
+    try:
+        steps = build_plan(config, base_dir=base_dir)
+    except Exception:  # noqa: BLE001 - the launcher reports plan errors itself
+        return None
+    workers = max(1, processes)
+    rate = max((_peak_rate(s) for s in steps), default=0.0) / workers
+    streams = max((s.concurrency or 0 for s in steps), default=0) / workers
+    over = []
+    max_rate, max_streams = envelope.get("max_rate_per_process"), envelope.get("max_streams_per_process")
+    if rate and (max_rate is None or rate > max_rate):
+        over.append(f"{rate:g} req/s per process (calibrated: {'none' if max_rate is None else f'{max_rate:g}'})")
+    if streams and max_streams is not None and streams > max_streams:
+        over.append(f"{streams:g} streams per process (calibrated: {max_streams:.0f})")
+    if not over:
+        return None
+    return (f"llmload: warning: the plan asks {' and '.join(over)}, beyond this machine's calibrated envelope "
+            f"(send lag p99 < {SEND_LAG_LIMIT_S * 1000:g} ms): add --processes or expect invalid steps")
