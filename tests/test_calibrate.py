@@ -1,0 +1,81 @@
+"""`llmload calibrate`: the envelope rules, the plan check, and one --quick run against the built-in sim.
+
+No timing is asserted: the figures depend on the machine (bench/README.md has them).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from llmload.calibrate import (
+    SEND_LAG_LIMIT_S,
+    CalibrationStep,
+    check_plan_against_envelope,
+    envelope_from_steps,
+    load_envelope,
+)
+from llmload.config import parse_config
+
+
+def _step(ramp: str, rate: float, holds: bool, streams: float = 10.0) -> CalibrationStep:
+    return CalibrationStep(ramp=ramp, label=f"r{rate}", offered_rate=rate, achieved_rate=rate, requests=100,
+                           failed=0, send_lag_p50_s=0.0005, send_lag_p99_s=0.001, ttft_error_p50_s=0.0002,
+                           ttft_error_p99_s=0.0005, token_error_p99_s=0.0005, in_flight_mean=streams,
+                           events_per_s=rate * 32, worker_cpu=0.1, holds=holds)
+
+
+def test_envelope_stops_at_the_first_step_that_does_not_hold():
+    steps = [_step("rates", 10, True, 5), _step("rates", 50, True, 20), _step("rates", 100, False, 40),
+             _step("rates", 200, True, 80), _step("streams", 20, True, 60), _step("streams", 40, False, 120)]
+    assert envelope_from_steps(steps) == {"max_rate_per_process": 50, "max_streams_per_process": 60}
+
+
+def test_envelope_is_empty_when_nothing_holds():
+    assert envelope_from_steps([_step("rates", 10, False)]) == {"max_rate_per_process": None,
+                                                               "max_streams_per_process": None}
+
+
+def _config(shape: dict):
+    return parse_config({"target": {"url": "http://127.0.0.1:9", "model": "m"}, "shape": shape})
+
+
+def test_plan_check_warns_per_process_and_only_beyond_the_envelope():
+    envelope = {"version": 1, "max_rate_per_process": 100.0, "max_streams_per_process": 50.0}
+    ladder = _config({"ladder": {"steps": [{"rate": 50, "duration": "10s"}, {"rate": 150, "duration": "10s"}]}})
+    warning = check_plan_against_envelope(ladder, 1, envelope=envelope)
+    assert warning is not None and "150 req/s per process" in warning
+    assert check_plan_against_envelope(ladder, 2, envelope=envelope) is None
+    closed = _config({"concurrency": {"levels": [10, 80]}})
+    assert "80 streams per process" in check_plan_against_envelope(closed, 0, envelope=envelope)
+    assert check_plan_against_envelope(ladder, 1, envelope={}) is None
+
+
+def test_load_envelope_ignores_missing_and_foreign_files(tmp_path):
+    assert load_envelope(tmp_path / "none.json") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert load_envelope(tmp_path / "bad.json") is None
+    (tmp_path / "old.json").write_text(json.dumps({"version": 0}))
+    assert load_envelope(tmp_path / "old.json") is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_quick_calibration_against_the_builtin_sim_writes_an_envelope(tmp_path):
+    out = tmp_path / "envelope.json"
+    proc = subprocess.run([sys.executable, "-m", "llmload.cli", "calibrate", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    envelope = load_envelope(out)
+    assert envelope is not None
+    assert envelope["quick"] is True and envelope["ttft_error_known"] is True
+    assert envelope["limits"]["send_lag_p99_s"] == SEND_LAG_LIMIT_S
+    assert [s["label"] for s in envelope["steps"]] == ["r10.00", "r50.00"]
+    for step in envelope["steps"]:
+        assert step["requests"] > 0 and step["failed"] == 0
+        assert step["send_lag_p99_s"] is not None and step["ttft_error_p99_s"] is not None
+        assert step["achieved_rate"] > 0 and step["events_per_s"] > 0
+    for key in ("max_rate_per_process", "max_streams_per_process"):
+        assert envelope[key] is None or envelope[key] > 0
+    assert "safe envelope" in proc.stdout or "no step held" in proc.stdout
