@@ -79,6 +79,12 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     except LLMLoadError as exc:
         print(f"llmload: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    from llmload.calibrate import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
+
+    warning = check_plan_against_envelope(config, expect_workers if master else processes,
+                                          base_dir=Path(config_path).resolve().parent)
+    if warning:
+        print(warning, file=sys.stderr)
     run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
     cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
                          expect_workers=expect_workers, master_port=master_port)
