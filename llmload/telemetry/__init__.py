@@ -14,6 +14,7 @@ from llmload.telemetry.histogram import (
     histogram_buckets_between,
     histogram_quantile,
     histogram_quantile_between,
+    histogram_summary,
     queue_time_quantile,
 )
 from llmload.telemetry.manifest import (
@@ -52,6 +53,7 @@ __all__ = [
     "histogram_buckets_between",
     "histogram_quantile",
     "histogram_quantile_between",
+    "histogram_summary",
     "normalise",
     "ollama_timings",
     "probe_server",

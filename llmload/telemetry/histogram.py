@@ -17,12 +17,13 @@ import math
 import pandas as pd
 
 from llmload.telemetry.exposition import parse_labels
-from llmload.telemetry.series import series_deltas
+from llmload.telemetry.series import counter_delta, series_deltas
 
 __all__ = [
     "histogram_buckets_between",
     "histogram_quantile",
     "histogram_quantile_between",
+    "histogram_summary",
     "queue_time_quantile",
 ]
 
@@ -84,3 +85,19 @@ def queue_time_quantile(telemetry: pd.DataFrame, t0: float, t1: float, q: float,
                         source: str | None = None) -> tuple[float | None, float]:
     """Server queue time quantile over `[t0, t1]` from the `queue_time_seconds` histogram deltas."""
     return histogram_quantile_between(telemetry, "queue_time_seconds", t0, t1, q, source=source)
+
+
+def histogram_summary(telemetry: pd.DataFrame, metric: str, t0: float, t1: float, *,
+                      quantiles: tuple[float, ...] = (0.5, 0.95, 0.99), source: str | None = None) -> dict:
+    """`count`, exact `mean` (from `_sum`/`_count` deltas) and `p50`, `p50_resolution`, ... over `[t0, t1]`.
+
+    Values are in the histogram's unit (seconds for the time histograms); None where nothing was observed.
+    """
+    count = counter_delta(telemetry, f"{metric}_count", t0, t1, source=source)
+    total = counter_delta(telemetry, f"{metric}_sum", t0, t1, source=source)
+    out: dict = {"count": count, "mean": total / count if count and total is not None else None}
+    bounds, counts = histogram_buckets_between(telemetry, metric, t0, t1, source=source)
+    for q in quantiles:
+        value, resolution = histogram_quantile(bounds, counts, q)
+        out[f"p{q * 100:g}"], out[f"p{q * 100:g}_resolution"] = value, resolution
+    return out

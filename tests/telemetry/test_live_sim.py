@@ -12,7 +12,7 @@ import pytest
 
 from llmload.clock import now
 from llmload.telemetry.collector import TelemetryCollector
-from llmload.telemetry.histogram import queue_time_quantile
+from llmload.telemetry.histogram import histogram_summary, queue_time_quantile
 from llmload.telemetry.series import counter_delta
 from llmload.telemetry.sink import finalize_telemetry, read_telemetry
 
@@ -72,6 +72,8 @@ def test_vllm_waiting_grows_and_queue_quantiles_match_ground_truth(sim_factory, 
         exact = float(np.quantile(truth, q, method="inverted_cdf"))  # the order statistic at rank q*n
         assert value is not None and abs(value - exact) <= resolution + 1e-9, (q, value, exact, resolution)
     assert counter_delta(frame, "generation_tokens_total", t0, t1) == 14 * 16
+    summary = histogram_summary(frame, "queue_time_seconds", t0, t1, source=src)
+    assert summary["count"] == 14 and summary["mean"] == pytest.approx(truth.mean(), abs=1e-6)
 
 
 def test_vllm_small_kv_cache_moves_usage_and_preemptions(sim_factory, tmp_path: Path) -> None:
