@@ -97,6 +97,8 @@ class StepController:
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
                              seed=self.seed, started_at=now())
         self.current: dict | None = None
+        #: the live table's rows of judged steps (also shown by the web UI's LLM tab)
+        self.table_rows: list[dict] = []
         self.done = Event()
         self.stopped = False
         self.greenlet: gevent.Greenlet | None = None
@@ -220,12 +222,11 @@ class StepController:
 
     def _progress(self, spec: StepSpec, start_at: float, row: dict) -> None:
         stats = quick_stats(self.rows[spec.label])
-        sent = sum(1 for r in self.rows[spec.label] if r.get("sent_at") is not None)
-        in_flight = max(0, _planned_so_far(spec, start_at, row) - sent) if row.get("planned_arrivals") else 0
+        pending = max(0, _planned_so_far(spec, start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
         self.out(format_progress(spec.label, now() - start_at, spec.arrivals_s, row.get("planned_arrivals"),
-                                 stats, in_flight, self._server_waiting()))
+                                 stats, pending, self.server_waiting()))
 
-    def _server_waiting(self) -> float | None:
+    def server_waiting(self) -> float | None:
         if self.telemetry is None:
             return None
         latest = self.telemetry.latest()
@@ -243,10 +244,11 @@ class StepController:
                 verdict = "unjudged"
         if lost:
             failing = [*failing, f"lost worker(s) {', '.join(lost)}"]
-        table_row = step_row(spec.label, stats, verdict, list(failing), self._server_waiting())
+        table_row = step_row(spec.label, stats, verdict, list(failing), self.server_waiting())
         self.results.append({"label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
                              "failing": list(failing), "samples": stats.get("completed", stats.get("ok"))})
         self.plan.update(row, live_verdict=verdict, live_failing=list(failing))
+        self.table_rows.append({**stats, **table_row})
         self.out(format_row(table_row))
         return verdict, list(failing), stats
 

@@ -38,7 +38,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     if run_dir is not None:
         cmd += ["--llmload-run-dir", str(run_dir)]
     if not web:
-        cmd += ["--headless"]
+        cmd += ["--headless", "--only-summary"]
     else:
         cmd += ["--web-host", "127.0.0.1"]
     if processes:

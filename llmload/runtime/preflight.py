@@ -94,7 +94,7 @@ def _cold_request(config: Config) -> dict[str, Any]:
     return out
 
 
-def preflight(config: Config, run_dir: Path, *, config_path: str = "") -> dict[str, Any]:
+def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
     """Run every check; writes `preflight.json`; raises PreflightFailed when the run must not start."""
     result: dict[str, Any] = {"started_at": now(), "endpoints": check_reachable(config), "warnings": []}
     for base, info in result["endpoints"].items():
@@ -105,33 +105,33 @@ def preflight(config: Config, run_dir: Path, *, config_path: str = "") -> dict[s
     if result["cold_load"]["outcome"] != "ok":
         result["warnings"].append(f"the first request ended {result['cold_load']['outcome']}: "
                                   f"{result['cold_load'].get('error') or ''}")
-    result["quality"] = _quality(config, config_path)
+    from llmload.client import quality_failure
+
+    cases = _quality(config)
+    result["quality"] = [{"index": c.index, "passed": c.passed, "reason": c.reason, "outcome": c.outcome,
+                          "ttft_s": c.ttft_s, "e2e_s": c.e2e_s} for c in cases]
+    failure = quality_failure(cases)
+    if failure and not config.quality.required:
+        result["warnings"].append(f"{failure} (quality.required is false: the run goes on)")
     for warning in result["warnings"]:
         print(f"llmload: warning: {warning}", flush=True)
     (Path(run_dir) / "preflight.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
-    failed = [c for c in result["quality"] if not c.get("passed")]
-    if failed and config.quality.required:
-        first = failed[0]
-        raise PreflightFailed(f"quality case {first.get('index', 0) + 1} failed: {first.get('reason')} "
-                              "(set quality.required: false to run anyway)")
+    if failure and config.quality.required:
+        raise PreflightFailed(f"{failure} (set quality.required: false to run anyway)")
     return result
 
 
-def _quality(config: Config, config_path: str) -> list[dict[str, Any]]:
+def _quality(config: Config) -> list[Any]:
+    """The quality cases, sent once each at the lowest load (answers are not kept)."""
     if not config.quality.cases:
         return []
-    from llmload.client import run_quality_cases
+    from llmload.client import Transport, run_quality_cases
 
-    results = run_quality_cases(config)
-    return [_case_dict(i, r) for i, r in enumerate(results)]
-
-
-def _case_dict(index: int, result: Any) -> dict[str, Any]:
-    if isinstance(result, dict):
-        return {"index": index, **result}
-    data = {k: getattr(result, k) for k in ("passed", "reason", "outcome", "latency_s") if hasattr(result, k)}
-    data["index"] = index
-    return data
+    transport = Transport.from_target(config.target, concurrency=1)
+    try:
+        return run_quality_cases(config.quality, config.target, transport)
+    finally:
+        transport.close()
 
 
 def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: int, config_path: str) -> None:

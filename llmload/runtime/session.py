@@ -163,7 +163,23 @@ class Session:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.finished = False
         self._finalised = False
-        self.greenlet = gevent.spawn(self._run)
+        self.greenlet = gevent.spawn(self._run_guarded)
+
+    def _run_guarded(self) -> None:
+        """`_run`, with any unexpected error ending the run (never a hung shape waiting forever)."""
+        try:
+            self._run()
+        except gevent.GreenletExit:
+            raise
+        except Exception as exc:
+            log.exception("the run failed")
+            if self.controller is not None and not self._finalised:
+                try:
+                    self._finalise()
+                    return
+                except Exception:
+                    log.exception("finalisation after a failure failed")
+            self._fail(f"the run failed: {type(exc).__name__}: {exc}", 3)
 
     def _run(self) -> None:
         from llmload.runtime.preflight import PreflightFailed, preflight, start_telemetry, write_run_manifest
@@ -173,7 +189,7 @@ class Session:
         print(f"llmload: run directory {run_dir}", flush=True)
         skip = bool(getattr(self.env.parsed_options, "llmload_skip_preflight", False))
         try:
-            checks = {} if skip else preflight(config, run_dir, config_path=self.config_path)
+            checks = {} if skip else preflight(config, run_dir)
         except PreflightFailed as exc:
             self._fail(str(exc), exc.exit_code)
             return

@@ -82,12 +82,12 @@ def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_w
 
 
 def format_progress(label: str, elapsed_s: float, total_s: float | None, planned: int | None,
-                    stats: dict, in_flight: int, server_waiting: float | None) -> str:
-    """One progress line during a step."""
+                    stats: dict, pending: int, server_waiting: float | None) -> str:
+    """One progress line during a step (`pending`: arrivals due so far that have not finished)."""
     span = f"{elapsed_s:5.0f}s/{total_s:.0f}s" if total_s else f"{elapsed_s:5.0f}s"
     planned_text = f"/{planned}" if planned else ""
     ttft = stats.get("ttft_p95_s")
     waiting = "-" if server_waiting is None else f"{server_waiting:.0f}"
     ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms"
     return (f"  {label} {span}: done {stats['done']}{planned_text}, failed {stats['failed']}, "
-            f"in flight {in_flight}, TTFT p95 {ttft_text}, server waiting {waiting}")
+            f"pending {pending}, TTFT p95 {ttft_text}, server waiting {waiting}")

@@ -1,0 +1,123 @@
+"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in under three minutes.
+
+1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (8 sequences per
+   batch, ~33 ms per decode step), whose capacity is about 7 requests/s of 64-in / 32-out requests.
+2. Run a Poisson ladder 2 → 4 → 6 → 8 → 10 req/s against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no
+   queue growth): the low steps pass, the high ones fail on TTFT and a growing queue. That knee is the
+   answer the report draws. Run directory: `<out>/ladder/`.
+3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
+   about 6 req/s, close to the knee) and its uniform twin at the same mean rate: bursts cost latency
+   that the uniform twin hides. Run directory: `<out>/burst/`.
+4. Stop the sim and print where the two reports are.
+
+The demo returns 0 when it ran, whatever the verdicts (a failing ladder step is the point of it);
+a run that could not be carried out returns its error code.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from llmload.errors import ServerError
+
+__all__ = ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"]
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TRACE = REPO / "examples" / "traces" / "azure_conv_5min.csv"
+
+#: the sim's engine for the demo: capacity about 7 req/s for 64-in / 32-out requests
+DEMO_SIM = {"max_num_seqs": 8, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
+            "load_time_s": "0.2s"}
+
+_SLO = {"ttft_p95": "1s", "tpot_p95": "80ms", "client_wait_p95": "200ms", "max_reject_ratio": 0.0,
+        "queue_growth": "forbid", "min_samples": 10}
+_REQUESTS = {"input_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 32},
+             "seed": 1}
+
+
+def demo_configs(url: str) -> dict[str, dict]:
+    """The two run configurations of the demo (ladder, burst-vs-uniform) for a sim at `url`."""
+    target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
+    common = {"target": target, "requests": _REQUESTS, "slo": _SLO, "client": {"max_concurrency": 128},
+              "quality": {"required": True,
+                          "cases": [{"prompt": "Say something.", "expect": {"regex": "\\w+"}, "max_tokens": 8}]},
+              "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
+    ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
+              "steps": [{"rate": r, "duration": "10s"} for r in (2, 4, 6, 8, 10)]}
+    trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["140s", "165s"], "uniform_twin": True,
+             "use_sizes": False, "drain_timeout": "20s"}
+    return {"ladder": {**common, "shape": {"ladder": ladder}},
+            "burst": {**common, "shape": {"trace": trace}}}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_demo_sim(folder: Path, *, timeout_s: float = 20.0) -> tuple[subprocess.Popen, str]:
+    """Start the demo's sim as a subprocess on a free loopback port; returns (process, base URL)."""
+    sim_yaml = folder / "sim.yaml"
+    sim_yaml.write_text(yaml.safe_dump(DEMO_SIM), encoding="utf-8")
+    port = _free_port()
+    log = open(folder / "sim.log", "wb")  # noqa: SIM115 (kept open for the child's lifetime)
+    proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "sim", "--flavor", "vllm", "--port", str(port),
+                             "--config", str(sim_yaml), "--ground-truth", str(folder / "sim-ground-truth.jsonl")],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(f"the demo sim exited with {proc.returncode}: see {folder / 'sim.log'}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise ServerError(f"the demo sim did not answer within {timeout_s:g}s: see {folder / 'sim.log'}")
+
+
+def run_demo(*, out: Path | None = None) -> int:
+    """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
+    from llmload.runtime.launcher import run_config
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = Path(out) if out is not None else Path("runs") / f"{stamp}-demo"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"llmload demo: starting the simulated vLLM server (capacity about 7 req/s) in {folder}", flush=True)
+    proc, url = start_demo_sim(folder)
+    codes = {}
+    try:
+        for name, config in demo_configs(url).items():
+            path = folder / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+            print(f"\nllmload demo: {name} run ({path})", flush=True)
+            codes[name] = run_config(path, out=folder / name)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    print("\nllmload demo: done. Reports:")
+    for name in codes:
+        print(f"  {name}: {(folder / name / 'report.html').resolve()}")
+    failed = {n: c for n, c in codes.items() if c not in (0, 1)}
+    if failed:
+        print(f"llmload demo: a run could not be carried out: {failed}", file=sys.stderr)
+        return max(failed.values())
+    return 0

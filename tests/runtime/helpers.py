@@ -1,0 +1,49 @@
+"""Helpers for the runtime tests: write a run config, run Locust on it as a subprocess, read the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from llmload.runtime.launcher import locust_command
+
+
+def write_config(tmp_path: Path, config: dict, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def base_config(url: str, shape: dict, **sections: dict) -> dict:
+    """A small run config against a sim at `url` (4 output tokens unless told otherwise)."""
+    config = {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
+              "requests": {"input_tokens": {"dist": "fixed", "value": 16},
+                           "output_tokens": {"dist": "fixed", "value": 4}},
+              "shape": shape, "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
+    config.update(sections)
+    return config
+
+
+def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_s: float = 120,
+               env: dict | None = None, extra: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run Locust headless on `config_path` into `run_dir`; returns the finished process."""
+    cmd = locust_command(config_path, run_dir, processes=processes) + (extra or [])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, **(env or {})})
+
+
+def records(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(run_dir / "records.parquet")
+
+
+def plan(run_dir: Path) -> dict:
+    return json.loads((run_dir / "plan.json").read_text())
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
