@@ -2,7 +2,8 @@
 
 `check_answer(text, expect) -> (passed, reason)`; `reason` is empty when it passed and one line
 saying what was wrong when it did not. `exact` compares after stripping surrounding whitespace;
-`json_schema` first takes the answer as JSON (a fenced ```json block is unwrapped).
+`json_schema` first takes the answer as JSON (a fenced ```json block is unwrapped). Reasons never
+quote the answer: under load they go into records, which hold no answer text.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import jsonschema
 
 from llmload.config import Expect
 
-__all__ = ["check_answer"]
+__all__ = ["check_answer", "excerpt"]
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def _excerpt(text: str, limit: int = 80) -> str:
+def excerpt(text: str, limit: int = 80) -> str:
+    """The start of an answer, on one line, for messages shown to the user (never for records)."""
     text = " ".join(text.split())
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
@@ -29,21 +31,21 @@ def check_answer(text: str, expect: Expect) -> tuple[bool, str]:
     if expect.contains is not None:
         if expect.contains in text:
             return True, ""
-        return False, f"answer does not contain {expect.contains!r}: {_excerpt(text)}"
+        return False, f"answer does not contain {expect.contains!r}"
     if expect.regex is not None:
         if re.search(expect.regex, text):
             return True, ""
-        return False, f"answer does not match /{expect.regex}/: {_excerpt(text)}"
+        return False, f"answer does not match /{expect.regex}/"
     if expect.exact is not None:
         if text.strip() == expect.exact.strip():
             return True, ""
-        return False, f"answer is not exactly {expect.exact!r}: {_excerpt(text)}"
+        return False, f"answer is not exactly {expect.exact!r}"
     schema = expect.json_schema or {}
     fenced = _FENCE.match(text)
     try:
         value = json.loads(fenced.group(1) if fenced else text)
     except ValueError:
-        return False, f"answer is not JSON: {_excerpt(text)}"
+        return False, "answer is not JSON"
     try:
         jsonschema.validate(value, schema)
     except jsonschema.ValidationError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmload.client.bodies import PreparedRequest, build_body
+from llmload.client.checks import excerpt
 from llmload.client.core import send
 from llmload.client.transport import Transport
 from llmload.clock import now
@@ -71,4 +72,5 @@ def quality_failure(results: list[QualityResult]) -> str | None:
         return None
     first = failed[0]
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    return f"quality case {first.index} failed: {first.reason}{more}"
+    answer = f" (answer: {excerpt(first.answer)})" if first.outcome == "quality_fail" else ""
+    return f"quality case {first.index} failed: {first.reason}{answer}{more}"
