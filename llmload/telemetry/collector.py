@@ -62,7 +62,7 @@ def dcgm_url(setting: str) -> str:
 
 
 class _NvmlSource:
-    """Adapts the NVML sampler to the poller interface; opened in start()."""
+    """Adapts the NVML sampler to the poller interface (opened when the collector opens)."""
 
     def __init__(self, sampler: NvmlSampler) -> None:
         self.sampler, self.source = sampler, "nvml"

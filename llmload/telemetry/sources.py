@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
@@ -166,6 +167,7 @@ class EndpointSource:
         self.headers = dict(headers or {})
         self.pollers: list = []
         self._ready = False
+        self._lock = threading.Lock()  # one poll at a time (the polling thread and sample_now may meet)
 
     def _setup(self) -> None:
         if self.flavor is None:
@@ -183,6 +185,10 @@ class EndpointSource:
 
     def poll(self) -> list[Point]:
         """Points from every poller; a failed poller adds `scrape_error=1` (with the reason) for its source."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> list[Point]:
         if not self._ready:
             self._setup()  # raises TelemetryError while the server does not answer: retried next time
         points: list[Point] = []
