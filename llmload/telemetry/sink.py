@@ -96,8 +96,16 @@ class TelemetrySink:
                 self._file.close()
 
 
+def _valid(row: object) -> bool:
+    """A line another writer got wrong (no time, a text value) is skipped rather than failing the file."""
+    return (isinstance(row, dict) and isinstance(row.get("t"), (int, float))
+            and isinstance(row.get("value"), (int, float)) and not isinstance(row.get("value"), bool)
+            and isinstance(row.get("source"), str) and isinstance(row.get("metric"), str)
+            and isinstance(row.get("step"), (str, type(None))) and isinstance(row.get("labels"), (str, type(None))))
+
+
 def _rows(path: Path) -> Iterable[list[dict]]:
-    """Chunks of parsed lines; a torn last line (a killed writer) is skipped."""
+    """Chunks of parsed lines; a torn last line (a killed writer) or an invalid line is skipped."""
     chunk: list[dict] = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -105,7 +113,7 @@ def _rows(path: Path) -> Iterable[list[dict]]:
                 row = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(row, dict):
+            if _valid(row):
                 chunk.append(row)
             if len(chunk) >= _CHUNK_LINES:
                 yield chunk

@@ -36,6 +36,7 @@ def test_finalize_merges_files_in_chunks_and_skips_a_torn_line(tmp_path: Path, m
     other.write(3.5, "r1", [Point("worker:w1", "worker_cpu", 0.25)])
     other.close()
     with open(tmp_path / "telemetry.jsonl", "a") as f:
+        f.write('{"t": 8.0, "source": "worker:w1", "metric": "worker_cpu", "value": "high"}\n')  # wrong type
         f.write('{"t": 9.0, "source": "serv')  # a writer killed mid-line
     path = finalize_telemetry(tmp_path)
     table = pq.read_table(path)
