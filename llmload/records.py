@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -77,8 +77,16 @@ class Record:
     server_queue_s: float | None = None
     quality_checked: bool = False
 
+    def as_dict(self) -> dict:
+        """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
+        `token_times`, ~0.1 ms per request on the hot path)."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), allow_nan=False, default=_jsonable)
+        return json.dumps(self.as_dict(), separators=(",", ":"), allow_nan=False, default=_jsonable)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Record))
 
 
 def _jsonable(value: object) -> object:

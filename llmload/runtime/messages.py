@@ -14,7 +14,6 @@ lists raised send lag (NOTES.md), one bytes object is cheap to encode.
 from __future__ import annotations
 
 from array import array
-from dataclasses import asdict
 from typing import Any
 
 from llmload.records import Record
@@ -47,7 +46,7 @@ def step_message(*, step: dict, start_at: float, seed: int, shard: int, shards: 
 
 def pack_record(record: Record) -> dict[str, Any]:
     """A record as a compact message dict: per-event times as one bytes object."""
-    row = asdict(record)
+    row = record.as_dict()
     row["token_times"] = array("d", record.token_times).tobytes()
     row["token_counts"] = array("q", record.token_counts).tobytes()
     return row
