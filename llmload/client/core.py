@@ -34,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gevent
-from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError
 
 from llmload.client.bodies import PreparedRequest
@@ -170,14 +169,12 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
         if stream.final and not resp.message_complete:
             _drain(resp)
     except gevent.Timeout as exc:
-        if exc is not timer:
+        if exc is not timer:  # someone else's deadline (a drain timeout around the user): cancelled
+            _fail(record, "cancelled", "cancelled: an outer timeout stopped the request in flight", transport)
+            _count(record, stream, request, got_200)
             raise
         _fail(record, "timeout", f"total timeout: no complete answer within {transport.total_timeout_s:g}s",
               transport)
-    except GreenletExit:
-        _fail(record, "cancelled", "cancelled: the test stopped while the request was in flight", transport)
-        _count(record, stream, request, got_200)
-        raise
     except ConnectFailed as exc:
         _fail(record, "connect_error", str(exc), transport)
     except ConnectionRefusedError as exc:
@@ -192,6 +189,10 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
         _fail(record, "disconnect", f"connection lost {where}: {type(exc).__name__}: {exc}", transport)
     except Exception as exc:  # a client-side failure must not lose the record; it names itself
         _fail(record, "http_error", f"internal client error: {type(exc).__name__}: {exc}", transport)
+    except BaseException:  # GreenletExit (the greenlet was killed: the test stopped), KeyboardInterrupt
+        _fail(record, "cancelled", "cancelled: the test stopped while the request was in flight", transport)
+        _count(record, stream, request, got_200)
+        raise
     finally:
         timer.close()
         if resp is not None:

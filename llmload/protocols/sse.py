@@ -50,12 +50,17 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by `chunk` (possibly none)."""
+        if not self._buf and not self._skip_lf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
+            # fast path: exactly one LF-terminated line, as `readline()` hands them over
+            events: list[SSEEvent] = []
+            self._line(chunk[:-1], events)
+            return events
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == 10:  # the \n of a \r\n split across chunks
                 chunk = chunk[1:]
         buf = self._buf + chunk if self._buf else chunk
-        events: list[SSEEvent] = []
+        events = []
         start = 0
         size = len(buf)
         has_cr = b"\r" in buf

@@ -37,7 +37,8 @@ class StreamDecoder:
     def feed(self, chunk: bytes) -> list[StreamChunk]:
         if self._ndjson is not None:
             return [self._ollama.parse(line) for line in self._ndjson.feed(chunk)]
-        return self._events(self._sse.feed(chunk))
+        events = self._sse.feed(chunk)
+        return self._events(events) if events else []
 
     def flush(self) -> list[StreamChunk]:
         if self._ndjson is not None:

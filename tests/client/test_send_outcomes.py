@@ -99,12 +99,17 @@ def test_killed_greenlet_records_cancelled_then_reraises(sim_factory) -> None:
     greenlet = gevent.spawn(send, transport, prepared, record)
     gevent.sleep(0.3)
     greenlet.kill(block=True)
-    transport.close()
     assert isinstance(greenlet.value, gevent.GreenletExit)  # re-raised, so the kill completed normally
     assert record.outcome == "cancelled"
     assert record.token_times and record.first_token_at is not None
     assert record.last_token_at == record.token_times[-1]
     assert transport.router.outstanding[sim.url] == 0
+
+    # an outer deadline (as a drain timeout around a user would be) also leaves a cancelled record
+    record = Record(request_id="c-1", step="s0", worker="w0", scheduled_at=now())
+    with pytest.raises(gevent.Timeout), gevent.Timeout(0.3):
+        send(transport, RequestMix(fixed_requests(16, 200), target).build("c-1", 1), record)
+    assert record.outcome == "cancelled" and record.token_times and "outer timeout" in record.error
 
 
 @pytest.mark.slow
