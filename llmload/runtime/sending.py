@@ -10,14 +10,30 @@ from __future__ import annotations
 
 from typing import Any
 
+import gevent
+
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.core import send
 from llmload.client.mix import RequestMix
 from llmload.client.transport import Transport
+from llmload.clock import now
 from llmload.config import Config
 from llmload.records import Record
 
-__all__ = ["Sender", "build_sender", "preflight_send"]
+__all__ = ["Sender", "build_sender", "preflight_send", "wait_until"]
+
+#: the last stretch before an arrival's time is spent yielding to the loop rather than in a timer
+SPIN_S = 0.0006
+
+
+def wait_until(at: float) -> None:
+    """Return at wall time `at` (within microseconds): a gevent sleep until `SPIN_S` before it (its timers
+    wake ~0.5 ms late), then yields to the loop, so other greenlets and I/O run meanwhile."""
+    delay = at - now() - SPIN_S
+    if delay > 0:
+        gevent.sleep(delay)
+    while now() < at:
+        gevent.sleep(0)
 
 
 class Sender:
@@ -34,6 +50,7 @@ class Sender:
         a = job.arrival
         request = self.mix.build(record.request_id, a.index, job.seed, input_tokens=a.input_tokens,
                                  output_tokens=a.output_tokens, prefix_id=a.prefix_id)
+        wait_until(job.scheduled_at)  # the job is queued a little early (worker.QUEUE_AHEAD_S)
         send(self.transport, request, record)
 
     def close(self) -> None:

@@ -39,6 +39,9 @@ log = logging.getLogger("llmload.worker")
 
 #: how often queued summaries are shipped to the master
 SHIP_INTERVAL_S = 0.25
+#: arrivals are queued this long before their time, so a user has built the request when it is due
+#: (`Sender.send` waits out the rest precisely; gevent timers wake ~0.5 ms late, measured in bench/)
+QUEUE_AHEAD_S = 0.003
 
 
 @dataclass
@@ -121,7 +124,7 @@ class WorkerRuntime:
 
     def _schedule(self, state: StepState, jobs: list[Job]) -> None:
         for job in jobs:
-            delay = job.scheduled_at - now()
+            delay = job.scheduled_at - QUEUE_AHEAD_S - now()
             if delay > 0:
                 gevent.sleep(delay)
             self._put(state, job)
