@@ -22,6 +22,7 @@ __all__ = [
     "QUESTION",
     "SLO_KEYS",
     "answer_sentences",
+    "burst_sentences",
     "derived_warnings",
     "failing_detail",
     "first_failing_step",
@@ -138,7 +139,12 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
     elif failing is not None:
         out.append("No tested rate passed: the lowest failing rate already broke the targets.")
     if failing is not None:
-        rate = rate_of(failing)
+        rate = summary.get("first_failing_rate")
+        rate = rate_of(failing) if is_blank(rate) else float(rate)
+        offered = failing.get("offered_rate")
+        if not is_blank(offered) and abs(float(offered) - rate) > 1e-9:
+            failing = failing.copy()
+            failing["label"] = f"{failing.get('label')}, offered {float(offered):.3g} req/s"
         named = summary.get("failed_first") or None
         what = ", ".join(failing_detail(failing, analysis.slo, list(named) if named else None)) or "not named"
         out.append(f"First failing rate: {rate:g} req/s (step {failing.get('label')}); what failed first: "
@@ -150,6 +156,7 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):
             out.append(f"{text}: {float(summary[key]):g} users.")
+    out.extend(burst_sentences(getattr(analysis, "burst", None)))
     insufficient = list(labels[verdicts == "insufficient"])
     if insufficient:
         need = getattr(analysis.slo, "min_samples", 200)
@@ -160,6 +167,26 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
         out.append(f"Not run: {', '.join(not_run)} (left blank in every table, never counted as passing).")
     out.append(f"Holds only under these fixed conditions: {fixed_conditions_text(manifest)}.")
     return verdict, out
+
+
+def burst_sentences(burst: pd.DataFrame | None) -> list[str]:
+    """One sentence per burst/uniform pair: both verdicts and the p95 TTFT and E2E of each."""
+    if burst is None or burst.empty or "burst_step" not in burst.columns:
+        return []
+    out = []
+    for (b_step, u_step), rows in burst.groupby(["burst_step", "uniform_step"], sort=False):
+        first = rows.iloc[0]
+        parts = []
+        for metric, name in (("ttft_p95_s", "TTFT p95"), ("e2e_p95_s", "E2E p95")):
+            row = rows[rows["metric"] == metric]
+            if len(row) and not is_blank(row.iloc[0]["burst"]) and not is_blank(row.iloc[0]["uniform"]):
+                parts.append(f"{name} {float(row.iloc[0]['burst']) * 1000:.0f} ms vs "
+                             f"{float(row.iloc[0]['uniform']) * 1000:.0f} ms")
+        out.append(f"Burst vs uniform at the same mean rate: {b_step} {first.get('burst_verdict', '')}, "
+                   f"{u_step} {first.get('uniform_verdict', '')}" + (f"; {', '.join(parts)}." if parts else ".")
+                   + (" A uniform pass does not vouch for bursts." if first.get("uniform_verdict") == "pass"
+                      and first.get("burst_verdict") != "pass" else ""))
+    return out
 
 
 def _mentioned(warnings: list[str], *words: str) -> bool:

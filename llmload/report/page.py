@@ -9,6 +9,7 @@ manifest and the definitions with the name map to vLLM / GuideLLM / AIPerf. The 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,17 @@ def _soak_html(analysis: Any, slices: pd.DataFrame) -> str:
     return body
 
 
+def _manifest_rows(manifest: dict) -> list[tuple[str, Any]]:
+    """Flattened manifest rows; wall-clock `*_at` seconds also shown as UTC time."""
+    rows = []
+    for key, value in flatten(manifest):
+        if key.endswith("_at") and isinstance(value, (int, float)) and value > 1e9:
+            stamp = datetime.fromtimestamp(float(value), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            value = f"{stamp} ({value:.3f})"
+        rows.append((key, value))
+    return rows
+
+
 def render_report(analysis: Any, *, manifest: dict | None = None, title: str | None = None) -> str:
     """The whole report page as text."""
     manifest = manifest or {}
@@ -239,7 +251,7 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
     sections += _optional_sections(analysis)
     sections += [("decision", "Decision record", _decision_html(analysis.decision)),
                  ("manifest", "Manifest: fixed conditions, versions, seeds",
-                  kv_table(flatten(manifest), table_id="manifest-table") if manifest
+                  kv_table(_manifest_rows(manifest), table_id="manifest-table") if manifest
                   else '<p class="nodata">No manifest.</p>'),
                  ("definitions", "Definitions and name map",
                   kv_table(DEFINITIONS, table_id="definitions-table")

@@ -112,7 +112,9 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
 
 
 def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | None:
-    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal."""
+    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal.
+
+    The last passing rate (a target rate) is marked at its step's offered rate on this axis."""
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
@@ -129,8 +131,11 @@ def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | 
         if y.notna().any():
             ax.plot(xs, y, style, marker="o", markersize=4, label=label)
     if last_passing_rate is not None and not pd.isna(last_passing_rate):
-        ax.axvline(float(last_passing_rate), color="#1b7f3b", linestyle="--", linewidth=1,
-                   label=f"last passing rate {float(last_passing_rate):g} req/s")
+        target = _col(data, "target_rate")
+        at = data[x][(target - float(last_passing_rate)).abs() < 1e-9]
+        where = float(at.iloc[0]) if len(at) else float(last_passing_rate)
+        ax.axvline(where, color="#1b7f3b", linestyle="--", linewidth=1,
+                   label=f"last passing rate {float(last_passing_rate):g} req/s (target)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("requests per second")
     ax.set_xlim(left=0)

@@ -82,7 +82,8 @@ def make_analysis(*, not_run_numbers: bool = True) -> FakeAnalysis:
     burst = pd.DataFrame([{"metric": "ttft_p95_s", "burst": 1.2, "uniform": 0.5, "difference": 0.7,
                            "ratio": 2.4},
                           {"metric": "goodput", "burst": 0.6, "uniform": 0.97, "difference": -0.37,
-                           "ratio": 0.62}])
+                           "ratio": 0.62}]).assign(burst_step="burst", uniform_step="uniform",
+                                                   burst_verdict="fail", uniform_verdict="pass")
     worksheet = pd.DataFrame([{"step": r["label"], "target_rate": r["target_rate"],
                                "offered_rate": r["offered_rate"], "ttft_p95_ms": r["ttft_p95_s"] * 1000,
                                "verdict": r["verdict"]} for r in rows])

@@ -40,6 +40,7 @@ def test_answer_first(page):
     assert "First failing rate: 2 req/s (step r2.00)" in answer
     assert "ttft_p95 (1800 ms &gt; 1000 ms)" in answer and "queue_growth" in answer
     assert "gpus 2" in answer
+    assert "Burst vs uniform at the same mean rate: burst fail, uniform pass; TTFT p95 1200 ms vs 500 ms" in answer
 
 
 def test_unrun_step_is_blank_everywhere(page):
