@@ -58,7 +58,7 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
               telemetry: pd.DataFrame) -> list[str]:
     out = []
     labels = {str(s.get("label")) for s in plan_steps}
-    stray = sorted(set(records["step"].dropna().astype(str)) - labels) if len(records) else []
+    stray = sorted({str(v) for v in records["step"].dropna().unique()} - labels) if len(records) else []
     if stray:
         out.append(f"records of steps not in plan.json are left out: {', '.join(stray[:5])}")
     if telemetry is None or telemetry.empty:

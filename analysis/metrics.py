@@ -91,9 +91,10 @@ def _closed_loop(step: dict) -> bool:
 
 
 def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
-                 gaps: EventGaps | None = None) -> dict:
+                 gaps: EventGaps | None = None, rows: np.ndarray | None = None) -> dict:
     """All numbers of one run step. `req`: the step's derived requests (`derive_requests`);
-    `gaps`: their per-event gaps (rows = positions in `req`), computed here when not given."""
+    `gaps`: per-event gaps of a larger set of requests of which `req` holds the rows at positions
+    `rows`; both computed here from `req`'s own `token_times` when not given."""
     row = empty_metrics(step)
     ws, we = row["window_start"], row["window_end"]
     window_s = row["window_s"]
@@ -130,10 +131,10 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     row["e2e_mean_s"] = float(fin["e2e_s"].mean()) if len(fin) else math.nan
 
     if gaps is None:
-        gaps = event_gaps(req["token_times"], req.get("token_counts"))
-    sel = gaps.select(finished)
-    row.update(_pct_columns("itl", quantiles(sel.chunk)))
-    row.update(_pct_columns("itl_token", quantiles(sel.token)))
+        gaps, rows = event_gaps(req["token_times"], req.get("token_counts")), np.arange(len(req))
+    itl, itl_token = gaps.select(np.asarray(rows)[finished])
+    row.update(_pct_columns("itl", quantiles(itl)))
+    row.update(_pct_columns("itl_token", quantiles(itl_token)))
 
     _server_queue(row, fin, tel, ws, we)
     _tokens(row, fin)
@@ -146,7 +147,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
                gpu_memory_peak_bytes=tel.peak("gpu_memory_used_bytes", ws, we),
                worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at")) if step.get("start_at") else ws, we))
     _queue_trend(row, slo, tel, starts, ends)
-    _threshold_percentiles(row, slo, fin, sel)
+    _threshold_percentiles(row, slo, fin, itl)
     denom = row["completion_throughput"] * row["e2e_mean_s"]
     row["littles_law_ratio"] = row["in_flight_mean"] / denom if denom > 0 else math.nan
     return row
@@ -197,7 +198,7 @@ def _queue_trend(row: dict, slo: SLO, tel: TelemetryIndex, starts: np.ndarray, e
     row["queue_growth"] = bool(p < slo.trend_alpha and rise >= MIN_QUEUE_GROWTH)
 
 
-def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, sel: EventGaps) -> None:
+def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarray) -> None:
     """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values."""
     for t in slo.thresholds:
         key = f"{t.key}_s"
@@ -205,7 +206,7 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, sel: EventGap
             continue
         column = LATENCIES.get(t.metric)
         if t.metric == "itl":
-            values = sel.chunk
+            values = itl
         elif t.metric == "server_queue" and row["server_queue_basis"] == "per-request":
             values = fin["server_queue_s"].to_numpy(dtype=float)
         elif column is not None:

@@ -73,7 +73,8 @@ def queueing_split(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict] = []
     if requests.empty or steps.empty:
         return pd.DataFrame(columns=["step", "component", "mean_s", "p50_s", "p95_s", "share", "basis"])
-    finished = requests[requests["finished"] & requests["in_window"]]
+    columns = ["step", "client_wait_s", "ttft_s", "e2e_s", "user_e2e_s", "server_queue_s"]
+    finished = requests.loc[requests["finished"] & requests["in_window"], columns]
     by_step = dict(tuple(finished.groupby("step", sort=False)))
     for _, row in steps.iterrows():
         if row["verdict"] == "not_run":

@@ -1,7 +1,8 @@
 """Small statistics the analysis needs, vectorised and dependency-free (numpy only).
 
 - `quantiles`: percentiles from raw values by **linear interpolation** between order statistics
-  (numpy's default, the same as `pandas.Series.quantile`), NaN when there is no value.
+  (numpy's default, the same as `pandas.Series.quantile`), NaN when there is no value. float32 input
+  (per-event gaps) is interpolated in float32.
 - `mann_kendall`: the Mann-Kendall trend test, one-sided for an increasing trend. Exact p-value from
   the distribution of inversions when there are no ties (small series such as 6 sub-windows need it:
   the normal approximation is poor there), normal approximation with the tie correction otherwise.
@@ -36,12 +37,15 @@ _EXACT_MAX_N = 60
 
 def quantiles(values: np.ndarray, qs: tuple[float, ...] = QUANTILES) -> dict[float, float]:
     """`{q: value}` plus `{"max": value}` from raw values (NaN dropped); all NaN when none is left."""
-    arr = np.asarray(values, dtype=float)
-    arr = arr[~np.isnan(arr)]
+    arr = np.asarray(values)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(float)
+    arr = arr[~np.isnan(arr)]  # a copy: the partition below may reorder it
     if arr.size == 0:
         return {**{q: math.nan for q in qs}, "max": math.nan}
-    out = np.percentile(arr, qs, method="linear")
-    return {**{q: float(v) for q, v in zip(qs, out, strict=True)}, "max": float(arr.max())}
+    top = float(arr.max())
+    out = np.percentile(arr, qs, method="linear", overwrite_input=True)
+    return {**{q: float(v) for q, v in zip(qs, out, strict=True)}, "max": top}
 
 
 def _inversion_cdf(n: int) -> np.ndarray:

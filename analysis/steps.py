@@ -16,7 +16,7 @@ from analysis.telemetry_stats import TelemetryIndex
 from analysis.verdict import judge
 from llmload.config import SLO, Client
 
-__all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_table", "step_table", "subset_gaps"]
+__all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_table", "step_table"]
 
 #: integer columns: nullable Int64 so a not-run step is <NA>, not a float NaN turning counts into 20.0
 COUNT_COLUMNS = ("index", "arrivals", "sent", "completed", "ok", "tpot_excluded", "oom")
@@ -25,12 +25,16 @@ COUNT_COLUMNS = ("index", "arrivals", "sent", "completed", "ok", "tpot_excluded"
 UNROUTED = "(none)"
 
 
-def subset_gaps(gaps: EventGaps, positions: np.ndarray, n_rows: int) -> EventGaps:
-    """The gaps of the requests at `positions`, renumbered 0..len(positions)-1 in that order."""
-    remap = np.full(n_rows, -1, dtype=np.int64)
-    remap[positions] = np.arange(len(positions))
-    keep, keep_t = remap[gaps.row] >= 0, remap[gaps.token_row] >= 0
-    return EventGaps(gaps.chunk[keep], remap[gaps.row[keep]], gaps.token[keep_t], remap[gaps.token_row[keep_t]])
+def _take(frame: pd.DataFrame, pos: np.ndarray) -> pd.DataFrame:
+    """Rows at `pos`: a slice (no copy) when they are a contiguous run, as a step's rows usually are."""
+    if pos.size and pos[-1] - pos[0] + 1 == pos.size and (pos.size < 2 or (np.diff(pos) == 1).all()):
+        return frame.iloc[int(pos[0]):int(pos[-1]) + 1].reset_index(drop=True)
+    return frame.iloc[pos].reset_index(drop=True)
+
+
+def _scalars(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests without the per-event list columns (their gaps come from `EventGaps`)."""
+    return requests.drop(columns=[c for c in ("token_times", "token_counts") if c in requests])
 
 
 def _positions(requests: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
@@ -43,6 +47,7 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
                tel: TelemetryIndex, gaps: EventGaps) -> pd.DataFrame:
     """One judged row per plan step, in plan order."""
     groups = _positions(requests, "step")
+    base = _scalars(requests)
     rows = []
     for step in plan_steps:
         if step.get("status") == "not_run":
@@ -51,8 +56,7 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
             rows.append(row)
             continue
         pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
-        sub = requests.iloc[pos].reset_index(drop=True)
-        row = step_metrics(sub, step, slo, tel, subset_gaps(gaps, pos, len(requests)))
+        row = step_metrics(_take(base, pos), step, slo, tel, gaps, pos)
         verdict, failing, details = judge(row, step, slo, client)
         row.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"])
         rows.append(row)
@@ -72,8 +76,8 @@ def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel
     if "instance" not in requests or requests["instance"].dropna().nunique() < 2:
         return None
     inst = requests["instance"].astype(object).where(requests["instance"].notna(), UNROUTED)
-    keyed = requests.assign(_key=inst.astype(str) + "\x00" + requests["step"].astype(str))
-    groups = _positions(keyed, "_key")
+    base = _scalars(requests)
+    groups = _positions(base.assign(_key=inst.astype(str) + "\x00" + requests["step"].astype(str)), "_key")
     rows = []
     names = sorted(inst.unique(), key=lambda n: (n == UNROUTED, str(n)))
     indexes = _instance_indexes(tel, names)
@@ -84,8 +88,7 @@ def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel
             pos = groups.get(f"{name}\x00{step['label']}")
             if pos is None:
                 continue
-            sub = requests.iloc[pos].reset_index(drop=True)
-            row = step_metrics(sub, step, slo, TelemetryIndex(None), subset_gaps(gaps, pos, len(requests)))
+            row = step_metrics(_take(base, pos), step, slo, TelemetryIndex(None), gaps, pos)
             own = indexes.get(str(name))
             ws, we = row["window_start"], row["window_end"]
             nan = float("nan")
