@@ -128,7 +128,7 @@ def test_ollama_loaded_model_appears_in_api_ps(sim_factory, tmp_path: Path) -> N
 
 
 def test_a_server_that_dies_leaves_a_recorded_gap(sim_factory, tmp_path: Path) -> None:
-    sim = sim_factory(flavor="vllm", config={"load_time_s": 0, "faults": {"exit_after_s": "1s"}})
+    sim = sim_factory(flavor="vllm", config={"load_time_s": 0, "faults": {"exit_after_s": "2s"}})
     collector = TelemetryCollector(config_for(sim.url, telemetry=FAST), tmp_path)
     collector.start()
     sim.proc.wait(10)
