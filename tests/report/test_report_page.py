@@ -94,12 +94,26 @@ def test_missing_optional_frames_and_columns(tmp_path):
 
 def test_soak_slices_and_instances_drawn_when_present(tmp_path):
     analysis = make_analysis()
-    analysis.slices = pd.DataFrame({"slice": [0, 1, 2], "ttft_p95_s": [0.3, 0.4, 0.6],
-                                    "e2e_p95_s": [2.0, 2.2, 2.9], "error_ratio": [0.0, 0.01, 0.05]})
-    analysis.instances = pd.DataFrame({"instance": ["a", "b"], "completed": [10, 11]})
+    analysis.slices = pd.DataFrame({"label": ["s0", "s1", "s2"], "window_start": [0.0, 600, 1200],
+                                    "window_end": [600.0, 1200, 1800], "arrivals": [600, 600, 600],
+                                    "errors": [0, 1, 9], "error_rate": [0.0, 0.002, 0.015],
+                                    "ttft_p95_s": [0.3, 0.4, 0.6], "tpot_p95_s": [0.03, 0.03, 0.03],
+                                    "e2e_p95_s": [2.0, 2.2, 2.9], "waiting_mean": [0.1, 0.5, 2.0],
+                                    "kv_usage_peak": [0.2, 0.3, 0.5], "gpu_memory_peak_bytes": [2.0e9] * 3,
+                                    "verdict": ["pass", "pass", "fail"], "error_burst": [False, False, True]})
+    analysis.summary = {**analysis.summary, "soak": {
+        "drifting": ["ttft_p95_s", "kv_usage_peak"], "memory_growth": True, "error_bursts": ["s2"],
+        "trends": [{"metric": "ttft_p95_s", "p": 0.01, "slope_per_slice": 0.15, "drifting": True}]}}
+    analysis.instances = pd.DataFrame({"instance": ["http://a", "http://b"], "label": ["r1.00", "r1.00"],
+                                       "completed": [10, 11], "ttft_p95_s": [0.2, 0.3]})
     parsed = Page()
-    parsed.feed(write_report(analysis, tmp_path).read_text())
+    text = write_report(analysis, tmp_path).read_text()
+    parsed.feed(text)
     assert "plot-slices" in parsed.plots and "instances-table" in parsed.tables
+    assert "Drifting series: ttft_p95_s, kv_usage_peak. Memory growth: yes. Error bursts in slices: s2." in text
+    assert parsed.tables["instances-table"][0] == ["instance", "label", "completed", "ttft_p95_ms"]
+    assert parsed.tables["instances-table"][2] == ["http://b", "r1.00", "11", "300"]
+    assert "trends-table" in parsed.tables
 
 
 def test_secret_keys_are_dropped_and_token_counts_kept():
@@ -114,3 +128,10 @@ def test_secret_keys_are_dropped_and_token_counts_kept():
 def test_cell_text_blanks():
     assert [cell_text(v) for v in (None, float("nan"), pd.NA, "", [])] == [""] * 5
     assert cell_text(0.000123) == "0.000123" and cell_text(1234.5) == "1234" and cell_text(True) == "yes"
+
+
+def test_public_surface():
+    import llmload.report
+
+    assert sorted(llmload.report.__all__) == ["compare_runs", "render_report", "rereport", "write_report"]
+    assert all(callable(getattr(llmload.report, name)) for name in llmload.report.__all__)
