@@ -1,6 +1,7 @@
 """The ground-truth log: one JSON line per request, written and flushed the moment the request ends.
 
-Keys: `request_id` (the `X-Request-Id` header, else one the sim made up), `flavor`, `endpoint`,
+Rows are written just before the request's last write, so a client that has seen the end of its answer
+finds the row on disk. Keys: `request_id` (the `X-Request-Id` header, else one the sim made up), `flavor`, `endpoint`,
 `received_at`, `admitted_at` (first scheduled by the engine; null if never), `queue_s`
 (`admitted_at - received_at`), `first_token_at`, `token_times` (wall time just after each output-bearing
 event was written to the socket), `finished_at`, `input_tokens`, `output_tokens` (tokens written),

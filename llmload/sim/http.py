@@ -146,6 +146,15 @@ class Connection(asyncio.Protocol):
         if not self.closed:
             self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
+    @staticmethod
+    def frame(data: bytes) -> bytes:
+        """An event framed as one chunk, ready for `write_framed` (frame early, write late)."""
+        return b"%x\r\n%b\r\n" % (len(data), data)
+
+    def write_framed(self, chunk: bytes) -> None:
+        if not self.closed:
+            self.transport.write(chunk)
+
     def end_stream(self) -> None:
         if not self.closed:
             self.transport.write(b"0\r\n\r\n")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import traceback
 from collections.abc import Callable
 
@@ -23,6 +22,8 @@ from llmload.sim.wire import Exchange, Renderer
 
 __all__ = ["EngineLoop", "Job"]
 
+#: how long before a step end the loop stops sleeping and spins (CPU traded for punctual writes)
+SPIN_S = 0.002
 _OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
         "1.06 GiB is free.")
 
@@ -59,10 +60,12 @@ class Job:
         reason = ("stop" if self.draws.eos else "length") if last else None
         self.ex.sent = k + 1
         events = self.renderer.before_first(self.ex) if k == 0 else []
-        return events + self.renderer.token(self.ex, k, reason)
+        return [self.conn.frame(e) for e in events + self.renderer.token(self.ex, k, reason)]
 
-    def deliver(self, k: int, events: list[bytes], planned_at: float, engine: Engine) -> None:
-        """Write token k at the step end; apply the faults placed at k; finish after the last token."""
+    def deliver(self, k: int, events: list[bytes], planned_at: float, engine: Engine,
+                completions: list[Job]) -> None:
+        """Write token k at the step end and apply the faults placed at k. After the last token the
+        job goes to `completions`: the loop finishes those once every token of the step is written."""
         if self.finished:
             return
         if self.conn.closed:
@@ -76,9 +79,9 @@ class Job:
         if self.stalled:
             self.backlog.append((k, events))
             return
-        self._write(k, events, engine)
+        self._write(k, events, engine, completions)
 
-    def _write(self, k: int, events: list[bytes], engine: Engine) -> None:
+    def _write(self, k: int, events: list[bytes], engine: Engine, completions: list[Job] | None) -> None:
         ex, row, conn = self.ex, self.row, self.conn
         if ex.stream:
             if self.defer_headers:
@@ -90,8 +93,8 @@ class Job:
                 self.end(engine, "disconnect")
                 conn.abort()
                 return
-            for event in events:
-                conn.write_event(event)
+            for chunk in events:
+                conn.write_framed(chunk)
         t = now()
         ex.sent = k + 1
         ex.last_token_at = t
@@ -101,7 +104,10 @@ class Job:
             row.token_times.append(t)
         if k + 1 >= self.seq.output_tokens:
             self.reason = "stop" if self.draws.eos else "length"
-            self.complete(engine)
+            if completions is None:
+                self.complete(engine)
+            else:
+                completions.append(self)
         elif ex.stream and k == self.draws.stall_at:
             self.stalled = True
             row.outcome = "stall"
@@ -116,27 +122,34 @@ class Job:
             if self.conn.closed:
                 self.end(engine, "client_gone")
                 return
-            self._write(k, events, engine)
+            self._write(k, events, engine, None)
 
     def complete(self, engine: Engine) -> None:
-        """The answer is written: close the stream (or send the body) and finish."""
+        """The answer is written: close the stream (or send the body) and finish. The ground-truth row
+        is written just before the last write, so it is on disk when the client sees the end."""
         ex, conn = self.ex, self.conn
         finished_at = now()
         if ex.stream:
-            for event in self.renderer.finish(ex, self.reason, finished_at):
+            *events, last = self.renderer.finish(ex, self.reason, finished_at)
+            for event in events:
                 conn.write_event(event)
+            self.end(engine, self.row.outcome)
+            conn.write_event(last)
             conn.end_stream()
         else:
             body = self.renderer.body(ex, self.reason, finished_at)
-            conn.send(200, body, headers=self.headers)
-            t = now()  # the client sees the whole answer, first token included, now
+            t = now()  # the client gets the whole answer, first token included, with this write
             self.row.first_token_at = t
             self.row.token_times.append(t)
-        self.end(engine, self.row.outcome)
+            self.end(engine, self.row.outcome)
+            conn.send(200, body, headers=self.headers)
 
     def fail_oom(self, engine: Engine) -> None:
         """The engine ran out of memory on this request: an error event in the stream, or a 500."""
         ex = self.ex
+        if not ex.stream:
+            self.row.http_status = 500
+        self.end(engine, "oom")
         if ex.stream:  # every flavour streams an engine error in the 200 stream it started
             self.send_headers()
             self.conn.write_event(self.renderer.error_event(ex, _OOM))
@@ -145,8 +158,6 @@ class Job:
             self.conn.end_stream()
         else:
             self.conn.send(500, error_body(ex.flavor, ex.kind, _OOM, 500), headers=self.headers)
-            self.row.http_status = 500
-        self.end(engine, "oom")
 
     def end(self, engine: Engine, outcome: str) -> None:
         if self.finished:
@@ -219,13 +230,20 @@ class EngineLoop:
                     k = seq.generated - 1
                     batch.append((job, k, job.prepare(k)))
             await _sleep_until(end)
+            completions: list[Job] = []
             for job, k, events in batch:
                 try:
-                    job.deliver(k, events, end, engine)
+                    job.deliver(k, events, end, engine, completions)
                 except Exception:  # a bug in one request must not stop the engine for all
                     traceback.print_exc()
                     job.end(engine, "http_error")
                     job.conn.abort()
+            for job in completions:  # after every token of the step is out: finish chunks, logs, metrics
+                try:
+                    job.complete(engine)
+                except Exception:
+                    traceback.print_exc()
+                    job.end(engine, "http_error")
             self._on_step(result)
             planned = end
             if not result.batch:  # nothing schedulable (all blocked): wait for a change
@@ -235,11 +253,12 @@ class EngineLoop:
 
 
 async def _sleep_until(deadline: float) -> None:
-    """Sleep to about 1 ms before `deadline` (the event loop's timer granularity), then spin to it."""
+    """Sleep to `SPIN_S` before `deadline` (the event loop's timer is ms-grained and a woken process
+    may wait for a core), then spin to it."""
     delay = deadline - now()
-    if delay > 0.0015:
-        await asyncio.sleep(delay - 0.001)
+    if delay > SPIN_S + 0.0005:
+        await asyncio.sleep(delay - SPIN_S)
     else:
         await asyncio.sleep(0)
-    while now() < deadline:
-        time.sleep(0)
+    while now() < deadline:  # no sched_yield here: on a busy machine it gives the core away for ms
+        pass

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from llmload.clock import now
-from llmload.errors import ConfigError
+from llmload.errors import ConfigError, ServerError
 from llmload.sim.engine import Engine, EngineLimits, Sequence, StepResult
 from llmload.sim.faults import draw_request
 from llmload.sim.groundtruth import GroundTruthRow, GroundTruthWriter
@@ -133,9 +133,9 @@ class SimServer:
         self.arrivals += 1
 
         def reject(status: int, message: str, outcome: str, err_type: str | None = None) -> None:
-            conn.send(status, error_body(flavor, kind, message, status, err_type), headers=echo)
             row.http_status, row.outcome, row.finished_at = status, outcome, now()
-            self.gt.write(row)
+            self.gt.write(row)  # before the answer: the row is on disk when the client sees the end
+            conn.send(status, error_body(flavor, kind, message, status, err_type), headers=echo)
 
         try:
             body = req.json()
@@ -171,11 +171,11 @@ class SimServer:
         elif flavor == "llamacpp":
             n_ctx = self.info.slot_ctx
             if n_prompt >= n_ctx:
+                row.http_status, row.outcome, row.finished_at = 400, "http_error", now()
+                self.gt.write(row)
                 conn.send(400, {"error": {"code": 400, "message": "the request exceeds the available context "
                                           "size, try increasing it", "type": "exceed_context_size_error",
                                           "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}}, headers=echo)
-                row.http_status, row.outcome, row.finished_at = 400, "http_error", now()
-                self.gt.write(row)
                 return
             max_tokens = min(max_tokens, n_ctx - n_prompt)
         else:
@@ -278,7 +278,10 @@ async def _main(server: SimServer, host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     if server.flavor == "vllm" and server.settings.load_time_s > 0:
         await asyncio.sleep(server.settings.load_time_s)  # vLLM listens only once the model is loaded
-    http = await start_http_server(server.handle, host, port)
+    try:
+        http = await start_http_server(server.handle, host, port)
+    except OSError as exc:
+        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     real_port = http.sockets[0].getsockname()[1]
     print(_banner(server.flavor, host, real_port), flush=True)
     engine_task = loop.create_task(server.loop.run())

@@ -107,3 +107,28 @@ def test_client_gone_frees_the_engine(sim_factory):
 def test_exit_after(sim_factory):
     sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"exit_after_s": 0.5}})
     assert sim.proc.wait(timeout=10) == 1
+
+
+def test_ground_truth_has_one_complete_row_per_request(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"http_429": 0.3, "disconnect": 0.3}}, seed=11)
+    ids = [f"r{i}" for i in range(12)]
+    for rid in ids:
+        try:
+            resp = post(sim.url + "/v1/chat/completions", {**CHAT, "max_tokens": 4}, headers={"X-Request-Id": rid},
+                        stream=True)
+            for _ in resp.iter_lines():
+                pass
+        except requests.RequestException:
+            pass  # a disconnect fault
+    deadline = time.monotonic() + 5
+    while len(sim.ground_truth_rows()) < len(ids):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    rows = sim.ground_truth_rows()
+    assert sorted(r["request_id"] for r in rows) == sorted(ids)
+    assert {r["outcome"] for r in rows} <= {"ok", "rejected", "disconnect"} and len({r["outcome"] for r in rows}) >= 2
+    for r in rows:
+        assert r["finished_at"] >= r["received_at"] and r["flavor"] == "vllm"
+        assert len(r["token_times"]) == r["output_tokens"]
+        if r["outcome"] == "rejected":
+            assert r["admitted_at"] is None and r["queue_s"] is None and r["http_status"] == 429

@@ -76,3 +76,30 @@ def test_token_rule_prompt_counts_and_sum_answers():
     assert answer.delta(0) == "4"
     for n in range(1, 60):
         assert count_tokens(AnswerText("What is -5+3", n).text(n)) == n
+
+
+def test_port_in_use_is_one_line_exit_2(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["sim", "--flavor", "llamacpp", "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"llmload: error: cannot listen on 127.0.0.1:{port}:") and "\n" not in err
+
+
+def test_banner_says_loopback_or_all_interfaces():
+    from llmload.sim.server import _banner
+
+    assert _banner("vllm", "127.0.0.1", 8000) == "llmload sim (vllm) listening on http://127.0.0.1:8000 (loopback only)"
+    assert _banner("ollama", "0.0.0.0", 11434).endswith("http://0.0.0.0:11434 (all interfaces)")
+
+
+def test_public_surface():
+    import llmload.sim as sim
+
+    assert sorted(sim.__all__) == ["Engine", "EngineLimits", "FLAVORS", "Faults", "Sequence", "SimServer",
+                                   "SimSettings", "StepResult", "load_sim_settings", "serve"]
+    assert all(hasattr(sim, name) for name in sim.__all__)
