@@ -1,8 +1,9 @@
 """The fixed conditions a result holds for (METRICS.md "Fixed conditions") and the retest triggers.
 
-`fixed_conditions(manifest, conditions)` flattens what the manifest recorded (its `conditions`,
-`server` and `versions` objects, and the config as run: target model and server kind, client cap,
-config `conditions:`) into one `{name: scalar}` map; a `Conditions` given to `analyze` overrides it.
+`fixed_conditions(manifest, conditions)` flattens what the manifest recorded (the config as run:
+target model and server kind, client cap, config `conditions:`; then the manifest's own flat
+`conditions` map, which `llmload.telemetry.manifest` fills from the server's answers) into one
+`{name: scalar}` map; a `Conditions` given to `analyze` overrides it.
 `retest_triggers` turns that map into the seed's list of changes that invalidate the result.
 """
 
@@ -17,10 +18,10 @@ __all__ = ["WORKSHEET_CONDITIONS", "fixed_conditions", "retest_triggers"]
 
 #: the conditions the worksheet shows, in its order (seed 000 "固定条件")
 WORKSHEET_CONDITIONS = (
-    "model", "model_revision", "server", "server_version", "driver_version", "gpus", "gpu_model",
-    "gpu_resident", "context_length", "quantization", "kv_cache", "prefix_cache", "max_num_seqs",
-    "ollama_num_parallel", "ollama_max_queue", "ollama_context_length", "instances",
-    "client_max_concurrency", "server_admission_cap", "cache_state",
+    "model", "model_revision", "quantization", "server", "server_version", "driver_version", "gpus",
+    "gpu_model", "gpu_residency", "context_length", "kv_cache_dtype", "kv_num_gpu_blocks", "prefix_cache",
+    "max_num_seqs", "ollama_num_parallel", "ollama_max_queue", "ollama_context_length", "instances",
+    "routing", "client_max_concurrency", "server_admission_cap", "cache_state",
 )
 
 _GENERAL_TRIGGERS = (
@@ -69,13 +70,7 @@ def fixed_conditions(manifest: dict, conditions: Conditions | None = None) -> di
     if "max_concurrency" in client:
         out["client_max_concurrency"] = client["max_concurrency"]
     out.update({k: v for k, v in _flatten(config.get("conditions")).items() if _present(v)})
-    for section in ("versions", "server", "conditions"):
-        value = manifest.get(section)
-        if isinstance(value, dict):
-            flat = _flatten(value, "" if section == "conditions" else f"{section}.")
-            out.update({k: v for k, v in flat.items() if _present(v)})
-    if "server.version" in out and "server_version" not in out:
-        out["server_version"] = out["server.version"]
+    out.update({k: v for k, v in _flatten(manifest.get("conditions")).items() if _present(v)})
     if conditions is not None:
         given = conditions.model_dump()
         out.update({k: _scalar(v) for k, v in given.items() if _present(v)})

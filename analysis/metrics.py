@@ -17,6 +17,7 @@ Which requests each number uses (a step's requests are those with `step == label
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
   the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
   significant rise of a fraction of a request is not a queue building up).
+- GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
 Percentiles are from raw values by linear interpolation (`analysis.stats.quantiles`).
@@ -144,7 +145,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     row.update(running_mean=tel.gauge_mean("running", ws, we), waiting_mean=tel.gauge_mean("waiting", ws, we),
                deferred_mean=tel.gauge_mean("deferred", ws, we), kv_usage_peak=tel.peak("kv_usage", ws, we),
                preemptions=tel.counter_delta("preemptions_total", ws, we),
-               gpu_memory_peak_bytes=tel.peak("gpu_memory_used_bytes", ws, we),
+               gpu_memory_peak_bytes=tel.peak_total("gpu_memory_used_bytes", ws, we),
                worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at")) if step.get("start_at") else ws, we))
     _queue_trend(row, slo, tel, starts, ends)
     _threshold_percentiles(row, slo, fin, itl)

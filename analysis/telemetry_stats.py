@@ -78,6 +78,13 @@ class TelemetryIndex:
         w = self._window(metric, t0, t1)
         return math.nan if w is None else float(w.value.max())
 
+    def peak_total(self, metric: str, t0: float, t1: float) -> float:
+        """Largest sum over sources at one sample time (one GPU poll stamps every device alike)."""
+        w = self._window(metric, t0, t1)
+        if w is None:
+            return math.nan
+        return float(pd.Series(w.value).groupby(w.t).sum().max())
+
     def counter_delta(self, metric: str, t0: float, t1: float) -> float:
         """Increase of a counter over [t0, t1), summed over sources (baseline: last sample before t0)."""
         s = self._series.get(metric)

@@ -4,7 +4,7 @@ Columns: `t` (bin start, wall seconds), `step` (the plan step running then: from
 its drain end), `arrivals` (scheduled), `sent`, `completed` (ok requests finishing), `in_flight`
 (time-average of sent-and-not-finished inside the bin), `ttft_p95_s` (of requests sent in the bin),
 and from telemetry `running`, `waiting` (summed over sources), `kv_usage` (highest source),
-`gpu_memory_used_bytes` (highest device); NaN where unknown.
+`gpu_memory_used_bytes` (summed over GPUs); NaN where unknown.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["MAX_BINS", "timeline"]
 
 MAX_BINS = 100_000
 
-_TEL = {"running": "sum", "waiting": "sum", "kv_usage": "max", "gpu_memory_used_bytes": "max"}
+_TEL = {"running": "sum", "waiting": "sum", "kv_usage": "max", "gpu_memory_used_bytes": "sum"}
 
 
 def _step_of(bins: np.ndarray, plan_steps: list[dict]) -> np.ndarray:

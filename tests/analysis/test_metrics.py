@@ -180,3 +180,26 @@ def test_server_queue_mean_from_histogram_sum_and_count() -> None:
     row = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC).steps.iloc[0]
     assert row["server_queue_basis"] == "histogram"
     assert row["server_queue_mean_s"] == pytest.approx(3.0 / 10.0)  # sum +3 over count +10
+
+
+def test_server_queue_percentiles_from_the_vllm_histogram() -> None:
+    # bucket deltas over the window: <=0.1: 2, <=0.5: 4, +Inf: 4 (Prometheus histogram_quantile):
+    # p50 rank 2 -> end of the first bucket 0.1; p95 rank 3.8 -> 0.1 + 0.4 x (3.8 - 2) / 2 = 0.46
+    t = [-1.0, -1.0, -1.0, 9.0, 9.0, 9.0]
+    tel = pd.DataFrame({"t": t, "source": "server:a", "metric": "queue_time_seconds_bucket",
+                        "value": [0.0, 0.0, 0.0, 2.0, 4.0, 4.0], "step": "s",
+                        "labels": ["le=0.1", "le=0.5", "le=+Inf"] * 2})
+    rows = [request(f"r{i}", "s", float(i)) for i in range(5)]
+    row = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC).steps.iloc[0]
+    assert row["server_queue_basis"] == "histogram"
+    assert row["server_queue_p50_s"] == pytest.approx(0.1)
+    assert row["server_queue_p95_s"] == pytest.approx(0.46)
+
+
+def test_gpu_memory_peak_sums_gpus_at_one_sample_time() -> None:
+    tel = pd.DataFrame({"t": [1.0, 1.0, 2.0, 2.0], "source": ["gpu:0", "gpu:1", "gpu:0", "gpu:1"],
+                        "metric": "gpu_memory_used_bytes", "value": [5e9, 3e9, 6e9, 1e9], "step": "s",
+                        "labels": ""})
+    rows = [request(f"r{i}", "s", float(i)) for i in range(5)]
+    row = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC).steps.iloc[0]
+    assert row["gpu_memory_peak_bytes"] == pytest.approx(8e9)  # 5 + 3 at t=1 beats 6 + 1 at t=2
