@@ -24,7 +24,7 @@ from llmload.report.answer import rate_of
 from llmload.report.html import cell_text, figure, is_blank, kv_table, page, section, table
 from llmload.report.manifest_view import conditions_of
 from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
-from llmload.report.text import fmt_ms, text_table
+from llmload.report.text import text_table
 
 __all__ = [
     "COST_DEFINITIONS",
@@ -194,11 +194,18 @@ def condition_diff(manifests: Sequence[dict]) -> list[tuple[str, list[Any]]]:
 
 def _run_rows(runs: Sequence[RunFigures]) -> tuple[list[str], list[list[Any]]]:
     headers = ["run", "verdict", "last passing req/s", "goodput@SLO req/s", "good tok/s", "GPUs",
-               "goodput/GPU", "cost/h", "cost per 1M good tok", "cost per 1k good req"]
+               "goodput/GPU", "cost/h", "cost per 1M good tok", "cost per 1k good req",
+               f"last passing ÷ {runs[0].name}", f"goodput/GPU ÷ {runs[0].name}"]
+    base = runs[0]
     rows = [[r.name, r.verdict, r.last_passing_rate, r.goodput_at_slo, r.good_tokens_per_s, r.gpus,
              r.goodput_per_gpu, r.cost_per_hour, r.cost_per_million_good_tokens,
-             r.cost_per_thousand_good_requests] for r in runs]
+             r.cost_per_thousand_good_requests, _ratio(r.last_passing_rate, base.last_passing_rate),
+             _ratio(r.goodput_per_gpu, base.goodput_per_gpu)] for r in runs]
     return headers, rows
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return value / base if value is not None and base else None
 
 
 def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
@@ -217,10 +224,8 @@ def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame) -> tuple[list[st
     return headers, [[g(row) for g in getters] for _, row in steps.iterrows()]
 
 
-def _scaled(value: Any, scale: float) -> str:
-    if is_blank(value):
-        return ""
-    return fmt_ms(value) if scale == 1000.0 else cell_text(float(value))
+def _scaled(value: Any, scale: float) -> float | None:
+    return None if is_blank(value) else float(value) * scale
 
 
 def render_comparison(runs: Sequence[RunFigures]) -> str:
