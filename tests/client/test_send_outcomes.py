@@ -9,7 +9,7 @@ import gevent
 import gevent.server
 import pytest
 from client_helpers import fixed_requests, send_batch, sim_target
-from conftest import free_port
+from support import free_port
 
 from llmload.client import RequestMix, Transport, send
 from llmload.clock import now
@@ -83,7 +83,11 @@ def test_total_timeout_and_one_token_answers(sim_factory) -> None:
     (slow,) = send_batch(sim_target(sim.url, "openai-chat", "vllm", timeout=0.3), fixed_requests(16, 100), 1)
     assert slow.outcome == "timeout" and "total timeout" in slow.error
     assert slow.token_times and slow.last_token_at - slow.sent_at < 0.35
-    one = send_batch(sim_target(sim.url, "openai-completions", "vllm"), fixed_requests(16, 1), 3)
+    target = sim_target(sim.url, "openai-completions", "vllm")
+    transport = Transport.from_target(target, concurrency=4)
+    one = send_batch(target, fixed_requests(16, 1), 3, transport=transport)
+    assert transport.idle_connections(sim.url) == 1  # the body is read to its end: one kept-alive connection
+    transport.close()
     for rec in one:
         assert rec.outcome == "ok" and rec.output_tokens == 1 and len(rec.token_times) == 1
         assert rec.first_token_at == rec.last_token_at
@@ -110,6 +114,7 @@ def test_killed_greenlet_records_cancelled_then_reraises(sim_factory) -> None:
     with pytest.raises(gevent.Timeout), gevent.Timeout(0.3):
         send(transport, RequestMix(fixed_requests(16, 200), target).build("c-1", 1), record)
     assert record.outcome == "cancelled" and record.token_times and "outer timeout" in record.error
+    transport.close()
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from conftest import REPO, stop_process
+from support import REPO, stop_process
 from sim_client import FAST, content_of, metrics, post, sse
 
 from llmload.tokens import count_tokens

@@ -1,0 +1,101 @@
+"""Test helpers shared by every test module: free ports, servers started as subprocesses, killed by PID.
+
+Import as `from support import start_sim, free_port` (tests/ is on sys.path; never import `conftest`,
+whose name is ambiguous when several test folders have one)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import URLError
+from urllib.request import urlopen
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, *, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until `url` answers 200 (or the process dies, or the time runs out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before {url} answered")
+        try:
+            with urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (URLError, OSError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer within {timeout_s}s")
+
+
+@dataclass
+class SimServer:
+    """A running `llmload sim` subprocess."""
+
+    url: str
+    port: int
+    flavor: str
+    proc: subprocess.Popen
+    ground_truth: Path
+    log: Path
+
+    def ground_truth_rows(self) -> list[dict]:
+        import json
+
+        if not self.ground_truth.exists():
+            return []
+        rows = []
+        for line in self.ground_truth.read_text().splitlines():
+            if line.strip():
+                rows.append(json.loads(line))
+        return rows
+
+
+def start_sim(tmp_path: Path, *, flavor: str = "vllm", config: dict | None = None, seed: int = 0,
+              health_path: str | None = None) -> SimServer:
+    """Start `llmload sim` on a free loopback port with an optional sim config; wait for health."""
+    import yaml
+
+    port = free_port()
+    gt = tmp_path / f"gt-{flavor}-{port}.jsonl"
+    log = tmp_path / f"sim-{flavor}-{port}.log"
+    cmd = [sys.executable, "-m", "llmload.cli", "sim", "--flavor", flavor, "--port", str(port),
+           "--seed", str(seed), "--ground-truth", str(gt)]
+    if config is not None:
+        cfg = tmp_path / f"sim-{flavor}-{port}.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        cmd += ["--config", str(cfg)]
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    path = health_path or ("/api/version" if flavor == "ollama" else "/health")
+    try:
+        wait_http(url + path, proc=proc)
+    except Exception:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"sim did not start: {log.read_text()[-2000:]}") from None
+    return SimServer(url=url, port=port, flavor=flavor, proc=proc, ground_truth=gt, log=log)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
