@@ -194,6 +194,17 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
     return _svg(fig, "timeline"), missing_labels
 
 
+def _ecdf_points(sorted_values: np.ndarray, max_points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """ECDF points of sorted values; above `max_points`, the values at evenly spaced fractions (the
+    curve keeps its shape and the page stays small for runs of millions of requests)."""
+    n = len(sorted_values)
+    fractions = np.arange(1, n + 1) / n
+    if n <= max_points:
+        return sorted_values, fractions
+    keep = np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+    return sorted_values[keep], fractions[keep]
+
+
 def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None:
     """Empirical CDFs of TTFT and E2E per step (ok requests in the measurement window)."""
     if requests is None or requests.empty or "step" not in requests.columns:
@@ -216,8 +227,8 @@ def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None
             values = np.sort(_col(req[req["step"].astype(str) == label], column).dropna().to_numpy())
             values = values[values > 0] * 1000
             if len(values):
-                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                        color=colour, label=f"{label} (n={len(values)})", linewidth=1.1)
+                xs, ys = _ecdf_points(values)
+                ax.step(xs, ys, where="post", color=colour, label=f"{label} (n={len(values)})", linewidth=1.1)
                 drew = True
         if ax.lines:
             lo, hi = ax.dataLim.x0, ax.dataLim.x1
