@@ -69,6 +69,11 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
             out.append(f"step {r['label']} was stopped early (partial): judged on what ran")
         for key in r.get("unmeasured") or []:
             out.append(f"step {r['label']}: {key} could not be measured and was not judged")
+        for key in r.get("undecided") or []:
+            out.append(f"step {r['label']}: {key} from the server histogram lies in a bucket that straddles "
+                       f"the threshold: not judged (finer buckets or per-request server timings decide it)")
+        if r.get("server_queue_note"):
+            out.append(f"step {r['label']}: {r['server_queue_note']}")
         if r["phase"] == "concurrency" and r["verdict"] != "not_run":
             out.append(f"step {r['label']} is closed-loop: no offered rate, no rate-shortfall check")
     missing = [k for k in ("ttft_p95", "tpot_p95", "e2e_p95") if k not in slo.checked]

@@ -47,7 +47,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
         name = f"{prefix}{key}"
         if isinstance(value, dict) and key != "extra":
             out.update(_flatten(value, f"{name}."))
-        else:
+        elif _present(value):
             out[name] = _scalar(value)
     return out
 

@@ -17,6 +17,8 @@ Which requests each number uses (a step's requests are those with `step == label
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
   the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
   significant rise of a fraction of a request is not a queue building up).
+- server queue from the vLLM histogram: Prometheus-style interpolation inside buckets, with the
+  bucket width kept as `server_queue_p95_resolution_s` (the estimate is only as good as that).
 - GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
@@ -75,7 +77,9 @@ def empty_metrics(step: dict) -> dict:
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
-    row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None)
+    row.update({f"server_queue_p{q:g}_resolution_s": math.nan for q in QUANTILES})
+    row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None,
+               server_queue_note=None)
     return row
 
 
@@ -161,8 +165,10 @@ def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, ws: float, 
         row["server_queue_mean_s"] = float(np.nanmean(per_request))
         row["server_queue_basis"] = "per-request"
     elif tel.has("queue_time_seconds_bucket"):
-        values, _problem = histogram_queue_quantiles(tel.frame, ws, we, QUANTILES)
+        values, widths, problem = histogram_queue_quantiles(tel.frame, ws, we, QUANTILES)
         row.update(_pct_columns("server_queue", {**values, "max": math.nan}))
+        row.update({f"server_queue_p{q:g}_resolution_s": widths[q] for q in QUANTILES})
+        row["server_queue_note"] = problem
         row["server_queue_mean_s"] = tel.histogram_mean(ws, we)
         row["server_queue_basis"] = "histogram"
 

@@ -125,19 +125,22 @@ class TelemetryIndex:
         return total / count
 
 
-def histogram_queue_quantiles(telemetry: pd.DataFrame, t0: float, t1: float,
-                              qs: tuple[float, ...]) -> tuple[dict[float, float], str | None]:
-    """Server queue percentiles (qs in percent) from the vLLM histogram, or NaN with the reason."""
+def histogram_queue_quantiles(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...]
+                              ) -> tuple[dict[float, float], dict[float, float], str | None]:
+    """Server queue percentiles (qs in percent) from the vLLM histogram and the width of the bucket each
+    fell in (inf: beyond the last finite bound, the value is a lower bound); NaN with the reason when
+    the histogram cannot be read."""
     nan = {q: math.nan for q in qs}
     try:
         from llmload.telemetry.histogram import queue_time_quantile
     except ImportError:
-        return nan, "server queue histogram reader not available"
-    out = {}
+        return nan, dict(nan), "server queue histogram reader not available"
+    values, widths = {}, {}
     for q in qs:
         try:
-            value, _resolution = queue_time_quantile(telemetry, t0, t1, q / 100.0)
+            value, resolution = queue_time_quantile(telemetry, t0, t1, q / 100.0)
         except Exception as exc:  # a reader failure must not lose the rest of the analysis
-            return nan, f"server queue histogram unreadable: {exc}"
-        out[q] = float(value) if value is not None else math.nan
-    return out, None
+            return nan, dict(nan), f"server queue histogram unreadable: {exc}"
+        values[q] = float(value) if value is not None else math.nan
+        widths[q] = float(resolution) if resolution is not None else math.nan
+    return values, widths, None

@@ -16,7 +16,9 @@ Order of the rules:
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
 a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
 A threshold whose value could not be measured (e.g. server queue without telemetry) is not judged and
-is listed in `stats["unmeasured"]`.
+is listed in `stats["unmeasured"]`; a server-queue percentile from the vLLM histogram that is over its
+threshold only inside a bucket that straddles the threshold cannot be told apart from a pass: it is
+listed in `stats["undecided"]` and not judged (a value in the `+Inf` bucket is a lower bound: judged).
 """
 
 from __future__ import annotations
@@ -41,11 +43,20 @@ def _excess(value: float, limit: float) -> float:
     return math.inf
 
 
+def _straddles(metrics: dict, key: str, value: float, limit: float) -> bool:
+    """True when a histogram estimate over `limit` comes from a bucket that also holds values under it:
+    the histogram cannot tell which side the true percentile is on."""
+    width = metrics.get(f"{key}_resolution_s")
+    if width is None or math.isnan(width) or math.isinf(width):
+        return False  # per-request values, or a lower bound already over the limit
+    return value - width <= limit
+
+
 def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> tuple[str, list[str], dict]:
     """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
     client = client or Client()
     if step.get("status") == "not_run":
-        return "not_run", [], {"excess": {}, "unmeasured": []}
+        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": []}
     invalid: list[str] = []
     offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
     if not math.isnan(offered) and offered > 0 and achieved < offered * (1.0 - client.max_rate_shortfall):
@@ -55,7 +66,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     if metrics["worker_cpu_max"] > client.max_worker_cpu:
         invalid.append("worker_cpu")
     if invalid:
-        return "invalid", invalid, {"excess": {}, "unmeasured": []}
+        return "invalid", invalid, {"excess": {}, "unmeasured": [], "undecided": []}
 
     excess: dict[str, float] = {}
     if metrics["oom"] and metrics["oom"] > 0 and slo.allow_oom is False:
@@ -67,6 +78,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     if slo.queue_growth == "forbid" and metrics["queue_growth"]:
         excess["queue_growth"] = 1.0
     unmeasured: list[str] = []
+    undecided: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
     if enough:
         for t in slo.thresholds:
@@ -74,8 +86,11 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
             if value is None or math.isnan(value):
                 unmeasured.append(t.key)
             elif value > t.value_s + TOLERANCE_S:
-                excess[t.key] = _excess(value, t.value_s)
-    details = {"excess": excess, "unmeasured": unmeasured}
+                if _straddles(metrics, t.key, value, t.value_s):
+                    undecided.append(t.key)
+                else:
+                    excess[t.key] = _excess(value, t.value_s)
+    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
@@ -100,5 +115,6 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     req = derive_requests(own, windows, slo)
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
-    stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"])
+    stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
+                 undecided=details["undecided"])
     return verdict, failing, stats

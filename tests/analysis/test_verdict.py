@@ -117,3 +117,28 @@ def test_ladder_result_last_passing_and_what_failed_first() -> None:
     assert result["last_passing_rate"] == 3.0
     assert result["first_failing_rate"] == 4.0
     assert result["failed_first"] == ["ttft_p95", "queue_growth"]
+
+
+def _queue_histogram(first: float, second: float) -> pd.DataFrame:
+    """vLLM-like queue-time buckets (0.3, 0.5, +Inf): `first` observations under 0.3 s, `second` in (0.3, 0.5]."""
+    cumulative = [first, first + second, first + second]
+    return pd.DataFrame({"t": [-1.0] * 3 + [9.0] * 3, "source": "server:a", "metric": "queue_time_seconds_bucket",
+                         "value": [0.0, 0.0, 0.0, *cumulative], "step": "s",
+                         "labels": ["le=0.3", "le=0.5", "le=+Inf"] * 2})
+
+
+def test_histogram_queue_percentile_judged_only_when_the_bucket_decides() -> None:
+    rows = [request(f"r{i}", "s", float(i)) for i in range(10)]
+    steps = [plan_step("s", 0)]
+    # all in [0, 0.3]: p95 = 0.285, but the truth may be anywhere in the bucket: 200 ms is undecided
+    slo = SLO.model_validate({"server_queue_p95": "200ms", "min_samples": 5})
+    result = analyze(run_of(rows, steps, telemetry=_queue_histogram(10, 0)), slo)
+    row = result.steps.iloc[0]
+    assert row["server_queue_p95_s"] == pytest.approx(0.285) and row["verdict"] == "pass"
+    assert list(row["undecided"]) == ["server_queue_p95"]
+    assert any("straddles" in w for w in result.warnings)
+    # all in (0.3, 0.5]: every value is over 250 ms whatever the interpolation says: fail
+    slo = SLO.model_validate({"server_queue_p95": "250ms", "min_samples": 5})
+    row = analyze(run_of(rows, steps, telemetry=_queue_histogram(0, 10)), slo).steps.iloc[0]
+    assert row["verdict"] == "fail" and list(row["failing"]) == ["server_queue_p95"]
+    assert row["server_queue_p95_resolution_s"] == pytest.approx(0.2)
