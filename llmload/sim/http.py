@@ -51,6 +51,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.on_close: list[Callable[[], None]] = []
         self._keep_alive = True
+        self._continued = False
 
     # ------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -81,7 +82,11 @@ class Connection(asyncio.Protocol):
                 headers[name.strip().lower()] = value.strip()
             length = int(headers.get("content-length") or 0)
             if len(self._buffer) < end + 4 + length:
+                if headers.get("expect", "").lower() == "100-continue" and not self._continued:
+                    self._continued = True  # curl waits a second for this before a large body
+                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
+            self._continued = False
             body = bytes(self._buffer[end + 4:end + 4 + length])
             del self._buffer[:end + 4 + length]
             parts = urlsplit(target)

@@ -58,8 +58,8 @@ class Job:
             return []
         last = k + 1 >= self.seq.output_tokens
         reason = ("stop" if self.draws.eos else "length") if last else None
-        self.ex.sent = k + 1
         events = self.renderer.before_first(self.ex) if k == 0 else []
+        self.ex.sent = k + 1
         return [self.conn.frame(e) for e in events + self.renderer.token(self.ex, k, reason)]
 
     def deliver(self, k: int, events: list[bytes], planned_at: float, engine: Engine,

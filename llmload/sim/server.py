@@ -221,6 +221,12 @@ class SimServer:
                       continuous_usage=include_usage and bool(stream_opts.get("continuous_usage_stats")),
                       received_at=row.received_at, load_s=load_s)
         row.load_s = load_s
+        if conn.closed:  # the client left while its request waited for the model or the headers
+            if self.residency is not None:
+                self.residency.release()
+            row.outcome, row.finished_at = "client_gone", now()
+            self.gt.write(row)
+            return
         seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens)
         job = Job(conn=conn, renderer=renderer_for(kind), ex=ex, draws=draws, seq=seq, row=row,
                   stall_s=s.faults.stall_s, headers=echo, defer_headers=flavor == "ollama",
@@ -239,7 +245,8 @@ class SimServer:
         self.gt.write(row)
         if self.residency is not None:
             try:
-                ka = parse_duration(keep_alive) if keep_alive is not None else None
+                negative = isinstance(keep_alive, (int, float)) and keep_alive < 0
+                ka = -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
             except ValueError:
                 ka = None
             self.residency.release(ka)

@@ -114,13 +114,16 @@ class Renderer:
 
 class OpenAIChat(Renderer):
     def _chunk(self, ex: Exchange, delta: dict, finish: str | None, **extra) -> dict:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        if ex.flavor == "vllm":
-            choice["stop_reason"] = None
+        if ex.flavor == "vllm":  # vLLM dumps set fields only: stop_reason comes with the finish
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if finish is not None:
+                choice["stop_reason"] = None
+        else:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
                "model": ex.model, "choices": [choice]}
-        if ex.flavor == "ollama":
-            obj["system_fingerprint"] = "fp_ollama"
+        if ex.flavor != "vllm":
+            obj["system_fingerprint"] = "fp_ollama" if ex.flavor == "ollama" else "b6500-llmload-sim"
         if ex.continuous_usage:
             obj["usage"] = ex.usage()
         obj.update(extra)
