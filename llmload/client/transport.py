@@ -152,6 +152,11 @@ class Transport:
             self._clients[base_url] = client
         return client
 
+    def idle_connections(self, base_url: str) -> int:
+        """Kept-alive connections waiting in the pool of `base_url` (reuse check; 0 if none made)."""
+        client = self._clients.get(base_url)
+        return client._connection_pool._socket_queue.qsize() if client is not None else 0
+
     def prefix(self, base_url: str) -> str:
         """The path prefix of a base URL (`http://h/proxy` -> `/proxy`), prepended to API paths."""
         return urlsplit(base_url).path.rstrip("/")
