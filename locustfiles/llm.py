@@ -70,7 +70,7 @@ class LLMUser(User):
         ok = record.outcome == "ok"
         end = record.last_token_at or record.closed_at
         e2e_ms = (end - record.sent_at) * 1000 if end and record.sent_at else 0.0
-        error = None if ok else RuntimeError(f"{record.outcome}: {record.error or record.http_status or ''}")
+        error = None if ok else RuntimeError(record.error or f"{record.outcome} (HTTP {record.http_status})")
         fire(request_type=self.request_type, name="E2E", response_time=e2e_ms,
              response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
         if ok and record.first_token_at and record.sent_at:

@@ -116,6 +116,12 @@ class Session:
             self._load_config()
             self.env.events.test_start.add_listener(self._on_test_start)
             self.env.events.test_stop.add_listener(self._on_test_stop)
+            self.env.events.quitting.add_listener(self._on_quitting)
+            # Locust 2.47 installs its SIGTERM handler only after a headless shape run has ended, so a
+            # SIGTERM during the run would kill the process outright and lose the finalisation
+            import signal
+
+            gevent.signal_handler(signal.SIGTERM, self._on_sigterm)
             if getattr(self.env, "web_ui", None) is not None:
                 from llmload.runtime.webui import install_web_ui
 
@@ -246,6 +252,16 @@ class Session:
         self.env.process_exit_code = code
         print(f"llmload: report {self.run_dir / 'report.html'} (exit code {code})", flush=True)
         self.finished = True
+
+    def _on_sigterm(self) -> None:
+        print("llmload: SIGTERM: stopping the run (in-flight requests are recorded as cancelled)", flush=True)
+        gevent.spawn(self.env.runner.stop)  # fires test_stop -> _on_test_stop finalises; then Locust quits
+
+    def _on_quitting(self, **kw: Any) -> None:
+        """Locust is shutting down (SIGTERM, Ctrl-C): stop the users first, so their in-flight requests
+        are recorded as cancelled, and finalise before Locust reads the exit code."""
+        if self.controller is not None and not self._finalised:
+            self.env.runner.stop()  # fires test_stop -> _on_test_stop finalises
 
     def _on_test_stop(self, **kw: Any) -> None:
         """Stopped from outside (Ctrl-C, the web UI, a lost last worker): keep what ran, finalise."""

@@ -1,0 +1,120 @@
+"""Runs that end badly: stopped mid-stream, a worker killed mid-run; and a trace split over workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from llmload.records import read_record_files
+from llmload.runtime.launcher import locust_command
+from tests.conftest import free_port
+from tests.runtime.helpers import base_config, plan, records, run_locust, summary, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_step_running(run_dir: Path, *, after_s: float, timeout_s: float = 60.0) -> None:
+    """Wait until the first step started `after_s` seconds ago."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            start = json.loads((run_dir / "plan.json").read_text())["steps"][0]["start_at"]
+        except (OSError, ValueError, KeyError, IndexError):
+            start = None
+        if start is not None and time.time() >= start + after_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the first step did not start")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_stopping_a_run_mid_stream_records_in_flight_requests_as_cancelled(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 4, "duration": "30s"},
+                                                        {"rate": 8, "duration": "30s"}]}},
+                         client={"max_concurrency": 32})
+    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 150}  # ~4 s streams
+    run_dir = tmp_path / "run"
+    cmd = locust_command(write_config(tmp_path, config), run_dir)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_step_running(run_dir, after_s=3.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        _stop(proc)
+    df = records(run_dir)
+    cancelled = df[df["outcome"] == "cancelled"]
+    assert len(cancelled) >= 5  # ~12 streams were in flight
+    assert cancelled["sent_at"].notna().all() and cancelled["last_token_at"].isna().sum() <= len(cancelled)
+    steps = plan(run_dir)["steps"]
+    assert steps[0]["status"] == "partial" and steps[1]["status"] == "not_run"
+    verdicts = [s["verdict"] for s in summary(run_dir)["steps"]]
+    assert verdicts[1] == "not_run"
+
+
+def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 10, "duration": "8s"}]}},
+                         client={"max_concurrency": 32})
+    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 20}
+    run_dir, port = tmp_path / "run", free_port()
+    config_path = write_config(tmp_path, config)
+    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        _wait_step_running(run_dir, after_s=3.0)
+        os.kill(workers[1].pid, signal.SIGKILL)
+        master.wait(timeout=90)
+    finally:
+        for proc in (master, *workers):
+            _stop(proc)
+    df = records(run_dir).set_index("request_id")
+    files = sorted((run_dir / "records").glob("worker-*.jsonl"))
+    assert len(files) == 2
+    for path in files:
+        rows = read_record_files([path])
+        assert rows, path
+        for row in rows:  # every record a worker finished reached records.parquet unchanged
+            assert df.loc[row["request_id"], "outcome"] == row["outcome"]
+    step = plan(run_dir)["steps"][0]
+    assert step["status"] == "run" and step["lost_workers"]
+    assert (run_dir / "summary.json").exists()
+
+
+def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    offsets = [round(i * 0.05 + (0.3 if i >= 40 else 0.0), 3) for i in range(80)]  # bursts of 20/s
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,input_tokens,output_tokens\n"
+                     + "".join(f"{t},{16 + i % 5},{2 + i % 3}\n" for i, t in enumerate(offsets)))
+    config = base_config(sim.url, {"trace": {"file": str(trace), "format": "llmload", "drain_timeout": "10s"}},
+                         client={"max_concurrency": 32})
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir, processes=2)
+    assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
+    df = records(run_dir)
+    step = plan(run_dir)["steps"][0]
+    assert len(df) == len(offsets) and df["request_id"].is_unique  # none lost, none doubled
+    assert set(df["worker"]) == {"0", "1"}
+    planned = sorted(step["start_at"] + t for t in offsets)
+    assert sorted(df["scheduled_at"]) == pytest.approx(planned, abs=1e-6)
+    lag = (df["sent_at"] - df["scheduled_at"]).sort_values()
+    assert lag.quantile(0.95) < 0.005 and lag.max() < 0.05
+    sizes = df.sort_values("scheduled_at")["planned_output_tokens"].tolist()
+    assert sizes == [2 + i % 3 for i in range(len(offsets))]
