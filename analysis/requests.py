@@ -32,7 +32,7 @@ from llmload.config import SLO
 
 __all__ = [
     "FINISHED",
-    "GAP_DTYPE",
+    "FLOAT32_GAPS_ABOVE",
     "TOLERANCE_S",
     "PER_REQUEST_COLUMNS",
     "EventGaps",
@@ -49,9 +49,10 @@ FINISHED = ("ok", "quality_fail")
 #: value equal to its threshold must not fail by 1e-16
 TOLERANCE_S = 1e-9
 
-#: per-event gaps are stored as float32: resolution under 1 us for gaps under 10 s (the float64 wall
-#: clock itself resolves ~0.2 us), at half the memory of float64 for tens of millions of events
-GAP_DTYPE = np.float32
+#: above this many output events, per-event gaps are stored as float32: resolution under 1 us for
+#: gaps under 10 s (the float64 wall clock itself resolves ~0.2 us) at half the memory of float64;
+#: smaller runs keep float64
+FLOAT32_GAPS_ABOVE = 16_000_000
 
 #: SLO metric -> per-request column it is judged on
 PER_REQUEST_COLUMNS = {
@@ -161,12 +162,15 @@ class EventGaps:
 
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
-               token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None) -> EventGaps:
-    """Chunk-level and token-level inter-event gaps of every request, vectorised over all events."""
+               token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None, *,
+               float32_above: int = FLOAT32_GAPS_ABOVE) -> EventGaps:
+    """Chunk-level and token-level inter-event gaps of every request, vectorised over all events
+    (float32 when there are more than `float32_above` events)."""
     chunks = list_chunks(token_times, pa.float64())
     lengths = _lengths(chunks)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    chunk = np.empty(int(offsets[-1]), dtype=GAP_DTYPE)
+    dtype = np.float32 if offsets[-1] > float32_above else np.float64
+    chunk = np.empty(int(offsets[-1]), dtype=dtype)
     pos = 0
     for c in chunks:
         values = c.flatten().to_numpy(zero_copy_only=False)
@@ -183,7 +187,7 @@ def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
             arr = pa.chunked_array(counts, type=pa.list_(pa.int64())).filter(pa.array(aligned))
             per_event = _values(arr.chunks).astype(float)
             events = np.repeat(aligned, lengths)
-            token = np.full(chunk.size, np.nan, dtype=GAP_DTYPE)
+            token = np.full(chunk.size, np.nan, dtype=dtype)
             with np.errstate(divide="ignore", invalid="ignore"):
                 token[events] = np.where(per_event > 0, chunk[events] / per_event, np.nan)
     return EventGaps(chunk, offsets, token)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_frames import plan_step, request, run_of
+from analysis_frames import frame, plan_step, request, run_of
 
 from analysis import analyze
 from llmload.config import SLO
@@ -203,3 +203,18 @@ def test_gpu_memory_peak_sums_gpus_at_one_sample_time() -> None:
     rows = [request(f"r{i}", "s", float(i)) for i in range(5)]
     row = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO_BASIC).steps.iloc[0]
     assert row["gpu_memory_peak_bytes"] == pytest.approx(8e9)  # 5 + 3 at t=1 beats 6 + 1 at t=2
+
+
+def test_event_gaps_in_float32_agree_with_float64() -> None:
+    from analysis.requests import event_gaps
+
+    rows = frame([request("a", "s", 1.7e9, ttft=0.1, e2e=0.5, out=10, events=5, counts=[2, 2, 2, 2, 2]),
+                  request("b", "s", 1.7e9 + 1, ttft=0.1, e2e=0.9, out=3, events=3)])
+    exact = event_gaps(rows["token_times"], rows["token_counts"])
+    small = event_gaps(rows["token_times"], rows["token_counts"], float32_above=0)
+    assert exact.chunk.dtype == np.float64 and small.chunk.dtype == np.float32
+    for (a, b) in zip(exact.select(np.array([0, 1])), small.select(np.array([0, 1])), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    chunk, token = exact.select(np.array([1]))  # NaN marks each request's first event (no gap)
+    np.testing.assert_allclose(chunk[~np.isnan(chunk)], [0.4, 0.4], atol=1e-6)
+    assert np.isnan(token).all()  # request b carries no token counts
