@@ -1,0 +1,62 @@
+"""Stream rules that the sim does not exercise, against a small real server written here: no usage
+(estimated counts), CRLF framing, a stream without `[DONE]`, and a body cut before its final event."""
+
+from __future__ import annotations
+
+import json
+
+import gevent.server
+import pytest
+from client_helpers import fixed_requests, send_batch, sim_target
+
+from llmload.tokens import count_tokens
+
+WORDS = ["Hello", " wide", " world", "!"]
+
+
+def chunk(delta: dict, finish: str | None = None) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode()
+
+
+def serve(events: list[bytes], *, clean_end: bool):
+    """A chunked SSE server that writes `events` (each followed by CRLF CRLF) then ends or drops."""
+    def handle(sock, _addr):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for event in events:
+            payload = event + b"\r\n\r\n"
+            sock.sendall(b"%x\r\n%s\r\n" % (len(payload), payload))
+            gevent.sleep(0.01)
+        if clean_end:
+            sock.sendall(b"0\r\n\r\n")
+        sock.close()
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
+    server.start()
+    return server
+
+
+@pytest.mark.parametrize(("tail", "clean_end", "outcome"), [
+    ([chunk({}, "stop"), b"data: [DONE]"], True, "ok"),
+    ([chunk({}, "stop")], True, "ok"),          # no [DONE], but finished and the body ended cleanly
+    ([], True, "disconnect"),                   # body ended without any final event
+    ([chunk({}, "stop")], False, "disconnect"),  # connection dropped before the body's end
+])
+def test_stream_endings_and_estimated_counts(tail: list[bytes], clean_end: bool, outcome: str) -> None:
+    events = [b": keep-alive", chunk({"role": "assistant", "content": None})] + [chunk({"content": w}) for w in WORDS]
+    server = serve(events + tail, clean_end=clean_end)
+    try:
+        target = sim_target(f"http://127.0.0.1:{server.server_port}", "openai-chat", None)
+        (rec,) = send_batch(target, fixed_requests(10, 4), 1)
+    finally:
+        server.stop()
+    assert rec.outcome == outcome, rec.error
+    assert len(rec.token_times) == len(WORDS) and rec.first_token_at == rec.token_times[0]
+    assert rec.tokens_estimated and rec.input_tokens == 10  # no usage: planned input, counted output
+    assert rec.output_tokens == count_tokens("".join(WORDS)) == 4
