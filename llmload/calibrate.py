@@ -167,7 +167,6 @@ class CpuSampler:
         self._psutil = psutil
         self._exclude = exclude
         self.samples: list[tuple[float, dict[int, float]]] = []
-        self.parents: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -183,26 +182,28 @@ class CpuSampler:
         me = self._psutil.Process()
         while not self._stop.wait(0.2):
             row: dict[int, float] = {}
-            for proc in me.children(recursive=True):
+            try:
+                children = me.children(recursive=True)
+            except self._psutil.Error:  # a child ended while being listed
+                continue
+            for proc in children:
                 if proc.pid in self._exclude:
                     continue
                 try:
                     cpu = proc.cpu_times()
                     row[proc.pid] = cpu.user + cpu.system
-                    self.parents[proc.pid] = proc.ppid()
                 except self._psutil.Error:
                     continue
             self.samples.append((now(), row))
 
     def worker_cpu(self, t0: float, t1: float) -> float | None:
-        """The busiest worker's CPU (fraction of one core) over [t0, t1]. Workers are the Locust
-        processes with no Locust children (the local runner, or each forked worker)."""
+        """The busiest Locust process's CPU (fraction of one core) over [t0, t1]: the local runner, or
+        with --processes the busiest of the master and its workers (a worker, under load)."""
         inside = [s for s in self.samples if t0 <= s[0] <= t1]
         if len(inside) < 2:
             return None
         (ta, a), (tb, b) = inside[0], inside[-1]
-        leaves = [pid for pid in b if pid not in set(self.parents.values())]
-        used = [(b[pid] - a[pid]) / (tb - ta) for pid in leaves if pid in a]
+        used = [(b[pid] - a[pid]) / (tb - ta) for pid in b if pid in a]
         return max(used) if used else None
 
 

@@ -1,0 +1,47 @@
+"""Send lag and timestamp error against offered rate and open streams: the full `llmload calibrate`.
+
+Runs both ramps of `llmload.calibrate` (rates 10-400 req/s per process with 32-token outputs; about
+50-400 open streams with 128-token outputs) against the built-in sim with its ground-truth log, and
+keeps the envelope document, whose `steps` hold per step: offered and achieved rate, send lag p50/p99,
+TTFT error p50/p99, token timestamp error p99, mean in-flight streams, events/s and the busiest
+worker's CPU. Max events/s per worker process is the highest `events_per_s` of a step that holds.
+
+    python bench/calibration.py                 # one worker process
+    python bench/calibration.py --processes 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    from llmload.calibrate import run_calibrate
+
+    out = args.out or RESULTS / f"calibration-p{args.processes}.json"
+    load_before = os.getloadavg()[0]
+    code = run_calibrate(processes=args.processes, target=None, out=out, quick=False)
+    doc = json.loads(out.read_text())
+    doc["command"] = "python bench/calibration.py " + " ".join(argv or sys.argv[1:])
+    doc["loadavg_before"] = round(load_before, 2)
+    doc["loadavg_after"] = round(os.getloadavg()[0], 2)
+    holding = [s for s in doc["steps"] if s["holds"]]
+    doc["max_events_per_s_holding"] = max((s["events_per_s"] for s in holding), default=None)
+    doc["max_events_per_s_seen"] = max((s["events_per_s"] for s in doc["steps"]), default=None)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
