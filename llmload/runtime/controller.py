@@ -92,6 +92,8 @@ class StepController:
         self.results: list[dict] = []
         self.worker_cpu: dict[str, float] = {}
         self._cpu_warned: set[str] = set()
+        self._cpu_seen: dict[str, float | None] = {}
+        self._cpu_sink: Any = None
         self._events: dict[str, Event] = defaultdict(Event)
         self._master_file: RecordWriter | None = None
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
@@ -109,8 +111,10 @@ class StepController:
         """A batch of per-request summaries from one worker."""
         worker = str(data.get("worker"))
         cpu = data.get("cpu")
-        if cpu is not None:
+        if cpu is not None and data.get("cpu_at") != self._cpu_seen.get(worker):
+            self._cpu_seen[worker] = data.get("cpu_at")
             self.worker_cpu[worker] = float(cpu)
+            self._write_cpu(worker, float(cpu), data.get("cpu_at") or now())
             if cpu > CPU_WARN and worker not in self._cpu_warned:
                 self._cpu_warned.add(worker)
                 self.out(f"llmload: warning: worker {worker} CPU at {cpu:.0%}: the generator may fall behind")
@@ -122,6 +126,17 @@ class StepController:
                 self._master_file.write_row(row)
         for row in rows:
             self.rows[row["step"]].append(row)
+
+    def _write_cpu(self, worker: str, cpu: float, t: float) -> None:
+        """Worker CPU (0-1 of one core) as telemetry `worker_cpu` from `worker:<id>`."""
+        from llmload.telemetry.sink import Point, TelemetrySink
+
+        if self.done.is_set():
+            return
+        if self._cpu_sink is None:
+            self._cpu_sink = TelemetrySink(self.run_dir / "telemetry-workers.jsonl")
+        label = self.current["label"] if self.current is not None else None
+        self._cpu_sink.write(t, label, [Point(f"worker:{worker}", "worker_cpu", cpu)])
 
     def on_drained(self, data: dict) -> None:
         label = data["label"]
@@ -156,6 +171,8 @@ class StepController:
             self.plan.finish(now())
             if self._master_file is not None:
                 self._master_file.close()
+            if self._cpu_sink is not None:
+                self._cpu_sink.close()
             self.done.set()
 
     def run_step(self, spec: StepSpec, row: dict) -> tuple[str, list[str], dict]:

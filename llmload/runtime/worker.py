@@ -79,7 +79,9 @@ class WorkerRuntime:
         self._outbox: list[dict] = []
         self._shipper: Greenlet | None = None
         self._cpu: Any = None
-        self.cpu_now = 0.0
+        self.cpu_now: float | None = None
+        self.cpu_at: float | None = None
+        self._cpu_shipped: float | None = None
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -228,11 +230,15 @@ class WorkerRuntime:
                                          "at": now()})
 
     def flush(self) -> None:
-        """Ship the queued summaries now (with this process's CPU use)."""
-        if not self._outbox:
+        """Ship the queued summaries now (with this process's CPU use, even when there are none)."""
+        if not self._outbox and self.cpu_at is None:
             return
         rows, self._outbox = self._outbox, []
-        self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now})
+        if not rows and self.cpu_at == self._cpu_shipped:
+            return
+        self._cpu_shipped = self.cpu_at
+        self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now,
+                                     "cpu_at": self.cpu_at})
 
     def _ship_loop(self) -> None:
         import psutil
@@ -244,7 +250,7 @@ class WorkerRuntime:
             gevent.sleep(SHIP_INTERVAL_S)
             if now() - last_cpu >= 1.0:
                 self.cpu_now = proc.cpu_percent(None) / 100.0
-                last_cpu = now()
+                self.cpu_at = last_cpu = now()
             try:
                 self.flush()
             except Exception:

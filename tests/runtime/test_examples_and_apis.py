@@ -1,0 +1,102 @@
+"""Example configs validate; a closed loop against the Ollama sim; the live web UI's LLM tab and page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmload.config import load_config
+from llmload.runtime.launcher import locust_command
+from shapes.plan import build_plan
+from tests.conftest import REPO, free_port
+from tests.runtime.helpers import base_config, plan, records, run_locust, summary, write_config
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_configs_validate_and_plan(path: Path):
+    config = load_config(path)
+    assert build_plan(config, base_dir=path.parent)
+
+
+def test_every_api_has_an_example():
+    apis = {load_config(p).target.api for p in EXAMPLES}
+    assert apis == {"openai-chat", "openai-completions", "ollama-chat", "ollama-generate"}
+
+
+@pytest.mark.slow
+def test_closed_loop_levels_against_the_ollama_sim(sim_factory, tmp_path):
+    sim = sim_factory(flavor="ollama", config={"load_time_s": "0.1s", "num_parallel": 4})
+    config = base_config(sim.url, {"concurrency": {"levels": [1, 3], "requests_per_level": 9,
+                                                   "drain_timeout": "20s"}})
+    config["target"].update(api="ollama-generate", server="ollama")
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir)
+    assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
+    df = records(run_dir)
+    assert set(df["outcome"]) == {"ok"} and set(df["api"]) == {"ollama-generate"}
+    for step in plan(run_dir)["steps"]:
+        own = df[df["step"] == step["label"]].sort_values("sent_at")
+        assert len(own) == 9
+        # a closed loop of c users never has more than c requests in flight
+        events = sorted([(t, 1) for t in own["sent_at"]] + [(t, -1) for t in own["closed_at"]])
+        depth = peak = 0
+        for _, delta in events:
+            depth += delta
+            peak = max(peak, depth)
+        assert peak <= step["concurrency"]
+    assert [s["verdict"] for s in summary(run_dir)["steps"]] != []
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read()
+
+
+@pytest.mark.slow
+def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 5, "duration": "4s"},
+                                                        {"rate": 10, "duration": "4s"}]}},
+                         client={"max_concurrency": 16})
+    run_dir, port = tmp_path / "run", free_port()
+    cmd = locust_command(write_config(tmp_path, config), run_dir, web=True) + [
+        "--web-port", str(port), "--autostart", "--autoquit", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    seen: list[dict] = []
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                stats = json.loads(_get(base + "/stats/requests"))
+            except OSError:
+                time.sleep(0.3)
+                continue
+            tables = {t["key"]: t["data"] for t in stats.get("extended_stats", [])}
+            rows = [r for r in tables.get("llm", []) if r.get("verdict") not in ("not_run", None)]
+            if rows:
+                seen = rows
+            if any(r.get("offered_rate") is not None for r in rows):
+                break
+            time.sleep(0.5)
+        page = _get(base + "/llmload").decode()
+        index = _get(base + "/").decode()
+        steps_json = json.loads(_get(base + "/llmload/steps.json"))
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert seen and any(r.get("offered_rate") for r in seen)  # live numbers in the LLM tab
+    assert "<svg" in page and "steps.json" in page and "http" not in page.split("<script>")[1].split("fetch")[0]
+    assert '"llm"' in index or "LLM" in index
+    assert [s["label"] for s in steps_json["steps"]] == ["r5.00", "r10.00"]
+    assert (run_dir / "summary.json").exists()
