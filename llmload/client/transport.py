@@ -51,24 +51,29 @@ def socket_ready_at(reset: bool = False) -> float | None:
     return at
 
 
-class _Pool(ConnectionPool):
-    """geventhttpclient's pool with TCP_NODELAY, connect failures tagged as `ConnectFailed`, and the
-    time each socket is handed out (`socket_ready_at`)."""
+def _instrument(pool: ConnectionPool) -> None:
+    """Wrap one pool's socket hooks (plain or TLS alike): TCP_NODELAY on new connections, connect
+    failures (refused, unreachable, timeout, TLS handshake) raised as `ConnectFailed`, and the time each
+    socket is handed out kept for `socket_ready_at`. `get_socket` and `_create_socket` are the pool's
+    only hooks between connecting and writing; instance attributes so TLS pools keep their own class."""
+    get_socket, create_socket = pool.get_socket, pool._create_socket
+    where = f"{pool._connection_host}:{pool._connection_port}"
 
-    def get_socket(self) -> socket.socket:
-        sock = super().get_socket()
+    def create() -> socket.socket:
+        try:
+            sock = create_socket()
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {where}: {exc.strerror or exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def get() -> socket.socket:
+        sock = get_socket()
         _ready.at = now()
         return sock
 
-    def after_connect(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def _create_socket(self) -> socket.socket:  # the only hook between connect and send
-        try:
-            return super()._create_socket()
-        except OSError as exc:
-            raise ConnectFailed(exc.errno, f"cannot connect to {self._connection_host}:{self._connection_port}: "
-                                f"{exc.strerror or exc}") from exc
+    pool._create_socket = create
+    pool.get_socket = get
 
 
 @dataclass
@@ -142,13 +147,7 @@ class Transport:
                                 ssl=secure, concurrency=self.concurrency,
                                 connection_timeout=self.connect_timeout_s,
                                 network_timeout=self.idle_timeout_s)
-            if not secure:  # swap in our pool (TCP_NODELAY, tagged connect errors); same arguments
-                old = client._connection_pool
-                client._connection_pool = _Pool(
-                    old._connection_host, old._connection_port, old._request_host, old._request_port,
-                    size=self.concurrency, network_timeout=self.idle_timeout_s,
-                    connection_timeout=self.connect_timeout_s)
-                old.close()
+            _instrument(client._connection_pool)
             self._clients[base_url] = client
         return client
 

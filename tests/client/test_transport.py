@@ -86,3 +86,31 @@ def test_public_surface_is_pinned() -> None:
     for module in (llmload.client, llmload.protocols):
         for name in module.__all__:
             assert getattr(module, name) is not None
+
+
+def test_pool_sockets_have_nodelay_and_ready_time() -> None:
+    import socket
+
+    import gevent.server
+
+    from llmload.client import ConnectFailed, Transport
+    from llmload.client.transport import socket_ready_at
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), lambda sock, addr: sock.recv(1))
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        transport = Transport([url], concurrency=2)
+        socket_ready_at(reset=True)
+        pool = transport.client(url)._connection_pool
+        sock = pool.get_socket()
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert socket_ready_at(reset=True) is not None
+        assert socket_ready_at() is None
+        pool.release_socket(sock)
+        transport.close()
+    finally:
+        server.stop()
+    closed = Transport([url], connect_timeout_s=1.0)
+    with pytest.raises(ConnectFailed, match="cannot connect to 127.0.0.1"):
+        closed.client(url)._connection_pool.get_socket()
