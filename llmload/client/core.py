@@ -8,8 +8,11 @@ stopped) fills the record as `cancelled` with the times seen so far, then re-rai
 Timestamps (METRICS.md), all from `llmload.clock.now()`:
 - `sent_at` when the pool hands over a connected socket, right before the bytes are written (a new
   connection's connect time is not in TTFT; if the connection fails, the time of the attempt);
-- each event is stamped right after `readline()` returns its line; `first_token_at` and `token_times`
-  at output-bearing events only; `last_token_at` is the last of them;
+- each event is stamped right after `readline()` returns the line that completes it (for SSE the blank
+  line, which servers write together with the `data:` line); `first_token_at` and `token_times` at
+  output-bearing events only; `last_token_at` is the last of them. Lines are read with
+  `readline(b"\n")`: a server ending SSE lines with a lone CR (allowed, used by none of the servers we
+  target) would be parsed correctly but only as its bytes reach a newline or the end;
 - `closed_at` at `[DONE]` / Ollama's `done` object / the error / the end of the body.
 
 Outcomes: `ok` (final event seen, or a finish_reason then a cleanly ended body, for servers that omit
