@@ -63,8 +63,12 @@ def build_run(root: Path, n: int, seed: int = 1) -> dict:
     offsets = np.concatenate([[0], np.cumsum(out_tokens)]).astype(np.int32)
     row = np.repeat(np.arange(m), out_tokens)
     pos = np.arange(offsets[-1]) - offsets[:-1][row]
-    values = first[row] + pos * itl[row] * rng.uniform(0.7, 1.3, offsets[-1])
-    last = np.where(ok, first + (out_tokens - 1) * itl, np.nan)
+    gaps = np.where(pos > 0, itl[row] * rng.uniform(0.7, 1.3, offsets[-1]), 0.0)
+    since_start = np.cumsum(gaps)
+    since_start -= np.repeat(since_start[offsets[:-1][out_tokens > 0]], out_tokens[out_tokens > 0])
+    values = first[row] + since_start
+    last = np.full(m, np.nan)
+    last[out_tokens > 0] = values[offsets[1:][out_tokens > 0] - 1]
     token_times = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
     arrays = {
         "request_id": pa.array(np.char.add("q", np.arange(m).astype(str))),
