@@ -226,5 +226,6 @@ def derived_warnings(analysis: Any, manifest: dict | None) -> list[str]:
     said = " ".join(w for w in warnings if "not checked" in w.lower())
     unchecked = [k for k in SLO_KEYS if k not in checked and k not in said]
     if unchecked:
-        out.append(f"SLO keys not checked (absent from the SLO): {', '.join(unchecked)}.")
+        lead = "Also not checked" if said else "SLO keys not checked"
+        out.append(f"{lead} (absent from the SLO): {', '.join(unchecked)}.")
     return out
