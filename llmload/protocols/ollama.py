@@ -7,7 +7,10 @@
   output tokens, and the integer-nanosecond `load_duration`, `prompt_eval_duration`, `eval_duration`,
   `total_duration` as server timings in seconds;
 - `{"error": "..."}` is an error inside the 200 stream (Ollama reports failures after the headers so).
-Note: with a cached prompt, Ollama's `prompt_eval_count` counts only the tokens it evaluated.
+Ollama's Go structs drop zero values (`omitempty`): on the final object an absent duration or
+`eval_count` means 0. With a cached prompt `prompt_eval_count` counts only the tokens it evaluated, and
+is absent when that is 0: input_tokens is then left unknown (the client records the planned count,
+flagged estimated) rather than 0.
 """
 
 from __future__ import annotations
@@ -61,10 +64,11 @@ class OllamaStreamParser:
             chunk.final = True
             chunk.finish_reason = obj.get("done_reason")
             chunk.input_tokens = obj.get("prompt_eval_count")
-            chunk.output_tokens = obj.get("eval_count")
-            chunk.timings = ServerTimings(
-                load_s=_seconds(obj.get("load_duration")),
-                prompt_s=_seconds(obj.get("prompt_eval_duration")),
-                decode_s=_seconds(obj.get("eval_duration")),
-                total_s=_seconds(obj.get("total_duration")))
+            chunk.output_tokens = obj.get("eval_count", 0)
+            if "total_duration" in obj:  # Go's omitempty drops zero durations: absent means 0
+                chunk.timings = ServerTimings(
+                    load_s=_seconds(obj.get("load_duration", 0)),
+                    prompt_s=_seconds(obj.get("prompt_eval_duration", 0)),
+                    decode_s=_seconds(obj.get("eval_duration", 0)),
+                    total_s=_seconds(obj["total_duration"]))
         return chunk

@@ -53,3 +53,11 @@ def test_stream_decoder_ndjson_split_everywhere() -> None:
         dec = StreamDecoder.for_api("ollama-chat")
         chunks = dec.feed(body[:i]) + dec.feed(body[i:]) + dec.flush()
         assert [c.text for c in chunks] == ["\u00e9t\u00e9", ""] and chunks[-1].final
+
+
+def test_final_object_with_omitted_zero_fields() -> None:
+    c = OllamaStreamParser().parse(json.dumps({"model": "m", "response": "", "done": True, "done_reason": "stop",
+                                               "total_duration": 5_000_000, "eval_duration": 4_000_000,
+                                               "eval_count": 3}))
+    assert c.timings.load_s == 0.0 and c.timings.prompt_s == 0.0 and c.timings.total_s == pytest.approx(0.005)
+    assert c.input_tokens is None and c.output_tokens == 3
