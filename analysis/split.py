@@ -3,7 +3,8 @@
 Components of the user's end-to-end time, over the step's completed arrivals:
 - `client_wait` = sent_at - scheduled_at (inside the load generator)
 - `server_queue` (per request from Ollama's durations; else the vLLM histogram: mean from its
-  `_sum`/`_count` increases, percentiles from its buckets; else not measured)
+  `_sum`/`_count` increases, percentiles from its buckets; else not measured, with llama.cpp's mean
+  deferred count in `basis` where known)
 - `prefill_to_first_token` = TTFT - server queue (per request where the server queue is per request;
   from means otherwise; when the server queue is not measured this row is the whole TTFT)
 - `decode` = E2E - TTFT
@@ -60,7 +61,10 @@ def _step_split(label: str, fin: pd.DataFrame, row: pd.Series) -> list[dict]:
                         "mean TTFT - mean server queue (means only; percentiles are not subtracted)",
                         mean=ttft_mean - q_mean))
     else:
-        out.append(_row(label, "server_queue", None, "not measured", mean=math.nan))
+        deferred = row.get("deferred_mean", math.nan)
+        note = "not measured" if deferred is None or math.isnan(deferred) else (
+            f"not measured as time (llama.cpp: {deferred:.2f} requests deferred on average)")
+        out.append(_row(label, "server_queue", None, note, mean=math.nan))
         out.append(_row(label, "prefill_to_first_token", ttft, "per-request: whole TTFT (server queue not "
                                                                    "measured, included)"))
     out.append(_row(label, "decode", decode, "per-request: E2E - TTFT"))

@@ -124,3 +124,17 @@ def test_steps_columns_and_timeline() -> None:
     derived = {"ttft_s", "user_ttft_s", "e2e_s", "user_e2e_s", "tpot_s", "client_wait_s", "send_lag_s",
                "in_window", "good"}
     assert derived <= set(result.requests.columns)
+
+
+def test_split_without_server_queue_names_the_llamacpp_deferred_count() -> None:
+    tel = pd.DataFrame({"t": np.arange(10.0), "source": "server:a", "metric": "deferred",
+                        "value": [0, 1, 2, 3, 4, 4, 3, 2, 1, 0], "step": "s", "labels": ""})
+    rows = [request(f"r{i}", "s", float(i), ttft=0.3, e2e=0.8) for i in range(10)]
+    result = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO.model_validate({"min_samples": 1}))
+    assert result.steps.iloc[0]["deferred_mean"] == pytest.approx(2.0)
+    split = result.split.set_index("component")
+    assert "2.00 requests deferred" in split.loc["server_queue", "basis"]
+    # no queue time: the first-token row is the whole TTFT, and the means still add up
+    assert split.loc["prefill_to_first_token", "mean_s"] == pytest.approx(0.3)
+    parts = split.loc[["client_wait", "prefill_to_first_token", "decode"], "mean_s"].sum()
+    assert parts == pytest.approx(split.loc["user_e2e", "mean_s"])
