@@ -116,12 +116,15 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     counts = pd.Series(outcome[in_win]).value_counts()
     outcomes = {str(k): int(v) for k, v in counts.items()}
     finished_in_window = (outcome == "ok") & (end_at >= ws) & (end_at < we)
+    def per_s(count: int) -> float:
+        return count / window_s if window_s > 0 else math.nan  # NaN window (no plan times): NaN
+
     row.update(
         arrivals=arrivals, sent=sent, completed=int(finished.sum()), ok=int(ok_win.sum()), outcomes=outcomes,
-        offered_rate=math.nan if _closed_loop(step) else arrivals / window_s,
-        achieved_rate=int((in_win & (~np.isnan(sent_at) | capped)).sum()) / window_s,
-        completion_throughput=int(finished_in_window.sum()) / window_s,
-        goodput=good / window_s, slo_attainment=good / arrivals if arrivals else math.nan,
+        offered_rate=math.nan if _closed_loop(step) else per_s(arrivals),
+        achieved_rate=per_s(int((in_win & (~np.isnan(sent_at) | capped)).sum())),
+        completion_throughput=per_s(int(finished_in_window.sum())),
+        goodput=per_s(good), slo_attainment=good / arrivals if arrivals else math.nan,
         reject_ratio=outcomes.get("rejected", 0) / arrivals if arrivals else math.nan,
         error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
         oom=outcomes.get("oom", 0),

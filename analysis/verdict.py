@@ -37,6 +37,10 @@ __all__ = ["VERDICTS", "judge", "judge_step"]
 VERDICTS = ("pass", "fail", "invalid", "insufficient", "not_run")
 
 
+def _float(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
 def _excess(value: float, limit: float) -> float:
     if limit > 0:
         return value / limit
@@ -110,7 +114,7 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
         stats.update(verdict="not_run", failing=[])
         return "not_run", [], stats
     label = str(step["label"])
-    windows = {label: (float(step["window_start"]), float(step["window_end"]))}
+    windows = {label: (_float(step.get("window_start")), _float(step.get("window_end")))}
     own = step_records[step_records["step"].astype(str) == label].reset_index(drop=True)
     req = derive_requests(own, windows, slo)
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
