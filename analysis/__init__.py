@@ -9,8 +9,8 @@
 Definitions: METRICS.md; which requests each number uses: `analysis.metrics`.
 """
 
-from analysis.analyze import Analysis, analyze
 from analysis.outputs import write_outputs
+from analysis.pipeline import Analysis, analyze
 from analysis.planning import plan_in_flight
 from analysis.run import Run, load_run
 from analysis.summary import exit_code

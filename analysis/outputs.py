@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from analysis.summary import json_value
 
 if TYPE_CHECKING:
-    from analysis.analyze import Analysis
+    from analysis.pipeline import Analysis
 
 __all__ = ["write_outputs"]
 

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.analyze import Analysis
+    from analysis.pipeline import Analysis
 
 __all__ = ["plan_in_flight"]
 

@@ -1,4 +1,4 @@
-"""`analyze(run, slo) -> Analysis`: every table the summary, the worksheet and the report draw from.
+"""The analysis pipeline, `analyze(run, slo) -> Analysis`: every table the summary, the worksheet and the report draw from.
 
 Composition only: derive per-request columns once, explode the event times once (numpy), build the
 telemetry index once, then per step `step_metrics` + `judge` (the same code `judge_step` runs live),
