@@ -80,5 +80,6 @@ def fixed_conditions(manifest: dict, conditions: Conditions | None = None) -> di
 def retest_triggers(conditions: dict[str, Any]) -> list[str]:
     """Changes that invalidate the result: each recorded condition, then the seed's general ones."""
     skip = {"owner", "notes", "cost_per_hour"}
-    recorded = [f"{k} changes (recorded: {v})" for k, v in conditions.items() if k not in skip and _present(v)]
+    recorded = [f"{k} changes (recorded: {v})" for k, v in conditions.items()
+                if k not in skip and _present(v)]
     return recorded + list(_GENERAL_TRIGGERS)

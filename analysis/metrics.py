@@ -153,7 +153,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
                deferred_mean=tel.gauge_mean("deferred", ws, we), kv_usage_peak=tel.peak("kv_usage", ws, we),
                preemptions=tel.counter_delta("preemptions_total", ws, we),
                gpu_memory_peak_bytes=tel.peak_total("gpu_memory_used_bytes", ws, we),
-               worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at")) if step.get("start_at") else ws, we))
+               worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at") or ws), we))
     _queue_trend(row, slo, tel, starts, ends)
     _threshold_percentiles(row, slo, fin, itl)
     denom = row["completion_throughput"] * row["e2e_mean_s"]
@@ -186,7 +186,8 @@ def _tokens(row: dict, fin: pd.DataFrame) -> None:
         planned = fin["planned_output_tokens"].to_numpy(dtype=float)
         served = fin["output_tokens"].to_numpy(dtype=float)
         known = ~np.isnan(planned) & ~np.isnan(served)
-        row["output_mismatch_ratio"] = float((planned[known] != served[known]).mean()) if known.any() else math.nan
+        mismatch = (planned[known] != served[known]).mean() if known.any() else math.nan
+        row["output_mismatch_ratio"] = float(mismatch)
     if "prefix_id" in fin and len(fin):
         row["prefix_share_ratio"] = float(fin["prefix_id"].notna().mean())
 

@@ -1,4 +1,5 @@
-"""The analysis pipeline, `analyze(run, slo) -> Analysis`: every table the summary, the worksheet and the report draw from.
+"""The analysis pipeline, `analyze(run, slo) -> Analysis`: every table the summary, the worksheet and
+the report draw from.
 
 Composition only: derive per-request columns once, explode the event times once (numpy), build the
 telemetry index once, then per step `step_metrics` + `judge` (the same code `judge_step` runs live),
@@ -82,7 +83,8 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
     return out
 
 
-def analyze(run: Run, slo: SLO, client: Client | None = None, *, conditions: Conditions | None = None) -> Analysis:
+def analyze(run: Run, slo: SLO, client: Client | None = None, *,
+            conditions: Conditions | None = None) -> Analysis:
     """Analyse a loaded run against an SLO (and the generator limits of `client`)."""
     plan_steps = list(run.plan.get("steps", []))
     records = run.records.reset_index(drop=True)

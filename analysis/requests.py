@@ -80,7 +80,8 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
     end = _float(records, "closed_at").fillna(last).fillna(first).fillna(sent)
     codes, labels = pd.factorize(records["step"].astype(str)) if "step" in records else (
         np.zeros(len(records), dtype=np.int64), pd.Index([""]))
-    bounds = np.array([windows.get(str(k), (np.nan, np.nan)) for k in labels] or [(np.nan, np.nan)], dtype=float)
+    known = [windows.get(str(k), (np.nan, np.nan)) for k in labels]
+    bounds = np.array(known or [(np.nan, np.nan)], dtype=float)
     w0, w1 = bounds[codes, 0], bounds[codes, 1]
     in_window = pd.Series((sched.to_numpy() >= w0) & (sched.to_numpy() < w1), index=records.index)
     derived = records.assign(
@@ -103,7 +104,8 @@ def meets_thresholds(requests: pd.DataFrame, slo: SLO) -> pd.Series:
     return good
 
 
-def list_chunks(column: pd.Series | pa.Array | pa.ChunkedArray, value_type: pa.DataType) -> list[pa.ListArray]:
+def list_chunks(column: pd.Series | pa.Array | pa.ChunkedArray,
+                value_type: pa.DataType) -> list[pa.ListArray]:
     """A list column (Arrow-backed or Python lists) as Arrow list chunks of `value_type`, not copied
     when it already is one (a million requests' event times are not duplicated)."""
     if isinstance(column, pd.Series):

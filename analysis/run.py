@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from llmload.errors import ConfigError
 from llmload.records import RECORD_SCHEMA
 
-__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "Run", "empty_records", "empty_telemetry", "load_run", "records_from_table"]
+__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "Run", "empty_records", "empty_telemetry", "load_run",
+           "records_from_table"]
 
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
 #: rows per decoded batch of a list column (bounds the decoder's temporary memory)

@@ -56,7 +56,8 @@ def _trend(metric: str, series: np.ndarray, slice_s: float, alpha: float) -> dic
 
 
 def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05) -> tuple[pd.DataFrame | None, dict | None]:
-    """(one row per soak slice with an `error_burst` flag, {trends, drifting, memory_growth, error_bursts})."""
+    """(one row per soak slice with an `error_burst` flag,
+    {slices, slice_s, alpha, trends, drifting, memory_growth, error_bursts})."""
     if steps.empty:
         return None, None
     soak = steps[(steps["phase"] == "soak") & (steps["verdict"] != "not_run")]
@@ -72,13 +73,14 @@ def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05) -> tuple[pd.DataFra
     p_burst = [binomial_sf(int(x), int(n), rate) if n > 0 else 1.0
                for x, n in zip(slices["errors"], sent.fillna(0).astype(int), strict=True)]
     slices = slices.assign(error_burst_p=p_burst,
-                           error_burst=[(p < bonferroni and x >= 3) for p, x in zip(p_burst, slices["errors"], strict=True)])
+                           error_burst=[(p < bonferroni and x >= 3)
+                                        for p, x in zip(p_burst, slices["errors"], strict=True)])
     slice_s = float((slices["window_end"] - slices["window_start"]).median())
     trends = [_trend(m, slices[m].to_numpy(dtype=float), slice_s, alpha) for m in DRIFT_MIN]
     drifting = [t["metric"] for t in trends if t["drifting"]]
     result = {
         "slices": len(slices), "slice_s": slice_s, "alpha": alpha, "trends": trends, "drifting": drifting,
         "memory_growth": any(m in drifting for m in ("gpu_memory_peak_bytes", "kv_usage_peak")),
-        "error_bursts": [str(lbl) for lbl, b in zip(slices["label"], slices["error_burst"], strict=True) if b],
+        "error_bursts": slices.loc[slices["error_burst"], "label"].astype(str).tolist(),
     }
     return slices, result

@@ -52,7 +52,8 @@ def _step_split(label: str, fin: pd.DataFrame, row: pd.Series) -> list[dict]:
         out.append(_row(label, "prefill_to_first_token", ttft - queue, "per-request: TTFT - server queue"))
     elif basis == "histogram":
         q_mean = row.get("server_queue_mean_s", math.nan)
-        out.append(_row(label, "server_queue", None, "histogram: mean from _sum/_count, percentiles from buckets",
+        out.append(_row(label, "server_queue", None,
+                        "histogram: mean from _sum/_count, percentiles from buckets",
                         mean=q_mean, p50=row.get("server_queue_p50_s", math.nan),
                         p95=row.get("server_queue_p95_s", math.nan)))
         finite = ttft[~np.isnan(ttft)]

@@ -40,7 +40,8 @@ def _scalars(requests: pd.DataFrame) -> pd.DataFrame:
 def _positions(requests: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
     if requests.empty:
         return {}
-    return {str(k): np.asarray(v) for k, v in requests.groupby(column, sort=False, dropna=False).indices.items()}
+    groups = requests.groupby(column, sort=False, dropna=False).indices
+    return {str(k): np.asarray(v) for k, v in groups.items()}
 
 
 def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client: Client | None,

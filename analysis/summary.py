@@ -116,7 +116,8 @@ def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dic
     """Seed 000's final section: thresholds, goodput per step, result, failing dimension, owner, triggers."""
     ran = steps[steps["verdict"] != "not_run"] if not steps.empty else steps
     goodput = [{"label": r["label"], "phase": r["phase"], "target_rate": r["target_rate"],
-                "concurrency": r["concurrency"], "goodput": r["goodput"], "slo_attainment": r["slo_attainment"],
+                "concurrency": r["concurrency"], "goodput": r["goodput"],
+                "slo_attainment": r["slo_attainment"],
                 "verdict": r["verdict"]} for _, r in ran.iterrows()]
     return json_value({
         "thresholds": _thresholds(slo), "not_checked": _not_checked(slo), "goodput_by_step": goodput,

@@ -36,7 +36,8 @@ class TelemetryIndex:
     """Telemetry split by metric and sorted by time, for cheap window queries."""
 
     def __init__(self, telemetry: pd.DataFrame | None) -> None:
-        self.frame = telemetry if telemetry is not None else pd.DataFrame(columns=["t", "source", "metric", "value"])
+        empty = pd.DataFrame(columns=["t", "source", "metric", "value"])
+        self.frame = telemetry if telemetry is not None else empty
         self._series: dict[str, _Series] = {}
         if telemetry is None or telemetry.empty:
             return

@@ -84,11 +84,11 @@ def build_run(root: Path, n: int, seed: int = 1) -> dict:
     pq.write_table(pa.Table.from_arrays(columns, schema=RECORD_SCHEMA), root / "records.parquet")
     (root / "plan.json").write_text(json.dumps({"kind": "ladder", "steps": steps}))
     ts = np.arange(steps[0]["start_at"], t, 1.0)
-    tel = pd.concat([pd.DataFrame({"t": ts, "source": src, "metric": metric, "value": rng.uniform(0, 1, ts.size) * scale,
-                                   "step": "", "labels": ""})
-                     for src, metric, scale in (("server:x", "running", 64), ("server:x", "waiting", 10),
-                                                ("server:x", "kv_usage", 1), ("gpu:0", "gpu_memory_used_bytes", 8e10),
-                                                ("worker:1", "worker_cpu", 0.5))])
+    series = (("server:x", "running", 64), ("server:x", "waiting", 10), ("server:x", "kv_usage", 1),
+              ("gpu:0", "gpu_memory_used_bytes", 8e10), ("worker:1", "worker_cpu", 0.5))
+    tel = pd.concat([pd.DataFrame({"t": ts, "source": src, "metric": metric, "step": "", "labels": "",
+                                   "value": rng.uniform(0, 1, ts.size) * scale})
+                     for src, metric, scale in series])
     tel.to_parquet(root / "telemetry.parquet")
     return {"records": int(m), "events": int(offsets[-1]), "steps": STEPS, "telemetry_rows": len(tel)}
 
@@ -106,7 +106,8 @@ def cpu():
 marks = [("start", time.perf_counter(), cpu())]
 import analysis
 from llmload.config import SLO
-slo = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "50ms", "max_reject_ratio": 0.05, "queue_growth": "forbid"})
+slo = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "50ms", "max_reject_ratio": 0.05,
+                          "queue_growth": "forbid"})
 marks.append(("import", time.perf_counter(), cpu()))
 run = analysis.load_run(sys.argv[1])
 marks.append(("load", time.perf_counter(), cpu()))
@@ -151,7 +152,8 @@ def main() -> int:
               "load_average_1m": os.getloadavg()[0],
               "note": "CPU seconds (user + system) of the pinned child are the measure: the machine is shared "
                       "(2 cores), so wall time includes waiting for the CPU; both are recorded",
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                          "platform": platform.platform()},
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -22,8 +22,9 @@ _NAMES = (
     "output_tokens_p95 output_mismatch_ratio kv_usage_peak preemptions gpu_memory_peak_bytes worker_cpu_max "
     "littles_law_ratio verdict failing"
 )
-STEP_COLUMNS = _NAMES.split() + [f"{m}_{q}_s" for m in ("ttft", "user_ttft", "tpot", "itl", "itl_token", "e2e", "user_e2e",
-                                    "client_wait", "server_queue", "send_lag") for q in ("p50", "p95", "p99", "max")]
+_LATENCIES = ("ttft", "user_ttft", "tpot", "itl", "itl_token", "e2e", "user_e2e", "client_wait", "server_queue",
+              "send_lag")
+STEP_COLUMNS = _NAMES.split() + [f"{m}_{q}_s" for m in _LATENCIES for q in ("p50", "p95", "p99", "max")]
 
 
 def _soak(ttft_of_slice, *, errors_in: int | None = None, memory=None) -> tuple:

@@ -25,7 +25,7 @@ def test_goodput_counts_ok_requests_meeting_every_threshold() -> None:
     rows = [request(f"g{i}", "s", float(i), ttft=0.2, e2e=0.6, out=5) for i in range(5)]  # tpot 0.1: good
     rows += [request("slow_ttft", "s", 5.0, ttft=1.5, e2e=1.9, out=5)]                    # ttft over 1 s
     rows += [request("slow_tpot", "s", 6.0, ttft=0.2, e2e=1.0, out=5)]                    # tpot 0.2 over
-    rows += [request("one_token", "s", 7.0, ttft=0.3, e2e=0.3, out=1)]                    # no tpot: judged on ttft
+    rows += [request("one_token", "s", 7.0, ttft=0.3, e2e=0.3, out=1)]                    # no tpot: on ttft
     rows += [request("rejected", "s", 8.0, ttft=None, e2e=None, outcome="rejected")]
     rows += [request("late", "s", 9.0, ttft=0.2, e2e=0.6, out=5, outcome="quality_fail")]  # not ok: not good
     rows += [request("warmup", "s", -1.0, ttft=0.2, e2e=0.6, out=5)]                      # before the window
