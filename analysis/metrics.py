@@ -2,6 +2,8 @@
 
 Which requests each number uses (a step's requests are those with `step == label`):
 - arrivals: requests scheduled inside the window `[window_start, window_end)` (not-sent ones included)
+- unrecorded arrivals: plan.json's `planned_arrivals` (the whole open-loop step) minus the step's
+  records; more than 0 means records were lost (a worker died): a warning, the rates are understated
 - offered rate: arrivals / window; achieved rate: arrivals the generator dispatched (sent, or held at
   the client cap) / window. Closed-loop concurrency steps have no offered rate (NaN).
 - completed: arrivals whose answer streamed to the end (`ok` or `quality_fail`); `ok`: outcome ok.
@@ -73,7 +75,8 @@ def empty_metrics(step: dict) -> dict:
                 "queue_trend_p", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
                 "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
-                "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio"):
+                "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
+                "unrecorded_arrivals"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
@@ -129,6 +132,9 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
         error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
         oom=outcomes.get("oom", 0),
     )
+    planned = step.get("planned_arrivals")
+    if planned is not None and not _closed_loop(step) and step.get("status") == "run":
+        row["unrecorded_arrivals"] = max(int(planned) - len(req), 0)
     fin = req[finished]
     for name, column in LATENCIES.items():
         if column is not None:

@@ -73,6 +73,10 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
         for key in r.get("undecided") or []:
             out.append(f"step {r['label']}: {key} from the server histogram lies in a bucket that straddles "
                        f"the threshold: not judged (finer buckets or per-request server timings decide it)")
+        missing = r.get("unrecorded_arrivals")
+        if missing is not None and missing == missing and missing > 0:
+            out.append(f"step {r['label']}: {int(missing)} planned arrivals have no record (a worker lost?): "
+                       "its offered and achieved rates are understated")
         if r.get("server_queue_note"):
             out.append(f"step {r['label']}: {r['server_queue_note']}")
         if r["phase"] == "concurrency" and r["verdict"] != "not_run":

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from analysis_frames import plan_step, request
+from analysis_frames import plan_step, request, run_of
 
 import analysis
 from analysis import analyze, exit_code, load_run, write_outputs
@@ -123,3 +123,10 @@ def test_public_surface() -> None:
     fields = set(analysis.Analysis.__dataclass_fields__)
     assert fields == {"steps", "summary", "worksheet", "requests", "split", "burst", "timeline", "slices",
                       "instances", "decision", "warnings", "slo"}
+
+
+def test_planned_arrivals_without_records_are_reported() -> None:
+    step = {**plan_step("r1", 0), "planned_arrivals": 12}
+    result = analyze(run_of([request(f"a{i}", "r1", float(i)) for i in range(10)], [step]), SLO_FILE)
+    assert result.steps.iloc[0]["unrecorded_arrivals"] == 2
+    assert any("2 planned arrivals have no record" in w for w in result.warnings)
