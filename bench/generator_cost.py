@@ -11,9 +11,11 @@ three clients in turn at the same constant rate and request size, each in its ow
 
 CPU is user + system time of the client process over its sending window (process start-up and
 imports left out); events are output-bearing stream events received. TTFT and token errors are the
-client's stamps minus the sim's ground truth, joined on request_id. Ratios are ours / reference.
+client's stamps minus the sim's ground truth, joined on request_id. The clients take turns for
+`--rounds` rounds (the machine may be shared); each figure is the median over rounds, ratios are
+ours / reference of those medians.
 
-    python bench/generator_cost.py                      # 50 req/s, 600 requests, 32 tokens
+    python bench/generator_cost.py                      # 50 req/s, 600 requests, 32 tokens, 3 rounds
     python bench/generator_cost.py --rate 100 --requests 1000 --max-tokens 64
 """
 
@@ -69,6 +71,16 @@ def _cost(cpu_s: float, rows: list[dict]) -> dict:
     return {"requests": len(rows), "ok": ok, "events": events, "cpu_s": round(cpu_s, 4),
             "cpu_per_request_ms": round(1000 * cpu_s / max(1, len(rows)), 4),
             "cpu_per_event_us": round(1e6 * cpu_s / max(1, events), 3)}
+
+
+def _median(runs: list[dict]) -> dict:
+    """Per key, the median over rounds (None when a round had none)."""
+    out = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = round(float(np.median(values)), 6) if values else None
+    out["rounds"] = len(runs)
+    return out
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -183,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--clients", default="reference,core,locust")
+    parser.add_argument("--rounds", type=int, default=3, help="each client this many times, medians kept")
     parser.add_argument("--out", type=Path, default=RESULTS / "generator_cost.json")
     parser.add_argument("--_core", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -196,25 +209,27 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="llmload-bench-"))
     proc, url, truth_path = start_sim(work / "sim")
-    results: dict[str, dict] = {}
+    rounds: dict[str, list[dict]] = {name: [] for name in args.clients.split(",")}
     try:
-        for name in args.clients.split(","):
-            folder = work / name
-            folder.mkdir()
-            load0 = os.getloadavg()[0]
-            started = time.time()
-            if name == "reference":
-                cpu_s, rows = run_reference(url, args, folder)
-            elif name == "core":
-                cpu_s, rows = run_core(url, args, folder)
-            else:
-                cpu_s, rows = run_locust(url, args, folder, proc.pid)
-            truth = _read_ground_truth(truth_path)
-            results[name] = {**_cost(cpu_s, rows), **_errors(rows, truth),
-                             "wall_s": round(time.time() - started, 2), "loadavg_before": round(load0, 2)}
-            print(name, json.dumps(results[name]), flush=True)
+        for i in range(args.rounds):  # clients take turns, so a busy spell of the machine hits all of them
+            for name in rounds:
+                folder = work / f"{name}-{i}"
+                folder.mkdir()
+                load0 = os.getloadavg()[0]
+                started = time.time()
+                if name == "reference":
+                    cpu_s, rows = run_reference(url, args, folder)
+                elif name == "core":
+                    cpu_s, rows = run_core(url, args, folder)
+                else:
+                    cpu_s, rows = run_locust(url, args, folder, proc.pid)
+                truth = _read_ground_truth(truth_path)
+                rounds[name].append({**_cost(cpu_s, rows), **_errors(rows, truth),
+                                     "wall_s": round(time.time() - started, 2), "loadavg_before": round(load0, 2)})
+                print(name, i, json.dumps(rounds[name][-1]), flush=True)
     finally:
         _stop(proc)
+    results = {name: _median(runs) for name, runs in rounds.items()}
     ref = results.get("reference")
     ratios = {}
     if ref:
@@ -223,10 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                 ratios[name] = {k: round(r[k] / ref[k], 3) for k in ("cpu_per_event_us", "cpu_per_request_ms")
                                 if ref[k]}
     doc = {"benchmark": "generator_cost", "command": "python bench/generator_cost.py " + " ".join(argv or sys.argv[1:]),
-           "params": {"rate": args.rate, "requests": args.requests, "max_tokens": args.max_tokens},
+           "params": {"rate": args.rate, "requests": args.requests, "max_tokens": args.max_tokens,
+                      "rounds": args.rounds},
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "host": platform.node()},
            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "results": results, "ratio_to_reference": ratios}
+           "results": results, "ratio_to_reference": ratios, "rounds": rounds}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(ratios))
