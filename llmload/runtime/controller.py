@@ -8,6 +8,11 @@ record their in-flight requests as `cancelled`). It judges the step with `analys
 the summaries the workers shipped, prints the live table row, and goes on; after a ladder it runs the
 boundary search's refine steps. `plan.json` is rewritten as it goes; steps not run stay `not_run`.
 
+A step with `drain=False` (every soak slice but the last) does not pause the load: the next step is
+sent so that it starts exactly when this one's arrivals end, and this one's in-flight requests finish
+(or are cancelled at its own drain deadline) in a background greenlet that then judges it, in the hub's
+threadpool so the arrivals running meanwhile are not held up.
+
 When it is done it finalises the run directory (`llmload.runtime.finish`) and sets `done`, which
 makes the shape's `tick()` return None (after a short drain phase so late results are not lost).
 """
@@ -104,6 +109,8 @@ class StepController:
         self.done = Event()
         self.stopped = False
         self.greenlet: gevent.Greenlet | None = None
+        #: background greenlets draining and judging `drain=False` steps, in step order
+        self._tails: list[gevent.Greenlet] = []
 
     # ------------------------------------------------------------------ messages from workers
 
@@ -156,13 +163,20 @@ class StepController:
             if self.wait_ready is not None:
                 self.wait_ready()
             self.out(format_header())
+            next_start: float | None = None
             for spec, row in zip(self.specs, rows, strict=True):
                 if self.stopped:
                     break
-                self.run_step(spec, row)
+                if not spec.drain and spec.arrivals_s is not None:
+                    next_start = self._run_undrained(spec, row, next_start)
+                else:
+                    self.run_step(spec, row, start_at=next_start)
+                    next_start = None
+            gevent.joinall(self._tails)
             if not self.stopped:
                 self._refine()
         except gevent.GreenletExit:
+            gevent.killall([g for g in self._tails if not g.dead], block=True, timeout=5)
             raise
         except Exception:
             log.exception("step controller failed")
@@ -175,10 +189,37 @@ class StepController:
                 self._cpu_sink.close()
             self.done.set()
 
-    def run_step(self, spec: StepSpec, row: dict) -> tuple[str, list[str], dict]:
+    def run_step(self, spec: StepSpec, row: dict, *, start_at: float | None = None) -> tuple[str, list[str], dict]:
         """Run one step on every worker, drain it, judge it; returns (verdict, failing, stats)."""
+        workers, start_at, bounds = self._launch(spec, row, start_at)
+        gevent.joinall(self._tails)  # earlier undrained steps are judged first: the table stays in order
+        return self._settle(spec, row, workers, start_at, bounds)
+
+    def _run_undrained(self, spec: StepSpec, row: dict, start_at: float | None) -> float:
+        """Send a `drain=False` step, return when the next step must be sent; returns the time its
+        arrivals end (the next step's start). Its drain and judging go on in a background greenlet."""
+        workers, start_at, bounds = self._launch(spec, row, start_at)
+        arrivals_end = start_at + float(spec.arrivals_s or 0.0)
+        last_progress = now()
+        while not self.stopped and now() < arrivals_end - LEAD_S:
+            gevent.sleep(min(0.5, arrivals_end - LEAD_S - now()))
+            if now() - last_progress >= PROGRESS_EVERY_S:
+                last_progress = now()
+                self._progress(spec, start_at, row)
+        previous = self._tails[-1] if self._tails else None
+
+        def settle() -> None:
+            if previous is not None:
+                previous.join()
+            self._settle(spec, row, workers, start_at, bounds, threaded=True)
+
+        self._tails.append(gevent.spawn(settle))
+        return arrivals_end
+
+    def _launch(self, spec: StepSpec, row: dict, start_at: float | None) -> tuple[list, float, Any]:
+        """Send `spec` to every worker to start at `start_at` (default: `LEAD_S` from now)."""
         workers = self.link.workers()
-        start_at = now() + LEAD_S
+        start_at = max(start_at, now() + 0.05) if start_at is not None else now() + LEAD_S
         bounds = step_bounds(spec, start_at)
         self.current = row
         if self.telemetry is not None:
@@ -192,16 +233,22 @@ class StepController:
                                               shards=len(workers), run_dir=str(self.run_dir),
                                               config=self.config_dict, worker=name, base_dir=self.base_dir),
                            client_id)
-        cancelled = self._wait_drained(spec, row, workers, start_at)
+        return workers, start_at, bounds
+
+    def _settle(self, spec: StepSpec, row: dict, workers: list, start_at: float, bounds: Any, *,
+                threaded: bool = False) -> tuple[str, list[str], dict]:
+        """Wait for `spec` to drain (cancel at its deadline), record it in the plan, judge it."""
+        cancelled = self._wait_drained(spec, row, workers, start_at, progress=not threaded)
         drained_at = now()
         window_end = bounds.window_end if bounds.window_end is not None else drained_at
         lost = [name for cid, name in workers if name not in self.drained[spec.label]]
         self.plan.update(row, drained_at=drained_at, window_end=window_end,
                          status="partial" if self.stopped else "run", cancelled=cancelled,
                          lost_workers=lost)
-        return self._judge(spec, row, lost)
+        return self._judge(spec, row, lost, threaded=threaded)
 
-    def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float) -> bool:
+    def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float, *,
+                      progress: bool = True) -> bool:
         """Block until every live worker drained `spec`; cancel stragglers at the deadline."""
         arrivals_end = start_at + spec.arrivals_s if spec.arrivals_s is not None else None
         last_progress = now()
@@ -221,7 +268,7 @@ class StepController:
             if t >= deadline:
                 self._cancel(spec, pending)
                 return True
-            if t - last_progress >= PROGRESS_EVERY_S:
+            if progress and t - last_progress >= PROGRESS_EVERY_S:
                 last_progress = t
                 self._progress(spec, start_at, row)
             event.clear()
@@ -250,12 +297,17 @@ class StepController:
         values = [v["waiting"] for source, v in latest.items() if source.startswith("server:") and "waiting" in v]
         return float(sum(values)) if values else None
 
-    def _judge(self, spec: StepSpec, row: dict, lost: list[str]) -> tuple[str, list[str], dict]:
+    def _judge(self, spec: StepSpec, row: dict, lost: list[str], *,
+               threaded: bool = False) -> tuple[str, list[str], dict]:
         step_rows = self.rows[spec.label]
         verdict, failing, stats = "insufficient", [], quick_stats(step_rows)
         if self.judge is not None:
             try:
-                verdict, failing, stats = self.judge(step_rows, dict(row), self.config)
+                if threaded:  # the next step's arrivals are running in this process: don't block the hub
+                    verdict, failing, stats = gevent.get_hub().threadpool.apply(
+                        self.judge, (list(step_rows), dict(row), self.config))
+                else:
+                    verdict, failing, stats = self.judge(step_rows, dict(row), self.config)
             except Exception:
                 log.exception("live judging of %s failed", spec.label)
                 verdict = "unjudged"
@@ -293,8 +345,9 @@ class StepController:
     def stop(self) -> None:
         """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`."""
         self.stopped = True
-        if self.current is not None and self.current.get("status") == "running":
-            self.plan.update(self.current, status="partial")
+        for row in self.plan.steps:  # the current step, and undrained steps still finishing
+            if row.get("status") == "running":
+                self.plan.update(row, status="partial")
 
 
 class _JsonLines(RecordWriter):

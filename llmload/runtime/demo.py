@@ -44,8 +44,12 @@ _REQUESTS = {"input_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"
              "seed": 1}
 
 
-def demo_configs(url: str) -> dict[str, dict]:
-    """The two run configurations of the demo (ladder, burst-vs-uniform) for a sim at `url`."""
+def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> dict[str, dict]:
+    """The two run configurations of the demo (ladder, burst-vs-uniform) for a sim at `url`.
+
+    `step_s` is each ladder step's window and `trace_s` the replayed slice of the trace (shorter
+    values make a quick demo for tests; the defaults give enough samples for a clear knee).
+    """
     target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
     # the send-lag limit is relaxed from 25 ms to 100 ms: the demo often shares a small machine with
     # other work, and a knee judged "invalid" for a busy laptop would hide what the demo is about
@@ -55,8 +59,9 @@ def demo_configs(url: str) -> dict[str, dict]:
                           "cases": [{"prompt": "Say something.", "expect": {"regex": "\\w+"}, "max_tokens": 8}]},
               "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
-              "steps": [{"rate": r, "duration": "10s"} for r in (2, 4, 6, 8, 10)]}
-    trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["140s", "165s"], "uniform_twin": True,
+              "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8, 10)]}
+    trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["140s", f"{140 + trace_s:g}s"],
+             "uniform_twin": True,
              "use_sizes": False, "drain_timeout": "20s"}
     return {"ladder": {**common, "shape": {"ladder": ladder}},
             "burst": {**common, "shape": {"trace": trace}}}
@@ -93,7 +98,7 @@ def start_demo_sim(folder: Path, *, timeout_s: float = 20.0) -> tuple[subprocess
     raise ServerError(f"the demo sim did not answer within {timeout_s:g}s: see {folder / 'sim.log'}")
 
 
-def run_demo(*, out: Path | None = None) -> int:
+def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 25.0) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
     from llmload.runtime.launcher import run_config
 
@@ -104,7 +109,7 @@ def run_demo(*, out: Path | None = None) -> int:
     proc, url = start_demo_sim(folder)
     codes = {}
     try:
-        for name, config in demo_configs(url).items():
+        for name, config in demo_configs(url, step_s=step_s, trace_s=trace_s).items():
             path = folder / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
             print(f"\nllmload demo: {name} run ({path})", flush=True)

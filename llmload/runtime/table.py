@@ -76,7 +76,9 @@ def quick_stats(rows: Iterable[dict], *, window: tuple[float, float] | None = No
 def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_waiting: float | None) -> dict:
     """The table row of a judged step."""
     row = {"label": label, **{k: stats.get(k) for k, *_ in COLUMNS if k in stats}}
-    row["server_waiting"] = server_waiting if server_waiting is not None else stats.get("waiting_mean")
+    # the step's mean server queue (telemetry) when known; the last sample after the drain is ~0
+    mean = stats.get("waiting_mean")
+    row["server_waiting"] = mean if mean is not None and mean == mean else server_waiting
     row["verdict"] = verdict + (f" ({', '.join(failing)})" if failing else "")
     return row
 
