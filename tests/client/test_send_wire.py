@@ -25,7 +25,8 @@ def serve(events: list[bytes], *, clean_end: bool):
         while b"\r\n\r\n" not in data:
             data += sock.recv(65536)
         head, _, body = data.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
         while len(body) < length:
             body += sock.recv(65536)
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -60,3 +61,18 @@ def test_stream_endings_and_estimated_counts(tail: list[bytes], clean_end: bool,
     assert len(rec.token_times) == len(WORDS) and rec.first_token_at == rec.token_times[0]
     assert rec.tokens_estimated and rec.input_tokens == 10  # no usage: planned input, counted output
     assert rec.output_tokens == count_tokens("".join(WORDS)) == 4
+
+
+@pytest.mark.slow
+def test_requests_spread_over_instances(sim_factory) -> None:
+    from llmload.config import Target
+
+    a, b = (sim_factory(flavor="vllm", config={"load_time_s": 0.0}) for _ in range(2))
+    target = Target(urls=[a.url, b.url], api="openai-completions", model="sim-model", server="vllm")
+    records = send_batch(target, fixed_requests(8, 2), 6)
+    assert all(r.outcome == "ok" for r in records)
+    assert [r.instance for r in records] == [a.url, b.url] * 3
+    assert {row["request_id"] for row in a.ground_truth_rows()} == {r.request_id for r in records[::2]}
+    busy = send_batch(target.model_copy(update={"routing": "least_outstanding"}), fixed_requests(8, 6), 4,
+                      concurrency=4)
+    assert sorted(r.instance for r in busy) == sorted([a.url, b.url] * 2)
