@@ -65,6 +65,10 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
     if telemetry is None or telemetry.empty:
         out.append("no telemetry: server running/waiting, KV, GPU memory and server queue are not measured; "
                    "queue growth is judged on client in-flight")
+    for step in plan_steps:
+        if step.get("lost_workers"):
+            out.append(f"step {step.get('label')}: workers lost during the step: "
+                       f"{', '.join(map(str, step['lost_workers']))}")
     for _, r in steps.iterrows():
         if r["status"] == "partial":
             out.append(f"step {r['label']} was stopped early (partial): judged on what ran")

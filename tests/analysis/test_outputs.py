@@ -130,3 +130,5 @@ def test_planned_arrivals_without_records_are_reported() -> None:
     result = analyze(run_of([request(f"a{i}", "r1", float(i)) for i in range(10)], [step]), SLO_FILE)
     assert result.steps.iloc[0]["unrecorded_arrivals"] == 2
     assert any("2 planned arrivals have no record" in w for w in result.warnings)
+    lost = analyze(run_of([], [{**step, "lost_workers": ["w1"]}]), SLO_FILE)
+    assert any("workers lost during the step: w1" in w for w in lost.warnings)
