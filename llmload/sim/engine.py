@@ -15,6 +15,12 @@ One step, as vLLM's v1 scheduler does it:
 3. Cost = `step_base_s + prefill_cost_s x prefill tokens + decode_cost_s x sequences in the step`.
    A sequence whose computed tokens reach `prompt + generated` samples one token at the step end;
    reaching its output length finishes it and frees its blocks.
+
+An injected slow leak, for soak tests (both 0 by default, both functions of the engine's age `age_s`, the
+time since it started, passed to `step`, so the same schedule gives the same numbers): every step costs
+`step_cost_growth_s_per_min x age_s / 60` more, and `kv_leak_blocks_per_min x age_s / 60` KV blocks
+(rounded down) are taken out of the free pool for good, as free blocks allow, at most half the cache so
+every request that fits still runs. Leaked blocks count in `kv_usage`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class EngineLimits:
     step_base_s: float = 0.024
     prefill_cost_s: float = 0.0002
     decode_cost_s: float = 0.00025
+    step_cost_growth_s_per_min: float = 0.0
+    kv_leak_blocks_per_min: float = 0.0
 
 
 @dataclass(slots=True, eq=False)
@@ -80,6 +88,8 @@ class Engine:
         self.running: list[Sequence] = []
         self.free_blocks = limits.num_blocks
         self.preemptions_total = 0
+        #: KV blocks lost to the injected leak (never returned)
+        self.leaked_blocks = 0
 
     # ----------------------------------------------------------------- queries
     @property
@@ -112,9 +122,12 @@ class Engine:
             self._free(seq)
         seq.state = "aborted"
 
-    def step(self) -> StepResult:
-        """Schedule and run one iteration; see the module docstring."""
+    def step(self, age_s: float = 0.0) -> StepResult:
+        """Schedule and run one iteration at engine age `age_s` (seconds since start; only the
+        injected leak uses it); see the module docstring."""
         lim = self.limits
+        if lim.kv_leak_blocks_per_min > 0:
+            self._leak(age_s)
         budget = lim.max_num_batched_tokens
         scheduled: list[tuple[Sequence, int]] = []
         result = StepResult(cost_s=0.0)
@@ -160,12 +173,20 @@ class Engine:
         result.batch = len(scheduled)
         if scheduled:
             result.cost_s = (lim.step_base_s + lim.prefill_cost_s * result.prefill_tokens
-                             + lim.decode_cost_s * result.batch)
+                             + lim.decode_cost_s * result.batch
+                             + lim.step_cost_growth_s_per_min * max(0.0, age_s) / 60.0)
         return result
 
     # ----------------------------------------------------------------- internals
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.limits.block_size)
+
+    def _leak(self, age_s: float) -> None:
+        due = min(int(self.limits.kv_leak_blocks_per_min * max(0.0, age_s) / 60.0), self.limits.num_blocks // 2)
+        take = min(due - self.leaked_blocks, self.free_blocks)
+        if take > 0:
+            self.leaked_blocks += take
+            self.free_blocks -= take
 
     def _free(self, seq: Sequence) -> None:
         self.free_blocks += seq.blocks

@@ -14,7 +14,7 @@ event was written to the socket), `finished_at`, `input_tokens`, `output_tokens`
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO
 
@@ -42,9 +42,12 @@ class GroundTruthRow:
     planned_times: list[float] = field(default_factory=list)
 
     def to_json(self) -> str:
-        row = asdict(self)
+        row = {name: getattr(self, name) for name in _FIELDS}  # not asdict(): it deep-copies the lists
         row["queue_s"] = None if self.admitted_at is None else self.admitted_at - self.received_at
         return json.dumps(row, separators=(",", ":"))
+
+
+_FIELDS = tuple(f.name for f in fields(GroundTruthRow))
 
 
 class GroundTruthWriter:

@@ -3,7 +3,8 @@
 Timing is what the sim must not distort. Before sleeping out a step, the loop renders every event the
 step will write; at the planned step end (an asyncio sleep to 1 ms before it, then a short spin) it only
 writes pre-rendered bytes, one `transport.write` per event, and stamps each token just after its write.
-The next step is planned from the previous planned end, so write time does not accumulate as drift.
+The next step is planned from the previous planned end, so time spent writing, logging and counting
+does not accumulate as drift (the engine keeps its modelled pace; late writes catch up).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = ["EngineLoop", "Job"]
 
 #: how long before a step end the loop stops sleeping and spins (CPU traded for punctual writes)
 SPIN_S = 0.002
+#: a loop this late behind its planned step end (a pause, a swap storm) restarts its schedule from now
+REANCHOR_S = 0.25
 _OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
         "1.06 GiB is free.")
 
@@ -199,6 +202,8 @@ class EngineLoop:
         self.jobs: dict[int, Job] = {}
         self._on_step = on_step
         self._wake = asyncio.Event()
+        #: the engine's start: its age at each step drives the injected slow leak (sim settings)
+        self.started_at = now()
 
     def submit(self, job: Job) -> None:
         self.engine.add(job.seq)
@@ -216,8 +221,9 @@ class EngineLoop:
                 await self._wake.wait()
                 planned = None
             t = now()
-            start = planned if planned is not None and t - planned < 0.002 else t
-            result = engine.step()
+            # keep the engine's own schedule (late writes catch up) unless the loop was stopped for long
+            start = planned if planned is not None and t - planned < REANCHOR_S else t
+            result = engine.step(start - self.started_at)
             end = start + result.cost_s
             for seq in result.admitted:
                 job = self.jobs.get(seq.seq_id)

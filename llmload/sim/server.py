@@ -56,7 +56,8 @@ class SimServer:
         self.engine = Engine(EngineLimits(
             max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens, num_blocks=s.num_blocks,
             block_size=s.block_size, step_base_s=s.step_base_s, prefill_cost_s=s.prefill_cost_s,
-            decode_cost_s=s.decode_cost_s))
+            decode_cost_s=s.decode_cost_s, step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
+            kv_leak_blocks_per_min=s.kv_leak_blocks_per_min))
         self.loop = EngineLoop(self.engine, self._on_step)
         self.started_at = now()
         self.ready_at = self.started_at + (s.load_time_s if flavor == "llamacpp" else 0.0)

@@ -22,6 +22,8 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `keep_alive_s` | 5m | Ollama: unload the model after this long idle (a request's `keep_alive` overrides) |
 | `eos_probability` | 0.0 | chance per generated token of a seeded EOS (finish_reason stop) unless `ignore_eos` |
 | `default_max_tokens` | 256 | output length when the request gives no max_tokens / num_predict / n_predict |
+| `step_cost_growth_s_per_min` | 0 | injected slow leak (soak tests): each engine step costs this much more per minute since start |
+| `kv_leak_blocks_per_min` | 0 | injected memory leak: this many KV blocks per minute since start are lost for good (at most half the cache); they show in KV usage |
 
 `faults:` (each a probability per request, drawn from the request's seeded generator, unless a time):
 `disconnect` (connection dropped mid-stream), `stall` (the stream pauses `stall_s`, default 2s, mid-stream),
@@ -87,6 +89,8 @@ class SimSettings(_Model):
     keep_alive_s: Seconds = 300.0
     eos_probability: Probability = 0.0
     default_max_tokens: int = Field(default=256, ge=1)
+    step_cost_growth_s_per_min: Seconds = Field(default=0.0, ge=0)
+    kv_leak_blocks_per_min: float = Field(default=0.0, ge=0)
     faults: Faults = Field(default_factory=Faults)
 
     @property
