@@ -115,3 +115,24 @@ def test_llmload_run_exit_codes_for_bad_config_and_unreachable_target(tmp_path, 
     assert main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "r")]) == 3
     err = capsys.readouterr().err
     assert "unreachable" in err and len(err.strip().splitlines()) == 1
+
+
+def test_boundary_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
+    # 4 sequences of ~0.3 s: the sim holds ~13 req/s; 3 req/s passes, 30 req/s fails on TTFT
+    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 4, "step_base_s": "20ms", "decode_cost_s": "1ms"})
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 3, "duration": "3s"},
+                                                        {"rate": 30, "duration": "3s"}],
+                                              "refine": {"resolution": 20, "max_steps": 1}}},
+                         client={"max_concurrency": 64}, slo={"ttft_p95": "300ms", "min_samples": 5})
+    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 12}
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir)
+    assert (run_dir / "summary.json").exists(), done.stderr[-2000:]
+    data = plan(run_dir)
+    assert [s["phase"] for s in data["steps"]] == ["ladder", "ladder", "refine"]
+    refine = data["steps"][2]
+    assert refine["status"] == "run" and 3 < refine["target_rate"] < 30
+    assert data["boundary"]["stopped"] in ("resolution", "max_steps")
+    assert [s["live_verdict"] for s in data["steps"][:2]] == ["pass", "fail"]
+    assert len(records(run_dir)[lambda d: d["step"] == refine["label"]]) > 0
