@@ -72,8 +72,10 @@ class VllmMetrics:
         self.kv_usage.set(kv_usage)
         if step.preempted:
             self.preemptions.inc(len(step.preempted))
-        if step.prefill_tokens:
-            self.prompt_tokens.inc(step.prefill_tokens)
+        # as vLLM's IterationStats: a request's whole prompt counts once, when its first token comes out
+        prompt = sum(seq.prompt_tokens for seq in step.emitted if seq.generated == 1)
+        if prompt:
+            self.prompt_tokens.inc(prompt)
         if step.emitted:
             self.generation_tokens.inc(len(step.emitted))
 

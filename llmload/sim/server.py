@@ -77,8 +77,11 @@ class SimServer:
         if self.flavor == "llamacpp" and now() < self.ready_at:
             conn.send(503, _LOADING, headers=echo)
             return
-        if kind is not None and req.method == "POST":
-            await self._generate(req, conn, kind, rid, echo)
+        if kind is not None:
+            if req.method == "POST":
+                await self._generate(req, conn, kind, rid, echo)
+            else:
+                conn.send(405, _not_found(self.flavor, 405), headers=echo)
             return
         status, body, ctype = self._info(req)
         conn.send(status, body, content_type=ctype, headers=echo)
@@ -108,8 +111,8 @@ class SimServer:
                 return self._json_call(req, lambda b: {"tokens": token_ids(str(b.get("content", "")))})
         page = pages.get(path)
         if page is None:
-            return 404, error_body(flavor, "ollama" if flavor == "ollama" else "", f"Not Found: {path}", 404), \
-                json_type
+            body = _not_found(flavor, 404)
+            return 404, body, "text/plain; charset=utf-8" if isinstance(body, bytes) else json_type
         body = page()
         if path == "/metrics":
             return 200, body, CONTENT_TYPE
@@ -270,6 +273,17 @@ class SimServer:
         if metrics is not None:
             metrics.on_step(step, running=len(self.engine.running), waiting=len(self.engine.waiting),
                             kv_usage=self.engine.kv_usage)
+
+
+def _not_found(flavor: str, status: int) -> object:
+    """Unknown route (404) or wrong method (405), as FastAPI (vLLM), Gin (Ollama), llama.cpp answer."""
+    text = "Not Found" if status == 404 else "Method Not Allowed"
+    if flavor == "vllm":
+        return {"detail": text}
+    if flavor == "ollama":
+        return b"404 page not found" if status == 404 else b"405 method not allowed"
+    return {"error": {"code": status, "message": "File Not Found" if status == 404 else text,
+                      "type": "not_found_error" if status == 404 else "invalid_request_error"}}
 
 
 def _banner(flavor: str, host: str, port: int) -> str:

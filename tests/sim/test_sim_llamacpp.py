@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from support import REPO, stop_process
 from sim_client import FAST, content_of, metrics, post, sse
+from support import REPO, stop_process
 
 from llmload.tokens import count_tokens
 

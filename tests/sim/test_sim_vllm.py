@@ -81,6 +81,8 @@ def test_info_endpoints_and_tokenize(vllm):
     assert tok["count"] == 6 == len(tok["tokens"]) and tok["max_model_len"] == 8192
     too_long = post(vllm.url + "/v1/completions", {"model": "m", "prompt": "a " * 9000, "max_tokens": 1})
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == 400
+    assert requests.get(vllm.url + "/nope", timeout=5).json() == {"detail": "Not Found"}
+    assert requests.get(vllm.url + "/v1/completions", timeout=5).status_code == 405
     bad = requests.post(vllm.url + "/v1/completions", data=b"{nope", timeout=5)
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "BadRequestError"
 
@@ -137,6 +139,8 @@ def test_queueing_kv_exhaustion_and_preemption_show_in_metrics(sim_factory):
     m = metrics(sim.url)
     assert seen["waiting"] >= 1 and seen["running"] <= 3 and seen["kv"] > 0.9
     assert m["vllm:num_preemptions_total"] >= 1
+    assert m["vllm:prompt_tokens_total"] == 6 * 20  # once per request, recomputation not counted again
+    assert m["vllm:generation_tokens_total"] == 6 * 30
     assert m["vllm:request_queue_time_seconds_count"] == 6 and m["vllm:request_queue_time_seconds_sum"] > 0
     assert m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0
     rows = sim.ground_truth_rows()
