@@ -167,9 +167,10 @@ class Engine:
                 result.emitted.append(seq)
                 if seq.generated >= seq.output_tokens:
                     seq.state = "finished"
-                    self.running.remove(seq)
                     self._free(seq)
                     result.finished.append(seq)
+        if result.finished:  # one pass, not a list.remove per finished sequence
+            self.running = [seq for seq in self.running if seq.state == "running"]
         result.batch = len(scheduled)
         if scheduled:
             result.cost_s = (lim.step_base_s + lim.prefill_cost_s * result.prefill_tokens

@@ -1,4 +1,5 @@
-"""The ground-truth log: one JSON line per request, written and flushed the moment the request ends.
+"""The ground-truth log: one JSON line per generation request (not /metrics, /health or info pages),
+written and flushed the moment the request ends.
 
 Rows are written just before the request's last write, so a client that has seen the end of its answer
 finds the row on disk. Keys: `request_id` (the `X-Request-Id` header, else one the sim made up), `flavor`, `endpoint`,
