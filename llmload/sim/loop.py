@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import traceback
 from collections.abc import Callable
 
@@ -86,16 +87,17 @@ class Job:
 
     def _write(self, k: int, events: list[bytes], engine: Engine, completions: list[Job] | None) -> None:
         ex, row, conn = self.ex, self.row, self.conn
+        if k == self.draws.disconnect_at:  # streaming or not, the connection drops here
+            self.end(engine, "disconnect")
+            conn.abort()
+            return
+        if k == self.draws.malformed_at:  # a broken event, or (not streaming) a body cut short
+            row.outcome = "malformed"
         if ex.stream:
             if self.defer_headers:
                 self.send_headers()
             if k == self.draws.malformed_at:
                 conn.write_event(self.renderer.malformed(ex))
-                row.outcome = "malformed"
-            if k == self.draws.disconnect_at:
-                self.end(engine, "disconnect")
-                conn.abort()
-                return
             for chunk in events:
                 conn.write_framed(chunk)
         t = now()
@@ -111,7 +113,7 @@ class Job:
                 self.complete(engine)
             else:
                 completions.append(self)
-        elif ex.stream and k == self.draws.stall_at:
+        elif k == self.draws.stall_at:  # not streaming: the body comes stall_s later
             self.stalled = True
             row.outcome = "stall"
             asyncio.get_running_loop().call_later(self.stall_s, self._resume, engine)
@@ -145,7 +147,11 @@ class Job:
             self.row.first_token_at = t
             self.row.token_times.append(t)
             self.end(engine, self.row.outcome)
-            conn.send(200, body, headers=self.headers)
+            if self.row.outcome == "malformed":
+                data = json.dumps(body).encode()
+                conn.send(200, data[: len(data) // 2], headers=self.headers)
+            else:
+                conn.send(200, body, headers=self.headers)
 
     def fail_oom(self, engine: Engine) -> None:
         """The engine ran out of memory on this request: an error event in the stream, or a 500."""

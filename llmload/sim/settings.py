@@ -27,7 +27,8 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 
 `faults:` (each a probability per request, drawn from the request's seeded generator, unless a time):
 `disconnect` (connection dropped mid-stream), `stall` (the stream pauses `stall_s`, default 2s, mid-stream),
-`malformed` (one broken chunk mid-stream), `http_429`, `http_503`, `http_500` (an error answer instead of a
+`malformed` (one broken chunk mid-stream) - without streaming these drop the connection before the body,
+delay the body, or cut the body short - `http_429`, `http_503`, `http_500` (an error answer instead of a
 stream), `oom` (a `CUDA out of memory` error), `slow_headers_s` (a time: every response's headers wait this
 long), `exit_after_s` (a time: the process exits this long after it started listening).
 """

@@ -132,3 +132,17 @@ def test_ground_truth_has_one_complete_row_per_request(sim_factory):
         assert len(r["token_times"]) == r["output_tokens"]
         if r["outcome"] == "rejected":
             assert r["admitted_at"] is None and r["queue_s"] is None and r["http_status"] == 429
+
+
+def test_faults_apply_to_non_streaming_requests(sim_factory):
+    body = {**CHAT, "stream": False}
+    cut = sim_factory(flavor="vllm", config={**FAST, "faults": {"disconnect": 1.0}})
+    with pytest.raises(requests.ConnectionError):
+        post(cut.url + "/v1/chat/completions", body)
+    broken = sim_factory(flavor="llamacpp", config={**FAST, "faults": {"malformed": 1.0}})
+    resp = post(broken.url + "/v1/chat/completions", body)
+    assert resp.status_code == 200
+    with pytest.raises(ValueError):
+        resp.json()
+    assert cut.ground_truth_rows()[0]["outcome"] == "disconnect"
+    assert broken.ground_truth_rows()[0]["outcome"] == "malformed"
