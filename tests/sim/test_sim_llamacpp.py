@@ -66,6 +66,9 @@ def test_native_completion_and_info(llama):
     full = post(llama.url + "/completion", {"prompt": "Hello world", "n_predict": 3}).json()
     assert full["stop"] is True and count_tokens(full["content"]) == 3 and full["tokens_evaluated"] == 2
     assert post(llama.url + "/tokenize", {"content": "Hello world!"}).json()["tokens"].__len__() == 3
+    assert requests.get(llama.url + "/v1/models", timeout=5).json()["data"][0]["id"] == "sim-model"
+    done = post(llama.url + "/v1/completions", {"prompt": "Hello", "max_tokens": 2}).json()
+    assert done["usage"]["completion_tokens"] == 2 and done["object"] == "text_completion"
     props = requests.get(llama.url + "/props", timeout=5).json()
     assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 64
     bad = requests.post(llama.url + "/completion", data=b"{nope", timeout=5)

@@ -68,6 +68,7 @@ def test_info_endpoints(ollama):
     show = post(ollama.url + "/api/show", {"model": "sim-model"}).json()
     assert "num_ctx" in show["parameters"] and show["details"]["quantization_level"]
     assert requests.get(ollama.url + "/", timeout=5).text == "Ollama is running"
+    assert requests.get(ollama.url + "/v1/models", timeout=5).json()["data"][0]["id"] == "sim-model"
     assert requests.get(ollama.url + "/nope", timeout=5).status_code == 404
 
 
