@@ -113,7 +113,7 @@ class Job:
                 self.complete(engine)
             else:
                 completions.append(self)
-        elif k == self.draws.stall_at:  # not streaming: the body comes stall_s later
+        elif k == self.draws.stall_at:  # the rest (or, not streaming, the body) comes stall_s later
             self.stalled = True
             row.outcome = "stall"
             asyncio.get_running_loop().call_later(self.stall_s, self._resume, engine)
