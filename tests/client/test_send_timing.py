@@ -41,7 +41,7 @@ def test_times_match_ground_truth(sim_factory, flavor: str, api: str) -> None:
     # warm the two connections first: a new connection's accept costs the sim a few ms before it stamps
     # `received_at`, which is the sim's cost, not the client's error (the runtime keeps connections alive)
     send_batch(target, fixed_requests(4, 1), 2, concurrency=2, prefix="warm", transport=transport)
-    records = send_batch(target, fixed_requests(24, 20), 6, concurrency=2, transport=transport)
+    records = send_batch(target, fixed_requests(24, 20), 10, concurrency=2, transport=transport)
     transport.close()
     truth = {row["request_id"]: row for row in sim.ground_truth_rows()}
 
