@@ -9,8 +9,9 @@ request waits for a connection inside the client. Timeouts:
   (waiting for the headers included) — a stalled stream ends as `timeout`;
 - `total_timeout_s`: the whole request, enforced by the streaming core with `gevent.Timeout`.
 Sockets get TCP_NODELAY; the moment a socket is handed out is kept per greenlet (`socket_ready_at`),
-because `HTTPClient.request` connects and writes in one call. A connect failure is raised as `ConnectFailed` so the core can tell it from a
-read failure (`connect_error` vs `disconnect` / `timeout`).
+because `HTTPClient.request` connects and writes in one call. A connect failure (TLS handshake
+included) is raised as `ConnectFailed` so the core can tell it from a read failure (`connect_error` vs
+`disconnect` / `timeout`). A request waiting for a free pooled connection waits before its `sent_at`.
 """
 
 from __future__ import annotations
