@@ -15,7 +15,7 @@ lengths, prefix choice and text, in any process, and no two requests share text 
   templates differ by a few tokens, recorded as the planned vs served difference).
 - Dataset: when `requests.dataset` is set, each request takes entry `rng.randrange(len)`; its input
   length is the entry's (estimated with the sim's rule), its output length the entry's `output_tokens`
-  or the drawn one.
+  or the drawn one; shared prefixes do not apply (the dataset's own text is sent as it is).
 """
 
 from __future__ import annotations
@@ -85,7 +85,9 @@ class RequestMix:
                                    planned_output_tokens=n_out, prefix_id=None)
 
         n_in = input_tokens or drawn_in
-        content_tokens = max(1, n_in - CHAT_TOKENS_PER_MESSAGE) if self.chat else n_in
+        if self.chat:  # a chat message cannot be shorter than its template plus one token
+            n_in = max(n_in, CHAT_TOKENS_PER_MESSAGE + 1)
+        content_tokens = n_in - CHAT_TOKENS_PER_MESSAGE if self.chat else n_in
         parts = []
         if prefix_id is not None:
             prefix_tokens = min(shared.tokens, content_tokens - 1)

@@ -32,11 +32,11 @@ def prompt_tokens(b: dict) -> int:
 
 @pytest.mark.parametrize("api", ["openai-chat", "openai-completions", "ollama-chat", "ollama-generate"])
 def test_planned_input_is_what_the_sim_counts(api: str) -> None:
-    reqs = Requests(input_tokens={"dist": "uniform", "min": 5, "max": 900},
+    reqs = Requests(input_tokens={"dist": "uniform", "min": 1, "max": 900},
                     output_tokens={"dist": "fixed", "value": 7})
     mix = RequestMix(reqs, target(api))
     for i in range(30):
-        p = mix.build(f"r{i}", i, seed=1)
+        p = mix.build(f"r{i}", i, seed=1, input_tokens=2 if i == 0 else None)
         assert prompt_tokens(body(p)) == p.planned_input_tokens
         assert p.planned_output_tokens == 7 and p.headers["X-Request-Id"] == f"r{i}"
 
