@@ -1,0 +1,63 @@
+"""Soak on the sim (issue 10): a slow injected leak is flagged as drift, a steady service is not.
+
+Each run is the real `llmload run` with a soak of six 4-s slices run back to back (no drain pause
+between slices: `StepSpec.drain` False for all but the last), against its own sim started for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from capacity_helpers import read_json, run_config, sim_target
+
+pytestmark = pytest.mark.slow
+
+SLICES, SLICE_S = 6, 4.0
+
+
+def soak_config(url: str) -> dict:
+    return {"target": sim_target([url]),
+            "requests": {"input_tokens": {"dist": "fixed", "value": 16},
+                         "output_tokens": {"dist": "fixed", "value": 8}},
+            "shape": {"soak": {"rate": 8, "duration": f"{SLICES * SLICE_S:g}s", "slice": f"{SLICE_S:g}s",
+                               "arrival": "poisson", "drain_timeout": "10s"}},
+            # trend_alpha 0.01: six strictly rising slices give p ~ 0.004; a steady run is seldom that ordered
+            "slo": {"min_samples": 5, "trend_alpha": 0.01, "ttft_p95": "2s"},
+            "telemetry": {"gpu": "off"}, "conditions": {"owner": "capacity team", "gpus": 1}}
+
+
+def check_slices_back_to_back(run_dir):
+    steps = read_json(run_dir, "plan.json")["steps"]
+    assert [s["label"] for s in steps] == [f"soak-{i:03d}" for i in range(SLICES)]
+    assert all(s["status"] == "run" and s["phase"] == "soak" for s in steps)
+    for before, after in zip(steps, steps[1:], strict=False):
+        # the next slice starts when this one's arrivals end: no drain pause (and no cancellation)
+        assert after["start_at"] - before["window_end"] == pytest.approx(0.0, abs=0.05)
+        assert not before["cancelled"]
+
+
+def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(sim_factory, tmp_path):
+    # each engine step costs 60 ms more per minute (24 s: 10 ms -> ~34 ms); KV blocks leak (1000 per
+    # minute of 4096: ~0.1 of the cache by the end), the way a fragmenting allocator would
+    sim = sim_factory(flavor="vllm", config={"step_base_s": "10ms", "step_cost_growth_s_per_min": "60ms",
+                                             "kv_leak_blocks_per_min": 1000})
+    run_dir, code, out = run_config(tmp_path, "leak", soak_config(sim.url))
+    assert (run_dir / "summary.json").exists(), out
+    check_slices_back_to_back(run_dir)
+    soak = read_json(run_dir, "summary.json")["soak"]
+    assert soak["slices"] == SLICES
+    assert {"ttft_p95_s", "e2e_p95_s"} <= set(soak["drifting"]), soak["trends"]
+    assert soak["memory_growth"] is True and "kv_usage_peak" in soak["drifting"]
+    trends = {t["metric"]: t for t in soak["trends"]}
+    assert trends["e2e_p95_s"]["slope_per_slice"] > 0
+    report = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert 'id="slices-table"' in report and "Drifting series: " in report and "Memory growth: yes" in report
+
+
+def test_a_steady_soak_is_not_flagged(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm", config={"step_base_s": "10ms"})
+    run_dir, code, out = run_config(tmp_path, "steady", soak_config(sim.url))
+    assert code == 0, out
+    check_slices_back_to_back(run_dir)
+    soak = read_json(run_dir, "summary.json")["soak"]
+    assert soak["slices"] == SLICES
+    assert soak["drifting"] == [] and soak["memory_growth"] is False and soak["error_bursts"] == []
