@@ -67,6 +67,7 @@ class SimServer:
         self.residency = ModelResidency(load_time_s=s.load_time_s, keep_alive_s=s.keep_alive_s,
                                         max_queue=s.max_queue) if flavor == "ollama" else None
         self.arrivals = 0
+        self.listening_at = self.started_at  # reset when the socket is bound; fault windows count from it
         self.in_flight = 0
 
     # ------------------------------------------------------------ routing
@@ -190,7 +191,7 @@ class SimServer:
             reject(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)", "http_error")
             return
         max_tokens = max(1, min(max_tokens, capacity - n_prompt))
-        draws = draw_request(self.seed, index, s.faults, max_tokens=max_tokens,
+        draws = draw_request(self.seed, index, s.faults.at(now() - self.listening_at), max_tokens=max_tokens,
                              eos_probability=s.eos_probability, ignore_eos=ignore_eos)
         if s.faults.slow_headers_s > 0:
             await asyncio.sleep(s.faults.slow_headers_s)
@@ -304,6 +305,7 @@ async def _main(server: SimServer, host: str, port: int) -> None:
         http = await start_http_server(server.handle, host, port)
     except OSError as exc:
         raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    server.listening_at = now()
     real_port = http.sockets[0].getsockname()[1]
     print(_banner(server.flavor, host, real_port), flush=True)
     engine_task = loop.create_task(server.loop.run())

@@ -30,21 +30,31 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 `malformed` (one broken chunk mid-stream) - without streaming these drop the connection before the body,
 delay the body, or cut the body short - `http_429`, `http_503`, `http_500` (an error answer instead of a
 stream), `oom` (a `CUDA out of memory` error), `slow_headers_s` (a time: every response's headers wait this
-long), `exit_after_s` (a time: the process exits this long after it started listening).
+long), `exit_after_s` (a time: the process exits this long after it started listening), and `windows:`, a
+list of `{fault, start_s, end_s}`: between those times after the start every request gets that fault
+(`{fault: http_503, start_s: 30s, end_s: 40s}` is a 10-second outage).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 
 from llmload.config import _line_index, _raise_first, _read_yaml  # the project's file:line machinery
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
 
-__all__ = ["FLAVORS", "Faults", "SimSettings", "load_sim_settings"]
+__all__ = ["FAULT_NAMES", "FLAVORS", "FaultWindow", "Faults", "SimSettings", "load_sim_settings"]
 
 FLAVORS = ("vllm", "ollama", "llamacpp")
 
@@ -54,6 +64,23 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+FAULT_NAMES = ("disconnect", "stall", "malformed", "http_429", "http_503", "http_500", "oom")
+
+
+class FaultWindow(_Model):
+    """A time window (seconds after the server started listening) in which every request gets `fault`."""
+
+    fault: Literal["disconnect", "stall", "malformed", "http_429", "http_503", "http_500", "oom"]
+    start_s: Seconds
+    end_s: Seconds
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FaultWindow:
+        if self.end_s <= self.start_s:
+            raise ValueError("end_s must be after start_s")
+        return self
 
 
 class Faults(_Model):
@@ -69,6 +96,12 @@ class Faults(_Model):
     oom: Probability = 0.0
     slow_headers_s: Seconds = 0.0
     exit_after_s: Seconds | None = None
+    windows: list[FaultWindow] = Field(default_factory=list)
+
+    def at(self, elapsed_s: float) -> Faults:
+        """These faults with every window open at `elapsed_s` raised to probability 1."""
+        hits = {w.fault: 1.0 for w in self.windows if w.start_s <= elapsed_s < w.end_s}
+        return self.model_copy(update=hits) if hits else self
 
 
 class SimSettings(_Model):

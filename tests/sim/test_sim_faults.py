@@ -146,3 +146,13 @@ def test_faults_apply_to_non_streaming_requests(sim_factory):
         resp.json()
     assert cut.ground_truth_rows()[0]["outcome"] == "disconnect"
     assert broken.ground_truth_rows()[0]["outcome"] == "malformed"
+
+
+def test_fault_window_applies_between_its_times(sim_factory):
+    from llmload.sim.settings import Faults
+
+    faults = Faults.model_validate({"windows": [{"fault": "http_503", "start_s": "1s", "end_s": "2s"}]})
+    assert faults.at(0.5).http_503 == 0 and faults.at(1.5).http_503 == 1 and faults.at(2.0).http_503 == 0
+    sim = sim_factory(flavor="vllm", config={**FAST, "faults": {"windows": [
+        {"fault": "http_429", "start_s": 0, "end_s": "60s"}]}})
+    assert post(sim.url + "/v1/chat/completions", CHAT).status_code == 429

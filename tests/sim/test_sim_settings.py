@@ -23,6 +23,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
     ("faults:\n  oom: 2\n", "{f}:2 faults.oom: input should be less than or equal to 1"),
     ("max_num_seq: 4\n", "{f}:1 max_num_seq: unknown key"),
     ("- 1\n", "{f}:1: expected a mapping of sim settings"),
+    ("faults:\n  windows:\n    - {fault: http_503, start_s: 5s, end_s: 1s}\n",
+     "{f}:3 faults.windows[0]: end_s must be after start_s"),
+    ("faults:\n  windows:\n    - {fault: boom, start_s: 0, end_s: 1s}\n",
+     "{f}:3 faults.windows[0].fault: input should be 'disconnect', 'stall', 'malformed', 'http_429', "
+     "'http_503', 'http_500' or 'oom', got \"boom\""),
 ])
 def test_bad_sim_yaml_names_file_line_and_key(tmp_path, text, message):
     path = tmp_path / "sim.yaml"
