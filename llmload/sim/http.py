@@ -52,6 +52,7 @@ class Connection(asyncio.Protocol):
         self.on_close: list[Callable[[], None]] = []
         self._keep_alive = True
         self._continued = False
+        self._head_only = False
 
     # ------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -105,6 +106,7 @@ class Connection(asyncio.Protocol):
             if request is None or self.closed:
                 return
             self._keep_alive = request.headers.get("connection", "").lower() != "close"
+            self._head_only = request.method == "HEAD"
             try:
                 await self._handler(request, self)
             except Exception as exc:  # a bug must not kill the server: answer 500 and log it
@@ -139,7 +141,8 @@ class Connection(asyncio.Protocol):
             data = body.encode()
         else:
             data = json.dumps(body, separators=(",", ":")).encode()
-        self.transport.write(self._head(status, content_type, headers, len(data)) + data)
+        head = self._head(status, content_type, headers, len(data))
+        self.transport.write(head if self._head_only else head + data)
 
     def start_stream(self, status: int, content_type: str, headers: dict[str, str] | None = None) -> None:
         """Headers of a chunked response."""

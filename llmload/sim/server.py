@@ -89,6 +89,8 @@ class SimServer:
 
     def _info(self, req: Request) -> tuple[int, object, str]:
         json_type, flavor, path, info = "application/json", self.flavor, req.path, self.info
+        if req.method not in ("GET", "HEAD", "POST"):
+            return 405, _not_found(flavor, 405), json_type
         if flavor == "vllm":
             pages = {"/health": lambda: b"", "/version": lambda: {"version": VLLM_VERSION},
                      "/v1/models": info.vllm_models, "/metrics": lambda: self.vllm_metrics.render()}
