@@ -16,6 +16,15 @@ import pandas as pd
 import yaml
 from support import REPO
 
+#: one sequence at a time, ~30 ms per step: a request of 8 output tokens takes ~0.25 s, so one
+#: instance serves ~4 req/s; constant arrivals make the outcome deterministic: at 1.5 req/s nothing
+#: queues anywhere; at 6 req/s one instance falls behind (queue grows, E2E p95 over 1.5 s) while two
+#: instances, 3 req/s each by round robin, still never queue
+SIM = {"max_num_seqs": 1, "step_base_s": "30ms"}
+RATES = (1.5, 6.0)
+E2E_SLO_S = 1.5
+COST_PER_HOUR = {1: 2.5, 2: 5.0}
+
 
 def sim_target(urls: list[str], **extra) -> dict:
     """A `target:` section for sims at `urls` (one: `url`, several: `urls`)."""
@@ -60,3 +69,50 @@ def good_mask(records: pd.DataFrame, *, ttft_s: float | None = None, e2e_s: floa
     if e2e_s is not None:
         good &= (records["last_token_at"] - records["sent_at"]) <= e2e_s
     return good
+
+
+def ladder_config(urls: list[str], **target) -> dict:
+    gpus = len(urls)
+    return {"target": sim_target(urls, **target),
+            "requests": {"input_tokens": {"dist": "fixed", "value": 16},
+                         "output_tokens": {"dist": "fixed", "value": 8}},
+            "shape": {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "15s",
+                                 "steps": [{"rate": r, "duration": "6s"} for r in RATES]}},
+            "slo": {"min_samples": 5, "e2e_p95": f"{E2E_SLO_S}s"},
+            "telemetry": {"gpu": "off"},
+            "conditions": {"gpus": gpus, "instances": gpus, "cost_per_hour": COST_PER_HOUR[gpus],
+                           "owner": "capacity team"}}
+
+
+def html_table(page: str, table_id: str) -> list[dict[str, str]]:
+    """The rows of `<table id=table_id>` in a report page as {header: cell text}."""
+    from html.parser import HTMLParser
+
+    class Reader(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inside, self.cell, self.headers, self.rows = False, None, [], []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table" and dict(attrs).get("id") == table_id:
+                self.inside = True
+            elif self.inside and tag == "tr":
+                self.rows.append([])
+            elif self.inside and tag in ("td", "th"):
+                self.cell = ""
+
+        def handle_endtag(self, tag):
+            if tag == "table":
+                self.inside = False
+            elif self.inside and tag in ("td", "th") and self.cell is not None:
+                self.rows[-1].append(self.cell)
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+
+    reader = Reader()
+    reader.feed(page)
+    headers, *rows = reader.rows
+    return [dict(zip(headers, row, strict=True)) for row in rows]
