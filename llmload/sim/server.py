@@ -44,6 +44,14 @@ _GENERATE = {
 _LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
 
 
+class _Refusal(Exception):
+    """A request the server answers with an error before it reaches the engine."""
+
+    def __init__(self, status: int, message: str, *, input_tokens: int = 0, body: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.input_tokens, self.body = status, message, input_tokens, body
+
+
 class SimServer:
     """One simulated server: engine, loop, metrics, residency and the request handler."""
 
@@ -139,60 +147,21 @@ class SimServer:
         index = self.arrivals
         self.arrivals += 1
 
-        def reject(status: int, message: str, outcome: str, err_type: str | None = None) -> None:
+        def reject(status: int, message: str, outcome: str, body: dict | None = None) -> None:
             row.http_status, row.outcome, row.finished_at = status, outcome, now()
             self.gt.write(row)  # before the answer: the row is on disk when the client sees the end
-            conn.send(status, error_body(flavor, kind, message, status, err_type), headers=echo)
+            conn.send(status, body or error_body(flavor, kind, message, status), headers=echo)
 
         try:
-            body = req.json()
-            if not isinstance(body, dict):
-                raise ValueError("expected a JSON object")
-        except ValueError as exc:
-            status = 500 if flavor == "llamacpp" else 400
-            reject(status, f"invalid JSON body: {exc}", "http_error")
+            body, n_prompt, max_tokens = self._parse(req, kind)
+        except _Refusal as refusal:
+            row.input_tokens = refusal.input_tokens
+            reject(refusal.status, refusal.message, "http_error", refusal.body)
             return
-        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
-        messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
-        if messages is not None and not isinstance(messages, list):
-            reject(400, "messages must be a list", "http_error")
-            return
-        n_prompt = chat_prompt_tokens(messages) if messages is not None else prompt_tokens(
-            body.get("prompt", ""))
         row.input_tokens = n_prompt
-        requested = (opts.get("num_predict") if kind.startswith("ollama") else
-                     body.get("n_predict") if kind == "llamacpp_completion" else
-                     body.get("max_completion_tokens") or body.get("max_tokens"))
-        if requested is None and kind == "llamacpp_completion":
-            requested = body.get("max_tokens")
-        max_tokens = requested if isinstance(requested, int) and requested > 0 else s.default_max_tokens
+        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         ignore_eos = bool(body.get("ignore_eos") or opts.get("ignore_eos"))
-        # context limits, as each server applies them
-        if flavor == "vllm":
-            if n_prompt >= s.max_model_len:
-                reject(400, f"This model's maximum context length is {s.max_model_len} tokens. However, your "
-                       f"request has {n_prompt} input tokens. Please reduce the length of the input messages.",
-                       "http_error")
-                return
-            max_tokens = min(max_tokens, s.max_model_len - n_prompt)
-        elif flavor == "llamacpp":
-            n_ctx = self.info.slot_ctx
-            if n_prompt >= n_ctx:
-                row.http_status, row.outcome, row.finished_at = 400, "http_error", now()
-                self.gt.write(row)
-                conn.send(400, {"error": {"code": 400, "message": "the request exceeds the available context "
-                                          "size, try increasing it", "type": "exceed_context_size_error",
-                                          "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}}, headers=echo)
-                return
-            max_tokens = min(max_tokens, n_ctx - n_prompt)
-        else:
-            n_prompt = row.input_tokens = min(n_prompt, s.ctx_size - 1)
-            max_tokens = min(max_tokens, s.ctx_size - n_prompt)
-        capacity = self.engine.limits.num_blocks * self.engine.limits.block_size
-        if n_prompt + 1 > capacity:
-            reject(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)", "http_error")
-            return
-        max_tokens = max(1, min(max_tokens, capacity - n_prompt))
+        messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         draws = draw_request(self.seed, index, s.faults.at(now() - self.listening_at), max_tokens=max_tokens,
                              eos_probability=s.eos_probability, ignore_eos=ignore_eos)
         if s.faults.slow_headers_s > 0:
@@ -220,8 +189,8 @@ class SimServer:
         stream = bool(body.get("stream", kind.startswith("ollama")))
         stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(stream_opts.get("include_usage"))
-        ex = Exchange(flavor=flavor, kind=kind, model=self.model if flavor != "ollama" else body.get(
-                          "model") or self.model,
+        model = (body.get("model") or self.model) if flavor == "ollama" else self.model
+        ex = Exchange(flavor=flavor, kind=kind, model=model,
                       completion_id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex,
                       prompt_tokens=n_prompt, answer=AnswerText(prompt_text(body.get("prompt"), messages), index),
                       stream=stream, include_usage=include_usage,
@@ -244,6 +213,49 @@ class SimServer:
             job.send_headers()
         self.loop.submit(job)
         await job.done
+
+    def _parse(self, req: Request, kind: str) -> tuple[dict, int, int]:
+        """Body, prompt tokens and output cap of a generation request, with each server's context
+        rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400 past the slot context;
+        Ollama: truncate to the context). Raises _Refusal for a request the server would refuse."""
+        flavor, s = self.flavor, self.settings
+        try:
+            body = req.json()
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
+        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
+        if messages is not None and not isinstance(messages, list):
+            raise _Refusal(400, "messages must be a list")
+        n_prompt = chat_prompt_tokens(messages) if messages is not None else prompt_tokens(body.get("prompt", ""))
+        requested = (opts.get("num_predict") if kind.startswith("ollama") else
+                     body.get("n_predict") if kind == "llamacpp_completion" else None)
+        if requested is None:
+            requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_tokens = requested if isinstance(requested, int) and requested > 0 else s.default_max_tokens
+        if flavor == "vllm":
+            if n_prompt >= s.max_model_len:
+                raise _Refusal(400, f"This model's maximum context length is {s.max_model_len} tokens. However, "
+                               f"your request has {n_prompt} input tokens. Please reduce the length of the input "
+                               "messages.", input_tokens=n_prompt)
+            max_tokens = min(max_tokens, s.max_model_len - n_prompt)
+        elif flavor == "llamacpp":
+            n_ctx = self.info.slot_ctx
+            if n_prompt >= n_ctx:
+                raise _Refusal(400, "", input_tokens=n_prompt, body={"error": {
+                    "code": 400, "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}})
+            max_tokens = min(max_tokens, n_ctx - n_prompt)
+        else:
+            n_prompt = min(n_prompt, s.ctx_size - 1)
+            max_tokens = min(max_tokens, s.ctx_size - n_prompt)
+        capacity = self.engine.limits.num_blocks * self.engine.limits.block_size
+        if n_prompt + 1 > capacity:
+            raise _Refusal(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)",
+                           input_tokens=n_prompt)
+        return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt))
 
     def _on_done(self, job: Job, outcome: str, keep_alive: object) -> None:
         self.in_flight -= 1
