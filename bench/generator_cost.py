@@ -180,7 +180,7 @@ def run_locust(url: str, args: argparse.Namespace, work: Path, sim_pid: int) -> 
     t0, t1 = step["start_at"], step["drained_at"]
     inside = [s for s in sampler.samples if t0 <= s[0] <= t1 and s[1]]
     (ta, a), (tb, b) = inside[0], inside[-1]
-    cpu_s = sum(b[pid] - a.get(pid, b[pid]) for pid in b) * (t1 - t0) / (tb - ta)
+    cpu_s = sum(b[pid] - a.get(pid, b[pid]) for pid in b if pid != sim_pid) * (t1 - t0) / (tb - ta)
     rows = pd.read_parquet(run_dir / "records.parquet").to_dict("records")
     for row in rows:
         row["token_times"] = list(row["token_times"])

@@ -106,6 +106,8 @@ class CalibrationStep:
     in_flight_mean: float | None
     events_per_s: float
     worker_cpu: float | None
+    #: the built-in sim's CPU over the window (it shares the machine's cores with the generator)
+    sim_cpu: float | None = None
     holds: bool = False
     why_not: str = ""
 
@@ -165,7 +167,8 @@ class CpuSampler:
         import psutil
 
         self._psutil = psutil
-        self._exclude = exclude
+        #: sampled too, but never counted as a Locust process (the sim)
+        self.exclude = exclude
         self.samples: list[tuple[float, dict[int, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -187,8 +190,6 @@ class CpuSampler:
             except self._psutil.Error:  # a child ended while being listed
                 continue
             for proc in children:
-                if proc.pid in self._exclude:
-                    continue
                 try:
                     cpu = proc.cpu_times()
                     row[proc.pid] = cpu.user + cpu.system
@@ -203,8 +204,16 @@ class CpuSampler:
         if len(inside) < 2:
             return None
         (ta, a), (tb, b) = inside[0], inside[-1]
-        used = [(b[pid] - a[pid]) / (tb - ta) for pid in b if pid in a]
+        used = [(b[pid] - a[pid]) / (tb - ta) for pid in b if pid in a and pid not in self.exclude]
         return max(used) if used else None
+
+    def process_cpu(self, pid: int, t0: float, t1: float) -> float | None:
+        """One process's CPU (fraction of one core) over [t0, t1] (the sim's, to explain a step)."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1 and pid in s[1]]
+        if len(inside) < 2:
+            return None
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        return (b[pid] - a[pid]) / (tb - ta)
 
 
 def _ramp_config(ramp: Ramp, *, url: str, model: str, processes: int, work: Path) -> dict:
@@ -278,7 +287,7 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def measure_steps(run_dir: Path, *, ramp: str, processes: int, ground_truth: dict[str, dict] | None,
-                  cpu: CpuSampler | None = None) -> list[CalibrationStep]:
+                  cpu: CpuSampler | None = None, sim_pid: int | None = None) -> list[CalibrationStep]:
     """Per-step figures of one calibration run (see the module docstring); rates are per process."""
     import pandas as pd
 
@@ -321,7 +330,8 @@ def measure_steps(run_dir: Path, *, ramp: str, processes: int, ground_truth: dic
             token_error_p99_s=_pct(token_err, 99),
             in_flight_mean=None if mean_in_flight is None else mean_in_flight / share,
             events_per_s=events / window_s / share,
-            worker_cpu=cpu.worker_cpu(t0, t1) if cpu is not None else None))
+            worker_cpu=cpu.worker_cpu(t0, t1) if cpu is not None else None,
+            sim_cpu=cpu.process_cpu(sim_pid, t0, t1) if cpu is not None and sim_pid is not None else None))
     for step in steps:
         _judge(step, ground_truth is not None)
     return steps
@@ -370,14 +380,15 @@ def _ms(value: float | None) -> str:
 def format_table(steps: list[CalibrationStep]) -> str:
     """The per-step table the command prints (per worker process; times in ms)."""
     head = (f"{'ramp':<8} {'step':<9} {'offered':>8} {'achieved':>8} {'lag p99':>8} {'TTFT err':>9} "
-            f"{'tok err':>8} {'streams':>8} {'events/s':>9} {'CPU':>5}  holds")
+            f"{'tok err':>8} {'streams':>8} {'events/s':>9} {'CPU':>5} {'sim':>5}  holds")
     lines = [head, "-" * len(head)]
     for s in steps:
         cpu = "-" if s.worker_cpu is None else f"{s.worker_cpu:.0%}"
+        sim = "-" if s.sim_cpu is None else f"{s.sim_cpu:.0%}"
         streams = "-" if s.in_flight_mean is None else f"{s.in_flight_mean:.0f}"
         lines.append(f"{s.ramp:<8} {s.label:<9} {s.offered_rate:>8.1f} {s.achieved_rate:>8.1f} "
                      f"{_ms(s.send_lag_p99_s):>8} {_ms(s.ttft_error_p99_s):>9} {_ms(s.token_error_p99_s):>8} "
-                     f"{streams:>8} {s.events_per_s:>9.0f} {cpu:>5}  "
+                     f"{streams:>8} {s.events_per_s:>9.0f} {cpu:>5} {sim:>5}  "
                      f"{'yes' if s.holds else 'no (' + s.why_not + ')'}")
     return "\n".join(lines)
 
@@ -408,7 +419,8 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
             exclude = {sim.pid} if sim is not None else set()
             run_dir, cpu = _run_ramp(ramp, url=url, model=model, processes=processes, work=work, exclude=exclude)
             truth = _read_ground_truth(truth_path) if truth_path is not None else None
-            steps += measure_steps(run_dir, ramp=ramp.name, processes=processes, ground_truth=truth, cpu=cpu)
+            steps += measure_steps(run_dir, ramp=ramp.name, processes=processes, ground_truth=truth, cpu=cpu,
+                                   sim_pid=sim.pid if sim is not None else None)
     finally:
         if sim is not None:
             _stop(sim)
@@ -442,6 +454,7 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
         "llmload": __version__,
         "host": platform.node(),
         "cpu_count": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "processes": processes,
         "target": target or "built-in sim",
