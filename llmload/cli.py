@@ -96,6 +96,20 @@ def compare(
 
 
 @app.command()
+def plan(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory with a passing sustained step.")],
+    users: Annotated[int, typer.Option(help="Users in the population to plan for.")],
+    think_time: Annotated[str, typer.Option(help="Each user's think time between requests (30s, 2m).")],
+    slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config) to judge the run with.")] = None,
+) -> None:
+    """Little's law as a planning aid: the arrival rate and requests in flight a user population would
+    bring, from a passing run (steady state assumed; never a number of users supported)."""
+    from llmload.report.planning import plan_run
+
+    raise typer.Exit(plan_run(run_dir, users=users, think_time=think_time, slo_path=slo))
+
+
+@app.command()
 def calibrate(
     processes: Annotated[int, typer.Option(help="Worker processes to calibrate.")] = 1,
     target: Annotated[Optional[str], typer.Option(help="Target URL (default: a built-in sim).")] = None,
@@ -147,13 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("llmload: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:  # click usage errors (typer >= 0.29 raises those of its vendored `typer._click`)
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if "ClickException" in names:
             exc.show()
             return 2
-        if isinstance(exc, click.exceptions.Abort):
+        if "Abort" in names:
             return 130
         raise
     return 0

@@ -200,6 +200,11 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
             '<p class="muted">The step numbers of each instance\'s requests (no verdict per instance: the '
             "generator checks belong to the whole run). Counts add up to the combined step table.</p>"
             + table(display_frame(instances, _INSTANCE_COLUMNS), table_id="instances-table"))))
+    from llmload.report.planning import planning_html
+
+    planning = planning_html(analysis)
+    if planning is not None:
+        out.append(("planning", "Planning aid: Little's law", planning))
     return out
 
 

@@ -1,0 +1,126 @@
+"""Little's law as a planning aid (issue 10, seed 003), for users: `llmload plan` and a report section.
+
+    llmload plan RUN_DIR --users 50 --think-time 30s
+
+From a run with a passing sustained step, a population of `users`, each alternating a think time Z and
+one request of response time R, offers about `users / (Z + R)` requests per second and keeps about that
+rate x R requests in flight (L = lambda W), in a steady state. `analysis.plan_in_flight` does the
+arithmetic; this module words it, always with its assumptions, and never as "N users supported": the
+capacity claim stays the last passing sustained rate, under the recorded conditions.
+
+Exit codes of `llmload plan`: 0 the expected arrival rate lies within the last passing rate, 1 it lies
+beyond it (test that rate first), 2 bad input, 3 no passing sustained step to plan from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from llmload.errors import ConfigError
+from llmload.report.html import esc, kv_table
+from llmload.units import parse_duration
+
+__all__ = ["LITTLE_LAW", "plan_lines", "plan_run", "planning_html"]
+
+LITTLE_LAW = ("Little's law, L = λW: in a steady state the mean number of requests in flight equals the "
+              "arrival rate times the mean time each spends in the system. A population of N users, each "
+              "thinking Z seconds between requests that take R seconds, offers about N ÷ (Z + R) req/s.")
+_SUSTAINED = ("ladder", "refine", "soak")
+
+
+def _num(value: float, unit: str = "", digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}{unit}"
+
+
+def plan_lines(plan: dict[str, Any], *, source: str = "") -> list[str]:
+    """The planning figures of `analysis.plan_in_flight` as plain sentences (assumption included)."""
+    head = (f"{plan['users']} users with a think time of {_num(plan['think_time_s'], ' s')}"
+            + (f", from {source}" if source else ""))
+    if plan.get("reference_step") is None:
+        return [head, f"  {plan.get('note', 'nothing to plan from')}"]
+    lines = [
+        head,
+        f"  response time R: {_num(plan['response_time_s'], ' s')} (mean user E2E of ok requests at step "
+        f"{plan['reference_step']})",
+        f"  arrival rate to expect: {_num(plan['arrival_rate'], ' req/s')} (users ÷ (think time + R))",
+        f"  requests in flight to expect: {_num(plan['expected_in_flight'])} (arrival rate × R, Little's law)",
+        f"  last passing sustained rate: {_num(plan['last_passing_rate'], ' req/s')}: the expected rate is "
+        + ("within it" if plan["within_passing_rate"] else "BEYOND it"),
+    ]
+    if plan.get("note"):
+        lines.append(f"  note: {plan['note']}")
+    lines.append(f"  assumption: {plan['assumption']}")
+    return lines
+
+
+def _reference(analysis: Any) -> tuple[pd.Series, float] | None:
+    """The last passing sustained step and its mean user E2E of ok requests in the window (None: no such
+    step, or no per-request times to take it from)."""
+    steps = analysis.steps
+    if steps is None or steps.empty:
+        return None
+    passing = steps[(steps["verdict"] == "pass") & steps["phase"].isin(_SUSTAINED) & steps["target_rate"].notna()]
+    if passing.empty:
+        return None
+    last = passing.sort_values(["target_rate", "index"], kind="stable").iloc[-1]
+    req = analysis.requests
+    if req is None or not {"step", "in_window", "outcome", "user_e2e_s"} <= set(req.columns):
+        return None
+    mask = (req["step"] == last["label"]) & req["in_window"].astype(bool) & (req["outcome"] == "ok")
+    response_s = float(req.loc[mask, "user_e2e_s"].mean())
+    return None if math.isnan(response_s) else (last, response_s)
+
+
+def planning_html(analysis: Any) -> str | None:
+    """The report's planning section, or None when no sustained step passed (nothing to plan from)."""
+    found = _reference(analysis)
+    if found is None:
+        return None
+    step, response_s = found
+    rate = float(step["target_rate"])
+    rows = [("reference step (last passing sustained rate)", f"{step['label']} at {rate:g} req/s"),
+            ("mean user E2E there, R (ok requests in the window)", _num(response_s, " s")),
+            ("requests in flight Little's law expects at that rate (rate × R)", _num(rate * response_s)),
+            ("requests in flight measured there (client view, time average)", _num(step.get("in_flight_mean"))),
+            ("Little's law check at that step (measured ÷ expected; ~1 in a steady state)",
+             _num(step.get("littles_law_ratio")))]
+    return (f'<p class="muted">{esc(LITTLE_LAW)}</p>' + kv_table(rows, table_id="planning-table")
+            + '<p class="a">For a user population: <code>llmload plan RUN_DIR --users N --think-time 30s</code> '
+              "gives the arrival rate and the requests in flight to expect, and says whether that rate lies "
+              "within the last passing rate.</p>"
+            + '<p class="muted">Assumptions: a steady state; users alternate thinking and one request; the '
+              "response time measured here holds at the planned load; arrivals from the population behave "
+              "like the tested arrival process. This is expected load, never a number of users supported: "
+              "the capacity result is the last passing sustained rate under the recorded conditions.</p>")
+
+
+def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str | Path | None = None,
+             out: Callable[[str], None] = print) -> int:
+    """Print the planning figures for `users` and `think_time` from a run directory; return the exit code."""
+    if users < 1:
+        raise ConfigError(f"expected at least 1 user, got {users}", key="--users")
+    try:
+        think_time_s = parse_duration(think_time)
+    except ValueError as exc:
+        raise ConfigError(str(exc), key="--think-time") from None
+    from llmload.config import load_slo
+    from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
+
+    root = check_run_dir(run_dir)
+    import analysis
+
+    run = analysis.load_run(root)
+    manifest_file = str(root / "manifest.json")
+    slo = load_slo(slo_path) if slo_path is not None else slo_from_manifest(run.manifest, file=manifest_file)
+    result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=manifest_file))
+    plan = analysis.plan_in_flight(result, users, think_time_s)
+    for line in plan_lines(plan, source=str(root)):
+        out(line)
+    if plan.get("reference_step") is None:
+        return 3
+    return 0 if plan["within_passing_rate"] else 1

@@ -1,0 +1,122 @@
+"""The Little's-law planning aid for users: `llmload plan RUN_DIR --users N --think-time Z` and the report section.
+
+On a hand-built run directory (report_fakes.write_run_dir): every request of step r1.00 has a user E2E of
+0.001 (client wait) + 0.2 (TTFT) + 63 x 0.02 (tokens) = 1.461 s, of step r2.00 1.661 s; both pass.
+"""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+from report_fakes import Page, write_run_dir
+from typer.testing import CliRunner
+
+import analysis
+from llmload.cli import app, main
+from llmload.config import SLO
+from llmload.report.page import render_report
+
+R1, R2 = 0.001 + 0.2 + 63 * 0.02, 0.001 + 0.4 + 63 * 0.02
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    root = tmp_path / "run-p"
+    write_run_dir(root, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    return root
+
+
+def numbers(line: str) -> list[float]:
+    return [float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?", line)]
+
+
+def line_with(out: str, start: str) -> str:
+    return next(line for line in out.splitlines() if line.strip().startswith(start))
+
+
+def test_plan_within_the_passing_rate_uses_the_covering_step(run_dir, capsys):
+    assert main(["plan", str(run_dir), "--users", "10", "--think-time", "30s"]) == 0
+    out = capsys.readouterr().out
+    rate = 10 / (30 + R1)  # 0.318 req/s: step r1.00 covers it
+    assert "r1.00" in line_with(out, "response time R")
+    assert numbers(line_with(out, "response time R"))[0] == pytest.approx(R1, rel=2e-3)
+    assert numbers(line_with(out, "arrival rate to expect"))[0] == pytest.approx(rate, rel=2e-3)
+    assert numbers(line_with(out, "requests in flight to expect"))[0] == pytest.approx(rate * R1, rel=2e-3)
+    assert "within it" in line_with(out, "last passing sustained rate")
+    assert "steady state" in line_with(out, "assumption")
+    assert not re.search(r"\d+ users supported", out)
+
+
+def test_plan_takes_the_next_step_when_the_lower_one_does_not_cover_the_rate(run_dir, capsys):
+    assert main(["plan", str(run_dir), "--users", "50", "--think-time", "30s"]) == 0
+    out = capsys.readouterr().out
+    rate = 50 / (30 + R2)
+    assert "r2.00" in line_with(out, "response time R")
+    assert numbers(line_with(out, "requests in flight to expect"))[0] == pytest.approx(rate * R2, rel=2e-3)
+
+
+def test_plan_beyond_the_last_passing_rate_says_so_and_exits_1(run_dir, capsys):
+    assert main(["plan", str(run_dir), "--users", "100", "--think-time", "30s"]) == 1
+    out = capsys.readouterr().out
+    assert "BEYOND" in line_with(out, "last passing sustained rate") and "test that rate" in out
+
+
+@pytest.mark.parametrize(("args", "key"), [(["--users", "0", "--think-time", "30s"], "--users"),
+                                           (["--users", "5", "--think-time", "soon"], "--think-time"),
+                                           (["--users", "5", "--think-time", "-3"], "--think-time")])
+def test_bad_input_is_one_line_and_exit_2(run_dir, capsys, args, key):
+    assert main(["plan", str(run_dir), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("llmload: error:") and key in err and "\n" not in err
+
+
+def test_missing_run_dir_and_missing_option_exit_2(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nope"), "--users", "5", "--think-time", "1s"]) == 2
+    assert "run directory not found" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path), "--users", "5"]) == 2  # a usage error, not a traceback
+
+
+def test_no_passing_step_exits_3(tmp_path, capsys):
+    root = tmp_path / "run-f"
+    write_run_dir(root, steps=[("r1.00", 1.0, 2.0)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    assert main(["plan", str(root), "--users", "5", "--think-time", "10s"]) == 3
+    assert "no passing sustained step" in capsys.readouterr().out
+
+
+def test_cli_passes_its_arguments_to_plan_run(tmp_path):
+    with mock.patch("llmload.report.planning.plan_run", return_value=0) as plan_run:
+        result = CliRunner().invoke(app, ["plan", str(tmp_path), "--users", "40", "--think-time", "2m",
+                                          "--slo", str(tmp_path / "slo.yaml")])
+    assert result.exit_code == 0
+    plan_run.assert_called_once_with(tmp_path, users=40, think_time="2m", slo_path=tmp_path / "slo.yaml")
+
+
+def test_report_has_the_planning_section_with_its_assumptions(run_dir):
+    result = analysis.analyze(analysis.load_run(run_dir), SLO.model_validate({"ttft_p95": "1s", "min_samples": 50}))
+    page = Page()
+    html = render_report(result)
+    page.feed(html)
+    assert "planning" in page.ids and "planning-table" in page.ids
+    rows = {r[0]: r[1] for r in page.tables["planning-table"]}
+    reference = next(v for k, v in rows.items() if k.startswith("reference step"))
+    assert reference.startswith("r2.00")
+    r_shown = float(next(v for k, v in rows.items() if k.startswith("mean user E2E")).split()[0])
+    assert r_shown == pytest.approx(R2, rel=2e-3)
+    expected = float(next(v for k, v in rows.items() if k.startswith("requests in flight Little")))
+    assert expected == pytest.approx(2.0 * R2, rel=2e-3)
+    assert "steady state" in html and "llmload plan RUN_DIR --users N --think-time 30s" in html
+    assert not re.search(r"\d+ users supported", html)
+
+
+def test_report_without_a_passing_step_has_no_planning_section(tmp_path):
+    root = tmp_path / "run-f"
+    write_run_dir(root, steps=[("r1.00", 1.0, 2.0)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    result = analysis.analyze(analysis.load_run(root), SLO.model_validate({"ttft_p95": "1s", "min_samples": 50}))
+    page = Page()
+    page.feed(render_report(result))
+    assert "planning" not in page.ids
