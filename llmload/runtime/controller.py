@@ -10,8 +10,9 @@ boundary search's refine steps. `plan.json` is rewritten as it goes; steps not r
 
 A step with `drain=False` (every soak slice but the last) does not pause the load: the next step is
 sent so that it starts exactly when this one's arrivals end, and this one's in-flight requests finish
-(or are cancelled at its own drain deadline) in a background greenlet that then judges it, in the hub's
-threadpool so the arrivals running meanwhile are not held up.
+(or are cancelled at its own drain deadline) in a background greenlet that then judges it. When this
+process also runs the users (local runner), such a step gets only its quick numbers live, verdict
+`unjudged`: pandas here would hold up the next step's arrivals (send lag); the report judges it.
 
 When it is done it finalises the run directory (`llmload.runtime.finish`) and sets `done`, which
 makes the shape's `tick()` return None (after a short drain phase so late results are not lost).
@@ -111,6 +112,7 @@ class StepController:
         self.greenlet: gevent.Greenlet | None = None
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
+        self._unjudged_said = False
 
     # ------------------------------------------------------------------ messages from workers
 
@@ -301,13 +303,15 @@ class StepController:
                threaded: bool = False) -> tuple[str, list[str], dict]:
         step_rows = self.rows[spec.label]
         verdict, failing, stats = "insufficient", [], quick_stats(step_rows)
-        if self.judge is not None:
+        if threaded and self.link.local:  # the next step's arrivals run in this process: stay light
+            verdict = "unjudged"
+            if not self._unjudged_said:
+                self._unjudged_said = True
+                self.out("  (slices that run back to back are judged in the report, not live: judging here "
+                         "would delay the arrivals)")
+        elif self.judge is not None:
             try:
-                if threaded:  # the next step's arrivals are running in this process: don't block the hub
-                    verdict, failing, stats = gevent.get_hub().threadpool.apply(
-                        self.judge, (list(step_rows), dict(row), self.config))
-                else:
-                    verdict, failing, stats = self.judge(step_rows, dict(row), self.config)
+                verdict, failing, stats = self.judge(step_rows, dict(row), self.config)
             except Exception:
                 log.exception("live judging of %s failed", spec.label)
                 verdict = "unjudged"
