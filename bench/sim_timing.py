@@ -6,7 +6,7 @@ end. The sim's ground-truth log has, per token, `planned_times` (the engine's pl
 that produced it) and `token_times` (wall time just after the event was written to the socket); the
 lateness is their difference. Writes bench/results/sim_timing.json and prints a table.
 
-    python bench/sim_timing.py [--streams 1 100 1000] [--tokens 20]
+    python bench/sim_timing.py [--streams 1 100 1000] [--tokens N]
 """
 
 from __future__ import annotations
@@ -108,12 +108,14 @@ def measure(streams: int, tokens: int, workdir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 100, 1000])
-    parser.add_argument("--tokens", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="tokens per stream (default: about 4,000 token writes per level, at least 20)")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.streams:
-            results.append(measure(n, args.tokens, Path(tmp)))
+            tokens = args.tokens or max(20, min(200, 4000 // n))
+            results.append(measure(n, tokens, Path(tmp)))
             r = results[-1]
             print(f"{n:>5} streams: lateness p50 {r['lateness_ms']['p50']:.3f} ms  p99 {r['lateness_ms']['p99']:.3f} ms"
                   f"  max {r['lateness_ms']['max']:.3f} ms  within 2 ms {r['share_within_2ms']:.1%}  wake-up p50 "
