@@ -22,7 +22,7 @@ from llmload.sim.groundtruth import GroundTruthRow
 from llmload.sim.http import Connection
 from llmload.sim.wire import Exchange, Renderer
 
-__all__ = ["EngineLoop", "Job"]
+__all__ = ["EngineLoop", "Job", "error_body"]
 
 #: how long before a step end the loop stops sleeping and spins (CPU traded for punctual writes)
 SPIN_S = 0.002

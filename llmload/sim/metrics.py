@@ -26,7 +26,8 @@ from prometheus_client import (
 
 from llmload.sim.engine import StepResult
 
-__all__ = ["LlamaCppMetrics", "TTFT_BUCKETS", "ITL_BUCKETS", "REQUEST_LATENCY_BUCKETS", "VllmMetrics"]
+__all__ = ["CONTENT_TYPE", "ITL_BUCKETS", "LlamaCppMetrics", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS",
+           "VllmMetrics"]
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)

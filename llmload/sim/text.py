@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from llmload.tokens import count_tokens, split_tokens
 
-__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_tokens"]
+__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_text", "prompt_tokens"]
 
 CHAT_TOKENS_PER_MESSAGE = 4
 _SUM = re.compile(r"What is\s*(-?\d+)\s*\+\s*(-?\d+)", re.IGNORECASE)
