@@ -24,8 +24,6 @@ REPO_FILES = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
 
-_VERDICT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
-
 
 def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False, processes: int = 0,
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
@@ -53,8 +51,9 @@ def verdict_exit_code(run_dir: Path) -> int | None:
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return None
-    verdict = json.loads(path.read_text(encoding="utf-8")).get("verdict")
-    return _VERDICT_CODES.get(verdict, 3)
+    from analysis import exit_code
+
+    return int(exit_code(json.loads(path.read_text(encoding="utf-8"))))
 
 
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,

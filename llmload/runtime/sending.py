@@ -8,6 +8,7 @@ arrivals fix their own sizes.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import gevent
@@ -15,6 +16,7 @@ import gevent
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.core import send
 from llmload.client.mix import RequestMix
+from llmload.client.quality import case_request
 from llmload.client.transport import Transport
 from llmload.clock import now
 from llmload.config import Config
@@ -46,12 +48,29 @@ class Sender:
         self.mix = RequestMix(config.requests, config.target, base_dir=base_dir)
 
     def send(self, record: Record, job: Any) -> None:
-        """Fill `record` by sending `job` (server failures are data; a kill propagates as cancelled)."""
+        """Fill `record` by sending `job` (server failures are data; a kill propagates as cancelled).
+
+        A seeded fraction `quality.sample_under_load` of requests are quality cases instead, checked
+        under load (a wrong answer is outcome `quality_fail`).
+        """
         a = job.arrival
-        request = self.mix.build(record.request_id, a.index, job.seed, input_tokens=a.input_tokens,
-                                 output_tokens=a.output_tokens, prefix_id=a.prefix_id)
+        case = self._sampled_case(job.seed, a.index)
+        if case is not None:
+            request, expect = case_request(case, self.config.target, record.request_id), case.expect
+        else:
+            request, expect = self.mix.build(record.request_id, a.index, job.seed, input_tokens=a.input_tokens,
+                                             output_tokens=a.output_tokens, prefix_id=a.prefix_id), None
         wait_until(job.scheduled_at)  # the job is queued a little early (worker.QUEUE_AHEAD_S)
-        send(self.transport, request, record)
+        send(self.transport, request, record, expect=expect)
+
+    def _sampled_case(self, seed: int, index: int) -> Any:
+        quality = self.config.quality
+        if not quality.cases or quality.sample_under_load <= 0:
+            return None
+        rng = random.Random(f"llmload-quality/{seed}/{index}")
+        if rng.random() >= quality.sample_under_load:
+            return None
+        return quality.cases[rng.randrange(len(quality.cases))]
 
     def close(self) -> None:
         self.transport.close()
