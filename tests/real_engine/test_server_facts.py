@@ -60,10 +60,12 @@ def sequential(llama_server, transport) -> tuple[list[Record], dict[str, float]]
     return records, {name: after[name] - before.get(name, 0.0) for name in after}
 
 
-def test_sequential_requests_all_succeed(sequential) -> None:
-    records, _ = sequential
+def test_back_to_back_requests_all_succeed(transport) -> None:
+    """llama-server closes the connection after each stream while announcing keep-alive; a request
+    put on such a pooled connection must not come back as a `disconnect` (seen for 1 in 4 here)."""
+    records = [send_one(transport, 200 + i, words=10, max_tokens=4) for i in range(12)]
     failed = [(r.request_id, r.outcome, r.error) for r in records if r.outcome != "ok"]
-    assert not failed, "requests lost (a reused connection the server had closed?)"
+    assert not failed, "requests lost to reused connections the server had closed"
 
 
 def test_ttft_and_e2e_agree_with_server_timings(sequential) -> None:
