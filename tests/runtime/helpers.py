@@ -31,10 +31,15 @@ def base_config(url: str, shape: dict, **sections: dict) -> dict:
 
 def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_s: float = 120,
                env: dict | None = None, extra: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Run Locust headless on `config_path` into `run_dir`; returns the finished process."""
+    """Run Locust headless on `config_path` into `run_dir`; returns the finished process.
+
+    Its output is also kept beside the run directory (`<run_dir>.log`) for a failing test to show.
+    """
     cmd = locust_command(config_path, run_dir, processes=processes) + (extra or [])
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, **(env or {})})
+    Path(f"{run_dir}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
+    return done
 
 
 def records(run_dir: Path) -> pd.DataFrame:

@@ -1,0 +1,41 @@
+"""Pre-flight and quality: a failing required case stops the run; sampled cases under load are checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmload.cli import main
+from tests.runtime.helpers import base_config, records, run_locust, write_config
+
+pytestmark = pytest.mark.slow
+
+NEVER = {"contains": "this-text-is-never-in-an-answer"}
+
+
+def test_a_failing_required_quality_case_stops_the_run(sim_factory, tmp_path, capsys):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"steps": [{"rate": 1, "duration": "2s"}]}},
+                         quality={"required": True, "cases": [{"prompt": "Hello", "expect": NEVER}]})
+    run_dir = tmp_path / "run"
+    assert main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)]) == 3
+    preflight = json.loads((run_dir / "preflight.json").read_text())
+    assert preflight["quality"][0]["passed"] is False
+    assert preflight["cold_load"]["outcome"] == "ok"
+    assert not (run_dir / "records.parquet").exists()  # no load was sent
+
+
+def test_sampled_quality_cases_under_load_become_quality_fail(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s",
+                                              "steps": [{"rate": 10, "duration": "2s"}]}},
+                         quality={"required": False, "sample_under_load": 0.5,
+                                  "cases": [{"prompt": "Hello", "expect": NEVER, "max_tokens": 4}]},
+                         client={"max_concurrency": 16})
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir)
+    assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
+    outcomes = records(run_dir)["outcome"].value_counts().to_dict()
+    assert set(outcomes) == {"ok", "quality_fail"} and 3 <= outcomes["quality_fail"] <= 17
+    assert "quality" in json.loads((run_dir / "preflight.json").read_text())["warnings"][-1]
