@@ -35,8 +35,8 @@ log = logging.getLogger("llmload.session")
 
 #: users in the pool when the client has no concurrency cap
 UNCAPPED_POOL = 512
-#: how fast Locust starts the pool's users (they only block on a queue, so this can be high)
-SPAWN_RATE = 500.0
+#: how fast Locust starts the pool's users (Locust warns above 100 per second; the controller waits for the pool)
+SPAWN_RATE = 100.0
 
 
 def add_options(parser: Any) -> None:
@@ -205,7 +205,6 @@ class Session:
         except Exception as exc:  # the run can go on; the report will say the manifest is missing
             log.exception("manifest not written")
             print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
-        self.telemetry = start_telemetry(config, run_dir)
         from shapes.plan import build_plan
 
         base_dir = Path(self.config_path).resolve().parent
@@ -214,6 +213,7 @@ class Session:
         except LLMLoadError as exc:
             self._fail(str(exc), exc.exit_code)
             return
+        self.telemetry = start_telemetry(config, run_dir)
         from llmload.runtime.judging import live_judge
 
         self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
