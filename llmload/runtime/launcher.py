@@ -61,8 +61,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                master_host: str = "127.0.0.1", master_port: int = 5557, skip_preflight: bool = False) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
     if worker:
-        return subprocess.call(locust_command(config_path, None, worker=True, master_host=master_host,
-                                              master_port=master_port))
+        return _wait_locust(subprocess.Popen(locust_command(config_path, None, worker=True,
+                                                            master_host=master_host, master_port=master_port)))
     from llmload.config import load_config
     from llmload.errors import LLMLoadError
     from llmload.runtime.preflight import check_reachable
@@ -89,10 +89,22 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                          expect_workers=expect_workers, master_port=master_port)
     if skip_preflight:
         cmd.append("--llmload-skip-preflight")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    code = subprocess.call(cmd, env=env)
+    if web:
+        print("llmload: web UI at http://127.0.0.1:8089 (tab LLM; live charts at /llmload); "
+              "press Start, then Ctrl-C here when done", flush=True)
+    code = _wait_locust(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
     verdict = verdict_exit_code(run_dir)
     return verdict if verdict is not None else (code if code in (2, 3) else 3)
+
+
+def _wait_locust(proc: subprocess.Popen) -> int:
+    """Wait for Locust; a Ctrl-C (which Locust also gets) waits for it to finalise the run directory."""
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            print("llmload: stopping: recording in-flight requests as cancelled and finishing the run "
+                  "directory (Ctrl-C again waits on)", file=sys.stderr, flush=True)
 
 
 def _output_dir(config, config_path: Path) -> Path:
