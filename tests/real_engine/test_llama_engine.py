@@ -6,8 +6,12 @@ The first tests need nothing built; the last one checks every flag we pass again
 from __future__ import annotations
 
 import re
+import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 from engine_gate import require_engine
@@ -106,3 +110,44 @@ def test_every_flag_exists_in_the_binary_help() -> None:
     cmd = engine.llama_server_command(binary, Path("m.gguf"), port=1)
     for flag in (a for a in cmd[1:] if a.startswith("--")):
         assert re.search(rf"(^|[\s,]){flag}([\s,]|$)", help_text, flags=re.M), flag
+
+
+def test_build_progress_is_one_line_per_five_percent() -> None:
+    lines: list[str] = []
+    progress = engine._Progress(lines.append)
+    for pct in (0, 1, 2, 4, 5, 9, 10, 50, 51, 100):
+        progress(f"[{pct:3d}%] Building CXX object x{pct}.o")
+    progress("-- not a progress line")
+    assert [line.split()[1] for line in lines] == ["0%", "5%", "10%", "50%", "100%"]
+
+
+@pytest.mark.real_engine
+def test_build_and_model_reuse_the_cache(capsys: pytest.CaptureFixture) -> None:
+    require_engine()
+    if engine.find_llama_server() is None or engine.find_model() is None:
+        pytest.skip("the cache is elsewhere (the variables point outside it)")
+    assert main(["engine", "build"]) == 0
+    assert main(["engine", "model"]) == 0
+    out = capsys.readouterr().out
+    assert "already built" in out and "already assembled" in out
+
+
+@pytest.mark.real_engine
+def test_serve_prints_the_url_and_stops_on_interrupt() -> None:
+    require_engine()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "engine", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"ready at http://127.0.0.1:{port}" in line, line
+        with urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
