@@ -182,3 +182,10 @@ def test_master_web_ui_listens_beyond_its_container(services: dict, name: str,
                          expect_workers=params["expect_workers"], master_port=params["master_port"])
     host = cmd[cmd.index("--web-host") + 1] if "--web-host" in cmd else service["environment"]["LOCUST_WEB_HOST"]
     assert host in ("0.0.0.0", "*", ""), f"the web UI binds {host} inside the container"
+
+
+def test_gpu_override_only_adds_gpus_to_ollama(services: dict) -> None:
+    override = yaml.safe_load((REPO / "examples" / "compose" / "ollama-gpu.yml").read_text())
+    assert set(override) == {"services"} and set(override["services"]) == {"ollama"}
+    assert set(override["services"]["ollama"]) == {"deploy"}
+    assert override["services"]["ollama"]["deploy"] == services["vllm"]["deploy"]
