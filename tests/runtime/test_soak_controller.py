@@ -1,0 +1,75 @@
+"""The step controller runs `drain=False` steps (soak slices) back to back, without Locust.
+
+A fake local runner stands in for the workers: each step's in-flight requests finish `TAIL_S` after its
+arrivals end. Soak slices must start exactly when the previous slice's arrivals end (while its requests
+are still finishing, never cancelled); a ladder step waits for the previous step's drain.
+"""
+
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from llmload.clock import now
+from llmload.config import parse_config
+from llmload.runtime.controller import StepController, WorkerLink
+from llmload.runtime.messages import STEP
+from shapes.plan import build_plan
+
+TAIL_S = 0.3
+
+
+class FakeRunner:
+    """A local runner whose one worker drains each step TAIL_S after its arrivals end."""
+
+    def __init__(self) -> None:
+        self.controller: StepController | None = None
+        self.sent: list[tuple[float, dict]] = []
+
+    def send_message(self, msg_type: str, data: dict, client_id=None) -> None:
+        if msg_type != STEP:
+            return
+        step = data["step"]
+        arrivals_end = data["start_at"] + step["warmup_s"] + step["duration_s"]
+        self.sent.append((data["start_at"], step))
+
+        def drain() -> None:
+            gevent.sleep(max(0.0, arrivals_end + TAIL_S - now()))
+            self.controller.on_drained({"label": step["label"], "worker": "0", "put": 0, "finished": 0})
+
+        gevent.spawn(drain)
+
+
+def run_controller(tmp_path, shape: dict) -> tuple[StepController, list[str]]:
+    config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape})
+    runner, lines = FakeRunner(), []
+    controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), out=lines.append)
+    runner.controller = controller
+    controller.run()
+    return controller, lines
+
+
+def test_soak_slices_start_when_the_previous_arrivals_end_and_drain_meanwhile(tmp_path):
+    controller, lines = run_controller(tmp_path, {"soak": {"rate": 5, "duration": "1.2s", "slice": "0.4s",
+                                                           "drain_timeout": "5s"}})
+    steps = controller.plan.steps
+    assert [s["label"] for s in steps] == ["soak-000", "soak-001", "soak-002"]
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after["start_at"] == pytest.approx(before["window_end"], abs=1e-6)  # no pause
+        assert before["drained_at"] > after["start_at"]  # its requests finished while the next ran
+        assert before["drained_at"] == pytest.approx(before["window_end"] + TAIL_S, abs=0.25)
+    assert all(s["status"] == "run" and s["cancelled"] is False for s in steps)
+    assert steps[-1]["drained_at"] >= steps[-1]["window_end"] + TAIL_S - 0.02  # the last slice drains
+    table = [line for line in lines if line.startswith("soak-")]
+    assert [line.split()[0] for line in table] == ["soak-000", "soak-001", "soak-002"]  # in order
+    assert "unjudged" in table[0] and "unjudged" in table[1]  # judged in the report, not mid-load
+    assert controller.done.is_set()
+
+
+def test_ladder_steps_still_wait_for_the_drain(tmp_path):
+    controller, _ = run_controller(tmp_path, {"ladder": {"arrival": "constant", "warmup": "0s",
+                                                         "drain_timeout": "5s",
+                                                         "steps": [{"rate": 5, "duration": "0.4s"},
+                                                                   {"rate": 5, "duration": "0.4s"}]}})
+    first, second = controller.plan.steps
+    assert second["start_at"] > first["drained_at"] >= first["window_end"] + TAIL_S - 0.02
