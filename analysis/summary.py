@@ -112,21 +112,26 @@ def _not_checked(slo: SLO) -> list[str]:
     return [k for k in _STANDARD_SLO if k not in checked]
 
 
-def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dict) -> dict:
-    """Seed 000's final section: thresholds, goodput per step, result, failing dimension, owner, triggers."""
+def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dict, *,
+                    soak: dict | None = None) -> dict:
+    """Seed 000's final section: thresholds, goodput per step, result, failing dimension, owner, triggers
+    (and for a soak, what drifted: a pass over a drifting soak does not hold for longer runs)."""
     ran = steps[steps["verdict"] != "not_run"] if not steps.empty else steps
     goodput = [{"label": r["label"], "phase": r["phase"], "target_rate": r["target_rate"],
                 "concurrency": r["concurrency"], "goodput": r["goodput"],
                 "slo_attainment": r["slo_attainment"],
                 "verdict": r["verdict"]} for _, r in ran.iterrows()]
-    return json_value({
+    record = {
         "thresholds": _thresholds(slo), "not_checked": _not_checked(slo), "goodput_by_step": goodput,
         "last_passing_rate": ladder["last_passing_rate"], "first_failing_rate": ladder["first_failing_rate"],
         "failing_dimension": ladder["failed_first"][0] if ladder["failed_first"] else None,
         "failed_first": ladder["failed_first"], "owner": conditions.get("owner", ""),
         "conditions": conditions, "retest_triggers": retest_triggers(conditions),
         "scope": "holds only for the recorded conditions, request mix and thresholds; not a number of users",
-    })
+    }
+    if soak is not None:
+        record["soak_drift"] = {k: soak.get(k) for k in ("drifting", "memory_growth", "error_bursts")}
+    return json_value(record)
 
 
 def _step_entry(row: pd.Series) -> dict:
@@ -147,7 +152,7 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
         "last_passing_concurrency": ladder["last_passing_concurrency"],
         "first_failing_concurrency": ladder["first_failing_concurrency"],
         "slo": {"thresholds": _thresholds(slo), "checked": slo.checked, "not_checked": _not_checked(slo)},
-        "decision": decision_record(steps, slo, conditions, ladder),
+        "decision": decision_record(steps, slo, conditions, ladder, soak=soak),
         "definitions": {
             "version": DEFINITIONS_VERSION,
             "percentiles": "raw per-request values, linear interpolation between order statistics",
