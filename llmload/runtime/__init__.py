@@ -16,6 +16,7 @@
     demo        `llmload demo`
 """
 
+from llmload.runtime.demo import run_demo
 from llmload.runtime.launcher import run_config
 
-__all__ = ["run_config"]
+__all__ = ["run_config", "run_demo"]

@@ -1,0 +1,32 @@
+"""The runtime's declared public surface."""
+
+from __future__ import annotations
+
+import importlib
+
+import llmload.runtime
+
+MODULES = {
+    "controller": ["StepController", "WorkerLink"],
+    "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
+    "finish": ["analyse_run", "finalize_run", "merge_run_records"],
+    "judging": ["judge_rows", "live_judge"],
+    "launcher": ["locust_command", "run_config", "verdict_exit_code"],
+    "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
+    "planfile": ["PlanFile", "STEP_FIELDS"],
+    "planning": ["ClosedLoop", "Job", "plan_jobs"],
+    "preflight": ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"],
+    "webui": ["LLM_TABLE", "install_web_ui", "step_rows"],
+}
+
+
+def test_package_exports():
+    assert sorted(llmload.runtime.__all__) == ["run_config", "run_demo"]
+
+
+def test_module_exports_are_pinned():
+    for name, expected in MODULES.items():
+        module = importlib.import_module(f"llmload.runtime.{name}")
+        assert sorted(module.__all__) == sorted(expected), name
+        for attr in module.__all__:
+            assert hasattr(module, attr), (name, attr)
