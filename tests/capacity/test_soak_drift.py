@@ -43,9 +43,12 @@ def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(sim_factory, tmp_path
     run_dir, code, out = run_config(tmp_path, "leak", soak_config(sim.url))
     assert (run_dir / "summary.json").exists(), out
     check_slices_back_to_back(run_dir)
-    soak = read_json(run_dir, "summary.json")["soak"]
+    summary = read_json(run_dir, "summary.json")
+    soak = summary["soak"]
     assert soak["slices"] == SLICES
     assert {"ttft_p95_s", "e2e_p95_s"} <= set(soak["drifting"]), soak["trends"]
+    # the decision record says what drifted: a pass over a drifting soak does not hold for longer runs
+    assert summary["decision"]["soak_drift"]["drifting"] == soak["drifting"]
     assert soak["memory_growth"] is True and "kv_usage_peak" in soak["drifting"]
     trends = {t["metric"]: t for t in soak["trends"]}
     assert trends["e2e_p95_s"]["slope_per_slice"] > 0
@@ -56,8 +59,11 @@ def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(sim_factory, tmp_path
 def test_a_steady_soak_is_not_flagged(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm", config={"step_base_s": "10ms"})
     run_dir, code, out = run_config(tmp_path, "steady", soak_config(sim.url))
-    assert code == 0, out
+    # 0 pass; 3 only if a busy machine made the generator late in a slice (invalid), not a drift matter
+    assert code in (0, 3) and (run_dir / "summary.json").exists(), out
     check_slices_back_to_back(run_dir)
-    soak = read_json(run_dir, "summary.json")["soak"]
+    summary = read_json(run_dir, "summary.json")
+    soak = summary["soak"]
     assert soak["slices"] == SLICES
-    assert soak["drifting"] == [] and soak["memory_growth"] is False and soak["error_bursts"] == []
+    assert soak["drifting"] == [] and soak["memory_growth"] is False and soak["error_bursts"] == [], soak
+    assert summary["decision"]["soak_drift"] == {"drifting": [], "memory_growth": False, "error_bursts": []}
