@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -148,6 +149,12 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _target_model(url: str) -> str:
     """The first model an outside OpenAI-compatible target lists (`/v1/models`), else "default"."""
     try:
@@ -247,6 +254,9 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
                                                        work=work), sort_keys=False), encoding="utf-8")
     cmd = locust_command(config_path, run_dir, processes=processes if processes > 1 else 0)
     cmd.append("--llmload-skip-preflight")
+    if processes > 1:  # forked workers join the master on this port; Locust's default 5557 may be taken
+        port = str(_free_port())
+        cmd += ["--master-bind-port", port, "--master-port", port]
     log_path = work / f"{ramp.name}.log"
     with CpuSampler(exclude) as sampler, open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
