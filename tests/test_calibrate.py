@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
+import llmload.calibrate
 from llmload.calibrate import (
     SEND_LAG_LIMIT_S,
     CalibrationStep,
@@ -16,6 +18,7 @@ from llmload.calibrate import (
     envelope_from_steps,
     load_envelope,
 )
+from llmload.cli import app
 from llmload.config import parse_config
 
 
@@ -58,6 +61,15 @@ def test_load_envelope_ignores_missing_and_foreign_files(tmp_path):
     assert load_envelope(tmp_path / "bad.json") is None
     (tmp_path / "old.json").write_text(json.dumps({"version": 0}))
     assert load_envelope(tmp_path / "old.json") is None
+
+
+def test_cli_passes_its_options_and_returns_the_exit_code(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(llmload.calibrate, "run_calibrate", lambda **kw: calls.append(kw) or 0)
+    result = CliRunner().invoke(app, ["calibrate", "--processes", "3", "--target", "http://127.0.0.1:9",
+                                      "--out", str(tmp_path / "e.json"), "--quick"])
+    assert result.exit_code == 0
+    assert calls == [{"processes": 3, "target": "http://127.0.0.1:9", "out": tmp_path / "e.json", "quick": True}]
 
 
 @pytest.mark.slow
