@@ -37,7 +37,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
         cmd += ["--llmload-run-dir", str(run_dir)]
     if not web:
         cmd += ["--headless", "--only-summary"]
-    else:
+    elif not os.environ.get("LOCUST_WEB_HOST"):  # loopback unless told otherwise (e.g. in a container)
         cmd += ["--web-host", "127.0.0.1"]
     if processes:
         cmd += ["--processes", str(processes)]
