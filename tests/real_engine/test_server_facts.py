@@ -63,7 +63,7 @@ def sequential(llama_server, transport) -> tuple[list[Record], dict[str, float]]
 def test_back_to_back_requests_all_succeed(transport) -> None:
     """llama-server closes the connection after each stream while announcing keep-alive; a request
     put on such a pooled connection must not come back as a `disconnect` (seen for 1 in 4 here)."""
-    records = [send_one(transport, 200 + i, words=10, max_tokens=4) for i in range(12)]
+    records = [send_one(transport, 200 + i, words=10, max_tokens=8) for i in range(20)]
     failed = [(r.request_id, r.outcome, r.error) for r in records if r.outcome != "ok"]
     assert not failed, "requests lost to reused connections the server had closed"
 
