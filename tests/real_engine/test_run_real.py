@@ -137,19 +137,22 @@ def test_ladder_finds_the_knee(ladder) -> None:
     assert steps["r4.00"]["ttft_p95_s"] > 2 * steps["r0.50"]["ttft_p95_s"]
 
 
-def test_overload_shows_as_server_waiting_and_ttft_growth(ladder) -> None:
-    """At 4 req/s llama.cpp defers what its 4 slots cannot take: the `deferred` gauge rises in that
-    step, and requests arriving later wait longer for their first token."""
+def test_overload_shows_as_server_waiting_and_ttft_growth(ladder, llama_server) -> None:
+    """At 4 req/s llama.cpp defers what its 4 slots cannot take: the `deferred` gauge (normalised as
+    `waiting`) rises in that step while `running` stays at the slot count, and requests arriving
+    later wait longer for their first token."""
     telemetry, plan = ladder["telemetry"], plan_steps(ladder)
-    deferred = telemetry[telemetry["metric"] == "deferred"]
-    assert not deferred.empty, sorted(telemetry["metric"].unique())
 
-    def peak(step: dict) -> float:
-        inside = deferred[deferred["t"].between(step["start_at"], step["drained_at"])]
+    def peak(metric: str, step: dict) -> float:
+        series = telemetry[telemetry["metric"] == metric]
+        assert not series.empty, f"no {metric} in {sorted(telemetry['metric'].unique())}"
+        inside = series[series["t"].between(step["start_at"], step["drained_at"])]
         return float(inside["value"].max()) if len(inside) else 0.0
 
-    assert peak(plan["r4.00"]) >= 1
-    assert peak(plan["r0.50"]) <= 1
+    for metric in ("deferred", "waiting"):
+        assert peak(metric, plan["r4.00"]) >= 1, metric
+        assert peak(metric, plan["r0.50"]) <= 1, metric
+    assert peak("running", plan["r4.00"]) == llama_server.parallel
     records = ladder["records"]
     step = records[records["step"] == "r4.00"].sort_values("scheduled_at")
     # a request that never got a first token waited at least until it gave up: count it as waiting forever
