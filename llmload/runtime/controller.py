@@ -323,6 +323,9 @@ class StepController:
         self.plan.update(row, live_verdict=verdict, live_failing=list(failing))
         self.table_rows.append({**stats, **table_row})
         self.out(format_row(table_row))
+        # judged: its summaries are done with (the records are on disk), so hours of soak slices do not
+        # pile up in the master's memory
+        self.rows.pop(spec.label, None)
         return verdict, list(failing), stats
 
     def _refine(self) -> None:

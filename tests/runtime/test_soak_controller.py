@@ -12,8 +12,9 @@ import pytest
 
 from llmload.clock import now
 from llmload.config import parse_config
+from llmload.records import Record
 from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import STEP
+from llmload.runtime.messages import STEP, pack_record
 from shapes.plan import build_plan
 
 TAIL_S = 0.3
@@ -25,6 +26,8 @@ class FakeRunner:
     def __init__(self) -> None:
         self.controller: StepController | None = None
         self.sent: list[tuple[float, dict]] = []
+        #: summaries the controller held for each step when it drained
+        self.kept: list[int] = []
 
     def send_message(self, msg_type: str, data: dict, client_id=None) -> None:
         if msg_type != STEP:
@@ -35,22 +38,28 @@ class FakeRunner:
 
         def drain() -> None:
             gevent.sleep(max(0.0, arrivals_end + TAIL_S - now()))
+            t = now() - TAIL_S
+            record = Record(request_id=step["label"], step=step["label"], worker="0", scheduled_at=t - 0.1,
+                            outcome="ok", sent_at=t - 0.1, first_token_at=t - 0.05, last_token_at=t,
+                            output_tokens=2, token_times=[t - 0.05, t])
+            self.controller.on_results({"worker": "0", "rows": [pack_record(record)]})
+            self.kept.append(len(self.controller.rows[step["label"]]))
             self.controller.on_drained({"label": step["label"], "worker": "0", "put": 0, "finished": 0})
 
         gevent.spawn(drain)
 
 
-def run_controller(tmp_path, shape: dict) -> tuple[StepController, list[str]]:
+def run_controller(tmp_path, shape: dict) -> tuple[StepController, list[str], FakeRunner]:
     config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape})
     runner, lines = FakeRunner(), []
     controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), out=lines.append)
     runner.controller = controller
     controller.run()
-    return controller, lines
+    return controller, lines, runner
 
 
 def test_soak_slices_start_when_the_previous_arrivals_end_and_drain_meanwhile(tmp_path):
-    controller, lines = run_controller(tmp_path, {"soak": {"rate": 5, "duration": "1.2s", "slice": "0.4s",
+    controller, lines, runner = run_controller(tmp_path, {"soak": {"rate": 5, "duration": "1.2s", "slice": "0.4s",
                                                            "drain_timeout": "5s"}})
     steps = controller.plan.steps
     assert [s["label"] for s in steps] == ["soak-000", "soak-001", "soak-002"]
@@ -64,10 +73,12 @@ def test_soak_slices_start_when_the_previous_arrivals_end_and_drain_meanwhile(tm
     assert [line.split()[0] for line in table] == ["soak-000", "soak-001", "soak-002"]  # in order
     assert "unjudged" in table[0] and "unjudged" in table[1]  # judged in the report, not mid-load
     assert controller.done.is_set()
+    assert runner.kept == [1, 1, 1] and not any(controller.rows.values())  # judged: not kept in memory
+    assert "50ms" in table[0]  # the quick numbers (TTFT p95) of the shipped request
 
 
 def test_ladder_steps_still_wait_for_the_drain(tmp_path):
-    controller, _ = run_controller(tmp_path, {"ladder": {"arrival": "constant", "warmup": "0s",
+    controller, _, _ = run_controller(tmp_path, {"ladder": {"arrival": "constant", "warmup": "0s",
                                                          "drain_timeout": "5s",
                                                          "steps": [{"rate": 5, "duration": "0.4s"},
                                                                    {"rate": 5, "duration": "0.4s"}]}})
