@@ -11,7 +11,7 @@ the run directory, so no late result is lost when Locust quits.
 
 from locust import LoadTestShape
 
-from llmload.runtime.session import pool_tick
+from llmload.runtime.session import new_shape_run, pool_tick
 
 __all__ = ["LLMShape"]
 
@@ -20,6 +20,11 @@ class LLMShape(LoadTestShape):
     """Ladder, concurrency, trace, soak: whatever `shape:` in `--llmload-config` says."""
 
     use_common_options = False
+
+    def reset_time(self):
+        """Locust calls this when a shaped run starts (again, from the web UI): a new run directory."""
+        super().reset_time()
+        new_shape_run()
 
     def tick(self):
         return pool_tick()

@@ -29,7 +29,7 @@ from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
-           "register_user_classes", "user_class"]
+           "new_shape_run", "register_user_classes", "user_class"]
 
 log = logging.getLogger("llmload.session")
 
@@ -299,6 +299,12 @@ def on_init(environment: Any) -> Session:
 
 def current() -> Session | None:
     return _SESSION
+
+
+def new_shape_run() -> None:
+    """A shaped run is starting: a finished earlier run (web UI: Stop, then Start) must not end it."""
+    if _SESSION is not None and _SESSION._finalised and _SESSION.config is not None:
+        _SESSION.finished = False
 
 
 def pool_tick() -> tuple | None:

@@ -100,3 +100,41 @@ def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
     assert '"llm"' in index or "LLM" in index
     assert [s["label"] for s in steps_json["steps"]] == ["r5.00", "r10.00"]
     assert (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_web_ui_starts_a_second_run_into_a_new_directory(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 5, "duration": "2s"}]}},
+                         client={"max_concurrency": 8}, output=str(tmp_path / "runs"))
+    port = free_port()
+    cmd = locust_command(write_config(tmp_path, config), None, web=True) + ["--web-port", str(port), "--autostart"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def finished_runs(count: int) -> list[Path]:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            runs = sorted(p for p in (tmp_path / "runs").glob("*") if (p / "summary.json").exists())
+            if len(runs) >= count:
+                return runs
+            time.sleep(0.3)
+        raise AssertionError(f"fewer than {count} finished runs")
+
+    try:
+        finished_runs(1)
+        deadline = time.time() + 30
+        while json.loads(_get(f"http://127.0.0.1:{port}/stats/requests"))["state"] != "stopped":
+            assert time.time() < deadline, "the first run did not stop"
+            time.sleep(0.3)
+        answer = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=b"", timeout=10).read())
+        assert answer["success"]
+        runs = finished_runs(2)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert len({p.name for p in runs}) == 2 and all((p / "records.parquet").exists() for p in runs)
