@@ -68,6 +68,9 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     from llmload.runtime.preflight import check_reachable
     from llmload.runtime.session import new_run_dir
 
+    if out is not None and (Path(out) / "plan.json").exists():
+        print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
+        return 2
     try:
         config = load_config(config_path)
         from shapes.plan import build_plan

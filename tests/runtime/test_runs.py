@@ -115,6 +115,10 @@ def test_llmload_run_exit_codes_for_bad_config_and_unreachable_target(tmp_path, 
     assert main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "r")]) == 3
     err = capsys.readouterr().err
     assert "unreachable" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "plan.json").write_text("{}")
+    assert main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "old")]) == 2
+    assert "already holds a run" in capsys.readouterr().err
 
 
 def test_boundary_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
