@@ -18,7 +18,6 @@ from llama_wire import scrape_metrics
 
 from llmload.engine import start_llama_server, stop_llama_server
 
-HERE = Path(__file__).resolve().parent
 PARALLEL = 4
 CTX_SIZE = 4096
 
