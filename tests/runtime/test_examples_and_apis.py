@@ -9,12 +9,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
+from support import REPO, free_port
 
 from llmload.config import load_config
 from llmload.runtime.launcher import locust_command
 from shapes.plan import build_plan
-from tests.conftest import REPO, free_port
-from tests.runtime.helpers import base_config, plan, records, run_locust, summary, write_config
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 

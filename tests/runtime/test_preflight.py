@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from runtime_helpers import base_config, records, run_locust, write_config
 
 from llmload.cli import main
-from tests.runtime.helpers import base_config, records, run_locust, write_config
 
 pytestmark = pytest.mark.slow
 

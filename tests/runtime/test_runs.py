@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
+from support import free_port
 
 from llmload.cli import main
-from tests.conftest import free_port
-from tests.runtime.helpers import base_config, plan, records, run_locust, summary, write_config
 
 pytestmark = pytest.mark.slow
 

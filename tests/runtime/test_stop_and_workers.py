@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
+from support import free_port
 
 from llmload.records import read_record_files
 from llmload.runtime.launcher import locust_command
-from tests.conftest import free_port
-from tests.runtime.helpers import base_config, plan, records, run_locust, summary, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from runtime_helpers import base_config, write_config
+from support import free_port
 
 from llmload.runtime.launcher import locust_command
-from tests.conftest import free_port
-from tests.runtime.helpers import base_config, write_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
