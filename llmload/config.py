@@ -376,6 +376,12 @@ class Telemetry(Model):
     gpu: str = "auto"
     timeout: Duration = Field(default=2.0, gt=0)
 
+    @field_validator("metrics_url", "gpu", mode="before")
+    @classmethod
+    def _off(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `off` as false: take it as the word the user wrote
+        return "off" if v is False else v
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v: str) -> str:

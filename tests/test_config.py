@@ -113,3 +113,9 @@ def test_slo_file_error_has_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_slo(path)
     assert str(err.value) == f'{path}:2 e2e_p95: expected a duration like 800ms, got "soon"'
+
+
+def test_bare_off_is_the_word_off(tmp_path):
+    cfg = load_config(write(tmp_path, BASE + "telemetry:\n  gpu: off\n  metrics_url: off\n"))
+    assert cfg.telemetry.gpu == "off"
+    assert cfg.telemetry.metrics_url == "off"
