@@ -78,7 +78,6 @@ class WorkerRuntime:
         self._config_dict: dict | None = None
         self._outbox: list[dict] = []
         self._shipper: Greenlet | None = None
-        self._cpu: Any = None
         self.cpu_now: float | None = None
         self.cpu_at: float | None = None
         self._cpu_shipped: float | None = None
