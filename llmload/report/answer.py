@@ -29,6 +29,7 @@ __all__ = [
     "fixed_conditions_text",
     "HEADLINE_CONDITIONS",
     "rate_of",
+    "soak_sentences",
     "thresholds_of",
 ]
 
@@ -157,6 +158,7 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
         if not is_blank(summary.get(key)):
             out.append(f"{text}: {float(summary[key]):g} users.")
     out.extend(burst_sentences(getattr(analysis, "burst", None)))
+    out.extend(soak_sentences(summary.get("soak")))
     insufficient = list(labels[verdicts == "insufficient"])
     if insufficient:
         need = getattr(analysis.slo, "min_samples", 200)
@@ -187,6 +189,24 @@ def burst_sentences(burst: pd.DataFrame | None) -> list[str]:
                    + (" A uniform pass does not vouch for bursts." if first.get("uniform_verdict") == "pass"
                       and first.get("burst_verdict") != "pass" else ""))
     return out
+
+
+def soak_sentences(soak: dict | None) -> list[str]:
+    """One sentence on a soak's drift (summary["soak"]): a pass over a drifting soak does not hold for
+    longer runs, so the answer says what rose, not only the verdict."""
+    if not soak:
+        return []
+    drifting = list(soak.get("drifting") or [])
+    bursts = list(soak.get("error_bursts") or [])
+    span = f"across {soak.get('slices')} slices of {float(soak.get('slice_s') or 0):g} s"
+    if not drifting and not bursts:
+        return [f"Soak: no drift {span} (trend test on p95 latencies, errors, waiting, KV and GPU memory)."]
+    text = f"Soak: drifting upward {span}: {', '.join(drifting) or 'nothing'}"
+    if soak.get("memory_growth"):
+        text += " (memory growth)"
+    if bursts:
+        text += f"; error bursts in {', '.join(bursts)}"
+    return [text + ". The verdict holds only for the soak's length; expect worse on longer runs."]
 
 
 def _mentioned(warnings: list[str], *words: str) -> bool:

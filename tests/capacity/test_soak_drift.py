@@ -54,6 +54,7 @@ def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(sim_factory, tmp_path
     assert trends["e2e_p95_s"]["slope_per_slice"] > 0
     report = (run_dir / "report.html").read_text(encoding="utf-8")
     assert 'id="slices-table"' in report and "Drifting series: " in report and "Memory growth: yes" in report
+    assert "Soak: drifting upward across 6 slices of 4 s: " in report  # the answer says it, not only the table
 
 
 def test_a_steady_soak_is_not_flagged(sim_factory, tmp_path):
