@@ -37,12 +37,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gevent
-from geventhttpclient.response import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from llmload.client.bodies import PreparedRequest
 from llmload.client.checks import check_answer
 from llmload.client.outcomes import body_message, classify_error_text, classify_status, trim
-from llmload.client.transport import ConnectFailed, Transport, socket_ready_at
+from llmload.client.transport import ConnectFailed, Transport, socket_ready_at, socket_was_reused
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
@@ -141,10 +141,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
         headers = {**credentials.headers(), **request.headers}
         path = transport.prefix(base) + request.path
         decoder = StreamDecoder.for_api(request.api)
-        socket_ready_at(reset=True)
-        record.sent_at = now()  # replaced by the time the connection was ready, once known
-        resp = client.request("POST", path, body=request.body, headers=headers)
-        record.sent_at = socket_ready_at() or record.sent_at
+        resp = _post(client, path, request.body, headers, record, attempts=transport.concurrency + 1)
         status = record.http_status = resp.status_code
         if status != 200:
             message = body_message(resp.read())
@@ -210,6 +207,27 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             record.outcome = "quality_fail"
             record.error = trim(transport.credentials.redact(reason))
     return SendResult(record, text)
+
+
+def _post(client: object, path: str, body: bytes, headers: dict, record: Record, *, attempts: int) -> object:
+    """POST and return the response once its headers are in. A kept-alive connection that the server
+    had already closed (llama-server closes after each stream while announcing keep-alive) fails before
+    any response byte: that request never reached a live handler, so it is sent again on the next pooled
+    (or a new) connection, and `sent_at` is the time of the send that got through. A failure on a new
+    connection is never retried."""
+    for attempt in range(1, attempts + 1):
+        socket_ready_at(reset=True)
+        record.sent_at = now()  # replaced by the time the connection was ready, once known
+        try:
+            resp = client.request("POST", path, body=body, headers=headers)
+        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
+            if attempt == attempts or not socket_was_reused():
+                record.sent_at = socket_ready_at() or record.sent_at
+                raise
+            continue
+        record.sent_at = socket_ready_at() or record.sent_at
+        return resp
+    raise AssertionError("unreachable")
 
 
 def _drain(resp: object) -> None:

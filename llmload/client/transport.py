@@ -29,7 +29,7 @@ from llmload.client.auth import Credentials
 from llmload.clock import now
 from llmload.config import Target
 
-__all__ = ["ConnectFailed", "EndpointRouter", "Transport", "socket_ready_at"]
+__all__ = ["ConnectFailed", "EndpointRouter", "Transport", "socket_ready_at", "socket_was_reused"]
 
 ROUTING_POLICIES = ("round_robin", "least_outstanding", "random")
 
@@ -40,6 +40,11 @@ class ConnectFailed(OSError):
 
 #: per greenlet: when the pool last handed this greenlet a connected socket (see `socket_ready_at`)
 _ready = gevent.local.local()
+
+
+def socket_was_reused() -> bool:
+    """Whether the socket the current greenlet last got from a pool was a kept-alive one (not new)."""
+    return not getattr(_ready, "new", True)
 
 
 def socket_ready_at(reset: bool = False) -> float | None:
@@ -66,9 +71,11 @@ def _instrument(pool: ConnectionPool) -> None:
         except OSError as exc:
             raise ConnectFailed(f"cannot connect to {where}: {exc.strerror or exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _ready.new = True
         return sock
 
     def get() -> socket.socket:
+        _ready.new = False
         sock = get_socket()
         _ready.at = now()
         return sock
