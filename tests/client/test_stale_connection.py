@@ -4,6 +4,7 @@ so the client sends it again on a new connection instead of recording a false `d
 
 from __future__ import annotations
 
+import gevent
 import gevent.server
 from client_helpers import fixed_requests, send_batch, sim_target
 
@@ -31,6 +32,7 @@ def _closing_server(served: list[int]) -> gevent.server.StreamServer:
         served.append(1)
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(STREAM), STREAM))
+        gevent.sleep(0.05)  # the next request arrives on this connection, then the server hangs up
         sock.close()  # keep-alive announced, connection closed anyway
 
     server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
