@@ -1,13 +1,13 @@
 """`llmload demo`: a whole capacity test against the built-in simulated vLLM, in under three minutes.
 
-1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (8 sequences per
-   batch, ~33 ms per decode step), whose capacity is about 7 requests/s of 64-in / 32-out requests.
+1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
+   batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
 2. Run a Poisson ladder 2 → 4 → 6 → 8 → 10 req/s against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no
    queue growth): the low steps pass, the high ones fail on TTFT and a growing queue. That knee is the
    answer the report draws. Run directory: `<out>/ladder/`.
 3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
-   about 6 req/s, close to the knee) and its uniform twin at the same mean rate: bursts cost latency
-   that the uniform twin hides. Run directory: `<out>/burst/`.
+   about 4 req/s, two thirds of the capacity) and its uniform twin at the same mean rate: the bursts
+   cost latency that the uniform twin hides. Run directory: `<out>/burst/`.
 4. Stop the sim and print where the two reports are.
 
 The demo returns 0 when it ran, whatever the verdicts (a failing ladder step is the point of it);
@@ -34,8 +34,8 @@ __all__ = ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"]
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TRACE = REPO / "examples" / "traces" / "azure_conv_5min.csv"
 
-#: the sim's engine for the demo: capacity about 7 req/s for 64-in / 32-out requests
-DEMO_SIM = {"max_num_seqs": 8, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
+#: the sim's engine for the demo: capacity about 6 req/s for 64-in / 32-out requests
+DEMO_SIM = {"max_num_seqs": 6, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
             "load_time_s": "0.2s"}
 
 _SLO = {"ttft_p95": "1s", "tpot_p95": "80ms", "client_wait_p95": "200ms", "max_reject_ratio": 0.0,
@@ -60,7 +60,7 @@ def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> di
               "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8, 10)]}
-    trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["140s", f"{140 + trace_s:g}s"],
+    trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "uniform_twin": True,
              "use_sizes": False, "drain_timeout": "20s"}
     return {"ladder": {**common, "shape": {"ladder": ladder}},
@@ -105,7 +105,7 @@ def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = Path(out) if out is not None else Path("runs") / f"{stamp}-demo"
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"llmload demo: starting the simulated vLLM server (capacity about 7 req/s) in {folder}", flush=True)
+    print(f"llmload demo: starting the simulated vLLM server (capacity about 6 req/s) in {folder}", flush=True)
     proc, url = start_demo_sim(folder)
     codes = {}
     try:
