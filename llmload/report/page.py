@@ -68,6 +68,13 @@ def step_table(steps: pd.DataFrame) -> str:
     measured = [c for c in df.columns if c not in ("label", "index", "phase", "status", "target_rate",
                                                     "concurrency")]
     df = df.astype(object)
+    if "server_queue_p95_resolution_s" in df.columns:
+        # a quantile read from histogram buckets is only known to the bucket: say how wide it was
+        res = pd.to_numeric(df["server_queue_p95_resolution_s"], errors="coerce")
+        value = pd.to_numeric(df["server_queue_p95_ms"], errors="coerce")
+        has = res.notna() & value.notna() & (res > 0)
+        df.loc[has, "server_queue_p95_ms"] = [f"{v:.4g} (bucket width {r * 1000:.4g})"
+                                               for v, r in zip(value[has], res[has], strict=True)]
     df.loc[unrun, measured] = None
     return table(df, columns=list(_STEP_COLUMNS), headers=_HEADERS, table_id="steps-table",
                  row_class=["not-run" if u else "" for u in unrun])
@@ -161,7 +168,7 @@ def _plots_html(analysis: Any) -> str:
     note = f" Not measured in this run: {', '.join(missing)}." if missing else ""
     parts.append(figure(svg, plot_id="plot-timeline", caption=(
         "Timeline in 1-s bins with a shaded band per step's measurement window: arrivals and completions, "
-        "client in-flight, server running/waiting, KV usage (0–1 ratio of KV blocks, not GPU memory), GPU "
+        "client in-flight, server running/waiting, KV usage (vLLM's 0–1 ratio of KV blocks shown as a percent; not GPU memory), GPU "
         "memory used, TTFT p95 of requests sent in the bin." + note)))
     parts.append(figure(plots.distribution_plot(analysis.requests, steps), plot_id="plot-distributions",
                         caption=("Empirical CDFs of TTFT and E2E per step, ok requests in the measurement "
