@@ -29,7 +29,6 @@ import platform
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -41,7 +40,8 @@ from typing import Any
 import yaml
 
 from llmload.clock import now
-from llmload.errors import RunError, ServerError
+from llmload.errors import RunError
+from llmload.sim.process import start_sim_process, stop_process
 
 __all__ = [
     "ENVELOPE_PATH",
@@ -118,35 +118,8 @@ class CalibrationStep:
 def start_sim(folder: Path, *, settings: dict | None = None, timeout_s: float = 20.0
               ) -> tuple[subprocess.Popen, str, Path]:
     """Start `llmload sim --flavor vllm --port 0` with a ground-truth log; returns (process, URL, log path)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    sim_yaml = folder / "sim.yaml"
-    sim_yaml.write_text(yaml.safe_dump(settings or CALIBRATION_SIM), encoding="utf-8")
-    ground_truth = folder / "sim-ground-truth.jsonl"
-    log_path = folder / "sim.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "sim", "--flavor", "vllm", "--port", "0",
-                                 "--config", str(sim_yaml), "--ground-truth", str(ground_truth)],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://\S+)", log_path.read_text(encoding="utf-8", errors="replace"))
-        if found:
-            return proc, found.group(1), ground_truth
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise ServerError(f"the calibration sim did not start: see {log_path}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    sim = start_sim_process(folder, settings=settings or CALIBRATION_SIM, timeout_s=timeout_s)
+    return sim.proc, sim.url, sim.ground_truth
 
 
 def _free_port() -> int:
@@ -433,7 +406,7 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
                                    sim_pid=sim.pid if sim is not None else None)
     finally:
         if sim is not None:
-            _stop(sim)
+            stop_process(sim)
     envelope = _envelope_document(steps, processes=processes, target=target, quick=quick, work=work)
     path = Path(out) if out is not None else ENVELOPE_PATH
     path.parent.mkdir(parents=True, exist_ok=True)

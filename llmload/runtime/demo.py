@@ -16,18 +16,14 @@ a run that could not be carried out returns its error code.
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
-from llmload.errors import ServerError
+from llmload.sim.process import start_sim_process, stop_process
 
 __all__ = ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"]
 
@@ -67,35 +63,10 @@ def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> di
             "burst": {**common, "shape": {"trace": trace}}}
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_demo_sim(folder: Path, *, timeout_s: float = 20.0) -> tuple[subprocess.Popen, str]:
     """Start the demo's sim as a subprocess on a free loopback port; returns (process, base URL)."""
-    sim_yaml = folder / "sim.yaml"
-    sim_yaml.write_text(yaml.safe_dump(DEMO_SIM), encoding="utf-8")
-    port = _free_port()
-    log = open(folder / "sim.log", "wb")  # noqa: SIM115 (kept open for the child's lifetime)
-    proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "sim", "--flavor", "vllm", "--port", str(port),
-                             "--config", str(sim_yaml), "--ground-truth", str(folder / "sim-ground-truth.jsonl")],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ServerError(f"the demo sim exited with {proc.returncode}: see {folder / 'sim.log'}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise ServerError(f"the demo sim did not answer within {timeout_s:g}s: see {folder / 'sim.log'}")
+    sim = start_sim_process(folder, settings=DEMO_SIM, timeout_s=timeout_s)
+    return sim.proc, sim.url
 
 
 def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 25.0) -> int:
@@ -115,12 +86,7 @@ def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 
             print(f"\nllmload demo: {name} run ({path})", flush=True)
             codes[name] = run_config(path, out=folder / name)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     print("\nllmload demo: done. Reports:")
     for name in codes:
         print(f"  {name}: {(folder / name / 'report.html').resolve()}")
