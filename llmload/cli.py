@@ -53,7 +53,8 @@ def run(
     expect_workers: Annotated[int, typer.Option(help="Master: workers to wait for.")] = 1,
     worker: Annotated[bool, typer.Option(help="Run as a Locust worker of a master elsewhere.")] = False,
     master_host: Annotated[str, typer.Option(help="Worker: the master's address.")] = "127.0.0.1",
-    master_port: Annotated[int, typer.Option(help="Master's port.")] = 5557,
+    master_port: Annotated[Optional[int], typer.Option(
+        help="Master's port (default 5557; with --processes a free loopback port).")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     from llmload.runtime.launcher import run_config

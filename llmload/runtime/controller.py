@@ -97,6 +97,10 @@ class StepController:
         self.drained: dict[str, dict[str, dict]] = defaultdict(dict)
         self.results: list[dict] = []
         self.worker_cpu: dict[str, float] = {}
+        #: per step, per worker: arrivals of the measurement window sent so far (the web UI's running rate)
+        self.sent: dict[str, dict[str, int]] = defaultdict(dict)
+        #: per step: its arrival offsets from its start (open loop), for the planned arrivals so far
+        self.offsets: dict[str, Any] = {}
         self._cpu_warned: set[str] = set()
         self._cpu_seen: dict[str, float | None] = {}
         self._cpu_sink: Any = None
@@ -113,6 +117,8 @@ class StepController:
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
         self._unjudged_said = False
+        #: (spec, plan row, {lost worker: shard}, shards, start_at) of steps that lost a worker
+        self._lost: list[tuple] = []
 
     # ------------------------------------------------------------------ messages from workers
 
@@ -127,6 +133,8 @@ class StepController:
             if cpu > CPU_WARN and worker not in self._cpu_warned:
                 self._cpu_warned.add(worker)
                 self.out(f"llmload: warning: worker {worker} CPU at {cpu:.0%}: the generator may fall behind")
+        for label, count in (data.get("sent") or {}).items():
+            self.sent[label][worker] = int(count)
         rows = [unpack_record(r) for r in data.get("rows", [])]
         if not self.link.local:
             if self._master_file is None:
@@ -145,7 +153,10 @@ class StepController:
         if self._cpu_sink is None:
             self._cpu_sink = TelemetrySink(self.run_dir / "telemetry-workers.jsonl")
         label = self.current["label"] if self.current is not None else None
-        self._cpu_sink.write(t, label, [Point(f"worker:{worker}", "worker_cpu", cpu)])
+        points = [Point(f"worker:{worker}", "worker_cpu", cpu)]
+        self._cpu_sink.write(t, label, points)
+        if self.recent is not None:
+            self.recent.add(t, label, f"worker:{worker}", points)
 
     def on_drained(self, data: dict) -> None:
         label = data["label"]
@@ -153,6 +164,11 @@ class StepController:
         self._events[label].set()
 
     # ------------------------------------------------------------------ the run
+
+    @property
+    def recent(self) -> Any:
+        """The collector's in-memory samples (`RecentSamples`), or None without a collector."""
+        return getattr(self.telemetry, "recent", None)
 
     def start(self) -> None:
         if self.greenlet is None:
@@ -184,6 +200,10 @@ class StepController:
             log.exception("step controller failed")
             self.out("llmload: error: the step controller failed (see the log); finishing the run")
         finally:
+            try:
+                self._record_lost_arrivals()
+            except Exception:
+                log.exception("could not record the arrivals of lost workers")
             self.plan.finish(now())
             if self._master_file is not None:
                 self._master_file.close()
@@ -224,6 +244,10 @@ class StepController:
         start_at = max(start_at, now() + 0.05) if start_at is not None else now() + LEAD_S
         bounds = step_bounds(spec, start_at)
         self.current = row
+        if not spec.closed_loop:
+            from llmload.arrivals import step_offsets
+
+            self.offsets[spec.label] = step_offsets(spec)
         if self.telemetry is not None:
             self.telemetry.set_step(spec.label)
         self.plan.update(row, start_at=start_at, window_start=bounds.window_start,
@@ -247,6 +271,9 @@ class StepController:
         self.plan.update(row, drained_at=drained_at, window_end=window_end,
                          status="partial" if self.stopped else "run", cancelled=cancelled,
                          lost_workers=lost)
+        if lost and not self.stopped and not spec.closed_loop:
+            shards = {name: shard for shard, (_, name) in enumerate(workers)}
+            self._lost.append((spec, row, {name: shards[name] for name in lost}, len(workers), start_at))
         return self._judge(spec, row, lost, threaded=threaded)
 
     def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float, *,
@@ -292,6 +319,40 @@ class StepController:
         self.out(format_progress(spec.label, now() - start_at, spec.arrivals_s, row.get("planned_arrivals"),
                                  stats, pending, self.server_waiting()))
 
+    def step_waiting(self, row: dict) -> float | None:
+        """The step's mean server `waiting` so far (its window, else since its start), from the
+        collector's samples; the latest value when there are none."""
+        recent = self.recent
+        t0 = row.get("window_start") or row.get("start_at")
+        if recent is not None and t0 is not None:
+            t1 = min(now(), row.get("window_end") or now())
+            mean = recent.gauge_mean("waiting", t0, t1) if t1 > t0 else None
+            if mean is None and t0 != row.get("start_at") and row.get("start_at") is not None:
+                mean = recent.gauge_mean("waiting", row["start_at"], t1)
+            if mean is not None:
+                return mean
+        return self.server_waiting()
+
+    def running_rates(self, spec_label: str, row: dict) -> tuple[float | None, float | None]:
+        """(offered, achieved) so far of a running step: planned arrivals of its window so far and
+        arrivals sent, each over the elapsed window (None before the window starts)."""
+        ws, start_at = row.get("window_start"), row.get("start_at")
+        if ws is None or start_at is None:
+            return None, None
+        t = min(now(), row.get("window_end") or now())
+        elapsed = t - ws
+        if elapsed <= 0:
+            return None, None
+        offsets = self.offsets.get(spec_label)
+        offered = None
+        if offsets is not None:
+            import numpy as np
+
+            due = np.count_nonzero((offsets >= ws - start_at) & (offsets < t - start_at))
+            offered = float(due) / elapsed
+        achieved = sum(self.sent.get(spec_label, {}).values()) / elapsed
+        return offered, achieved
+
     def server_waiting(self) -> float | None:
         if self.telemetry is None:
             return None
@@ -317,7 +378,7 @@ class StepController:
                 verdict = "unjudged"
         if lost:
             failing = [*failing, f"lost worker(s) {', '.join(lost)}"]
-        table_row = step_row(spec.label, stats, verdict, list(failing), self.server_waiting())
+        table_row = step_row(spec.label, stats, verdict, list(failing), self.step_waiting(row))
         self.results.append({"label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
                              "failing": list(failing), "samples": stats.get("completed", stats.get("ok"))})
         self.plan.update(row, live_verdict=verdict, live_failing=list(failing))
@@ -326,7 +387,49 @@ class StepController:
         # judged: its summaries are done with (the records are on disk), so hours of soak slices do not
         # pile up in the master's memory
         self.rows.pop(spec.label, None)
+        self.offsets.pop(spec.label, None)
+        self.sent.pop(spec.label, None)
+        if self.recent is not None and row.get("window_end") is not None:
+            self.recent.trim(before=float(row["window_end"]))  # later steps' windows start after it
         return verdict, list(failing), stats
+
+    def _record_lost_arrivals(self) -> None:
+        """A record `cancelled` ("worker lost") for every planned arrival of a lost worker that left
+        none (its in-flight and queued requests died with it), so the step's counts stay whole; the
+        number goes into the step's `lost_requests`. The plan is the one the worker ran (seeded)."""
+        if not self._lost:
+            return
+        import json
+
+        from llmload.runtime.planning import plan_jobs
+
+        known: set[str] = set()
+        for path in sorted((self.run_dir / "records").glob("*.jsonl")):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        known.add(json.loads(line)["request_id"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+        writer = RecordWriter(self.run_dir / "records" / "lost.jsonl")
+        try:
+            for spec, row, lost, shards, start_at in self._lost:
+                count = 0
+                for name, shard in lost.items():
+                    jobs, _ = plan_jobs(spec, start_at=start_at, shard=shard, shards=shards)
+                    for job in jobs:
+                        if job.arrival.request_id in known:
+                            continue
+                        record = job.record(name)
+                        record.outcome, record.error = "cancelled", "worker lost"
+                        writer.write(record)
+                        count += 1
+                self.plan.update(row, lost_requests=count)
+                if count:
+                    self.out(f"  {spec.label}: {count} request(s) of lost worker(s) {', '.join(lost)} "
+                             "recorded as cancelled (worker lost)")
+        finally:
+            writer.close()
 
     def _refine(self) -> None:
         """After a ladder with `refine:`, bisect between the last pass and the first fail."""

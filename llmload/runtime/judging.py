@@ -1,8 +1,10 @@
 """Live judging of a finished step on the master, with the analysis' own rules.
 
 The summaries the workers shipped become a records frame (`llmload.records.records_frame`), the
-telemetry sampled so far is read back from `telemetry.jsonl`, and `analysis.judge_step` gives the
-verdict, the failing dimensions and the step's numbers. Runs between steps, when no load is in flight.
+telemetry comes from the collector's recent samples in memory (`TelemetryCollector.recent`; reading
+the growing `telemetry.jsonl` back after every step held up the master's loop, and its pollers, for
+seconds), and `analysis.judge_step` gives the verdict, the failing dimensions and the step's numbers.
+Runs between steps, when no load is in flight. Without a collector, the files are read.
 """
 
 from __future__ import annotations
@@ -17,21 +19,23 @@ from llmload.records import records_frame
 __all__ = ["judge_rows", "live_judge"]
 
 
-def judge_rows(rows: list[dict], step: dict, config: Config, *, run_dir: Path | None = None) -> tuple:
-    """(verdict, failing, stats) of one step from shipped summaries."""
+def judge_rows(rows: list[dict], step: dict, config: Config, *, run_dir: Path | None = None,
+               recent: Any = None) -> tuple:
+    """(verdict, failing, stats) of one step from shipped summaries (telemetry: `recent`, else the files)."""
     from analysis.verdict import judge_step
+    from llmload.telemetry.sink import read_telemetry, telemetry_frame
 
     telemetry = None
-    if run_dir is not None:
-        from llmload.telemetry.sink import read_telemetry
-
+    if recent is not None:
+        telemetry = telemetry_frame(recent.rows())
+    elif run_dir is not None:
         telemetry = read_telemetry(run_dir)
     return judge_step(records_frame(rows), step, config.slo, config.client, telemetry)
 
 
-def live_judge(run_dir: Path) -> Callable[[list[dict], dict, Config], tuple]:
-    """The controller's judge for a run directory."""
+def live_judge(run_dir: Path, recent: Any = None) -> Callable[[list[dict], dict, Config], tuple]:
+    """The controller's judge for a run directory (`recent`: the collector's `RecentSamples`)."""
     def judge(rows: list[dict], step: dict, config: Config) -> tuple[str, list[str], dict[str, Any]]:
-        return judge_rows(rows, step, config, run_dir=run_dir)
+        return judge_rows(rows, step, config, run_dir=run_dir, recent=recent)
 
     return judge

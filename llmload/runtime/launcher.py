@@ -6,7 +6,8 @@ The command line built here is what a user could type themselves:
         --llmload-run-dir RUN_DIR [--processes N | --master --expect-workers N | --worker --master-host H]
 
 Config errors are caught before Locust starts (one line, exit 2) and an unreachable target gives one
-line and exit 3. The exit code afterwards is the run's verdict from `summary.json` (0 pass, 1 fail,
+line and exit 3. With `--processes N` the master and its local workers talk over a free loopback port
+(not Locust's fixed 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards is the run's verdict from `summary.json` (0 pass, 1 fail,
 3 invalid), or Locust's own code when no summary was written.
 """
 
@@ -14,24 +15,35 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["locust_command", "run_config", "verdict_exit_code"]
+__all__ = ["free_loopback_port", "locust_command", "run_config", "verdict_exit_code"]
 
 REPO_FILES = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
+#: Locust's master port, for `--master` / `--worker` when none is given
+DEFAULT_PORT = 5557
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False, processes: int = 0,
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
-                   master_host: str = "127.0.0.1", master_port: int = 5557) -> list[str]:
-    """The Locust command line for one run (see the module docstring)."""
+                   master_host: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
+    """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
+    5557 for `master` / `worker`, a free loopback port for `processes`."""
     cmd = [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--loglevel", "WARNING"]
     if worker:
-        return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port)]
+        return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port or DEFAULT_PORT)]
     cmd += ["--llmload-config", str(config_path)]
     if run_dir is not None:
         cmd += ["--llmload-run-dir", str(run_dir)]
@@ -40,9 +52,12 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     elif not os.environ.get("LOCUST_WEB_HOST"):  # loopback unless told otherwise (e.g. in a container)
         cmd += ["--web-host", "127.0.0.1"]
     if processes:
-        cmd += ["--processes", str(processes)]
+        port = master_port or free_loopback_port()  # the forked workers connect to --master-port
+        cmd += ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                "--master-port", str(port)]
     if master:
-        cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-port", str(master_port)]
+        cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-port",
+                str(master_port or DEFAULT_PORT)]
     return cmd
 
 
@@ -58,7 +73,7 @@ def verdict_exit_code(run_dir: Path) -> int | None:
 
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
-               master_host: str = "127.0.0.1", master_port: int = 5557, skip_preflight: bool = False) -> int:
+               master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
     if worker:
         return _wait_locust(subprocess.Popen(locust_command(config_path, None, worker=True,

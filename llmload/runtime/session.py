@@ -216,8 +216,9 @@ class Session:
         self.telemetry = start_telemetry(config, run_dir)
         from llmload.runtime.judging import live_judge
 
+        recent = getattr(self.telemetry, "recent", None)
         self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
-                                         judge=live_judge(run_dir), telemetry=self.telemetry,
+                                         judge=live_judge(run_dir, recent), telemetry=self.telemetry,
                                          wait_ready=self._wait_pool, base_dir=str(base_dir))
         self.controller.run()
         self._finalise()
@@ -237,6 +238,9 @@ class Session:
         self._finalised = True
         if self.telemetry is not None:
             try:
+                # one last sample now, after the last step drained: the polling loop's latest may be an
+                # interval older than `drained_at`
+                self.telemetry.sample_now()
                 self.telemetry.stop()
             except Exception:
                 log.exception("telemetry stop failed")

@@ -3,7 +3,8 @@
 - The tab: `web_ui.template_args["extended_tabs" / "extended_tables"]` plus an `after_request` hook
   that adds `extended_stats` to `/stats/requests` (what the UI polls every few seconds): one row per
   step with offered and achieved rate, TTFT / TPOT / E2E p95, goodput, client wait, server waiting and
-  the verdict so far (the running step shows its numbers so far, verdict `running`).
+  the verdict so far (the running step shows its numbers so far, verdict `running`: its offered and
+  achieved rate over the elapsed window, its mean server waiting from the collector's samples).
 - The page `/llmload`: live SVG charts of TTFT p95, goodput and server waiting per step, drawn by a
   few lines of inline JavaScript from `/llmload/steps.json` (no CDN, works offline).
 
@@ -51,8 +52,9 @@ def step_rows(session: Any) -> list[dict]:
         row = judged.get(label)
         if row is None and step.get("status") == "running":
             stats = quick_stats(controller.rows.get(label, []))
-            row = {"label": label, **stats, "verdict": "running",
-                   "server_waiting": controller.server_waiting()}
+            offered, achieved = controller.running_rates(label, step)
+            row = {"label": label, **stats, "verdict": "running", "offered_rate": offered,
+                   "achieved_rate": achieved, "server_waiting": controller.step_waiting(step)}
         if row is None:
             rows.append({"label": label, "verdict": step.get("status") or "not_run"})
             continue

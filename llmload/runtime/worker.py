@@ -31,7 +31,7 @@ from llmload.clock import now
 from llmload.records import Record, RecordWriter
 from llmload.runtime.messages import DRAINED, RESULTS, pack_record
 from llmload.runtime.planning import ClosedLoop, Job, plan_jobs
-from shapes.steps import StepSpec
+from shapes.steps import StepSpec, step_bounds
 
 __all__ = ["StepState", "WorkerRuntime"]
 
@@ -57,6 +57,9 @@ class StepState:
     #: open loop: every planned arrival is queued; closed loop: the first level's jobs are queued
     initial_done: bool = False
     drained_sent: bool = False
+    #: the step's measurement window start, and its arrivals taken by a user (sent) so far
+    window_start: float = 0.0
+    sent: int = 0
     cancelled: bool = False
     inflight: set = field(default_factory=set)
     scheduler: Greenlet | None = None
@@ -100,7 +103,8 @@ class WorkerRuntime:
                                              base_dir=data.get("base_dir", "."))
         step = StepSpec.from_dict(data["step"])
         jobs, loop = plan_jobs(step, start_at=data["start_at"], shard=data["shard"], shards=data["shards"])
-        state = StepState(label=step.label, shard=data["shard"], shards=data["shards"], loop=loop)
+        state = StepState(label=step.label, shard=data["shard"], shards=data["shards"], loop=loop,
+                          window_start=step_bounds(step, data["start_at"]).window_start)
         self.steps[state.label] = state
         if self._shipper is None:
             self._shipper = gevent.spawn(self._ship_loop)
@@ -145,6 +149,9 @@ class WorkerRuntime:
         finally:
             self.free_users -= 1
         job.dequeued_at = now()
+        state = self.steps.get(job.label)
+        if state is not None and job.scheduled_at >= state.window_start:
+            state.sent += 1
         return job
 
     def _drop_queued(self, state: StepState, *, outcome: str) -> None:
@@ -236,8 +243,9 @@ class WorkerRuntime:
         if not rows and self.cpu_at == self._cpu_shipped:
             return
         self._cpu_shipped = self.cpu_at
+        sent = {s.label: s.sent for s in self.steps.values() if not s.drained_sent}
         self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now,
-                                     "cpu_at": self.cpu_at})
+                                     "cpu_at": self.cpu_at, "sent": sent})
 
     def _ship_loop(self) -> None:
         import psutil

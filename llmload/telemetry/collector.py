@@ -25,7 +25,7 @@ from llmload.telemetry.gpu import DcgmPoller, NvmlSampler
 from llmload.telemetry.sink import Point, TelemetrySink
 from llmload.telemetry.sources import EndpointSource, error_label
 
-__all__ = ["LIVE_METRICS", "TelemetryCollector", "dcgm_url", "metrics_urls"]
+__all__ = ["JUDGED_METRICS", "LIVE_METRICS", "RecentSamples", "TelemetryCollector", "dcgm_url", "metrics_urls"]
 
 log = logging.getLogger("llmload.telemetry")
 
@@ -35,6 +35,61 @@ LIVE_METRICS = frozenset({
     "gpu_memory_used_bytes", "gpu_memory_total_bytes", "gpu_utilization", "ollama_size_vram_bytes",
     "ollama_loaded_models", "slots_total", "slots_processing", "scrape_error",
 })
+
+#: what the live judging of a step reads (`analysis.judge_step`), kept in memory by `RecentSamples`
+JUDGED_METRICS = frozenset({
+    "running", "waiting", "deferred", "kv_usage", "preemptions_total", "gpu_memory_used_bytes",
+    "queue_time_seconds_bucket", "queue_time_seconds_count", "queue_time_seconds_sum", "worker_cpu",
+})
+
+
+class RecentSamples:
+    """The samples the live judge needs, in memory, since the last judged step (see `trim`).
+
+    Every poll is kept whole (no skipped repeats), so a counter's baseline before a window is at most
+    one interval old; `trim` drops what judged steps no longer need but keeps each key's last batch.
+    """
+
+    def __init__(self) -> None:
+        self._batches: list[tuple[float, str | None, str, list[Point]]] = []
+        self._lock = threading.Lock()
+
+    def add(self, t: float, step: str | None, key: str, points: list[Point]) -> None:
+        kept = [p for p in points if p.metric in JUDGED_METRICS]
+        if kept:
+            with self._lock:
+                self._batches.append((t, step, key, kept))
+
+    def rows(self) -> list[dict]:
+        """Telemetry rows (the `telemetry.parquet` columns) of every kept sample."""
+        with self._lock:
+            batches = list(self._batches)
+        return [{"t": t, "source": p.source, "metric": p.metric, "value": float(p.value), "step": step,
+                 "labels": p.labels} for t, step, _key, points in batches for p in points]
+
+    def gauge_mean(self, metric: str, t0: float, t1: float) -> float | None:
+        """Per-source sample mean of a gauge over [t0, t1), summed over sources; None without samples."""
+        sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        with self._lock:
+            batches = list(self._batches)
+        for t, _step, _key, points in batches:
+            if t0 <= t < t1:
+                for p in points:
+                    if p.metric == metric:
+                        acc = sums[p.source]
+                        acc[0] += p.value
+                        acc[1] += 1
+        return sum(total / n for total, n in sums.values()) if sums else None
+
+    def trim(self, before: float) -> None:
+        """Drop batches older than `before`, except the last one of each key (a counter's baseline)."""
+        with self._lock:
+            last_old: dict[str, int] = {}
+            for i, (t, _step, key, _points) in enumerate(self._batches):
+                if t < before:
+                    last_old[key] = i
+            keep = set(last_old.values())
+            self._batches = [b for i, b in enumerate(self._batches) if b[0] >= before or i in keep]
 
 
 def metrics_urls(config: Config) -> list[tuple[str, str | None]]:
@@ -98,6 +153,8 @@ class TelemetryCollector:
         self._latest: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        #: this run's recent samples for the live judge and table (the master reads no file back)
+        self.recent = RecentSamples()
 
     @property
     def path(self) -> Path:
@@ -167,6 +224,7 @@ class TelemetryCollector:
             for source in {p.source for p in points if p.metric == "scrape_error" and p.value > 0}:
                 self._sink.forget(source)
             self._sink.write(t, step, points)
+        self.recent.add(t, step, poller.source, points)
         self._remember(t, points)
         return points
 

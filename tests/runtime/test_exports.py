@@ -11,7 +11,7 @@ MODULES = {
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
     "judging": ["judge_rows", "live_judge"],
-    "launcher": ["locust_command", "run_config", "verdict_exit_code"],
+    "launcher": ["free_loopback_port", "locust_command", "run_config", "verdict_exit_code"],
     "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
     "planfile": ["PlanFile", "STEP_FIELDS"],
     "planning": ["ClosedLoop", "Job", "plan_jobs"],

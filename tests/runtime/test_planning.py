@@ -90,3 +90,18 @@ def test_live_table_row_and_quick_stats():
     line = format_row(step_row("r1.00", {"offered_rate": 1.0, **stats}, "fail", ["ttft_p95"], 3.0))
     assert line.startswith("r1.00") and "100ms" in line and "fail (ttft_p95)" in line
     assert len(format_header().split()) >= 10
+
+
+def test_local_processes_talk_over_a_free_loopback_port_unless_one_is_asked_for(tmp_path):
+    from llmload.runtime.launcher import locust_command
+
+    def port_of(cmd: list[str]) -> tuple[str, str]:
+        return cmd[cmd.index("--master-bind-port") + 1], cmd[cmd.index("--master-port") + 1]
+
+    first, second = (locust_command(tmp_path / "run.yaml", tmp_path / f"run{i}", processes=2) for i in range(2))
+    bind, port = port_of(first)
+    assert bind == port != "5557" and first[first.index("--master-bind-host") + 1] == "127.0.0.1"
+    assert port_of(second)[0] != "5557"
+    assert port_of(locust_command(tmp_path / "run.yaml", None, processes=2, master_port=6001)) == ("6001", "6001")
+    master = locust_command(tmp_path / "run.yaml", None, master=True)
+    assert master[master.index("--master-bind-port") + 1] == "5557"  # a remote master keeps Locust's port

@@ -39,3 +39,25 @@ def test_sampled_quality_cases_under_load_become_quality_fail(sim_factory, tmp_p
     outcomes = records(run_dir)["outcome"].value_counts().to_dict()
     assert set(outcomes) == {"ok", "quality_fail"} and 3 <= outcomes["quality_fail"] <= 17
     assert "quality" in json.loads((run_dir / "preflight.json").read_text())["warnings"][-1]
+
+
+def test_sampled_cases_are_checked_under_load_a_right_answer_passes_a_wrong_one_fails(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    cases = [{"prompt": "What is 2+2? Answer with a number.", "expect": {"contains": "4"}, "max_tokens": 6},
+             {"prompt": "What is 2+2? Answer with a number.", "expect": {"contains": "banana"}, "max_tokens": 6}]
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s",
+                                              "steps": [{"rate": 20, "duration": "3s"}]}},
+                         quality={"required": False, "sample_under_load": 0.3, "cases": cases},
+                         client={"max_concurrency": 16})
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir)
+    assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
+    df = records(run_dir)
+    checked = df[df["quality_checked"]]
+    assert len(df) == 60 and set(df["step"]) == {"r20.00"}  # every arrival, in its own step
+    assert 8 <= len(checked) <= 30  # a seeded 30 % of 60 (binomial, far outside 4 sigma otherwise)
+    assert (checked["planned_output_tokens"] == 6).all()  # the case's request replaced the synthetic one
+    # the sim answers the sum first: the "4" case passes, the "banana" case is a quality failure
+    assert set(checked["outcome"]) == {"ok", "quality_fail"}
+    assert set(df.loc[~df["quality_checked"], "outcome"]) == {"ok"}
+    assert (df.loc[df["outcome"] == "quality_fail", "quality_checked"]).all()

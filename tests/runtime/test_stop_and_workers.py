@@ -95,6 +95,11 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     step = plan(run_dir)["steps"][0]
     assert step["status"] == "run" and step["lost_workers"]
     assert (run_dir / "summary.json").exists()
+    # the lost worker's in-flight and queued arrivals are recorded, not dropped: counts stay whole
+    lost = df[df["error"] == "worker lost"]
+    assert len(df) == step["planned_arrivals"] and df.index.is_unique
+    assert step["lost_requests"] == len(lost) > 0
+    assert set(lost["outcome"]) == {"cancelled"} and set(lost["worker"]) == set(step["lost_workers"])
 
 
 def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory, tmp_path):

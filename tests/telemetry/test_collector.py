@@ -142,3 +142,31 @@ def test_credentials_in_the_url_are_sent_but_never_named(tmp_path: Path, canned:
     assert sources == {f"server:{canned.url}"}
     assert canned.headers_seen[0]["Authorization"].startswith("Basic ")
     assert "s3cr3t-pw" not in (tmp_path / "telemetry.jsonl").read_text()
+
+
+def test_recent_samples_give_the_live_judge_a_steps_gauges_and_keep_counter_baselines() -> None:
+    from llmload.telemetry.collector import RecentSamples
+    from llmload.telemetry.sink import Point
+
+    recent = RecentSamples()
+    for i in range(10):  # one sample a second: waiting climbs 0..9 on one server, 1 on another
+        recent.add(100.0 + i, "r1", "server:a", [Point("server:a", "waiting", float(i)),
+                                                 Point("server:a", "preemptions_total", float(i)),
+                                                 Point("server:a", "vllm:raw_series", 7.0)])
+        recent.add(100.0 + i, "r1", "server:b", [Point("server:b", "waiting", 1.0)])
+    assert recent.gauge_mean("waiting", 105.0, 110.0) == pytest.approx(7.0 + 1.0)
+    assert recent.gauge_mean("waiting", 200.0, 210.0) is None
+    assert {r["metric"] for r in recent.rows()} == {"waiting", "preemptions_total"}  # judged metrics only
+    recent.trim(before=105.5)
+    times = sorted({r["t"] for r in recent.rows() if r["source"] == "server:a"})
+    assert times == [105.0, 106.0, 107.0, 108.0, 109.0]  # 105: the last one before, each key keeps it
+
+
+def test_collector_samples_reach_recent_samples(tmp_path: Path, canned: CannedServer) -> None:
+    canned.routes["/metrics"] = (200, VLLM, 0.0)
+    collector = TelemetryCollector(config_for(canned.url, telemetry=FAST), tmp_path)
+    collector.set_step("r1")
+    collector.sample_now()
+    collector.stop()
+    rows = collector.recent.rows()
+    assert {"running", "waiting"} <= {r["metric"] for r in rows} and {r["step"] for r in rows} == {"r1"}
