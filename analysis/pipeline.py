@@ -67,8 +67,10 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
                    "queue growth is judged on client in-flight")
     for step in plan_steps:
         if step.get("lost_workers"):
+            lost = step.get("lost_requests")
+            count = f"; {int(lost)} of their planned requests recorded as cancelled (worker lost)" if lost else ""
             out.append(f"step {step.get('label')}: workers lost during the step: "
-                       f"{', '.join(map(str, step['lost_workers']))}")
+                       f"{', '.join(map(str, step['lost_workers']))}{count}")
     for _, r in steps.iterrows():
         if r["status"] == "partial":
             out.append(f"step {r['label']} was stopped early (partial): judged on what ran")

@@ -132,3 +132,5 @@ def test_planned_arrivals_without_records_are_reported() -> None:
     assert any("2 planned arrivals have no record" in w for w in result.warnings)
     lost = analyze(run_of([], [{**step, "lost_workers": ["w1"]}]), SLO_FILE)
     assert any("workers lost during the step: w1" in w for w in lost.warnings)
+    counted = analyze(run_of([], [{**step, "lost_workers": ["w1"], "lost_requests": 5}]), SLO_FILE)
+    assert any("w1; 5 of their planned requests recorded as cancelled" in w for w in counted.warnings)
