@@ -166,6 +166,9 @@ class Requests(Model):
     dataset: str | None = None
     temperature: float = Field(default=0.0, ge=0)
     seed: int = 1
+    #: server tokens per synthesised prompt word; null = measured by the pre-flight with the server's
+    #: `/tokenize` (vLLM, llama.cpp, SGLang), else 1.0 (the sim's rule)
+    tokens_per_word: float | None = Field(default=None, gt=0)
 
 
 class Client(Model):

@@ -101,6 +101,7 @@ def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
         if info["models"] and config.target.model not in info["models"]:
             result["warnings"].append(f"{base} does not list model {config.target.model!r} "
                                       f"(lists {', '.join(info['models'][:5])})")
+    result["tokens_per_word"] = _tokens_per_word(config)
     result["cold_load"] = _cold_request(config)
     if result["cold_load"]["outcome"] != "ok":
         result["warnings"].append(f"the first request ended {result['cold_load']['outcome']}: "
@@ -119,6 +120,19 @@ def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
     if failure and config.quality.required:
         raise PreflightFailed(f"{failure} (set quality.required: false to run anyway)")
     return result
+
+
+def _tokens_per_word(config: Config) -> float | None:
+    """Server tokens per synthesised word via `/tokenize`, so prompts get their planned token length on
+    a real tokenizer; None when the config gives it, prompts come from a dataset, or the server has none."""
+    if config.requests.tokens_per_word is not None or config.requests.dataset:
+        return None
+    from llmload.client import calibrate_tokens_per_word
+    from llmload.client.auth import Credentials
+
+    return calibrate_tokens_per_word(config.target.endpoints[0], server=config.target.server,
+                                     model=config.target.model,
+                                     headers=Credentials.from_target(config.target).headers())
 
 
 def _quality(config: Config) -> list[Any]:

@@ -45,7 +45,8 @@ class Sender:
         self.config = config
         self.transport = Transport.from_target(config.target, concurrency=concurrency, seed=seed,
                                                base_dir=base_dir)
-        self.mix = RequestMix(config.requests, config.target, base_dir=base_dir)
+        self.mix = RequestMix(config.requests, config.target, base_dir=base_dir,
+                              tokens_per_word=config.requests.tokens_per_word)
 
     def send(self, record: Record, job: Any) -> None:
         """Fill `record` by sending `job` (server failures are data; a kill propagates as cancelled).

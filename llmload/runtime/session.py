@@ -199,6 +199,9 @@ class Session:
         except PreflightFailed as exc:
             self._fail(str(exc), exc.exit_code)
             return
+        if checks.get("tokens_per_word"):  # measured with the server's /tokenize: every worker uses it
+            requests = config.requests.model_copy(update={"tokens_per_word": checks["tokens_per_word"]})
+            config = self.config = config.model_copy(update={"requests": requests})
         try:
             write_run_manifest(config, run_dir, checks=checks, config_path=self.config_path,
                                workers=len(WorkerLink(self.env.runner).workers()))

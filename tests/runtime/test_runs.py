@@ -6,6 +6,8 @@ itself. Timing assertions carry tolerances that hold on a busy 2-core machine.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
@@ -50,6 +52,10 @@ def test_low_load_ladder_matches_ground_truth_and_keeps_the_key_out(sim_factory,
         assert errors.max() < 0.05
     step = plan(run_dir)["steps"][0]
     assert step["status"] == "run" and step["planned_arrivals"] == len(df)
+    # the pre-flight measured the tokenizer through the sim's /tokenize; prompts came out as planned
+    checks = json.loads((run_dir / "preflight.json").read_text())
+    assert checks["tokens_per_word"] == pytest.approx(1.0)
+    assert (df["input_tokens"] == df["planned_input_tokens"]).all() and not df["tokens_estimated"].any()
 
 
 @pytest.mark.parametrize("arrival", ["constant", "poisson"])
