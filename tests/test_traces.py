@@ -11,8 +11,8 @@ import pytest
 from llmload.errors import ConfigError
 from llmload.traces import TRACE_COLUMNS, load_trace, sniff_format
 
-#: the project's shared folder beside the repository holds the two real one-hour Azure traces
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+#: the two real one-hour Azure traces ship with the project (CC BY 4.0, see examples/traces/README.md)
+TRACES = Path(__file__).resolve().parents[1] / "examples" / "traces"
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
 CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
 needs_azure = pytest.mark.skipif(not CONV.exists(), reason="the Azure traces are not here")

@@ -14,7 +14,7 @@ from llmload.errors import ConfigError
 from shapes.plan import boundary_search, build_plan, rate_label, refine_step
 from shapes.steps import StepSpec, active_step, step_bounds
 
-CONV = Path(__file__).resolve().parents[3] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+CONV = Path(__file__).resolve().parents[2] / "examples" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 needs_azure = pytest.mark.skipif(not CONV.exists(), reason="the Azure traces are not here")
 TARGET = {"url": "http://127.0.0.1:9"}
 

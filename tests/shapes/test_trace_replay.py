@@ -23,7 +23,7 @@ from shapes.replay import (
     window_trace,
 )
 
-CONV = Path(__file__).resolve().parents[3] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+CONV = Path(__file__).resolve().parents[2] / "examples" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 pytestmark = pytest.mark.skipif(not CONV.exists(), reason="the Azure traces are not here")
 
 
