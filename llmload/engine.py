@@ -338,13 +338,9 @@ def start_llama_server(*, port: int = 0, parallel: int = 4, threads: int = 1, ct
 
 def stop_llama_server(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> None:
     """Terminate the server by its PID (kill after `timeout_s`)."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    from llmload.sim.process import stop_process
+
+    stop_process(proc, timeout_s=timeout_s)
 
 
 def _shell_quote(path: Path) -> str:

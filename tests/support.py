@@ -99,3 +99,22 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def write_config(tmp_path: Path, config: dict, name: str = "run.yaml") -> Path:
+    """Write a run config dict as YAML into `tmp_path`."""
+    import yaml
+
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def base_config(url: str, shape: dict, **sections: dict) -> dict:
+    """A small run config against a sim at `url` (16-token prompts, 4-token answers unless told otherwise)."""
+    config = {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
+              "requests": {"input_tokens": {"dist": "fixed", "value": 16},
+                           "output_tokens": {"dist": "fixed", "value": 4}},
+              "shape": shape, "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
+    config.update(sections)
+    return config

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import base_config, write_config
 
 from analysis import analyze, load_run
 from analysis.stats import time_average
@@ -12,24 +13,6 @@ from llmload.cli import main
 from llmload.config import SLO
 
 pytestmark = pytest.mark.slow
-
-
-def write_config(tmp_path, config: dict, name: str = "run.yaml"):
-    import yaml
-
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def base_config(url: str, shape: dict, **sections: dict) -> dict:
-    """A small run config against a sim at `url`."""
-    config = {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
-              "requests": {"input_tokens": {"dist": "fixed", "value": 16},
-                           "output_tokens": {"dist": "fixed", "value": 4}},
-              "shape": shape, "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
-    config.update(sections)
-    return config
 
 
 def test_step_numbers_match_the_sims_ground_truth(sim_factory, tmp_path) -> None:

@@ -8,25 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
-import yaml
+from support import base_config, write_config  # noqa: F401  (re-exported for the runtime tests)
 
 from llmload.runtime.launcher import locust_command
-
-
-def write_config(tmp_path: Path, config: dict, name: str = "run.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def base_config(url: str, shape: dict, **sections: dict) -> dict:
-    """A small run config against a sim at `url` (4 output tokens unless told otherwise)."""
-    config = {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
-              "requests": {"input_tokens": {"dist": "fixed", "value": 16},
-                           "output_tokens": {"dist": "fixed", "value": 4}},
-              "shape": shape, "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
-    config.update(sections)
-    return config
 
 
 def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_s: float = 120,
