@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
+from runtime_helpers import base_config, plan, records, run_locust, start_web_run, summary, write_config
 from support import REPO, free_port
 
 from llmload.config import load_config
@@ -62,15 +62,9 @@ def _get(url: str) -> bytes:
 @pytest.mark.slow
 def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
-    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
-                                              "steps": [{"rate": 5, "duration": "4s"},
-                                                        {"rate": 10, "duration": "4s"}]}},
-                         client={"max_concurrency": 16})
-    run_dir, port = tmp_path / "run", free_port()
-    cmd = locust_command(write_config(tmp_path, config), run_dir, web=True) + [
-        "--web-port", str(port), "--autostart", "--autoquit", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+    proc, base, run_dir = start_web_run(sim.url, tmp_path, [{"rate": 5, "duration": "4s"},
+                                                            {"rate": 10, "duration": "4s"}],
+                                        autoquit_s=2, stderr=subprocess.PIPE)
     seen: list[dict] = []
     try:
         deadline = time.time() + 60

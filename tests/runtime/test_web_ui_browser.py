@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_config, write_config
-from support import free_port
+from runtime_helpers import start_web_run
 
-from llmload.runtime.launcher import locust_command
+from llmload.sim.process import stop_process
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -41,15 +39,8 @@ def test_llm_tab_and_live_charts_show_numbers_during_a_run(sim_factory, tmp_path
     from playwright.sync_api import sync_playwright
 
     sim = sim_factory(flavor="vllm")
-    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
-                                              "steps": [{"rate": 5, "duration": "3s"},
-                                                        {"rate": 8, "duration": "15s"}]}},
-                         client={"max_concurrency": 16})
-    run_dir, port = tmp_path / "run", free_port()
-    cmd = locust_command(write_config(tmp_path, config), run_dir, web=True) + [
-        "--web-port", str(port), "--autostart", "--autoquit", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
+    proc, base, _ = start_web_run(sim.url, tmp_path, [{"rate": 5, "duration": "3s"},
+                                                      {"rate": 8, "duration": "15s"}], autoquit_s=1)
     try:
         _wait_http(base + "/")
         with sync_playwright() as p:
@@ -68,12 +59,7 @@ def test_llm_tab_and_live_charts_show_numbers_during_a_run(sim_factory, tmp_path
             finally:
                 browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=30)
     cells = row_text.replace("r5.00", "", 1).split()
     assert any(c.replace(".", "", 1).isdigit() and float(c) > 0 for c in cells), row_text  # live numbers
     assert "r5.00" in status
