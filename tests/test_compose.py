@@ -189,3 +189,27 @@ def test_gpu_override_only_adds_gpus_to_ollama(services: dict) -> None:
     assert set(override) == {"services"} and set(override["services"]) == {"ollama"}
     assert set(override["services"]["ollama"]) == {"deploy"}
     assert override["services"]["ollama"]["deploy"] == services["vllm"]["deploy"]
+
+
+def test_ci_override_runs_the_same_services_on_the_host_network() -> None:
+    """examples/compose/ci.yml (scripts/compose_check.sh): every default service stays, on the host's
+    network with nothing published, and the master's and workers' commands parse and agree."""
+    class ComposeLoader(yaml.SafeLoader):
+        """Compose's `!reset` tag (drop the value being overridden) read as the value it holds."""
+
+    ComposeLoader.add_constructor("!reset", lambda loader, node: loader.construct_sequence(node))
+    text = (REPO / "examples" / "compose" / "ci.yml").read_text()
+    override = yaml.load(text, Loader=ComposeLoader)["services"]  # noqa: S506 (a SafeLoader subclass)
+    assert override["master"]["ports"] == [] and override["ollama"]["ports"] == []
+    assert set(override) == {"ollama", "model-pull", "master", "worker"}
+    for name, service in override.items():
+        assert service["network_mode"] == "host", name
+    ci = {name: {**service, "volumes": ["./examples/compose:/config:ro"]} for name, service in override.items()}
+    m, w = run_params(ci["master"]), run_params(ci["worker"])
+    assert m["master"] and w["worker"] and w["master_host"] == "127.0.0.1"
+    assert m["config"] == w["config"] and m["master_port"] == w["master_port"]
+    config = load_config(host_path(ci["master"], str(m["config"])))
+    assert config.target.url == "http://127.0.0.1:11434" and config.target.api.startswith("ollama")
+    assert "--port" in override["ollama"]["command"] and "11434" in override["ollama"]["command"]
+    web = yaml.safe_load((REPO / "examples" / "compose" / "ci-web.yml").read_text())["services"]
+    assert run_params({"command": web["master"]["command"]})["web"]
