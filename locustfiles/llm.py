@@ -9,7 +9,8 @@ Run it through `llmload run CONFIG.yaml`, or with Locust's own command line (alw
     locust -f locustfiles/llm.py,shapes/llm.py --worker --master-host 10.0.0.5
 
 Options: `--llmload-config PATH` (the run configuration: target, shape, SLO, ...), `--llmload-run-dir
-DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`.
+DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`, and `--llmload-rates`
+/ `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them).
 
 The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
