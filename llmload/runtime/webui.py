@@ -263,22 +263,27 @@ def install_web_ui(environment: Any, session: Any) -> None:
         return response
 
     @web_ui.app.route("/llmload/tab.js")
+    @web_ui.auth_required_if_enabled
     def _tab_js():
         return Response(script, mimetype="application/javascript")
 
     @web_ui.app.route("/llmload/live.json")
+    @web_ui.auth_required_if_enabled
     def _live_json():
         return Response(json.dumps(live_state(session, live)), mimetype="application/json")
 
     @web_ui.app.route("/llmload/steps.json")
+    @web_ui.auth_required_if_enabled
     def _steps_json():
         return Response(json.dumps({"steps": step_rows(session)}), mimetype="application/json")
 
     @web_ui.app.route("/llmload")
+    @web_ui.auth_required_if_enabled
     def _page():
         return redirect("./?tab=llm")
 
     @web_ui.app.route("/llmload/report")
+    @web_ui.auth_required_if_enabled
     def _report():
         run_dir = session.run_dir
         path = Path(run_dir) / "report.html" if run_dir is not None else None

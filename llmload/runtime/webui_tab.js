@@ -6,7 +6,7 @@
   "use strict";
   var POLL_MS = 1000;
   var SVGNS = "http://www.w3.org/2000/svg";
-  var COLORS = { p50: "#2c7fb8", p95: "#d95f02", slo: "#c0392b", offered: "#7f7f7f", achieved: "#2c7fb8",
+  var COLORS = { p50: "#2c7fb8", p95: "#d95f02", slo: "#c0392b", offered: "#9a9a9a", achieved: "#2c7fb8",
                  goodput: "#1a9850", running: "#2c7fb8", waiting: "#d95f02", kv: "#7b3294", gpu: "#525252" };
   var VERDICT_COLORS = { pass: "#1a9850", fail: "#c0392b", running: "#2c7fb8", invalid: "#b8860b",
                          insufficient: "#b8860b" };
@@ -147,7 +147,7 @@
       "#llmload-panel .llm-status{margin:4px 0 10px 0}" +
       "#llmload-panel .llm-result{border:2px solid #888;border-radius:6px;padding:10px 14px;margin-bottom:12px}" +
       "#llmload-panel .llm-result .llm-verdict{font-weight:700;font-size:16px}" +
-      "#llmload-panel .llm-result a{font-weight:600}" +
+      "#llmload-panel .llm-result a{font-weight:600;color:#3d9be9}" +
       "#llmload-panel .llm-note{font-size:12px;opacity:.75;margin-top:8px}" +
       "#llmload-header *{text-transform:none;white-space:nowrap}";
     p.appendChild(style);
@@ -231,7 +231,7 @@
     });
     // drawn wide to narrow, so equal series stay visible: offered (wide, pale), achieved, goodput (dashed)
     drawChart(panel.querySelector("#llmload-chart-rates"), { unit: "req/s", xmax: xmax, lines: [
-      { name: "offered (planned arrivals)", color: COLORS.offered, xs: xs, ys: ser.offered, width: 7, opacity: 0.35,
+      { name: "offered (planned arrivals)", color: COLORS.offered, xs: xs, ys: ser.offered, width: 7, opacity: 0.45,
         format: null },
       { name: "achieved (sent)", color: COLORS.achieved, xs: xs, ys: ser.achieved, width: 2.5, format: null },
       { name: "goodput (met every SLO)", color: COLORS.goodput, xs: xs, ys: ser.goodput, dash: "6 3", width: 2,

@@ -112,3 +112,60 @@ def test_each_request_fires_exactly_one_locust_request_event():
     fired = json.loads(done.stdout.strip().splitlines()[-1])
     assert [(name, ok) for name, ok, *_ in fired] == [("E2E", True), ("E2E", False)]
     assert fired[0][2] == pytest.approx(1100.0) and fired[0][3] == 11
+
+
+def _session(tmp_path, *, finished: bool = False, outcome: dict | None = None):
+    """A stand-in for `Session` with a controller one step into a two-step ladder."""
+    from types import SimpleNamespace
+
+    from gevent.event import Event
+
+    from llmload.clock import now
+    from llmload.config import Config
+
+    config = Config.model_validate({
+        "target": {"url": "http://127.0.0.1:8000"}, "slo": {"ttft_p95": "500ms", "tpot_p50": "40ms"},
+        "shape": {"ladder": {"steps": [{"rate": 1, "duration": "10s"}, {"rate": 2, "duration": "10s"}]}},
+        "client": {"max_concurrency": 8}})
+    t = now()
+    steps = [{"label": "r1.00", "status": "run", "start_at": t - 20, "window_start": t - 20, "window_end": t - 10,
+              "drained_at": t - 9},
+             {"label": "r2.00", "status": "running", "start_at": t - 5, "window_start": t - 5, "window_end": t + 5}]
+    controller = SimpleNamespace(
+        plan=SimpleNamespace(steps=steps), table_rows=[{"label": "r1.00", "verdict": "pass", "offered_rate": 1.0}],
+        rows={"r2.00": [_row(t - 4.5), _row(t - 4.0)]}, offsets={"r2.00": np.arange(0, 10, 0.5)},
+        done=Event(), running_rates=lambda label, row: (2.0, 2.0), step_waiting=lambda row: 0.0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return SimpleNamespace(config=config, controller=controller, finished=finished, outcome=outcome or {},
+                           greenlet=None, run_dir=run_dir, exit_code=None, overrides={"rates": [1.0, 2.0]},
+                           env=SimpleNamespace(runner=None)), t
+
+
+def test_live_state_of_a_running_step(tmp_path):
+    from llmload.runtime.webui import live_state
+
+    session, t = _session(tmp_path)
+    live = LiveSeries(session.config.slo)
+    live.add_rows([_row(t - 19.5)])
+    state = live_state(session, live)
+    assert state["state"] == "running" and state["result"] is None and state["pool"] == 8
+    current = state["current"]
+    assert current["label"] == "r2.00" and (current["index"], current["count"]) == (2, 2)
+    assert current["in_flight"] == 11 - 2  # arrivals due in the first ~5 s (0, 0.5, .. 5.0) minus the 2 finished
+    assert state["slo"] == {"ttft": [{"p": 95.0, "ms": 500.0}], "tpot": [{"p": 50.0, "ms": 40.0}]}
+    first = state["steps"][0]
+    assert first["verdict"] == "pass" and first["start"] == pytest.approx(t - 20 - state["series"]["t0"], abs=0.01)
+    assert [r["verdict"] for r in state["table"]] == ["pass", "running"]
+
+
+def test_live_state_after_the_run_links_the_report(tmp_path):
+    from llmload.runtime.webui import live_state
+
+    session, _ = _session(tmp_path, finished=True, outcome={"verdict": "pass", "sentences": ["Last passing ..."]})
+    state = live_state(session, LiveSeries())
+    assert state["state"] == "finished" and state["result"]["report_url"] is None  # no report.html yet
+    (session.run_dir / "report.html").write_text("<html></html>")
+    result = live_state(session, LiveSeries())["result"]
+    assert result["report_url"] == "./llmload/report" and result["verdict"] == "pass"
+    assert result["sentences"] == ["Last passing ..."]

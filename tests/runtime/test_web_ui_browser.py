@@ -92,6 +92,9 @@ def test_a_run_from_the_form_shows_live_charts_truthful_rps_verdict_and_report(s
                 assert rates.input_value() == "2, 3"
                 assert page.get_by_label("Llmload Slo", exact=False).input_value() == "ttft_p95=2s, tpot_p95=300ms"
                 assert page.get_by_label("Host", exact=True).input_value() == sim.url
+                rates.fill("4, fast")  # refused with one line naming the field; nothing starts
+                page.get_by_role("button", name="Start").click()
+                page.get_by_text("llmload: --llmload-rates: expected numbers").wait_for(timeout=15_000)
                 rates.fill(EDITED)
                 page.screenshot(path=str(tmp_path / "form.png"), full_page=True)
                 page.get_by_role("button", name="Start").click()
