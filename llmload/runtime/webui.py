@@ -145,7 +145,8 @@ def _slo_lines(config: Any) -> dict[str, list[dict]]:
 
 
 def live_state(session: Any, live: LiveSeries) -> dict:
-    """Everything the tab draws, as one JSON-able dict."""
+    """Everything the tab draws above the step table, as one JSON-able dict (the table itself comes with
+    `/stats/requests`, so the running step's numbers are not computed twice)."""
     config = session.config
     controller = getattr(session, "controller", None)
     running = session.greenlet is not None and not session.greenlet.dead
@@ -171,7 +172,7 @@ def live_state(session: Any, live: LiveSeries) -> dict:
             "current": _current_step(session), "slo": _slo_lines(config), "result": result,
             "pool": pool_size(config) if config is not None else None,
             "shape": config.shape.kind if config is not None else None,
-            "overrides": session.overrides, "table": step_rows(session)}
+            "overrides": session.overrides}
 
 
 def _sample(session: Any, live: LiveSeries) -> None:

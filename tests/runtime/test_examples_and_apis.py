@@ -97,7 +97,7 @@ def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
     # the charts are drawn by our script from our own routes: nothing is fetched from elsewhere
     assert "live.json" in script and [u for u in re.findall(r"https?://[^\s\"']+", script)] == [
         "http://www.w3.org/2000/svg"]
-    assert {"state", "series", "steps", "slo", "result", "table"} <= set(live)
+    assert {"state", "series", "steps", "slo", "result", "current"} <= set(live)
     assert [s["label"] for s in steps_json["steps"]] == ["r5.00", "r10.00"]
     assert (run_dir / "summary.json").exists()
 

@@ -156,7 +156,7 @@ def test_live_state_of_a_running_step(tmp_path):
     assert state["slo"] == {"ttft": [{"p": 95.0, "ms": 500.0}], "tpot": [{"p": 50.0, "ms": 40.0}]}
     first = state["steps"][0]
     assert first["verdict"] == "pass" and first["start"] == pytest.approx(t - 20 - state["series"]["t0"], abs=0.01)
-    assert [r["verdict"] for r in state["table"]] == ["pass", "running"]
+    assert [s["verdict"] for s in state["steps"]] == ["pass", "running"]
 
 
 def test_live_state_after_the_run_links_the_report(tmp_path):
