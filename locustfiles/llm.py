@@ -9,15 +9,16 @@ Run it through `llmload run CONFIG.yaml`, or with Locust's own command line (alw
     locust -f locustfiles/llm.py,shapes/llm.py --worker --master-host 10.0.0.5
 
 Options: `--llmload-config PATH` (the run configuration: target, shape, SLO, ...), `--llmload-run-dir
-DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`.
+DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`, and `--llmload-rates`
+/ `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them).
 
 The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
-it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires Locust request
-events: `E2E` (type `LLM`, response time = E2E, length = output tokens; failures carry the outcome),
-plus `TTFT` and `TPOT` entries whose "response time" is that metric. Locust adds those two entries to
-its Aggregated row and total RPS (three events per request): read rates and percentiles from the LLM
-tab or the run directory, whose numbers come from the raw records (Locust's buckets are rounded).
+it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires exactly one Locust
+request event, `E2E` (type `LLM`, response time = E2E, length = output tokens; failures carry the
+outcome), so Locust's RPS, statistics table and `/stats/requests` count each request once. TTFT and
+TPOT are not Locust entries (Locust would add them to its totals): the LLM tab charts them per second
+from the shipped summaries, and the run directory has them from the raw records.
 """
 
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
@@ -66,21 +67,14 @@ class LLMUser(User):
             session.current().worker.run(job, on_record=self._fire_events)
 
     def _fire_events(self, record: Record) -> None:
-        fire = self.environment.events.request.fire
+        """One Locust request event per request (E2E): TTFT and TPOT live in the LLM tab, not in Locust's totals."""
         ok = record.outcome == "ok"
         end = record.last_token_at or record.closed_at
         e2e_ms = (end - record.sent_at) * 1000 if end and record.sent_at else 0.0
         error = None if ok else RuntimeError(record.error or f"{record.outcome} (HTTP {record.http_status})")
-        fire(request_type=self.request_type, name="E2E", response_time=e2e_ms,
-             response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
-        if ok and record.first_token_at and record.sent_at:
-            fire(request_type=self.request_type, name="TTFT",
-                 response_time=(record.first_token_at - record.sent_at) * 1000, response_length=0,
-                 exception=None, context={"step": record.step})
-            if (record.output_tokens or 0) >= 2 and record.last_token_at:
-                tpot_ms = (record.last_token_at - record.first_token_at) * 1000 / (record.output_tokens - 1)
-                fire(request_type=self.request_type, name="TPOT", response_time=tpot_ms, response_length=0,
-                     exception=None, context={"step": record.step})
+        self.environment.events.request.fire(
+            request_type=self.request_type, name="E2E", response_time=e2e_ms,
+            response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
 
 
 class OpenAIChatUser(LLMUser):

@@ -11,7 +11,9 @@
     judging     live verdicts with analysis.judge_step
     finish      merge records, telemetry, analysis, report, exit code
     session     the Locust glue of one process (options, init, test start/stop, the shape's tick)
-    webui       the LLM tab and the /llmload page of Locust's web UI
+    webui       the web UI's LLM tab (charts, status, verdict, report link), header box, start form values
+    webform     the start form's rates and SLO options -> the config as run
+    live        the LLM tab's per-second series (percentiles, rates, server samples)
     launcher    `llmload run`: the Locust command line
     demo        `llmload demo`
 """

@@ -29,13 +29,22 @@ def merge_run_records(run_dir: Path) -> int:
     return len(merge_records(files, Path(run_dir) / "records.parquet"))
 
 
-def analyse_run(run_dir: Path, config: Config) -> int:
-    """Analysis, summary.json, worksheet.csv and report.html; returns the verdict's exit code."""
+def analyse_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -> int:
+    """Analysis, summary.json, worksheet.csv and report.html; returns the verdict's exit code.
+    `outcome`, when given, gets the run's `verdict` and the report's answer `sentences` (for the web UI)."""
     import analysis
 
     run = analysis.load_run(run_dir)
     result = analysis.analyze(run, config.slo, config.client)
     analysis.write_outputs(result, run_dir)
+    if outcome is not None:
+        try:
+            from llmload.report.answer import answer_sentences
+
+            outcome["verdict"], outcome["sentences"] = answer_sentences(result, getattr(run, "manifest", None))
+        except Exception:
+            log.exception("the answer sentences could not be made")
+            outcome["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
     try:
         from llmload.report import write_report
 
@@ -46,8 +55,8 @@ def analyse_run(run_dir: Path, config: Config) -> int:
     return int(analysis.exit_code(result.summary))
 
 
-def finalize_run(run_dir: Path, config: Config) -> int:
-    """Everything after the last step; returns 0 pass, 1 fail, 3 invalid."""
+def finalize_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -> int:
+    """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`)."""
     run_dir = Path(run_dir)
     merge_run_records(run_dir)
     try:
@@ -57,4 +66,4 @@ def finalize_run(run_dir: Path, config: Config) -> int:
     except Exception as exc:
         log.exception("telemetry could not be finalised")
         print(f"llmload: warning: telemetry.parquet not written: {exc}")
-    return analyse_run(run_dir, config)
+    return analyse_run(run_dir, config, outcome=outcome)

@@ -108,8 +108,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if skip_preflight:
         cmd.append("--llmload-skip-preflight")
     if web:
-        print("llmload: web UI at http://127.0.0.1:8089 (tab LLM; live charts at /llmload); "
-              "press Start, then Ctrl-C here when done", flush=True)
+        print("llmload: web UI at http://127.0.0.1:8089 (tab LLM: live charts, step table, verdict and "
+              "report link); press Start, then Ctrl-C here when done", flush=True)
     code = _wait_locust(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
     verdict = verdict_exit_code(run_dir)
     return verdict if verdict is not None else (code if code in (2, 3) else 3)

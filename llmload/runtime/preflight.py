@@ -148,8 +148,10 @@ def _quality(config: Config) -> list[Any]:
         transport.close()
 
 
-def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: int, config_path: str) -> None:
-    """`manifest.json` from the telemetry package's builder (fixed conditions, secrets removed)."""
+def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: int, config_path: str,
+                       overrides: dict | None = None) -> None:
+    """`manifest.json` from the telemetry package's builder (fixed conditions, secrets removed); the
+    config is the one run, and `run_overrides` says what the start form changed from the file."""
     from llmload.telemetry.manifest import build_manifest, write_manifest
 
     seeds = {"requests": config.requests.seed, "trace": getattr(config.shape.trace, "seed", None)}
@@ -157,6 +159,7 @@ def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: 
     manifest["workers"] = workers
     manifest["preflight"] = checks
     manifest["config_file"] = config_path
+    manifest["run_overrides"] = overrides or {}
     write_manifest(run_dir, manifest)
 
 

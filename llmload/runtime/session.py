@@ -47,6 +47,9 @@ def add_options(parser: Any) -> None:
                        help="run directory (default: a new <output>/<UTC time>-<shape> directory)")
     group.add_argument("--llmload-skip-preflight", action="store_true", default=False,
                        help="skip the pre-flight checks (reachability, model, quality cases)")
+    from llmload.runtime.webform import add_form_options
+
+    add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
 
 
 def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
@@ -74,6 +77,14 @@ class Session:
     def __init__(self, environment: Any) -> None:
         self.env = environment
         self.config: Config | None = None
+        #: the config file as loaded (the start form's rates and SLO apply to it for each run)
+        self.file_config: Config | None = None
+        #: what the start form (or --llmload-rates / --llmload-slo) changed for this run
+        self.overrides: dict = {}
+        #: the finished run's `verdict` and answer `sentences` (the web UI shows them)
+        self.outcome: dict = {}
+        #: the web UI's live series (`llmload.runtime.live.LiveSeries`), fed with shipped summaries
+        self.live: Any = None
         self.config_path: str = ""
         self.run_dir: Path | None = None
         self.worker: WorkerRuntime | None = None
@@ -134,9 +145,19 @@ class Session:
             self._fail("no run configuration: pass --llmload-config FILE", 2)
             return
         try:
-            self.config = load_config(self.config_path)
+            self.config = self.file_config = load_config(self.config_path)
+            self._apply_form()
         except LLMLoadError as exc:
             self._fail(str(exc), exc.exit_code)
+
+    def _apply_form(self) -> None:
+        """This run's config: the file's, with `--llmload-rates` / `--llmload-slo` (the start form) applied."""
+        from llmload.runtime.webform import RATES, SLO_OPTION, apply_form
+
+        options = self.env.parsed_options
+        self.config, self.overrides = apply_form(self.file_config, str(getattr(options, RATES, "") or ""),
+                                                 str(getattr(options, SLO_OPTION, "") or ""),
+                                                 str(getattr(self.env, "host", "") or ""))
 
     def _fail(self, message: str, code: int) -> None:
         print(f"llmload: error: {message}", file=sys.stderr, flush=True)
@@ -152,6 +173,8 @@ class Session:
     def _on_results(self, environment: Any, msg: Any, **kw: Any) -> None:
         if self.controller is not None:
             self.controller.on_results(msg.data)
+        if self.live is not None:
+            self.live.add_rows(msg.data.get("rows", []))
 
     def _on_drained(self, environment: Any, msg: Any, **kw: Any) -> None:
         if self.controller is not None:
@@ -160,6 +183,15 @@ class Session:
     def _on_test_start(self, **kw: Any) -> None:
         if self.config is None or (self.greenlet is not None and not self.greenlet.dead):
             return
+        try:
+            self._apply_form()  # the web UI's form may have changed the rates or the SLO since the last run
+        except LLMLoadError as exc:  # checked when the form was posted; a bad value here ends the run
+            self._fail(str(exc), exc.exit_code)
+            return
+        self.outcome = {}
+        self.controller = None  # the last run's, until this run's is made
+        if self.live is not None:
+            self.live.reset(self.config.slo)
         options = self.env.parsed_options
         given = getattr(options, "llmload_run_dir", "") if options else ""
         if given and self.run_dir is None and not (Path(given) / "plan.json").exists():
@@ -204,7 +236,7 @@ class Session:
             config = self.config = config.model_copy(update={"requests": requests})
         try:
             write_run_manifest(config, run_dir, checks=checks, config_path=self.config_path,
-                               workers=len(WorkerLink(self.env.runner).workers()))
+                               workers=len(WorkerLink(self.env.runner).workers()), overrides=self.overrides)
         except Exception as exc:  # the run can go on; the report will say the manifest is missing
             log.exception("manifest not written")
             print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
@@ -250,7 +282,7 @@ class Session:
         from llmload.runtime.finish import finalize_run
 
         try:
-            code = finalize_run(self.run_dir, self.config)
+            code = finalize_run(self.run_dir, self.config, outcome=self.outcome)
         except Exception as exc:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)

@@ -1,25 +1,39 @@
-"""The live LLM view in Locust's web UI: an "LLM" tab with the step table, and a `/llmload` page.
+"""The live LLM view in Locust's web UI: the "LLM" tab (charts, status, step table) and the start form.
 
-- The tab: `web_ui.template_args["extended_tabs" / "extended_tables"]` plus an `after_request` hook
-  that adds `extended_stats` to `/stats/requests` (what the UI polls every few seconds): one row per
-  step with offered and achieved rate, TTFT / TPOT / E2E p95, goodput, client wait, server waiting and
-  the verdict so far (the running step shows its numbers so far, verdict `running`: its offered and
-  achieved rate over the elapsed window, its mean server waiting from the collector's samples).
-- The page `/llmload`: live SVG charts of TTFT p95, goodput and server waiting per step, drawn by a
-  few lines of inline JavaScript from `/llmload/steps.json` (no CDN, works offline).
+- The tab's step table: `web_ui.template_args["extended_tabs" / "extended_tables"]` plus an
+  `after_request` hook that adds `extended_stats` to `/stats/requests` (what the UI polls every few
+  seconds): one row per step with offered and achieved rate, TTFT / TPOT / E2E p95, goodput, client
+  wait, server waiting and the verdict so far (the running step shows its numbers so far, verdict
+  `running`).
+- Above it, live SVG charts drawn by `webui_tab.js` (no CDN, works offline), which the index page
+  loads: per-second TTFT and TPOT p50/p95 with the SLO lines, offered vs achieved vs goodput, server
+  running/waiting and KV usage (GPU memory when known), step windows and verdicts marked; then the
+  run's status, and when it ends its verdict, the report's answer sentences and a link to the report
+  (served at `/llmload/report`). Data: `/llmload/live.json` (`live_state`).
+- The header gets a box with the current step and the requests due but not finished ("in flight"),
+  and Locust's "Users" explained as the client's pool of slots (the load is open loop).
+- The start form shows the run's shape, rates, SLO and target (`llmload.runtime.webform`): the rates
+  and the SLO can be edited for the run; a bad value is refused when Start is pressed.
 
-A run started from the UI takes its shape and SLO from `--llmload-config`.
+`/llmload` (the old separate page) redirects to the tab. The run's shape and SLO come from
+`--llmload-config`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
+import gevent
+
+from llmload.clock import now
+from llmload.runtime.live import LiveSeries
 from llmload.runtime.table import quick_stats
 
-__all__ = ["LLM_TABLE", "install_web_ui", "step_rows"]
+__all__ = ["LLM_TABLE", "install_web_ui", "live_state", "step_rows"]
 
 #: the tab's columns: (key, title)
 LLM_TABLE = (
@@ -28,6 +42,8 @@ LLM_TABLE = (
     ("goodput", "Goodput req/s"), ("client_wait_p95_ms", "Client wait p95 ms"),
     ("server_waiting", "Server waiting"), ("verdict", "Verdict"),
 )
+#: how often the sampler reads the plan and the collector's latest values (seconds)
+SAMPLE_EVERY_S = 1.0
 
 
 def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
@@ -69,66 +85,211 @@ def step_rows(session: Any) -> list[dict]:
     return rows
 
 
+def _plan_steps(session: Any, t0: float | None) -> list[dict]:
+    """The steps' boundaries (seconds from the charts' `t0`) and verdicts, for the charts' markers."""
+    controller = getattr(session, "controller", None)
+    if controller is None or t0 is None:
+        return []
+    verdicts = {r["label"]: r.get("verdict") for r in controller.table_rows}
+    out = []
+    for step in controller.plan.steps:
+        def rel(key: str, step: dict = step) -> float | None:
+            value = step.get(key)
+            return None if value is None else round(float(value) - t0, 2)
+
+        out.append({"label": step["label"], "status": step.get("status"), "start": rel("start_at"),
+                    "window_start": rel("window_start"), "window_end": rel("window_end"),
+                    "drained": rel("drained_at"), "target_rate": step.get("target_rate"),
+                    "verdict": verdicts.get(step["label"]) or step.get("status")})
+    return out
+
+
+def _current_step(session: Any) -> dict | None:
+    """The running step: label, position, elapsed and planned seconds, requests due but not finished."""
+    controller = getattr(session, "controller", None)
+    if controller is None or controller.done.is_set():
+        return None
+    running = [s for s in controller.plan.steps if s.get("status") == "running"]
+    if not running:
+        return None
+    step = running[-1]
+    t = now()
+    start = step.get("start_at")
+    offsets = controller.offsets.get(step["label"])
+    due = None
+    if offsets is not None and start is not None:
+        import numpy as np
+
+        due = int(np.count_nonzero(offsets < t - start))
+    elif step.get("planned_arrivals"):
+        due = int(step["planned_arrivals"])
+    done = len(controller.rows.get(step["label"], []))
+    duration = None
+    if step.get("window_end") is not None and start is not None:
+        duration = round(float(step["window_end"]) - float(start), 1)
+    return {"label": step["label"], "index": controller.plan.steps.index(step) + 1,
+            "count": len(controller.plan.steps), "target_rate": step.get("target_rate"),
+            "elapsed_s": None if start is None else round(max(0.0, t - float(start)), 1), "duration_s": duration,
+            "in_flight": None if due is None else max(0, due - done)}
+
+
+def _slo_lines(config: Any) -> dict[str, list[dict]]:
+    """SLO thresholds per charted metric: `{"ttft": [{"p": 95, "ms": 500}], "tpot": [...]}`."""
+    lines: dict[str, list[dict]] = {"ttft": [], "tpot": []}
+    if config is None:
+        return lines
+    for t in config.slo.thresholds:
+        if t.metric in lines:
+            lines[t.metric].append({"p": t.percentile, "ms": round(t.value_s * 1000, 3)})
+    return lines
+
+
+def live_state(session: Any, live: LiveSeries) -> dict:
+    """Everything the tab draws above the step table, as one JSON-able dict (the table itself comes with
+    `/stats/requests`, so the running step's numbers are not computed twice)."""
+    config = session.config
+    controller = getattr(session, "controller", None)
+    running = session.greenlet is not None and not session.greenlet.dead
+    if session.finished:
+        summary = session.run_dir / "summary.json" if session.run_dir is not None else None
+        state = "finished" if session.outcome or (summary is not None and summary.exists()) else "failed"
+    elif controller is None:
+        state = "preflight" if running else "ready"
+    elif controller.done.is_set():
+        state = "finishing"
+    else:
+        state = "running"
+    series = live.series(until=now() if state == "running" else None)
+    report = session.run_dir / "report.html" if session.run_dir is not None else None
+    result = None
+    if session.finished and session.run_dir is not None:
+        result = {"verdict": session.outcome.get("verdict"), "sentences": session.outcome.get("sentences", []),
+                  "exit_code": session.exit_code, "run_dir": str(session.run_dir),
+                  "report_url": "./llmload/report" if report is not None and report.exists() else None}
+    from llmload.runtime.session import pool_size
+
+    return {"state": state, "series": series, "steps": _plan_steps(session, series.get("t0")),
+            "current": _current_step(session), "slo": _slo_lines(config), "result": result,
+            "pool": pool_size(config) if config is not None else None,
+            "shape": config.shape.kind if config is not None else None,
+            "overrides": session.overrides}
+
+
+def _sample(session: Any, live: LiveSeries) -> None:
+    """Every second: new steps' planned arrivals and the collector's latest server/GPU values."""
+    while True:
+        gevent.sleep(SAMPLE_EVERY_S)
+        try:
+            controller = getattr(session, "controller", None)
+            if controller is None or session.finished:
+                continue
+            for row in controller.plan.steps:
+                offsets = controller.offsets.get(row["label"])
+                if offsets is not None and row.get("start_at") is not None:
+                    live.add_planned(row["label"], float(row["start_at"]), offsets)
+            telemetry = getattr(session, "telemetry", None)
+            if telemetry is not None:
+                latest = telemetry.latest()
+                stamps = [v.get("t") for v in latest.values() if v.get("t") is not None]
+                if stamps:
+                    live.add_server(max(stamps), latest)
+        except Exception:  # the charts must never take the run down
+            continue
+
+
+def _form_template_args(web_ui: Any, session: Any) -> None:
+    """Show this run's values and help in the start form's custom parameters, and the target as host."""
+    from llmload.runtime.webform import form_help, form_values, target_text
+
+    original = web_ui.update_template_args
+
+    def update() -> None:
+        original()
+        config = session.file_config
+        if config is None:
+            return
+        options = dict(web_ui.template_args.get("extra_options") or {})
+        values, helps = form_values(config), form_help(config)
+        parsed = session.env.parsed_options
+        for key in values:
+            if key in options:
+                given = str(getattr(parsed, key, "") or "")
+                options[key] = {**options[key], "default_value": given or values[key], "help_text": helps[key]}
+        web_ui.template_args["extra_options"] = options
+        web_ui.template_args["host"] = session.env.host or target_text(config)
+        web_ui.template_args["missing_host_warning"] = False
+
+    web_ui.update_template_args = update
+
+
 def install_web_ui(environment: Any, session: Any) -> None:
-    """Add the LLM tab and the `/llmload` page to `environment.web_ui`."""
-    from flask import Response, request
+    """Add the LLM tab, its charts and data routes, and the start form's values to `environment.web_ui`."""
+    from flask import Response, jsonify, redirect, request
 
     web_ui = environment.web_ui
+    live = LiveSeries(session.config.slo if session.config is not None else None)
+    session.live = live
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
     web_ui.template_args["extended_tables"] = [
         {"key": "llm", "structure": [{"key": k, "title": t} for k, t in LLM_TABLE]}]
+    _form_template_args(web_ui, session)
+    script = files("llmload.runtime").joinpath("webui_tab.js").read_text(encoding="utf-8")
+
+    @web_ui.app.before_request
+    def _check_form():
+        """Refuse a start whose rates or SLO are invalid (one line, shown by the form)."""
+        if request.method != "POST" or not request.path.endswith("/swarm") or session.file_config is None:
+            return None
+        from llmload.errors import LLMLoadError
+        from llmload.runtime.webform import RATES, SLO_OPTION, apply_form
+
+        try:
+            apply_form(session.file_config, request.form.get(RATES, ""), request.form.get(SLO_OPTION, ""),
+                       request.form.get("host", ""))
+        except LLMLoadError as exc:
+            return jsonify({"success": False, "message": f"llmload: {exc}", "host": environment.host})
+        return None
 
     @web_ui.app.after_request
-    def _extend_stats(response):  # noqa: ANN001 (Flask's response)
-        if request.path != "/stats/requests" or not response.is_json:
-            return response
-        data = response.get_json() or {}
-        data["extended_stats"] = [{"key": "llm", "data": step_rows(session)}]
-        response.set_data(json.dumps(data))
+    def _extend(response):  # noqa: ANN001 (Flask's response)
+        if request.path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json() or {}
+            data["extended_stats"] = [{"key": "llm", "data": step_rows(session)}]
+            response.set_data(json.dumps(data))
+        elif request.endpoint == "locust.index" and response.mimetype == "text/html":
+            page = response.get_data(as_text=True)
+            tag = '<script src="./llmload/tab.js"></script>'
+            if tag not in page:
+                response.set_data(page.replace("</body>", tag + "</body>", 1))
         return response
 
+    @web_ui.app.route("/llmload/tab.js")
+    @web_ui.auth_required_if_enabled
+    def _tab_js():
+        return Response(script, mimetype="application/javascript")
+
+    @web_ui.app.route("/llmload/live.json")
+    @web_ui.auth_required_if_enabled
+    def _live_json():
+        return Response(json.dumps(live_state(session, live)), mimetype="application/json")
+
     @web_ui.app.route("/llmload/steps.json")
+    @web_ui.auth_required_if_enabled
     def _steps_json():
         return Response(json.dumps({"steps": step_rows(session)}), mimetype="application/json")
 
     @web_ui.app.route("/llmload")
+    @web_ui.auth_required_if_enabled
     def _page():
-        return Response(PAGE, mimetype="text/html")
+        return redirect("./?tab=llm")
 
+    @web_ui.app.route("/llmload/report")
+    @web_ui.auth_required_if_enabled
+    def _report():
+        run_dir = session.run_dir
+        path = Path(run_dir) / "report.html" if run_dir is not None else None
+        if path is None or not session.finished or not path.exists():
+            return Response("no report yet: it is written when the run ends", status=404, mimetype="text/plain")
+        return Response(path.read_text(encoding="utf-8"), mimetype="text/html")
 
-PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>llmload live</title>
-<style>body{font-family:sans-serif;margin:1.5em;color:#222}svg{border:1px solid #ccc;margin:.5em 0}
-.c{display:inline-block;margin-right:1.5em}h2{font-size:1em;margin:.2em 0}</style></head><body>
-<h1>llmload: live steps</h1><p id="status">waiting for the first step...</p>
-<div class="c"><h2>TTFT p95 (ms)</h2><svg id="ttft" width="420" height="200"></svg></div>
-<div class="c"><h2>Goodput (req/s)</h2><svg id="goodput" width="420" height="200"></svg></div>
-<div class="c"><h2>Server waiting (requests)</h2><svg id="waiting" width="420" height="200"></svg></div>
-<script>
-function draw(id, steps, key){
-  var svg=document.getElementById(id), W=420, H=200, P=36, pts=[], max=0;
-  steps.forEach(function(s,i){var v=s[key]; if(v!==null&&v!==undefined){pts.push([i,v]); max=Math.max(max,v);}});
-  var n=Math.max(steps.length-1,1), out='';
-  if(max<=0) max=1;
-  out+='<line x1="'+P+'" y1="'+(H-P)+'" x2="'+(W-8)+'" y2="'+(H-P)+'" stroke="#999"/>';
-  out+='<line x1="'+P+'" y1="8" x2="'+P+'" y2="'+(H-P)+'" stroke="#999"/>';
-  out+='<text x="2" y="14" font-size="10">'+max.toFixed(1)+'</text>';
-  var path='';
-  pts.forEach(function(p,j){var x=P+(W-P-8)*p[0]/n, y=(H-P)-(H-P-8)*p[1]/max;
-    path+=(j?'L':'M')+x.toFixed(1)+' '+y.toFixed(1);
-    var s=steps[p[0]], col=s.verdict&&s.verdict.indexOf('fail')===0?'#c0392b':(s.verdict==='pass'?'#27ae60':'#2c7fb8');
-    out+='<circle cx="'+x.toFixed(1)+'" cy="'+y.toFixed(1)+'" r="4" fill="'+col+'"><title>'+s.label+': '+p[1]+'</title></circle>';});
-  if(path) out='<path d="'+path+'" fill="none" stroke="#2c7fb8" stroke-width="2"/>'+out;
-  steps.forEach(function(s,i){var x=P+(W-P-8)*i/n;
-    out+='<text x="'+x.toFixed(1)+'" y="'+(H-P+14)+'" font-size="9" text-anchor="middle">'+s.label+'</text>';});
-  svg.innerHTML=out;
-}
-function poll(){
-  fetch('/llmload/steps.json').then(function(r){return r.json();}).then(function(d){
-    var steps=d.steps||[];
-    document.getElementById('status').textContent=steps.length?steps.map(function(s){return s.label+': '+s.verdict;}).join(' | '):'no run yet';
-    draw('ttft',steps,'ttft_p95_ms'); draw('goodput',steps,'goodput'); draw('waiting',steps,'server_waiting');
-  }).catch(function(){});
-}
-poll(); setInterval(poll, 2000);
-</script></body></html>
-"""
+    gevent.spawn(_sample, session, live)

@@ -38,16 +38,22 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def start_web_run(sim_url: str, tmp_path: Path, steps: list[dict], *, autoquit_s: int,
-                  stderr: int | None = subprocess.DEVNULL) -> tuple[subprocess.Popen, str, Path]:
-    """Start a constant-rate ladder with Locust's web UI on a free port, autostarted; returns
-    (process, UI base URL, run directory). The caller stops the process."""
+def start_web_run(sim_url: str, tmp_path: Path, steps: list[dict], *, autoquit_s: int | None = None,
+                  autostart: bool = True, stderr: int | None = subprocess.DEVNULL,
+                  **sections: dict) -> tuple[subprocess.Popen, str, Path]:
+    """Start a constant-rate ladder with Locust's web UI on a free port (autostarted unless told not to:
+    then the test presses Start); returns (process, UI base URL, run directory). `sections` replace
+    config sections (e.g. `slo=`). The caller stops the process."""
     from support import free_port
 
     config = base_config(sim_url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
                                               "steps": steps}}, client={"max_concurrency": 16})
+    config.update(sections)
     run_dir, port = tmp_path / "run", free_port()
-    cmd = locust_command(write_config(tmp_path, config), run_dir, web=True) + [
-        "--web-port", str(port), "--autostart", "--autoquit", str(autoquit_s)]
+    cmd = locust_command(write_config(tmp_path, config), run_dir, web=True) + ["--web-port", str(port)]
+    if autostart:
+        cmd.append("--autostart")
+    if autoquit_s is not None:
+        cmd += ["--autoquit", str(autoquit_s)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
     return proc, f"http://127.0.0.1:{port}", run_dir

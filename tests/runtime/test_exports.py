@@ -16,7 +16,10 @@ MODULES = {
     "planfile": ["PlanFile", "STEP_FIELDS"],
     "planning": ["ClosedLoop", "Job", "plan_jobs"],
     "preflight": ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"],
-    "webui": ["LLM_TABLE", "install_web_ui", "step_rows"],
+    "webui": ["LLM_TABLE", "install_web_ui", "live_state", "step_rows"],
+    "webform": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
+                "format_seconds", "shape_summary", "target_text"],
+    "live": ["KEEP_S", "LiveSeries", "request_values"],
 }
 
 

@@ -1,0 +1,195 @@
+"""The run's shape and SLO as Locust options, shown (and editable) in the web UI's start form.
+
+Two options, typed strings with empty defaults (they travel to workers and Locust shows them under
+"Custom parameters"; empty = as in the config file):
+
+- `--llmload-rates "2,6,12"`: the ladder's rates in req/s (one step each; steps past the config's
+  take its last step's duration), a soak's one rate, or a concurrency shape's levels (users). A trace
+  replay's arrivals come from its file and cannot be edited here.
+- `--llmload-slo "ttft_p95=500ms, tpot_p95=80ms"`: the SLO thresholds (`<metric>_p<NN>=<duration>`,
+  the config's keys) and any other `slo:` key (`max_reject_ratio=0`). The thresholds given replace the
+  config's thresholds; other keys not given keep the config's values.
+
+`form_values(config)` is what the form shows for a config; `apply_form(config, rates, slo)` returns the
+config as run (validated like the file: a bad value is one `ConfigError` line naming the option).
+Locust's own Host field shows the target URL; a changed Host is the run's `target.url` (one-URL configs).
+Pure functions: no Locust, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmload.config import SLO, Config
+from llmload.errors import ConfigError
+
+__all__ = ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
+           "format_seconds", "shape_summary", "target_text"]
+
+#: the options' `dest` names (what the form posts and `parsed_options` holds)
+RATES = "llmload_rates"
+SLO_OPTION = "llmload_slo"
+
+_THRESHOLD = re.compile(r"^[a-z_]+_p\d")
+
+
+def add_form_options(parser: Any) -> None:
+    """Add the two options (on Locust's parser itself: options added to a group are not shown in the UI)."""
+    parser.add_argument("--llmload-rates", type=str, default="",
+                        help="steps of this run: req/s per ladder step, comma-separated (concurrency: users "
+                             "per level; soak: one rate); empty = as in the config")
+    parser.add_argument("--llmload-slo", type=str, default="",
+                        help="SLO of this run, e.g. ttft_p95=500ms, tpot_p95=80ms; empty = as in the config")
+
+
+def format_seconds(value_s: float) -> str:
+    """0.5 -> "500ms", 20.0 -> "20s" (what the config file would say)."""
+    if 0 < value_s < 1:
+        return f"{value_s * 1000:g}ms"
+    return f"{value_s:g}s"
+
+
+def _rates_of(config: Config) -> list[float] | None:
+    shape = config.shape
+    if shape.kind == "ladder":
+        return [float(s.rate) for s in shape.ladder.steps]
+    if shape.kind == "concurrency":
+        return [float(level) for level in shape.concurrency.levels]
+    if shape.kind == "soak" and shape.soak.rate is not None:
+        return [float(shape.soak.rate)]
+    return None
+
+
+def form_values(config: Config) -> dict[str, str]:
+    """What the start form shows for `config`: `{RATES: "2, 6, 12", SLO_OPTION: "ttft_p95=500ms, ..."}`."""
+    rates = _rates_of(config)
+    slo = [f"{t.key}={format_seconds(t.value_s)}" for t in config.slo.thresholds]
+    for key in ("max_reject_ratio", "max_error_ratio"):
+        value = getattr(config.slo, key)
+        if value is not None:
+            slo.append(f"{key}={value:g}")
+    return {RATES: ", ".join(f"{r:g}" for r in rates) if rates is not None else "",
+            SLO_OPTION: ", ".join(slo)}
+
+
+def shape_summary(config: Config) -> str:
+    """One line on the run's shape: kind, arrivals, steps and their durations."""
+    shape = config.shape
+    if shape.kind == "ladder":
+        s = shape.ladder
+        durations = list(dict.fromkeys(format_seconds(float(step.duration)) for step in s.steps))
+        return (f"ladder of {len(s.steps)} step(s) of {' / '.join(durations)}, {s.arrival} arrivals, "
+                f"warm-up {format_seconds(float(s.warmup))}" + (", then a boundary search" if s.refine else ""))
+    if shape.kind == "concurrency":
+        c = shape.concurrency
+        return f"closed loop, {len(c.levels)} level(s), {c.requests_per_level} requests per level"
+    if shape.kind == "soak":
+        s = shape.soak
+        what = f"{s.rate:g} req/s {s.arrival}" if s.rate is not None else "a trace"
+        return f"soak at {what} for {format_seconds(float(s.duration))}, slices of {format_seconds(float(s.slice))}"
+    t = shape.trace
+    return f"trace replay of {t.file} (speed-up {t.speedup:g}, rate scale {t.rate_scale:g}; rates not editable)"
+
+
+def form_help(config: Config) -> dict[str, str]:
+    """The form's help text per option for this config (Locust shows it in the field's label)."""
+    unit = "users per level" if config.shape.kind == "concurrency" else "req/s per step"
+    target = config.target
+    return {RATES: f"{shape_summary(config)}; {unit}, comma-separated",
+            SLO_OPTION: f"for {target.api}, model {target.model} at Host; <metric>_p<NN>=<duration>, comma-separated"}
+
+
+def _parse_rates(text: str, kind: str) -> list[float]:
+    parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise ConfigError(f'--llmload-rates: expected numbers like "2, 6, 12", got "{text}"') from None
+    if not values or any(not v > 0 for v in values):
+        raise ConfigError(f'--llmload-rates: every value must be above 0, got "{text}"')
+    if kind == "concurrency" and any(v != int(v) for v in values):
+        raise ConfigError(f'--llmload-rates: concurrency levels are whole numbers of users, got "{text}"')
+    return values
+
+
+def _with_rates(config: Config, values: list[float]) -> Config:
+    shape = config.shape
+    kind = shape.kind
+    if kind == "ladder":
+        steps = shape.ladder.steps
+        new_steps = [steps[min(i, len(steps) - 1)].model_copy(update={"rate": v}) for i, v in enumerate(values)]
+        spec = shape.ladder.model_copy(update={"steps": new_steps})
+    elif kind == "concurrency":
+        spec = shape.concurrency.model_copy(update={"levels": [int(v) for v in values]})
+    elif kind == "soak" and shape.soak.rate is not None:
+        if len(values) != 1:
+            raise ConfigError("--llmload-rates: a soak has one rate")
+        spec = shape.soak.model_copy(update={"rate": values[0]})
+    else:
+        raise ConfigError(f"--llmload-rates: a {kind} shape's arrivals cannot be edited (its file sets them)")
+    return config.model_copy(update={"shape": shape.model_copy(update={kind: spec})})
+
+
+def _parse_slo(text: str, base: SLO) -> SLO:
+    given: dict[str, Any] = {}
+    for part in [p.strip() for p in re.split(r"[,;\n]+", text) if p.strip()]:
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ConfigError(f'--llmload-slo: expected key=value like "ttft_p95=500ms", got "{part}"')
+        given[key] = value if _THRESHOLD.match(key) else yaml.safe_load(value)
+    data = base.model_dump(exclude={"thresholds"}, exclude_none=True) | given
+    try:
+        slo = SLO.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(x) for x in error.get("loc", ())) or "slo"
+        raise ConfigError(f"--llmload-slo: {where}: {error.get('msg')}") from None
+    for t in slo.thresholds:
+        if not t.value_s > 0:
+            raise ConfigError(f"--llmload-slo: {t.key} must be above 0")
+    return slo
+
+
+def target_text(config: Config) -> str:
+    """The target as the form's Host field shows it."""
+    return config.target.url or ", ".join(config.target.urls or [])
+
+
+def _with_host(config: Config, host: str) -> Config:
+    if config.target.urls:
+        raise ConfigError("Host: this config has several target.urls: edit them in the config file")
+    if not re.match(r"^https?://[^/\s]+", host):
+        raise ConfigError(f'Host: expected a URL like http://127.0.0.1:8000, got "{host}"')
+    return config.model_copy(update={"target": config.target.model_copy(update={"url": host.rstrip("/")})})
+
+
+def apply_form(config: Config, rates: str = "", slo: str = "", host: str = "") -> tuple[Config, dict]:
+    """`config` with the form's rates, SLO and Host (the target URL) applied (an empty string, or the
+    config's own value, changes nothing); returns (config as run, what was changed:
+    `{"rates": [...], "slo": {...}, "target_url": ...}`)."""
+    shown = form_values(config)
+    changed: dict[str, Any] = {}
+    host = host.strip()
+    if host and host.rstrip("/") != target_text(config).rstrip("/"):
+        config = _with_host(config, host)
+        changed["target_url"] = config.target.url
+    if rates.strip() and _norm(rates) != _norm(shown[RATES]):
+        values = _parse_rates(rates, config.shape.kind)
+        config = _with_rates(config, values)
+        changed["rates"] = values
+    if slo.strip() and _norm(slo) != _norm(shown[SLO_OPTION]):
+        new = _parse_slo(slo, config.slo)
+        config = config.model_copy(update={"slo": new})
+        changed["slo"] = {t.key: t.value_s for t in new.thresholds} | {
+            k: getattr(new, k) for k in ("max_reject_ratio", "max_error_ratio") if getattr(new, k) is not None}
+    return config, changed
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s,;]+", ",", text.strip()).strip(",")
+
