@@ -161,6 +161,9 @@ def gpu_agent(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
+    from llmload.redaction import install_console_redaction
+
+    install_console_redaction(handlers=False)  # an API key read by this process is never printed
     try:
         # with standalone_mode=False a command's `raise typer.Exit(code)` comes back as the return value
         code = app(args=argv, standalone_mode=False)

@@ -3,7 +3,8 @@
 - Every numeric flag has bounds (`min`/`max` on its option): `--processes -5` or `--port 99999` is a
   usage error (exit 2) before anything starts, never a traceback or a run against nothing.
 - Boolean flags show no `<bool>` metavar in `--help` (`--web / --no-web` says it already).
-- A usage error is one line on stderr: `llmload run: error: Invalid value for '--processes': ...`.
+- A usage error is one line on stderr: `llmload: error: Invalid value for '--processes': ... (see llmload run
+  --help)`.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def show_usage_error(exc: Any) -> int:
     if type(exc).__name__ == "NoArgsIsHelpError":
         exc.show()
         return 2
-    ctx = getattr(exc, "ctx", None)
-    where = ctx.command_path if ctx is not None else "llmload"
+    ctx, names = getattr(exc, "ctx", None), []
+    while ctx is not None and ctx.parent is not None:  # the subcommand(s), not argv[0]
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
     message = " ".join(str(exc.format_message()).splitlines())
-    hint = f" (see {where} --help)" if ctx is not None else ""
-    print(f"{where}: error: {message}{hint}", file=sys.stderr)
+    print(f"llmload: error: {message} (see {' '.join(['llmload', *names, '--help'])})", file=sys.stderr)
     return int(getattr(exc, "exit_code", 2) or 2)

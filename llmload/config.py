@@ -101,6 +101,8 @@ Positive = Annotated[Duration, Field(gt=0)]
 Rate = Annotated[float, Field(gt=0, le=MAX_RATE, description="requests per second")]
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 Url = Annotated[str, AfterValidator(check_url)]
+#: a server setting stated in `conditions:` (context length, slots, queue sizes)
+ServerInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class Model(BaseModel):
@@ -466,22 +468,22 @@ class Telemetry(Model):
 class Conditions(Model):
     """Fixed conditions the server cannot report; recorded in the manifest."""
 
-    gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     gpu_model: str | None = None
-    instances: int | None = Field(default=None, ge=1)
-    cost_per_hour: float | None = Field(default=None, ge=0)
+    instances: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    cost_per_hour: float | None = Field(default=None, ge=0, le=1e9)
     owner: str = ""
     notes: str = ""
     model_revision: str | None = None
     quantization: str | None = None
-    context_length: int | None = None
-    max_num_seqs: int | None = None
+    context_length: ServerInt | None = None
+    max_num_seqs: ServerInt | None = None
     prefix_cache: str | None = None
-    ollama_num_parallel: int | None = None
-    ollama_max_queue: int | None = None
-    ollama_context_length: int | None = None
+    ollama_num_parallel: ServerInt | None = None
+    ollama_max_queue: ServerInt | None = None
+    ollama_context_length: ServerInt | None = None
     ollama_keep_alive: str | None = None
-    server_admission_cap: int | None = None
+    server_admission_cap: ServerInt | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

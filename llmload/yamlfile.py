@@ -65,8 +65,9 @@ def _line_of(exc: yaml.YAMLError, text: str) -> int | None:
 
 def parse_yaml(text: str, *, file: str) -> Any:
     """The data of one YAML document in `text` (see the module docstring for what is refused)."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # checks for characters YAML does not allow (ReaderError)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -80,7 +81,8 @@ def parse_yaml(text: str, *, file: str) -> Any:
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", file=file) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml(path: str | Path) -> tuple[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from llmload.config import Target
 from llmload.errors import ConfigError
+from llmload.redaction import register_secret
 
 __all__ = ["Credentials", "REDACTED"]
 
@@ -27,6 +28,10 @@ class Credentials:
     def __init__(self, key: str | None = None, *, extra_headers: dict[str, str] | None = None) -> None:
         self._key = key or None
         self._extra = dict(extra_headers or {})
+        register_secret(self._key)  # every writer and the console of this process now redact it
+        for name, value in self._extra.items():
+            if _secret_name(name):
+                register_secret(value)
 
     @classmethod
     def from_target(cls, target: Target, *, base_dir: str | Path = ".") -> Credentials:
