@@ -6,9 +6,10 @@ Validation happens once, here. Every error is one line naming the file, the line
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -107,6 +108,31 @@ ServerInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # pydantic reads `true` as 1 for a number; YAML turns `yes`/`on` into true: refuse both
+        if isinstance(data, dict):
+            numeric = _numeric_fields(cls)
+            for name, value in data.items():
+                items = value if isinstance(value, list) else [value]
+                if name in numeric and any(isinstance(v, bool) for v in items):
+                    raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+        return data
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Names of `model`'s fields that hold numbers (or lists of numbers), optional or not."""
+    names = set()
+    for name, info in model.model_fields.items():
+        args = set(get_args(info.annotation)) or {info.annotation}
+        args = {get_args(a)[0] if get_origin(a) is list else a for a in args} - {type(None)}
+        args = {get_args(a)[0] if get_origin(a) is Annotated else a for a in args}
+        if args and args <= {int, float}:
+            names.add(name)
+    return frozenset(names)
 
 
 # --------------------------------------------------------------------------- target
