@@ -150,7 +150,7 @@ def engine(
 @app.command(name="gpu-agent")
 def gpu_agent(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 9401,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = free).")] = 9401,
     interval: Annotated[float, typer.Option(min=0.01, max=3600, help="Sampling interval in seconds.")] = 1.0,
 ) -> None:
     """Serve this host's NVML GPU samples as Prometheus text for a remote llmload run to scrape."""

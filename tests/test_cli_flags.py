@@ -43,7 +43,7 @@ def nothing_starts(monkeypatch):
     (["engine", "serve", "--port", "70000"], "--port"),
     (["engine", "serve", "--parallel", "0"], "--parallel"),
     (["engine", "serve", "--threads", "-2"], "--threads"),
-    (["gpu-agent", "--port", "0"], "--port"),
+    (["gpu-agent", "--port", "70000"], "--port"),
     (["gpu-agent", "--interval", "0"], "--interval"),
     (["gpu-agent", "--interval", "nan"], "--interval"),
     (["gpu-agent", "--interval", "inf"], "--interval"),
