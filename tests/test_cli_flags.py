@@ -106,3 +106,12 @@ def test_no_bool_metavar(capsys, args):
     main(args)
     out = capsys.readouterr().out
     assert "--help" in out and "<bool>" not in out
+
+
+def test_calibrate_against_a_dead_target_is_exit_3(capsys, tmp_path, monkeypatch):
+    from support import free_port
+
+    monkeypatch.setattr("llmload.calibrate.tempfile.mkdtemp", lambda prefix="": str(tmp_path))
+    assert main(["calibrate", "--target", f"http://127.0.0.1:{free_port()}", "--quick"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "target unreachable" in err, err
