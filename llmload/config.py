@@ -1,7 +1,9 @@
 """The run configuration (CONFIG.md is the contract): YAML in, typed and validated objects out.
 
 Validation happens once, here. Every error is one line naming the file, the line and the key path:
-`run.yaml:14 slo.ttft_p95: expected a duration like 800ms, got "fast"`.
+`run.yaml:14 slo.ttft_p95: expected a duration like 800ms, got "fast"`. Numbers are finite and bounded
+(`MAX_RATE`, `MAX_TOKENS`, ...; docs/CONFIG.md "Validation and limits"), URLs are parsed with their port,
+and files the config names must exist; reading the YAML itself (UTF-8, no duplicate key) is `yamlfile`.
 """
 
 from __future__ import annotations
