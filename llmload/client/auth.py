@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from llmload.config import Target
 from llmload.errors import ConfigError
@@ -52,6 +53,8 @@ class Credentials:
                                   key="target.api_key_file") from None
             if not key:
                 raise ConfigError("the API key file is empty", file=str(path), key="target.api_key_file")
+        for url in target.endpoints:  # a password in a URL (http://user:pass@host) is a secret too
+            register_secret(urlsplit(url).password)
         return cls(key, extra_headers=target.headers)
 
     @property

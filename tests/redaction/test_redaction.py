@@ -96,3 +96,10 @@ def test_console_and_log_handlers(monkeypatch):
     assert KEY not in out.getvalue() and KEY not in err.getvalue()
     assert out.getvalue() == f"models: {REDACTED}\n"
     assert f"server said {REDACTED}" in err.getvalue()
+
+
+def test_a_password_in_the_target_url_is_registered():
+    from llmload.config import Target
+
+    Credentials.from_target(Target(url="http://user:hunter2-pass@127.0.0.1:8000"))
+    assert redact_text("server:http://user:hunter2-pass@127.0.0.1:8000") == f"server:http://user:{REDACTED}@127.0.0.1:8000"
