@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.summary import json_value
+from llmload.redaction import redact_text
 
 if TYPE_CHECKING:
     from analysis.pipeline import Analysis
@@ -21,7 +22,7 @@ __all__ = ["write_outputs"]
 
 def _replace(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(redact_text(text), encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -1,10 +1,18 @@
 """llmload: capacity testing for LLM inference servers, built on Locust."""
 
-from llmload.config import Config, load_config, load_slo
+from typing import TYPE_CHECKING
+
 from llmload.errors import ConfigError, LLMLoadError, ProtocolError, RunError, ServerError, TelemetryError
-from llmload.records import Record, RecordWriter
+
+if TYPE_CHECKING:
+    from llmload.config import Config, load_config, load_slo
+    from llmload.records import Record, RecordWriter
 
 __version__ = "0.1.0"
+
+#: imported on first use, so `llmload --help` does not load pydantic, pandas and pyarrow
+_LAZY = {"Config": "llmload.config", "load_config": "llmload.config", "load_slo": "llmload.config",
+         "Record": "llmload.records", "RecordWriter": "llmload.records"}
 
 __all__ = [
     "Config",
@@ -20,3 +28,11 @@ __all__ = [
     "load_config",
     "load_slo",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'llmload' has no attribute {name!r}")

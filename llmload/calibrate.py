@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -129,12 +130,18 @@ def _free_port() -> int:
 
 
 def _target_model(url: str) -> str:
-    """The first model an outside OpenAI-compatible target lists (`/v1/models`), else "default"."""
+    """The first model an outside OpenAI-compatible target lists (`/v1/models`), else "default".
+    RunError (exit 3) when nothing answers HTTP there: a ramp against a dead target measures nothing."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=5) as resp:
             data = json.loads(resp.read())
         return str(data["data"][0]["id"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except urllib.error.HTTPError:
+        return "default"
+    except OSError as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise RunError(f"{url}: target unreachable ({reason}): start it or fix --target") from None
+    except (ValueError, KeyError, IndexError, TypeError):
         return "default"
 
 

@@ -12,11 +12,20 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmload.cliparams import (
+    MAX_PROCESSES,
+    MAX_SEED,
+    FlagsApp,
+    FlagsGroup,
+    check_target_url,
+    show_usage_error,
+)
 from llmload.errors import LLMLoadError
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
+app = FlagsApp(
+    cls=FlagsGroup,
     name="llmload",
     help="Capacity testing for LLM inference servers: at what sustained arrival rate, and under which "
     "bursts, does the service stop meeting its targets, and which target breaks first?",
@@ -30,8 +39,8 @@ app = typer.Typer(
 def sim(
     flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama or llamacpp.")] = "vllm",
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port; 0 picks a free one and prints it.")] = 8000,
-    seed: Annotated[int, typer.Option(help="Seed for EOS draws and faults.")] = 0,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one and prints it.")] = 8000,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed for EOS draws and faults.")] = 0,
     config: Annotated[Optional[Path], typer.Option(help="Sim YAML (engine and fault settings).")] = None,
     ground_truth: Annotated[Optional[Path], typer.Option(help="Write one JSON line per request here.")] = None,
     model: Annotated[str, typer.Option(help="Model name the server reports.")] = "sim-model",
@@ -48,13 +57,14 @@ def run(
     config: Annotated[Path, typer.Argument(help="Run configuration (YAML).")],
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: a new one under output:).")] = None,
     web: Annotated[bool, typer.Option(help="Start Locust's web UI (with the LLM tab) instead of headless.")] = False,
-    processes: Annotated[int, typer.Option(help="Local worker processes (Locust --processes).")] = 0,
+    processes: Annotated[int, typer.Option(min=0, max=MAX_PROCESSES,
+                                           help="Local worker processes (Locust --processes).")] = 0,
     master: Annotated[bool, typer.Option(help="Run as Locust master; workers join with --worker.")] = False,
-    expect_workers: Annotated[int, typer.Option(help="Master: workers to wait for.")] = 1,
+    expect_workers: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="Master: workers to wait for.")] = 1,
     worker: Annotated[bool, typer.Option(help="Run as a Locust worker of a master elsewhere.")] = False,
     master_host: Annotated[str, typer.Option(help="Worker: the master's address.")] = "127.0.0.1",
     master_port: Annotated[Optional[int], typer.Option(
-        help="Master's port (default 5557; with --processes a free loopback port).")] = None,
+        min=1, max=65535, help="Master's port (default 5557; with --processes a free loopback port).")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     from llmload.runtime.launcher import run_config
@@ -99,7 +109,7 @@ def compare(
 @app.command()
 def plan(
     run_dir: Annotated[Path, typer.Argument(help="A run directory with a passing sustained step.")],
-    users: Annotated[int, typer.Option(help="Users in the population to plan for.")],
+    users: Annotated[int, typer.Option(min=1, max=10**9, help="Users in the population to plan for.")],
     think_time: Annotated[str, typer.Option(help="Each user's think time between requests (30s, 2m).")],
     slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config) to judge the run with.")] = None,
 ) -> None:
@@ -112,8 +122,9 @@ def plan(
 
 @app.command()
 def calibrate(
-    processes: Annotated[int, typer.Option(help="Worker processes to calibrate.")] = 1,
-    target: Annotated[Optional[str], typer.Option(help="Target URL (default: a built-in sim).")] = None,
+    processes: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="Worker processes to calibrate.")] = 1,
+    target: Annotated[Optional[str], typer.Option(callback=check_target_url,
+                                                  help="Target URL (default: a built-in sim).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Where to save the envelope (JSON).")] = None,
     quick: Annotated[bool, typer.Option(help="A short ramp (for smoke tests).")] = False,
 ) -> None:
@@ -126,9 +137,9 @@ def calibrate(
 @app.command()
 def engine(
     action: Annotated[str, typer.Argument(help="build | model | serve | path")] = "build",
-    port: Annotated[int, typer.Option(help="serve: port (0 = free).")] = 8080,
-    parallel: Annotated[int, typer.Option(help="serve: slots.")] = 4,
-    threads: Annotated[int, typer.Option(help="serve: CPU threads.")] = 1,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="serve: port (0 = free).")] = 8080,
+    parallel: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: slots.")] = 4,
+    threads: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: CPU threads.")] = 1,
 ) -> None:
     """Build and serve the real engine: llama.cpp's llama-server with Gemma 3 270M."""
     from llmload.engine import engine_command
@@ -139,8 +150,8 @@ def engine(
 @app.command(name="gpu-agent")
 def gpu_agent(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 9401,
-    interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 1.0,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 = free).")] = 9401,
+    interval: Annotated[float, typer.Option(min=0.01, max=3600, help="Sampling interval in seconds.")] = 1.0,
 ) -> None:
     """Serve this host's NVML GPU samples as Prometheus text for a remote llmload run to scrape."""
     from llmload.telemetry.gpu_agent import serve_gpu_agent
@@ -150,6 +161,9 @@ def gpu_agent(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
+    from llmload.redaction import install_console_redaction
+
+    install_console_redaction(handlers=False)  # an API key read by this process is never printed
     try:
         # with standalone_mode=False a command's `raise typer.Exit(code)` comes back as the return value
         code = app(args=argv, standalone_mode=False)
@@ -165,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # click usage errors (typer >= 0.29 raises those of its vendored `typer._click`)
         names = {cls.__name__ for cls in type(exc).__mro__}
         if "ClickException" in names:
-            exc.show()
-            return 2
+            return show_usage_error(exc)
         if "Abort" in names:
             return 130
         raise

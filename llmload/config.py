@@ -1,17 +1,21 @@
 """The run configuration (CONFIG.md is the contract): YAML in, typed and validated objects out.
 
 Validation happens once, here. Every error is one line naming the file, the line and the key path:
-`run.yaml:14 slo.ttft_p95: expected a duration like 800ms, got "fast"`.
+`run.yaml:14 slo.ttft_p95: expected a duration like 800ms, got "fast"`. Numbers are finite and bounded
+(`MAX_RATE`, `MAX_TOKENS`, ...; docs/CONFIG.md "Validation and limits"), URLs are parsed with their port,
+and files the config names must exist; reading the YAML itself (UTF-8, no duplicate key) is `yamlfile`.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -24,6 +28,8 @@ from pydantic import (
 
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
+from llmload.yamlfile import line_index as _line_index
+from llmload.yamlfile import read_yaml as _read_yaml
 
 __all__ = [
     "API_KINDS",
@@ -34,6 +40,9 @@ __all__ = [
     "Dist",
     "LadderShape",
     "LadderStep",
+    "MAX_CONCURRENCY",
+    "MAX_RATE",
+    "MAX_TOKENS",
     "QualityCase",
     "Quality",
     "Requests",
@@ -45,6 +54,7 @@ __all__ = [
     "Telemetry",
     "Threshold",
     "TraceShape",
+    "check_url",
     "load_config",
     "load_slo",
     "parse_config",
@@ -54,17 +64,77 @@ API_KINDS = ("openai-chat", "openai-completions", "ollama-chat", "ollama-generat
 SLO_METRICS = ("ttft", "user_ttft", "tpot", "itl", "e2e", "user_e2e", "client_wait", "server_queue")
 
 
+#: upper bounds (docs/CONFIG.md "Limits"): beyond them a value is a typo, not a test plan
+MAX_RATE = 10_000.0  # requests per second
+MAX_TOKENS = 1_000_000  # tokens in one prompt or one answer
+MAX_CONCURRENCY = 100_000  # requests in flight, users of a closed loop
+MAX_FACTOR = 1_000.0  # trace speedup / rate_scale, gamma burstiness
+MAX_COUNT = 1_000_000  # requests per level, prefixes, refine steps, min_samples, samples
+MAX_SEED = 2**63 - 1
+
+
 def _duration(value: object) -> float:
     return parse_duration(value)
 
 
-#: seconds, written by users as `800ms`, `30s`, `2m`, `4h` or a bare number
+def check_url(value: str) -> str:
+    """`value` if it is an http(s) URL with a host and a valid port, else ValueError saying why.
+
+    >>> check_url("http://127.0.0.1:8000")
+    'http://127.0.0.1:8000'
+    """
+    if not isinstance(value, str) or not re.match(r"^https?://", value, re.IGNORECASE):
+        raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{value}"')
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:  # `http://[::1` (unclosed bracket), `:abc`, `:99999`
+        raise ValueError(f'bad URL "{value}": {exc}') from None
+    if not parts.hostname or any(c.isspace() for c in value):
+        raise ValueError(f'bad URL "{value}": expected a host like http://127.0.0.1:8000')
+    if parts.netloc.endswith(":") or port == 0:
+        raise ValueError(f'bad URL "{value}": expected a port from 1 to 65535')
+    return value
+
+
+#: seconds, written by users as `800ms`, `30s`, `2m`, `4h` or a bare number (at most 30 days)
 Duration = Annotated[float, BeforeValidator(_duration), PlainSerializer(float)]
-Rate = Annotated[float, Field(gt=0, description="requests per second")]
+#: a duration that must be more than zero (a timeout, a step, a slice)
+Positive = Annotated[Duration, Field(gt=0)]
+Rate = Annotated[float, Field(gt=0, le=MAX_RATE, description="requests per second")]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Url = Annotated[str, AfterValidator(check_url)]
+#: a server setting stated in `conditions:` (context length, slots, queue sizes)
+ServerInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # pydantic reads `true` as 1 for a number; YAML turns `yes`/`on` into true: refuse both
+        if isinstance(data, dict):
+            numeric = _numeric_fields(cls)
+            for name, value in data.items():
+                items = value if isinstance(value, list) else [value]
+                if name in numeric and any(isinstance(v, bool) for v in items):
+                    raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+        return data
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Names of `model`'s fields that hold numbers (or lists of numbers), optional or not."""
+    names = set()
+    for name, info in model.model_fields.items():
+        args = set(get_args(info.annotation)) or {info.annotation}
+        args = {get_args(a)[0] if get_origin(a) is list else a for a in args} - {type(None)}
+        args = {get_args(a)[0] if get_origin(a) is Annotated else a for a in args}
+        if args and args <= {int, float}:
+            names.add(name)
+    return frozenset(names)
 
 
 # --------------------------------------------------------------------------- target
@@ -72,26 +142,23 @@ class Model(BaseModel):
 class Target(Model):
     """The server under test."""
 
-    url: str | None = None
-    urls: list[str] | None = None
+    url: Url | None = None
+    urls: list[Url] | None = None
     routing: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     api: Literal["openai-chat", "openai-completions", "ollama-chat", "ollama-generate"] = "openai-chat"
     model: str = "default"
     api_key_env: str | None = None
     api_key_file: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout: Duration = 120.0
-    idle_timeout: Duration = 30.0
-    connect_timeout: Duration = 10.0
+    timeout: Positive = 120.0
+    idle_timeout: Positive = 30.0
+    connect_timeout: Positive = 10.0
     server: Literal["vllm", "ollama", "llamacpp", "sglang", "tgi", "generic"] | None = None
 
     @model_validator(mode="after")
     def _one_url(self) -> Target:
         if bool(self.url) == bool(self.urls):
             raise ValueError("give exactly one of url or urls")
-        for u in self.endpoints:
-            if not re.match(r"^https?://[^/\s]+", u):
-                raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{u}"')
         return self
 
     @property
@@ -102,38 +169,50 @@ class Target(Model):
 
 # --------------------------------------------------------------------------- requests
 
+def _min_max(dist: Any) -> Any:
+    if dist.max is not None and dist.min > dist.max:
+        raise ValueError(f"min ({dist.min}) is more than max ({dist.max})")
+    return dist
+
+
 class FixedDist(Model):
     dist: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: Tokens
 
 
 class UniformDist(Model):
     dist: Literal["uniform"]
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: Tokens
+    max: Tokens
+
+    _ordered = model_validator(mode="after")(_min_max)
 
 
 class NormalDist(Model):
     dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = None
+    mean: float = Field(gt=0, le=MAX_TOKENS)
+    std: float = Field(ge=0, le=MAX_TOKENS)
+    min: Tokens = 1
+    max: Tokens | None = None
+
+    _ordered = model_validator(mode="after")(_min_max)
 
 
 class LognormalDist(Model):
     dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = None
+    median: float = Field(gt=0, le=MAX_TOKENS)
+    sigma: float = Field(ge=0, le=10)
+    min: Tokens = 1
+    max: Tokens | None = None
+
+    _ordered = model_validator(mode="after")(_min_max)
 
 
 class EmpiricalDist(Model):
     """Lengths drawn from a list of values or a file (one integer per line, or a CSV column)."""
 
     dist: Literal["empirical"]
-    values: list[int] | None = None
+    values: list[Tokens] | None = None
     file: str | None = None
     column: str | None = None
 
@@ -152,8 +231,8 @@ Dist = Annotated[
 
 class SharedPrefix(Model):
     ratio: float = Field(default=0.0, ge=0, le=1)
-    prefixes: int = Field(default=1, ge=1)
-    tokens: int = Field(default=256, ge=1)
+    prefixes: int = Field(default=1, ge=1, le=MAX_COUNT)
+    tokens: Tokens = 256
 
 
 class Requests(Model):
@@ -164,18 +243,18 @@ class Requests(Model):
     ignore_eos: bool = True
     shared_prefix: SharedPrefix = Field(default_factory=SharedPrefix)
     dataset: str | None = None
-    temperature: float = Field(default=0.0, ge=0)
-    seed: int = 1
+    temperature: float = Field(default=0.0, ge=0, le=100)
+    seed: int = Field(default=1, ge=-MAX_SEED, le=MAX_SEED)
     #: server tokens per synthesised prompt word; null = measured by the pre-flight with the server's
     #: `/tokenize` (vLLM, llama.cpp, SGLang), else 1.0 (the sim's rule)
-    tokens_per_word: float | None = Field(default=None, gt=0)
+    tokens_per_word: float | None = Field(default=None, gt=0, le=1000)
 
 
 class Client(Model):
     """The load generator: its concurrency cap and the limits it must hold to be trusted."""
 
-    max_concurrency: int | None = Field(default=256, ge=1)
-    max_send_lag_p99: Duration = 0.025
+    max_concurrency: int | None = Field(default=256, ge=1, le=MAX_CONCURRENCY)
+    max_send_lag_p99: Positive = 0.025
     max_rate_shortfall: float = Field(default=0.02, ge=0, le=1)
     max_worker_cpu: float = Field(default=0.9, gt=0, le=1)
 
@@ -184,20 +263,20 @@ class Client(Model):
 
 class LadderStep(Model):
     rate: Rate
-    duration: Duration = Field(gt=0)
+    duration: Positive
 
 
 class Refine(Model):
-    resolution: float = Field(default=0.1, gt=0)
-    max_steps: int = Field(default=6, ge=1)
-    duration: Duration | None = None
+    resolution: float = Field(default=0.1, gt=0, le=MAX_RATE)
+    max_steps: int = Field(default=6, ge=1, le=1000)
+    duration: Positive | None = None
 
 
 class LadderShape(Model):
     """Open-loop rate ladder: one arrival rate per step, drained between steps."""
 
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0)
+    burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     warmup: Duration = 10.0
     drain_timeout: Duration = 60.0
     steps: list[LadderStep] = Field(min_length=1)
@@ -207,9 +286,9 @@ class LadderShape(Model):
 class ConcurrencyShape(Model):
     """Closed loop: a fixed number of users, each sending its next request when the last ends."""
 
-    levels: list[int] = Field(min_length=1)
-    requests_per_level: int = Field(default=50, ge=1)
-    duration: Duration | None = None
+    levels: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = Field(min_length=1)
+    requests_per_level: int = Field(default=50, ge=1, le=MAX_COUNT)
+    duration: Positive | None = None
     drain_timeout: Duration = 60.0
 
 
@@ -218,25 +297,32 @@ class TraceShape(Model):
 
     file: str
     format: Literal["auto", "llmload", "azure", "burstgpt", "mooncake"] = "auto"
-    speedup: float = Field(default=1.0, gt=0)
+    speedup: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     window: tuple[Duration, Duration] | None = None
-    rate_scale: float = Field(default=1.0, gt=0)
+    rate_scale: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     scale_method: Literal["thin", "superpose"] = "thin"
     uniform_twin: bool = False
     use_sizes: bool = True
     warmup: Duration = 0.0
     drain_timeout: Duration = 60.0
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-MAX_SEED, le=MAX_SEED)
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and v[1] <= v[0]:
+            raise ValueError("the window's end must be after its start")
+        return v
 
 
 class SoakShape(Model):
     """Long constant or trace-driven load, analysed in time slices."""
 
     rate: Rate | None = None
-    duration: Duration = Field(gt=0)
-    slice: Duration = 600.0
+    duration: Positive
+    slice: Positive = 600.0
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0)
+    burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     trace: TraceShape | None = None
     drain_timeout: Duration = 60.0
 
@@ -296,9 +382,9 @@ class SLO(Model):
     max_error_ratio: float | None = Field(default=None, ge=0, le=1)
     allow_oom: bool | None = None
     queue_growth: Literal["forbid", "allow"] | None = None
-    min_samples: int = Field(default=200, ge=1)
+    min_samples: int = Field(default=200, ge=1, le=MAX_COUNT)
     trend_alpha: float = Field(default=0.05, gt=0, lt=1)
-    sub_windows: int = Field(default=6, ge=3)
+    sub_windows: int = Field(default=6, ge=3, le=1000)
 
     @model_validator(mode="before")
     @classmethod
@@ -358,7 +444,7 @@ class QualityCase(Model):
     prompt: str | None = None
     messages: list[dict[str, str]] | None = None
     expect: Expect
-    max_tokens: int = Field(default=32, ge=1)
+    max_tokens: Tokens = 32
 
     @model_validator(mode="after")
     def _prompt(self) -> QualityCase:
@@ -375,9 +461,9 @@ class Quality(Model):
 
 class Telemetry(Model):
     metrics_url: str = "auto"
-    interval: Duration = Field(default=1.0, gt=0)
+    interval: Positive = 1.0
     gpu: str = "auto"
-    timeout: Duration = Field(default=2.0, gt=0)
+    timeout: Positive = 2.0
 
     @field_validator("metrics_url", "gpu", mode="before")
     @classmethod
@@ -385,10 +471,24 @@ class Telemetry(Model):
         # YAML 1.1 reads a bare `off` as false: take it as the word the user wrote
         return "off" if v is False else v
 
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url(cls, v: str) -> str:
+        if v.strip().lower() in ("auto", "off", "none", ""):
+            return v
+        try:
+            check_url(v.strip().replace("{url}", "http://127.0.0.1:8000"))
+        except ValueError:
+            raise ValueError(f'expected auto, off, a URL or a template like {{url}}/metrics, got "{v}"') from None
+        return v
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v: str) -> str:
-        if v in ("auto", "nvml", "off") or v.startswith("dcgm:"):
+        if v in ("auto", "nvml", "off"):
+            return v
+        if v.startswith("dcgm:"):
+            check_url(v[len("dcgm:"):].strip())
             return v
         raise ValueError(f'expected auto, nvml, dcgm:<url> or off, got "{v}"')
 
@@ -396,22 +496,22 @@ class Telemetry(Model):
 class Conditions(Model):
     """Fixed conditions the server cannot report; recorded in the manifest."""
 
-    gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     gpu_model: str | None = None
-    instances: int | None = Field(default=None, ge=1)
-    cost_per_hour: float | None = Field(default=None, ge=0)
+    instances: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    cost_per_hour: float | None = Field(default=None, ge=0, le=1e9)
     owner: str = ""
     notes: str = ""
     model_revision: str | None = None
     quantization: str | None = None
-    context_length: int | None = None
-    max_num_seqs: int | None = None
+    context_length: ServerInt | None = None
+    max_num_seqs: ServerInt | None = None
     prefix_cache: str | None = None
-    ollama_num_parallel: int | None = None
-    ollama_max_queue: int | None = None
-    ollama_context_length: int | None = None
+    ollama_num_parallel: ServerInt | None = None
+    ollama_max_queue: ServerInt | None = None
+    ollama_context_length: ServerInt | None = None
     ollama_keep_alive: str | None = None
-    server_admission_cap: int | None = None
+    server_admission_cap: ServerInt | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -431,37 +531,17 @@ class Config(Model):
 
 # --------------------------------------------------------------------------- loading with line numbers
 
-def _line_index(text: str) -> dict[tuple, int]:
-    """Map each key path (as a tuple of keys / list indexes) to its 1-based line in the YAML text."""
-    index: dict[tuple, int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return index
-
-    def walk(node: yaml.Node, path: tuple) -> None:
-        index[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key = (path + (key_node.value,))
-                index[key] = key_node.start_mark.line + 1
-                walk(value_node, key)
-                index[key] = key_node.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    if root is not None:
-        walk(root, ())
-    return index
+_DIST_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
 
 def _key_path(loc: tuple) -> tuple:
     """Drop pydantic's union-tag entries (`fixed`, `function-after[...]`) from an error location."""
-    out = []
+    out: list = []
     for part in loc:
         if isinstance(part, str) and (part.startswith(("function-", "tagged-union[")) or "[" in part):
             continue
+        if out and out[-1] in ("input_tokens", "output_tokens") and part in _DIST_KINDS:
+            continue  # the discriminated union's tag, not a key the user wrote
         out.append(part)
     return tuple(out)
 
@@ -483,9 +563,13 @@ def _message(err: dict) -> str:
         msg = msg[len("Value error, "):]
     if kind in ("float_parsing", "float_type", "int_parsing", "int_type", "bool_parsing", "bool_type",
                 "string_type", "literal_error", "union_tag_invalid", "dict_type", "list_type"):
-        shown = f'"{value}"' if isinstance(value, str) else repr(value)
-        return f"{msg[0].lower()}{msg[1:]}, got {shown}"
+        return f"{msg[0].lower()}{msg[1:]}, got {_shown(value)}"
     return msg[0].lower() + msg[1:] if msg else kind
+
+
+def _shown(value: object) -> str:
+    shown = f'"{value}"' if isinstance(value, str) else repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _raise_first(exc: ValidationError, *, file: str, lines: dict[tuple, int], prefix: tuple = ()) -> None:
@@ -505,23 +589,6 @@ def _raise_first(exc: ValidationError, *, file: str, lines: dict[tuple, int], pr
     raise ConfigError(message, file=file, line=line, key=_format_path(path) or None) from None
 
 
-def _read_yaml(path: str | Path) -> tuple[str, Any]:
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError("file not found", file=str(path))
-    if p.is_dir():
-        raise ConfigError("is a directory, expected a YAML file", file=str(path))
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise ConfigError(f"invalid YAML: {problem}", file=str(path),
-                          line=mark.line + 1 if mark else None) from None
-    return text, data
-
-
 def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config:
     """Validate an already-loaded mapping. `text` (the YAML source) gives line numbers to errors."""
     if not isinstance(data, dict):
@@ -534,9 +601,26 @@ def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a run configuration file. Raises ConfigError with file:line key: reason."""
+    """Read and validate a run configuration file. Raises ConfigError with file:line key: reason.
+
+    Files the config names (`requests.dataset`, an `empirical` lengths `file`) must exist, relative to
+    the config's folder, so a typo stops the run before it starts rather than in its first request."""
     text, data = _read_yaml(path)
-    return parse_config(data, file=str(path), text=text)
+    config = parse_config(data, file=str(path), text=text)
+    _check_files(config, base_dir=Path(path).resolve().parent, file=str(path), lines=_line_index(text))
+    return config
+
+
+def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:
+    named = [(("requests", "dataset"), config.requests.dataset)]
+    for key in ("input_tokens", "output_tokens"):
+        dist = getattr(config.requests, key)
+        if isinstance(dist, EmpiricalDist) and dist.file:
+            named.append((("requests", key, "file"), dist.file))
+    for path, name in named:
+        if name and not (base_dir / name).is_file():
+            raise ConfigError(f'file "{name}" not found (relative paths start at the config\'s folder)',
+                              file=file, line=lines.get(path), key=_format_path(path))
 
 
 def load_slo(path: str | Path) -> SLO:

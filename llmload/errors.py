@@ -46,7 +46,9 @@ class ConfigError(LLMLoadError):
             where = f"{file}:{line}" if line else str(file)
         if key:
             where = f"{where} {key}" if where else key
-        super().__init__(f"{where}: {message}" if where else message, file=file, line=line, key=key)
+        text = f"{where}: {message}" if where else message
+        # always one line, whatever value or key it quotes
+        super().__init__(" ".join(text.splitlines()), file=file, line=line, key=key)
         self.file, self.line, self.key, self.reason = file, line, key, message
 
 

@@ -20,6 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmload.redaction import redact_text
+
 __all__ = [
     "OUTCOMES",
     "RECORD_SCHEMA",
@@ -120,7 +122,7 @@ class RecordWriter:
         self.count = 0
 
     def write(self, record: Record) -> None:
-        self._file.write(record.to_json() + "\n")
+        self._file.write(redact_text(record.to_json()) + "\n")  # a server may echo the key anywhere
         self._file.flush()
         if self._fsync:
             os.fsync(self._file.fileno())

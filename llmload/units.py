@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["format_duration", "format_ms", "parse_duration"]
+__all__ = ["MAX_DURATION_S", "format_duration", "format_ms", "parse_duration"]
+
+#: the longest duration any setting takes: 30 days (a longer soak is split into runs)
+MAX_DURATION_S = 30 * 86400.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|ms|s|m|h)?\s*$")
 _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from `800ms`, `30s`, `2m`, `4h` or a bare number of seconds.
+    """Seconds from `800ms`, `30s`, `2m`, `4h` or a bare number of seconds: finite, from 0 to 30 days.
 
     >>> parse_duration("800ms"), parse_duration("2m"), parse_duration(1.5)
     (0.8, 120.0, 1.5)
@@ -19,14 +23,23 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 800ms, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
+        seconds = float(value) if isinstance(value, float) or abs(value) < 1e300 else math.inf
+        if seconds < 0:
             raise ValueError(f"expected a non-negative duration, got {value!r}")
-        return float(value)
+        return _bounded(seconds, value)
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match:
-            return float(match.group(1)) * _SCALE[match.group(2)]
+            return _bounded(float(match.group(1)) * _SCALE[match.group(2)], value)
     raise ValueError(f'expected a duration like 800ms, got "{value}"')
+
+
+def _bounded(seconds: float, given: object) -> float:
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        shown = f'"{given}"' if isinstance(given, str) else repr(given)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise ValueError(f"expected a finite duration of at most 30 days, got {shown}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

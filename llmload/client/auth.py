@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from llmload.config import Target
 from llmload.errors import ConfigError
+from llmload.redaction import register_secret
 
 __all__ = ["Credentials", "REDACTED"]
 
@@ -27,6 +29,10 @@ class Credentials:
     def __init__(self, key: str | None = None, *, extra_headers: dict[str, str] | None = None) -> None:
         self._key = key or None
         self._extra = dict(extra_headers or {})
+        register_secret(self._key)  # every writer and the console of this process now redact it
+        for name, value in self._extra.items():
+            if _secret_name(name):
+                register_secret(value)
 
     @classmethod
     def from_target(cls, target: Target, *, base_dir: str | Path = ".") -> Credentials:
@@ -47,6 +53,8 @@ class Credentials:
                                   key="target.api_key_file") from None
             if not key:
                 raise ConfigError("the API key file is empty", file=str(path), key="target.api_key_file")
+        for url in target.endpoints:  # a password in a URL (http://user:pass@host) is a secret too
+            register_secret(urlsplit(url).password)
         return cls(key, extra_headers=target.headers)
 
     @property

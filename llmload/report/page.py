@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from llmload.redaction import redact_text
 from llmload.report import plots
 from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
 from llmload.report.definitions import DEFINITIONS, NAME_MAP
@@ -294,7 +295,7 @@ def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = 
     path.parent.mkdir(parents=True, exist_ok=True)
     if manifest is None:
         manifest = _read_manifest(path.parent)
-    text = render_report(analysis, manifest=manifest)
+    text = redact_text(render_report(analysis, manifest=manifest))  # secrets registered in this process
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

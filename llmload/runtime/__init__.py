@@ -18,7 +18,20 @@
     demo        `llmload demo`
 """
 
-from llmload.runtime.demo import run_demo
-from llmload.runtime.launcher import run_config
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmload.runtime.demo import run_demo
+    from llmload.runtime.launcher import run_config
 
 __all__ = ["run_config", "run_demo"]
+
+
+def __getattr__(name: str) -> object:
+    # imported on first use: `llmload run bad.yaml` reports a config error before Locust and pandas load
+    if name in __all__:
+        import importlib
+
+        module = "llmload.runtime.demo" if name == "run_demo" else "llmload.runtime.launcher"
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'llmload.runtime' has no attribute {name!r}")

@@ -32,6 +32,7 @@ from gevent.event import Event
 from llmload.clock import now
 from llmload.config import Config
 from llmload.records import RecordWriter
+from llmload.redaction import redact_text
 from llmload.runtime.messages import CANCEL, STEP, step_message, unpack_record
 from llmload.runtime.planfile import PlanFile
 from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, step_row
@@ -466,7 +467,7 @@ class _JsonLines(RecordWriter):
     def write_row(self, row: dict) -> None:
         import json
 
-        self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self._file.write(redact_text(json.dumps(row, separators=(",", ":"))) + "\n")
         self._file.flush()
         self.count += 1
 

@@ -80,14 +80,14 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                                                             master_host=master_host, master_port=master_port)))
     from llmload.config import load_config
     from llmload.errors import LLMLoadError
-    from llmload.runtime.preflight import check_reachable
-    from llmload.runtime.session import new_run_dir
 
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
     try:
-        config = load_config(config_path)
+        config = load_config(config_path)  # first: a config error answers before the heavy imports
+        from llmload.runtime.preflight import check_reachable
+        from llmload.runtime.session import new_run_dir
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors

@@ -23,6 +23,7 @@ from typing import Any
 from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import RunError
+from llmload.redaction import redact
 
 __all__ = ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
 
@@ -114,6 +115,7 @@ def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
     failure = quality_failure(cases)
     if failure and not config.quality.required:
         result["warnings"].append(f"{failure} (quality.required is false: the run goes on)")
+    result = redact(result)  # a server may echo the key (in its model list, an error body)
     for warning in result["warnings"]:
         print(f"llmload: warning: {warning}", flush=True)
     (Path(run_dir) / "preflight.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")

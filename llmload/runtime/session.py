@@ -24,6 +24,7 @@ import gevent
 from llmload.clock import now
 from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
+from llmload.redaction import install_console_redaction
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
 from llmload.runtime.worker import WorkerRuntime
@@ -113,6 +114,7 @@ class Session:
         runner = self.env.runner
         if runner is None:
             return
+        install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
         if not self.is_master:
             from llmload.runtime.sending import build_sender
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from llmload.config import Config
+from llmload.redaction import register_secret
 
 __all__ = ["SECRET_HEADER", "api_key", "request_headers", "secret_values"]
 
@@ -24,12 +25,14 @@ def api_key(config: Config) -> str | None:
     if target.api_key_env:
         value = os.environ.get(target.api_key_env, "").strip()
         if value:
+            register_secret(value)
             return value
     if target.api_key_file:
         try:
             value = Path(target.api_key_file).expanduser().read_text(encoding="utf-8").strip()
         except OSError:
             return None
+        register_secret(value)
         return value or None
     return None
 
@@ -49,6 +52,8 @@ def secret_values(config: Config) -> list[str]:
     key = api_key(config)
     if key:
         values.append(key)
+    for value in values:
+        register_secret(value)  # the writers and the console of this process redact it from now on
     return sorted({v for v in values if len(v) >= 4} | {v.split(" ", 1)[-1] for v in values
                                                           if " " in v and len(v.split(" ", 1)[-1]) >= 4},
                   key=len, reverse=True)

@@ -24,6 +24,7 @@ from typing import Any
 from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import TelemetryError
+from llmload.redaction import redact_text
 from llmload.telemetry.collector import dcgm_url
 from llmload.telemetry.credentials import SECRET_HEADER, request_headers, secret_values
 from llmload.telemetry.exposition import parse_exposition
@@ -205,7 +206,8 @@ def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> Path:
     path = Path(run_dir) / "manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    text = redact_text(json.dumps(manifest, indent=2, default=str))  # whatever was added after the build
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 

@@ -24,6 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llmload.redaction import redact_text
+
 __all__ = [
     "TELEMETRY_SCHEMA",
     "Point",
@@ -79,7 +81,7 @@ class TelemetrySink:
                 out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
                                        "step": step, "labels": p.labels}, separators=(",", ":")))
             if out and not self._file.closed:
-                self._file.write("\n".join(out) + "\n")
+                self._file.write(redact_text("\n".join(out)) + "\n")  # a label may echo the API key
                 self._file.flush()
                 self.lines += len(out)
         return len(out)

@@ -1,0 +1,125 @@
+"""Reading a user's YAML file strictly: UTF-8 text, valid YAML, no key given twice.
+
+`read_yaml(path)` returns `(text, data)` or raises one ConfigError naming the file and line: a binary or
+Latin-1 file (`not UTF-8 text`), a YAML syntax error, a value YAML cannot build (`2021-02-30`), and a key
+given twice in one mapping at any depth (PyYAML keeps the last silently, so a second `slo:` block would
+drop the first one's targets). `line_index(text)` maps key paths to lines for validation errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmload.errors import ConfigError
+
+__all__ = ["line_index", "read_yaml"]
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _format_path(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = ()) -> None:
+    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"key given twice (first at line {seen[key]}); remove one",
+                                  file=file, line=line, key=_format_path(path + (key,)))
+            seen[key] = line
+            _check_duplicates(value_node, file=file, path=path + (key,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, file=file, path=path + (i,))
+
+
+def _decode(raw: bytes, file: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8",
+                          file=file, line=line) from None
+
+
+def _line_of(exc: yaml.YAMLError, text: str) -> int | None:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        return mark.line + 1
+    position = getattr(exc, "position", None)  # ReaderError: a character YAML does not allow
+    return text.count("\n", 0, position) + 1 if isinstance(position, int) else None
+
+
+def parse_yaml(text: str, *, file: str) -> Any:
+    """The data of one YAML document in `text` (see the module docstring for what is refused)."""
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)  # checks for characters YAML does not allow (ReaderError)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicates(node, file=file)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
+        raise ConfigError(f"invalid YAML: {problem}", file=file, line=_line_of(exc, text)) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a timestamp like 2021-02-30
+        raise ConfigError(f"invalid YAML value: {exc}", file=file) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", file=file) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_yaml(path: str | Path) -> tuple[str, Any]:
+    """`(text, data)` of a YAML file; ConfigError (file:line) for anything but readable UTF-8 YAML."""
+    p, file = Path(path), str(path)
+    if not p.exists():
+        raise ConfigError("file not found", file=file)
+    if p.is_dir():
+        raise ConfigError("is a directory, expected a YAML file", file=file)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
+    text = _decode(raw, file)
+    return text, parse_yaml(text, file=file)
+
+
+def line_index(text: str) -> dict[tuple, int]:
+    """Map each key path (a tuple of keys / list indexes) to its 1-based line in the YAML text."""
+    index: dict[tuple, int] = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return index
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        index[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+                key = path + (name,)
+                walk(value_node, key)
+                index[key] = key_node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    if root is not None:
+        walk(root, ())
+    return index

@@ -1,0 +1,54 @@
+"""A server that echoes the Authorization header (model list, /metrics labels, stream fields) must not get
+the API key into any output of a real `llmload run`: console, run files, parquet cells."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from echo_server import EchoServer
+from support import REPO, base_config, write_config
+
+KEY = "sk-test-S3CRET-a1b2c3d4e5"
+
+
+@pytest.fixture
+def echo_server():
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+def _leaks(path: Path) -> bool:
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+        return bool(frame.astype(str).apply(lambda col: col.str.contains(KEY, regex=False)).any().any())
+    return KEY.encode() in path.read_bytes()
+
+
+@pytest.mark.slow
+def test_echoed_key_is_in_no_output(tmp_path, echo_server):
+    config = base_config(echo_server.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                                      "steps": [{"rate": 4, "duration": "3s"}]}})
+    config["target"].update(api_key_env="LLMLOAD_ECHO_TEST_KEY", model="my-model")  # not listed: a warning
+    config["telemetry"].update(interval="200ms")
+    path = write_config(tmp_path, config)
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir)],
+                          capture_output=True, text=True, timeout=240, cwd=REPO,
+                          env={**os.environ, "LLMLOAD_ECHO_TEST_KEY": KEY})
+    assert (run_dir / "report.html").exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    assert "does not list model" in done.stdout  # the warning that quotes the server's model list
+    assert KEY not in done.stdout and KEY not in done.stderr
+    written = sorted(p for p in run_dir.rglob("*") if p.is_file())
+    names = {p.name for p in written}
+    assert {"manifest.json", "preflight.json", "report.html", "telemetry.jsonl", "telemetry.parquet",
+            "records.parquet", "summary.json"} <= names
+    assert [p.name for p in written if _leaks(p)] == []
+    # the echoed values are still there, redacted: the data is kept, only the secret is gone
+    assert "<redacted>" in (run_dir / "preflight.json").read_text()
+    assert "<redacted>" in (run_dir / "telemetry.jsonl").read_text()

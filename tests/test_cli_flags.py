@@ -1,0 +1,117 @@
+"""Command-line flags and start-up: every numeric flag bounded (one line, exit 2, nothing started), `--help`
+fast and without pandas, no `<bool>` metavar (issue 19 item 17, issue 17 "Start-up and text")."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+from llmload.cli import main
+
+CONFIG = "target: {url: 'http://127.0.0.1:8000'}\nshape: {ladder: {steps: [{rate: 1, duration: 5s}]}}\n"
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    def started(*args, **kwargs):
+        raise AssertionError("a bad flag was accepted: something started")
+
+    for target in ("llmload.runtime.preflight.check_reachable", "llmload.runtime.launcher.locust_command",
+                   "llmload.sim.server.SimServer", "llmload.calibrate.run_calibrate", "llmload.engine.engine_command",
+                   "llmload.telemetry.gpu_agent.serve_gpu_agent"):
+        monkeypatch.setattr(target, started)
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["run", "{config}", "--processes", "-5"], "--processes"),
+    (["run", "{config}", "--processes", "100000"], "--processes"),
+    (["run", "{config}", "--master-port", "99999"], "--master-port"),
+    (["run", "{config}", "--master-port", "0"], "--master-port"),
+    (["run", "{config}", "--master", "--expect-workers", "0"], "--expect-workers"),
+    (["sim", "--port", "99999"], "--port"),
+    (["sim", "--port", "-1"], "--port"),
+    (["sim", "--seed", "-1"], "--seed"),
+    (["calibrate", "--processes", "-1"], "--processes"),
+    (["calibrate", "--processes", "0"], "--processes"),
+    (["calibrate", "--target", "http://127.0.0.1:99999"], "--target"),
+    (["calibrate", "--target", "http://[::1"], "--target"),
+    (["engine", "serve", "--port", "70000"], "--port"),
+    (["engine", "serve", "--parallel", "0"], "--parallel"),
+    (["engine", "serve", "--threads", "-2"], "--threads"),
+    (["gpu-agent", "--port", "70000"], "--port"),
+    (["gpu-agent", "--interval", "0"], "--interval"),
+    (["gpu-agent", "--interval", "nan"], "--interval"),
+    (["gpu-agent", "--interval", "inf"], "--interval"),
+    (["plan", "{run}", "--users", "-3", "--think-time", "30s"], "--users"),
+])
+def test_bad_numeric_flag_is_one_line_exit_2(tmp_path, capsys, nothing_starts, args, flag):
+    config = tmp_path / "run.yaml"
+    config.write_text(CONFIG)
+    argv = [a.replace("{config}", str(config)).replace("{run}", str(tmp_path)) for a in args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("llmload: error: ") and flag in err, err
+
+
+def test_usage_error_names_the_subcommand_help(capsys):
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "llmload: error: Missing argument 'config'. (see llmload run --help)"
+
+
+PROBE = """
+import json, sys
+from llmload.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = [m for m in ("pandas", "pyarrow", "numpy", "locust", "gevent", "matplotlib") if m in sys.modules]
+print("\\nHEAVY=" + json.dumps(heavy))
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["sim", "--help"], ["report", "--help"]])
+def test_help_imports_no_heavy_module(args):
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+    heavy = json.loads(done.stdout.rsplit("HEAVY=", 1)[1])
+    assert heavy == [], f"`llmload {' '.join(args)}` imported {heavy}"
+    assert "Usage" in done.stdout
+
+
+def _cpu_seconds(args: list[str], cwd) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "llmload.cli", *args], capture_output=True, cwd=cwd, timeout=60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+@pytest.mark.parametrize("args", [["run", "--help"], ["run", "{bad}"]])
+def test_help_and_config_errors_answer_within_half_a_second_of_cpu(tmp_path, args):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CONFIG + "shape: {}\n")  # a duplicate key
+    argv = [a.replace("{bad}", str(bad)) for a in args]
+    best = min(_cpu_seconds(argv, REPO) for _ in range(2))  # CPU time, not wall: a busy machine adds little
+    assert best < 0.5, f"llmload {' '.join(args)} took {best:.2f} s of CPU"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["sim", "--help"], ["calibrate", "--help"]])
+def test_no_bool_metavar(capsys, args):
+    main(args)
+    out = capsys.readouterr().out
+    assert "--help" in out and "<bool>" not in out
+
+
+def test_calibrate_against_a_dead_target_is_exit_3(capsys, tmp_path, monkeypatch):
+    from support import free_port
+
+    monkeypatch.setattr("llmload.calibrate.tempfile.mkdtemp", lambda prefix="": str(tmp_path))
+    assert main(["calibrate", "--target", f"http://127.0.0.1:{free_port()}", "--quick"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "target unreachable" in err, err
