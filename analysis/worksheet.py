@@ -6,7 +6,8 @@ Its four groups, left to right, as column-name prefixes:
 - `traffic.*` traffic shape: phase, arrival process, target and measured rates, token distributions,
   prefix reuse, window length
 - `observed.*` per-step observations: sent / completed / rejected / failed / OOM, P95 TTFT, TPOT, E2E,
-  client and server queueing, running and waiting, queue trend, KV ratio, device memory peak
+  client and server queueing, running and waiting, queue trend, KV ratio, device memory peak, output /
+  total / good output tokens per second
 - `decision.*` thresholds, goodput, verdict and failing dimensions, last passing rate, owner, triggers
 A step that was not run keeps only what was planned (its label, phase, target rate, window length):
 every observation and its verdict stay blank, never "pass". Seconds and requests per second, rounded
@@ -44,6 +45,9 @@ _OBSERVED = (
     ("observed.waiting_mean", "waiting_mean"), ("observed.in_flight_mean", "in_flight_mean"),
     ("observed.queue_trend", None), ("observed.kv_usage_peak", "kv_usage_peak"),
     ("observed.gpu_memory_peak_bytes", "gpu_memory_peak_bytes"),
+    ("observed.output_tokens_per_s", "output_tokens_per_s"), ("observed.total_tokens_per_s", "total_tokens_per_s"),
+    ("observed.good_output_tokens_per_s", "good_output_tokens_per_s"),
+    ("observed.server_queue_mean_s", "server_queue_mean_s"),
 )
 
 

@@ -14,8 +14,9 @@ DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`
 The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
 it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires Locust request
-events: `E2E` (type `LLM`, response time = E2E, length = output tokens; failures carry the outcome),
-plus `TTFT` and `TPOT` entries whose "response time" is that metric. Locust adds those two entries to
+events: `E2E` (type `LLM`, response time = E2E, length = output tokens; failures carry the outcome, and
+one without a last token its time until the connection closed), plus `TTFT` and `TPOT` entries whose
+"response time" is that metric; all three from `llmload.latency.latencies`, as the analysis computes them. Locust adds those two entries to
 its Aggregated row and total RPS (three events per request): read rates and percentiles from the LLM
 tab or the run directory, whose numbers come from the raw records (Locust's buckets are rounded).
 """
@@ -23,6 +24,7 @@ tab or the run directory, whose numbers come from the raw records (Locust's buck
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
 from locust import User, events, task
 
+from llmload.latency import latencies
 from llmload.records import Record
 from llmload.runtime import session
 
@@ -68,19 +70,19 @@ class LLMUser(User):
     def _fire_events(self, record: Record) -> None:
         fire = self.environment.events.request.fire
         ok = record.outcome == "ok"
-        end = record.last_token_at or record.closed_at
-        e2e_ms = (end - record.sent_at) * 1000 if end and record.sent_at else 0.0
+        lat = latencies(record.sent_at, record.first_token_at, record.last_token_at, record.output_tokens)
+        # a failure without a last token has no E2E: Locust's row gets its time until the connection
+        # closed (an "elapsed", not an E2E); analysis never mixes the two
+        elapsed = lat.e2e if lat.e2e is not None else latencies(record.sent_at, None, record.closed_at, 0).e2e
         error = None if ok else RuntimeError(record.error or f"{record.outcome} (HTTP {record.http_status})")
-        fire(request_type=self.request_type, name="E2E", response_time=e2e_ms,
+        fire(request_type=self.request_type, name="E2E", response_time=(elapsed or 0.0) * 1000,
              response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
-        if ok and record.first_token_at and record.sent_at:
-            fire(request_type=self.request_type, name="TTFT",
-                 response_time=(record.first_token_at - record.sent_at) * 1000, response_length=0,
+        if ok and lat.ttft is not None:
+            fire(request_type=self.request_type, name="TTFT", response_time=lat.ttft * 1000, response_length=0,
                  exception=None, context={"step": record.step})
-            if (record.output_tokens or 0) >= 2 and record.last_token_at:
-                tpot_ms = (record.last_token_at - record.first_token_at) * 1000 / (record.output_tokens - 1)
-                fire(request_type=self.request_type, name="TPOT", response_time=tpot_ms, response_length=0,
-                     exception=None, context={"step": record.step})
+            if lat.tpot is not None:
+                fire(request_type=self.request_type, name="TPOT", response_time=lat.tpot * 1000,
+                     response_length=0, exception=None, context={"step": record.step})
 
 
 class OpenAIChatUser(LLMUser):
