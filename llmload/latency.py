@@ -32,7 +32,7 @@ def _num(value: Any) -> Any:
     if value is None:
         return np.nan
     if np.isscalar(value):
-        return float(value)
+        return np.float64(value)  # numpy division: x / 0 is inf or NaN, never an exception
     return np.asarray(value, dtype=float)
 
 

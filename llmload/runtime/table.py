@@ -2,7 +2,8 @@
 
 The numbers shown live come from the workers' shipped summaries, judged on the master with
 `analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
-the merged records. Times are shown in milliseconds, rates in requests per second.
+the merged records. Times are shown in milliseconds, rates in requests per second; `out tok/s` is the
+step's output tokens per second (METRICS.md). TTFT, TPOT and E2E come from `llmload.latency`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ COLUMNS = (
     ("tpot_p95_s", "TPOT p95", 9, "ms"),
     ("e2e_p95_s", "E2E p95", 9, "ms"),
     ("goodput", "goodput/s", 9, "r"),
+    ("output_tokens_per_s", "out tok/s", 9, "t"),
     ("client_wait_p95_s", "wait p95", 9, "ms"),
     ("server_waiting", "srv wait", 8, "n"),
     ("verdict", "verdict", 12, "s"),
@@ -38,6 +40,8 @@ def _cell(value: object, kind: str, width: int) -> str:
         text = f"{float(value) * 1000:.0f}ms"
     elif kind == "r":
         text = f"{float(value):.2f}"
+    elif kind == "t":
+        text = f"{float(value):.0f}" if float(value) >= 100 else f"{float(value):.1f}"
     elif kind == "n":
         text = f"{float(value):.1f}"
     else:
