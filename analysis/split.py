@@ -118,6 +118,10 @@ def queueing_split(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             mean = split.get(_KEY[component])
             basis = split["basis"].get(_BASIS_KEY.get(component, ""), "per_request")
             note = _NOTES.get((component, basis), "")
+            deferred = row.get("deferred_mean")
+            if component == "server_queue" and basis == "not_reported" and deferred is not None \
+                    and not math.isnan(deferred):
+                note += f" as a time (llama.cpp: {deferred:.2f} requests deferred on average)"
             p95 = split["p95_s"].get(component, math.nan)
             if component == "server_queue" and basis == "histogram":
                 rng = row.get("server_queue_p95_range_s")

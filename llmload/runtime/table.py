@@ -26,9 +26,9 @@ COLUMNS = (
     ("tpot_p95_s", "TPOT p95", 9, "ms"),
     ("e2e_p95_s", "E2E p95", 9, "ms"),
     ("goodput", "goodput/s", 9, "r"),
-    ("output_tokens_per_s", "out tok/s", 9, "t"),
     ("client_wait_p95_s", "wait p95", 9, "ms"),
     ("server_waiting", "srv wait", 8, "n"),
+    ("output_tokens_per_s", "out tok/s", 9, "t"),
     ("verdict", "verdict", 12, "s"),
 )
 
