@@ -26,6 +26,7 @@ __all__ = [
     "DEFINITIONS_VERSION",
     "SUMMARY_STEP_KEYS",
     "build_summary",
+    "coarse_histogram_p95",
     "decision_record",
     "exit_code",
     "json_value",
@@ -156,7 +157,21 @@ def _step_entry(row: pd.Series) -> dict:
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))
     entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
+    if coarse_histogram_p95(row):
+        entry["server_queue_p95_s"] = None  # the bucket is wider than the value: only the range is known
     return entry
+
+
+def coarse_histogram_p95(row: pd.Series | dict) -> bool:
+    """True when the server queue p95 was interpolated inside a histogram bucket wider than the value
+    itself (e.g. 285 ms inside vLLM's 0-300 ms bucket, truth 20 ms): a point that must not be shown."""
+    if row.get("server_queue_basis") != "histogram":
+        return False
+    value, width = row.get("server_queue_p95_s"), row.get("server_queue_p95_resolution_s")
+    try:
+        return not (float(width) <= float(value))
+    except (TypeError, ValueError):
+        return True
 
 
 def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: list[str],
