@@ -177,10 +177,12 @@ def _plots_html(analysis: Any) -> str:
         "requests that finished in the window, and good output tokens/s (output tokens of the goodput "
         "requests), each ÷ window seconds.")))
     svg, missing = plots.timeline_plot(analysis.timeline, steps)
-    note = f" Not measured in this run: {', '.join(missing)}." if missing else ""
+    note = f" Not measured in this run (not reported by this server, or not scraped): {', '.join(missing)}." \
+        if missing else ""
     parts.append(figure(svg, plot_id="plot-timeline", caption=(
         "Timeline in 1-s bins with a shaded band per step's measurement window: arrivals and completions, "
-        "client in-flight, server running/waiting, KV usage (vLLM's 0–1 ratio of KV blocks shown as a percent; not GPU memory), GPU "
+        "client in-flight, server running/waiting, KV usage (vLLM's 0–1 ratio of KV blocks shown as a percent, not GPU "
+        "memory; llama.cpp reports none, so the context its busy slots hold ÷ all slots' context, from /slots), GPU "
         "memory used, TTFT p95 of requests sent in the bin." + note)))
     parts.append(figure(plots.distribution_plot(analysis.requests, steps), plot_id="plot-distributions",
                         caption=("Empirical CDFs of TTFT and E2E per step, ok requests in the measurement "

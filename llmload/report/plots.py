@@ -150,7 +150,7 @@ _TIMELINE_PANELS = (
     (("arrivals", "completed"), "requests per 1-s bin", 1.0),
     (("in_flight",), "in flight (client)", 1.0),
     (("running", "waiting"), "server running / waiting", 1.0),
-    (("kv_usage",), "KV usage (% of blocks)", 100.0),
+    (("kv_usage",), "KV usage (%; llama.cpp: slot context held)", 100.0),
     (("gpu_memory_used_bytes",), "GPU memory (GiB)", 1.0 / 2 ** 30),
     (("ttft_p95_s",), "TTFT p95 (ms)", 1000.0),
 )
