@@ -205,8 +205,12 @@ def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, step: dict)
 
 def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, per_s) -> None:
     """Output, total and good output tokens per second (module docstring); unknown counts add 0."""
-    out = req["output_tokens"].to_numpy(dtype=float) if "output_tokens" in req else np.zeros(len(req))
-    inp = req["input_tokens"].to_numpy(dtype=float) if "input_tokens" in req else np.zeros(len(req))
+    def counts(name: str) -> np.ndarray:
+        if name not in req:
+            return np.zeros(len(req))
+        return pd.to_numeric(req[name], errors="coerce").astype(float).to_numpy()
+
+    out, inp = counts("output_tokens"), counts("input_tokens")
     good = req["good"].to_numpy(dtype=bool)
     done = np.asarray(finished_in_window, dtype=bool)
     row["output_tokens_per_s"] = per_s(np.nansum(out[done]))
