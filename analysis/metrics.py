@@ -19,8 +19,15 @@ Which requests each number uses (a step's requests are those with `step == label
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
   the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
   significant rise of a fraction of a request is not a queue building up).
-- server queue from the vLLM histogram: Prometheus-style interpolation inside buckets, with the
-  bucket width kept as `server_queue_p95_resolution_s` (the estimate is only as good as that).
+- server queue from the vLLM histogram, read over the step's served period (`served_period`: from its
+  start to its drained end, where its requests were admitted and observed; warm-up included): mean
+  from the `_sum`/`_count` increases (exact); percentiles by Prometheus-style interpolation inside
+  buckets, with the bucket width kept as `server_queue_p95_resolution_s`, and the bucket itself as
+  `server_queue_p95_range_s` (`[low, high]`; `[v, v]` when measured per request; None when unknown).
+- token throughput: `output_tokens_per_s` = output tokens of the `ok` requests counted in completion
+  throughput / window; `total_tokens_per_s` = their input + output tokens / window;
+  `good_output_tokens_per_s` = output tokens of the requests counted in goodput / window.
+- `split`: the queueing split of the step's completed requests (`analysis.split.step_split`).
 - GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
@@ -35,8 +42,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.requests import EventGaps, event_gaps
+from analysis.split import empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
-from analysis.telemetry_stats import TelemetryIndex, histogram_queue_quantiles
+from analysis.telemetry_stats import (
+    TelemetryIndex,
+    histogram_queue_quantiles,
+    histogram_queue_ranges,
+    served_period,
+)
 from llmload.config import SLO
 
 __all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "empty_metrics", "step_metrics"]
@@ -76,13 +89,14 @@ def empty_metrics(step: dict) -> dict:
                 "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
-                "unrecorded_arrivals"):
+                "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
+                "served_start", "served_end"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
     row.update({f"server_queue_p{q:g}_resolution_s": math.nan for q in QUANTILES})
     row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None,
-               server_queue_note=None)
+               server_queue_note=None, server_queue_p95_range_s=None, split=None)
     return row
 
 
@@ -150,8 +164,10 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     row.update(_pct_columns("itl", quantiles(itl)))
     row.update(_pct_columns("itl_token", quantiles(itl_token)))
 
-    _server_queue(row, fin, tel, ws, we)
+    _server_queue(row, fin, tel, step)
     _tokens(row, fin)
+    _token_rates(row, req, finished_in_window, per_s)
+    _split(row, req, step)
     is_sent = ~np.isnan(sent_at)
     starts, ends = sent_at[is_sent], np.fmax(end_at[is_sent], sent_at[is_sent])
     row["in_flight_mean"] = float(time_average(starts, ends, np.array([ws, we]))[0])
@@ -167,19 +183,49 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     return row
 
 
-def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, ws: float, we: float) -> None:
+def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, step: dict) -> None:
     per_request = fin["server_queue_s"].to_numpy(dtype=float)
     if (~np.isnan(per_request)).any():
         row.update(_pct_columns("server_queue", quantiles(per_request)))
         row["server_queue_mean_s"] = float(np.nanmean(per_request))
         row["server_queue_basis"] = "per-request"
+        p95 = row["server_queue_p95_s"]
+        row["server_queue_p95_range_s"] = None if math.isnan(p95) else [p95, p95]
     elif tel.has("queue_time_seconds_bucket"):
-        values, widths, problem = histogram_queue_quantiles(tel.frame, ws, we, QUANTILES)
+        t0, t1 = served_period(step, tel)
+        row.update(served_start=t0, served_end=t1)
+        values, widths, problem = histogram_queue_quantiles(tel.frame, t0, t1, QUANTILES)
         row.update(_pct_columns("server_queue", {**values, "max": math.nan}))
         row.update({f"server_queue_p{q:g}_resolution_s": widths[q] for q in QUANTILES})
+        row["server_queue_p95_range_s"] = histogram_queue_ranges(tel.frame, t0, t1, (95.0,))[95.0]
         row["server_queue_note"] = problem
-        row["server_queue_mean_s"] = tel.histogram_mean(ws, we)
+        row["server_queue_mean_s"] = tel.histogram_mean(t0, float(np.nextafter(t1, math.inf)))
         row["server_queue_basis"] = "histogram"
+
+
+def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, per_s) -> None:
+    """Output, total and good output tokens per second (module docstring); unknown counts add 0."""
+    def counts(name: str) -> np.ndarray:
+        if name not in req:
+            return np.zeros(len(req))
+        return pd.to_numeric(req[name], errors="coerce").astype(float).to_numpy()
+
+    out, inp = counts("output_tokens"), counts("input_tokens")
+    good = req["good"].to_numpy(dtype=bool)
+    done = np.asarray(finished_in_window, dtype=bool)
+    row["output_tokens_per_s"] = per_s(np.nansum(out[done]))
+    row["total_tokens_per_s"] = per_s(np.nansum(out[done]) + np.nansum(inp[done]))
+    row["good_output_tokens_per_s"] = per_s(np.nansum(out[good]))
+
+
+def _split(row: dict, req: pd.DataFrame, step: dict) -> None:
+    """The queueing split over the step's completed requests (warm-up included when the step drains:
+    the requests its served period's histogram observed; in-window only for undrained steps)."""
+    done = req["finished"].to_numpy(dtype=bool)
+    if step.get("drain") is False:
+        done &= req["in_window"].to_numpy(dtype=bool)
+    hist = row["server_queue_mean_s"] if row["server_queue_basis"] == "histogram" else math.nan
+    row["split"] = step_split(req[done], histogram_mean_s=hist) if done.any() else empty_split()
 
 
 def _tokens(row: dict, fin: pd.DataFrame) -> None:

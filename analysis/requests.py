@@ -1,6 +1,7 @@
 """Per-request derived quantities (METRICS.md "Per request", "Derived") and per-event gaps.
 
-`derive_requests(records, windows, slo)` adds, without touching the input frame:
+`derive_requests(records, windows, slo)` adds, without touching the input frame (TTFT, TPOT and E2E
+from `llmload.latency.latencies`, the one definition the live table and Locust events use too):
 
 - `ttft_s = first_token_at - sent_at`, `user_ttft_s = first_token_at - scheduled_at`
 - `e2e_s = last_token_at - sent_at`, `user_e2e_s = last_token_at - scheduled_at`
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmload.config import SLO
+from llmload.latency import latencies
 
 __all__ = [
     "FINISHED",
@@ -74,8 +76,7 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
     out_tokens = _float(records, "output_tokens")
     outcome = records["outcome"].astype(str) if "outcome" in records else pd.Series("ok", index=records.index)
     capped = records["capped"].fillna(False).astype(bool) if "capped" in records else False
-    ttft, e2e = first - sent, last - sent
-    tpot = ((e2e - ttft) / (out_tokens - 1)).where(out_tokens >= 2)
+    ttft, tpot, e2e = latencies(sent.to_numpy(), first.to_numpy(), last.to_numpy(), out_tokens.to_numpy())
     wait = sent - sched
     end = _float(records, "closed_at").fillna(last).fillna(first).fillna(sent)
     codes, labels = pd.factorize(records["step"].astype(str)) if "step" in records else (

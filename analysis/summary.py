@@ -26,6 +26,7 @@ __all__ = [
     "DEFINITIONS_VERSION",
     "SUMMARY_STEP_KEYS",
     "build_summary",
+    "coarse_histogram_p95",
     "decision_record",
     "exit_code",
     "json_value",
@@ -38,6 +39,7 @@ SUMMARY_STEP_KEYS = (
     "label", "offered_rate", "achieved_rate", "completed", "goodput", "slo_attainment", "ttft_p95_s",
     "tpot_p95_s", "itl_p95_s", "e2e_p95_s", "client_wait_p95_s", "server_queue_p95_s", "send_lag_p99_s",
     "window_start", "window_end", "outcomes", "verdict", "failing",
+    "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s", "server_queue_p95_range_s", "split",
 )
 _EXTRA_STEP_KEYS = (
     "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
@@ -134,9 +136,42 @@ def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dic
     return json_value(record)
 
 
+def _split_entry(split: Any) -> dict | None:
+    """The contract part of a step's split: four means and their basis (user E2E mean as the total)."""
+    if not isinstance(split, dict):
+        return None
+    keys = ("client_wait_mean_s", "server_queue_mean_s", "prefill_mean_s", "decode_mean_s", "user_e2e_mean_s",
+            "requests", "basis")
+    return json_value({k: split.get(k) for k in keys})
+
+
+def _range(value: Any) -> list | None:
+    """`[low, high]` for JSON: high is null past the histogram's last finite bound (no upper bound)."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    return [json_value(v) for v in value]
+
+
 def _step_entry(row: pd.Series) -> dict:
     keys = SUMMARY_STEP_KEYS + tuple(k for k in _EXTRA_STEP_KEYS if k in row.index)
-    return {k: json_value(row.get(k)) for k in keys}
+    entry = {k: json_value(row.get(k)) for k in keys}
+    entry["split"] = _split_entry(row.get("split"))
+    entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
+    if coarse_histogram_p95(row):
+        entry["server_queue_p95_s"] = None  # the bucket is wider than the value: only the range is known
+    return entry
+
+
+def coarse_histogram_p95(row: pd.Series | dict) -> bool:
+    """True when the server queue p95 was interpolated inside a histogram bucket wider than the value
+    itself (e.g. 285 ms inside vLLM's 0-300 ms bucket, truth 20 ms): a point that must not be shown."""
+    if row.get("server_queue_basis") != "histogram":
+        return False
+    value, width = row.get("server_queue_p95_s"), row.get("server_queue_p95_resolution_s")
+    try:
+        return not (float(width) <= float(value))
+    except (TypeError, ValueError):
+        return True
 
 
 def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: list[str],
@@ -161,6 +196,11 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
             "goodput": "ok arrivals in the window meeting every per-request threshold / window seconds",
             "slo_attainment": "arrivals meeting every per-request threshold / all arrivals in the window",
             "latency_sample": "completed arrivals (ok or quality_fail); send lag: sent, not capped",
+            "tokens_per_s": "output (and input + output) tokens of ok requests finished in the window / window "
+                            "seconds; good: output tokens of the goodput requests / window seconds",
+            "split": "means over the step's completed requests (warm-up included): client wait + server "
+                     "queue + prefill + decode = user E2E; basis per_request, histogram (read from the step's "
+                     "start to its drained end) or remainder (what is left of TTFT)",
         },
         "warnings": list(warnings),
     }

@@ -8,6 +8,14 @@ the last sample before it, resets handled. A `scrape_error` sample is a gap, nev
 
 The server queue percentiles from the vLLM histogram come from
 `llmload.telemetry.histogram.queue_time_quantile` (imported when needed; NaN if it is not there).
+
+`served_period(step, tel)` is the period a step's server evidence is read over: its requests are
+admitted, queued and served from the step's start until its drain ends (an overloaded step admits
+arrivals long after its window closed), and histogram observations are made when a request finishes.
+So a drained step reads from `start_at` (the baseline: the last sample before it, taken after the
+previous step drained) to the first sample at or after `drained_at` (the controller samples once as a
+step drains). Warm-up requests are inside that period; undrained steps (soak slices back to back)
+keep their measurement window, as their neighbours' requests overlap them.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import pandas as pd
 
 from analysis.stats import counter_increase
 
-__all__ = ["TelemetryIndex", "histogram_queue_quantiles"]
+__all__ = ["TelemetryIndex", "histogram_queue_quantiles", "histogram_queue_ranges", "served_period"]
 
 _SUMMED = ("running", "waiting", "deferred", "processing")
 
@@ -56,6 +64,14 @@ class TelemetryIndex:
 
     def has(self, metric: str) -> bool:
         return metric in self._series
+
+    def first_at_or_after(self, metric: str, t: float) -> float:
+        """Time of the first sample of `metric` at or after `t` (NaN if none)."""
+        s = self._series.get(metric)
+        if s is None:
+            return math.nan
+        i = int(np.searchsorted(s.t, t, side="left"))
+        return float(s.t[i]) if i < len(s.t) else math.nan
 
     def _window(self, metric: str, t0: float, t1: float) -> _Series | None:
         s = self._series.get(metric)
@@ -124,6 +140,42 @@ class TelemetryIndex:
         if math.isnan(total) or math.isnan(count) or count <= 0:
             return math.nan
         return total / count
+
+
+def _f(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def served_period(step: dict, tel: TelemetryIndex, metric: str = "queue_time_seconds_count"
+                  ) -> tuple[float, float]:
+    """`(t0, t1)` over which a step's server evidence is read (module docstring): `t1` is a sample
+    time, so read counters over `[t0, t1]` inclusive."""
+    ws, we = _f(step.get("window_start")), _f(step.get("window_end"))
+    if step.get("drain") is False:
+        return ws, we
+    t0 = _f(step.get("start_at"))
+    t0 = ws if math.isnan(t0) else t0
+    drained = _f(step.get("drained_at"))
+    drained = we if math.isnan(drained) else drained
+    t1 = tel.first_at_or_after(metric, drained)
+    return t0, drained if math.isnan(t1) else t1
+
+
+def histogram_queue_ranges(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...]
+                           ) -> dict[float, list[float] | None]:
+    """Per percentile (in percent) the `[low, high]` bucket of the queue-time histogram it lies in over
+    `[t0, t1]` (high `inf` past the last finite bound); None where nothing was observed."""
+    from llmload.telemetry.histogram import histogram_bucket_range, histogram_buckets_between
+
+    bounds, counts = histogram_buckets_between(telemetry, "queue_time_seconds", t0, t1)
+    out: dict[float, list[float] | None] = {}
+    for q in qs:
+        found = histogram_bucket_range(bounds, counts, q / 100.0)
+        out[q] = None if found is None else [float(found[0]), float(found[1])]
+    return out
 
 
 def histogram_queue_quantiles(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...]

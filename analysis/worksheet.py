@@ -6,7 +6,9 @@ Its four groups, left to right, as column-name prefixes:
 - `traffic.*` traffic shape: phase, arrival process, target and measured rates, token distributions,
   prefix reuse, window length
 - `observed.*` per-step observations: sent / completed / rejected / failed / OOM, P95 TTFT, TPOT, E2E,
-  client and server queueing, running and waiting, queue trend, KV ratio, device memory peak
+  client and server queueing (a histogram's server queue p95 as its bucket `low`/`high`, the point
+  left blank when the bucket is wider than it), running and waiting, queue trend, KV ratio, device memory peak, output /
+  total / good output tokens per second
 - `decision.*` thresholds, goodput, verdict and failing dimensions, last passing rate, owner, triggers
 A step that was not run keeps only what was planned (its label, phase, target rate, window length):
 every observation and its verdict stay blank, never "pass". Seconds and requests per second, rounded
@@ -21,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.conditions import WORKSHEET_CONDITIONS
+from analysis.summary import coarse_histogram_p95
 
 __all__ = ["worksheet"]
 
@@ -40,10 +43,14 @@ _OBSERVED = (
     ("observed.rejected", None), ("observed.failed", None), ("observed.oom", "oom"),
     ("observed.ttft_p95_s", "ttft_p95_s"), ("observed.tpot_p95_s", "tpot_p95_s"),
     ("observed.e2e_p95_s", "e2e_p95_s"), ("observed.client_wait_p95_s", "client_wait_p95_s"),
-    ("observed.server_queue_p95_s", "server_queue_p95_s"), ("observed.running_mean", "running_mean"),
+    ("observed.server_queue_p95_s", "server_queue_p95_s"), ("observed.server_queue_p95_low_s", None),
+    ("observed.server_queue_p95_high_s", None), ("observed.running_mean", "running_mean"),
     ("observed.waiting_mean", "waiting_mean"), ("observed.in_flight_mean", "in_flight_mean"),
     ("observed.queue_trend", None), ("observed.kv_usage_peak", "kv_usage_peak"),
     ("observed.gpu_memory_peak_bytes", "gpu_memory_peak_bytes"),
+    ("observed.output_tokens_per_s", "output_tokens_per_s"), ("observed.total_tokens_per_s", "total_tokens_per_s"),
+    ("observed.good_output_tokens_per_s", "good_output_tokens_per_s"),
+    ("observed.server_queue_mean_s", "server_queue_mean_s"),
 )
 
 
@@ -78,6 +85,12 @@ def worksheet(steps: pd.DataFrame, plan_steps: list[dict], conditions: dict, dec
         for name, key in _MEASURED_TRAFFIC + _OBSERVED:
             row[name] = _blank(r.get(key)) if ran and key else None
         if ran:
+            rng = r.get("server_queue_p95_range_s")
+            if isinstance(rng, (list, tuple)) and len(rng) == 2:
+                row["observed.server_queue_p95_low_s"] = _blank(rng[0])
+                row["observed.server_queue_p95_high_s"] = _blank(rng[1]) if rng[1] != float("inf") else None
+            if coarse_histogram_p95(r):
+                row["observed.server_queue_p95_s"] = None  # only its bucket is known: see low/high
             outcomes = r["outcomes"] or {}
             row["observed.rejected"] = int(outcomes.get("rejected", 0))
             row["observed.failed"] = int(sum(v for k, v in outcomes.items()

@@ -15,8 +15,9 @@ DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`
 The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
 it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires exactly one Locust
-request event, `E2E` (type `LLM`, response time = E2E, length = output tokens; failures carry the
-outcome), so Locust's RPS, statistics table and `/stats/requests` count each request once. TTFT and
+request event, `E2E` (type `LLM`, response time = E2E from `llmload.latency.latencies`, as the
+analysis computes it, length = output tokens; failures carry the outcome, and one without a last
+token its time until the connection closed), so Locust's RPS, statistics table and `/stats/requests` count each request once. TTFT and
 TPOT are not Locust entries (Locust would add them to its totals): the LLM tab charts them per second
 from the shipped summaries, and the run directory has them from the raw records.
 """
@@ -24,6 +25,7 @@ from the shipped summaries, and the run directory has them from the raw records.
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
 from locust import User, events, task
 
+from llmload.latency import latencies
 from llmload.records import Record
 from llmload.runtime import session
 
@@ -69,11 +71,13 @@ class LLMUser(User):
     def _fire_events(self, record: Record) -> None:
         """One Locust request event per request (E2E): TTFT and TPOT live in the LLM tab, not in Locust's totals."""
         ok = record.outcome == "ok"
-        end = record.last_token_at or record.closed_at
-        e2e_ms = (end - record.sent_at) * 1000 if end and record.sent_at else 0.0
+        lat = latencies(record.sent_at, record.first_token_at, record.last_token_at, record.output_tokens)
+        # a failure without a last token has no E2E: Locust's row gets its time until the connection
+        # closed (an "elapsed", not an E2E); analysis never mixes the two
+        elapsed = lat.e2e if lat.e2e is not None else latencies(record.sent_at, None, record.closed_at, 0).e2e
         error = None if ok else RuntimeError(record.error or f"{record.outcome} (HTTP {record.http_status})")
         self.environment.events.request.fire(
-            request_type=self.request_type, name="E2E", response_time=e2e_ms,
+            request_type=self.request_type, name="E2E", response_time=(elapsed or 0.0) * 1000,
             response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
 
 

@@ -103,7 +103,9 @@ def run_figures(name: str, steps: pd.DataFrame, summary: dict, manifest: dict | 
     if step is not None:
         goodput = _number(step.get("goodput"))
         window = _number(step.get("window_s"))
-        if requests is not None and window and {"step", "good", "output_tokens"} <= set(requests.columns):
+        tokens = _number(step.get("good_output_tokens_per_s"))  # the step table's (analysis.metrics)
+        if tokens is None and requests is not None and window and \
+                {"step", "good", "output_tokens"} <= set(requests.columns):
             mine = requests[requests["step"].astype(str) == str(step.get("label"))]
             if "in_window" in mine.columns:
                 mine = mine[mine["in_window"].fillna(False).astype(bool)]

@@ -28,9 +28,17 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "answer has no TPOT and is left out of TPOT percentiles (never entered as 0)."),
     ("ITL (chunk)", "gaps between consecutive output-bearing events; token-level ITL divides a gap by the "
      "tokens in that event when the server reports them."),
-    ("server queue", "vLLM request_queue_time_seconds histogram delta over the window (quantiles by "
-     "linear interpolation inside buckets); Ollama total − load − prompt_eval − eval; llama.cpp "
-     "requests_deferred (a count, not a time). It explains TTFT; it is never added to it."),
+    ("server queue", "vLLM request_queue_time_seconds histogram, read from the step's start to its drained "
+     "end (its requests are admitted and observed until then): exact mean from _sum/_count, p95 only as "
+     "the bucket it lies in; Ollama total − load − prompt_eval − eval, per request; llama.cpp reports no "
+     "queue time: TTFT − timings.prompt_ms, a remainder. Part of TTFT, never added to it."),
+    ("queueing split", "per step, over every completed request of the step (warm-up included): client wait "
+     "+ server queue + prefill to first token (admission to first token) + decode (first to last token) "
+     "= user E2E, exactly, in the means. Each part says its basis: per_request (measured per request), "
+     "histogram (from the server's histogram) or remainder (what is left of TTFT: inferred, not measured)."),
+    ("output / total / good output tokens/s", "output tokens (and input + output tokens) of the ok requests "
+     "that finished in the window ÷ window length; good: output tokens of the goodput requests ÷ window "
+     "length. Token counts as the server reported them."),
     ("offered rate", "planned arrivals in the measurement window ÷ window length. It does not tell that "
      "the server finished them or that the generator kept up (see achieved rate and send lag)."),
     ("in-flight", "time-average of requests sent and not finished (client view); server running/waiting "
@@ -41,7 +49,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "length; a request with no TPOT is judged on the others. It does not tell that answers were right."),
     ("SLO attainment", "requests meeting every SLO ÷ all arrivals in the window (rejected, timed-out, "
      "cancelled and failed stay in the denominator)."),
-    ("KV usage", "vLLM kv_cache_usage_perc: a 0–1 ratio of KV blocks, not GPU memory."),
+    ("KV usage", "vLLM kv_cache_usage_perc: a 0–1 ratio of KV blocks, not GPU memory. llama.cpp reports "
+     "none: context tokens held by busy slots ÷ all slots' n_ctx, from /slots (not reported when /slots "
+     "is off)."),
     ("verdict", "invalid: the generator did not deliver the load (achieved send rate > 2% under offered, "
      "p99 send lag over its limit, or worker CPU saturated); insufficient: too few completions for the "
      "tail; fail: an SLO percentile over its threshold, a growing queue (trend test), OOM or rejections "

@@ -25,12 +25,15 @@ from llmload.report.manifest_view import flatten, redact
 __all__ = ["render_report", "step_table", "worksheet_table", "write_report"]
 
 _STEP_COLUMNS = ("label", "phase", "status", "target_rate", "offered_rate", "achieved_rate", "completed",
-                 "goodput", "slo_attainment", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms",
+                 "goodput", "slo_attainment", "output_tokens_per_s", "total_tokens_per_s",
+                 "good_output_tokens_per_s", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms",
                  "client_wait_p95_ms", "server_queue_p95_ms", "verdict", "failing")
 _HEADERS = {"target_rate": "target req/s", "offered_rate": "offered req/s", "achieved_rate": "achieved req/s",
             "goodput": "goodput req/s", "slo_attainment": "SLO attainment", "ttft_p95_ms": "TTFT p95 ms",
             "tpot_p95_ms": "TPOT p95 ms", "e2e_p95_ms": "E2E p95 ms", "client_wait_p95_ms":
-            "client wait p95 ms", "server_queue_p95_ms": "server queue p95 ms"}
+            "client wait p95 ms", "server_queue_p95_ms": "server queue p95 ms",
+            "output_tokens_per_s": "output tok/s", "total_tokens_per_s": "total tok/s",
+            "good_output_tokens_per_s": "good output tok/s"}
 _INSTANCE_COLUMNS = ("instance", "label", "offered_rate", "achieved_rate", "arrivals", "completed", "ok",
                      "completion_throughput", "goodput", "slo_attainment", "ttft_p95_s", "tpot_p95_s",
                      "e2e_p95_s", "in_flight_mean", "running_mean", "waiting_mean", "kv_usage_peak")
@@ -69,16 +72,21 @@ def step_table(steps: pd.DataFrame) -> str:
     measured = [c for c in df.columns if c not in ("label", "index", "phase", "status", "target_rate",
                                                     "concurrency")]
     df = df.astype(object)
-    if "server_queue_p95_resolution_s" in df.columns:
-        # a quantile read from histogram buckets is only known to the bucket: say how wide it was
-        res = pd.to_numeric(df["server_queue_p95_resolution_s"], errors="coerce")
-        value = pd.to_numeric(df["server_queue_p95_ms"], errors="coerce")
-        has = res.notna() & value.notna() & (res > 0)
-        df.loc[has, "server_queue_p95_ms"] = [f"{v:.4g} (bucket width {r * 1000:.4g})"
-                                               for v, r in zip(value[has], res[has], strict=True)]
+    if "server_queue_p95_range_s" in df.columns and "server_queue_basis" in df.columns:
+        # a quantile read from histogram buckets is only known to its bucket: show the bucket, not a point
+        hist = df["server_queue_basis"].astype(str) == "histogram"
+        df.loc[hist, "server_queue_p95_ms"] = [_range_text(r) for r in df.loc[hist, "server_queue_p95_range_s"]]
     df.loc[unrun, measured] = None
     return table(df, columns=list(_STEP_COLUMNS), headers=_HEADERS, table_id="steps-table",
                  row_class=["not-run" if u else "" for u in unrun])
+
+
+def _range_text(value: Any) -> str | None:
+    """`[low, high]` seconds as "in (low, high] (histogram bucket)" in ms; None when unknown."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or is_blank(value[0]):
+        return None
+    high = "∞" if is_blank(value[1]) or float(value[1]) == float("inf") else f"{float(value[1]) * 1000:.4g}"
+    return f"in ({float(value[0]) * 1000:.4g}, {high}] (histogram bucket)"
 
 
 def _worksheet_keep(column: str) -> bool:
@@ -165,11 +173,17 @@ def _plots_html(analysis: Any) -> str:
         "(ok requests finished in the window ÷ window) against offered rate; the dotted diagonal is the "
         "offered load. Completion throughput near the diagonal with goodput below it means the service "
         "finishes the work but too slowly.")))
+    parts.append(figure(plots.tokens_plot(steps), plot_id="plot-tokens", caption=(
+        "Token throughput against offered rate: output tokens/s and total (input + output) tokens/s of the ok "
+        "requests that finished in the window, and good output tokens/s (output tokens of the goodput "
+        "requests), each ÷ window seconds.")))
     svg, missing = plots.timeline_plot(analysis.timeline, steps)
-    note = f" Not measured in this run: {', '.join(missing)}." if missing else ""
+    note = f" Not measured in this run (not reported by this server, or not scraped): {', '.join(missing)}." \
+        if missing else ""
     parts.append(figure(svg, plot_id="plot-timeline", caption=(
         "Timeline in 1-s bins with a shaded band per step's measurement window: arrivals and completions, "
-        "client in-flight, server running/waiting, KV usage (vLLM's 0–1 ratio of KV blocks shown as a percent; not GPU memory), GPU "
+        "client in-flight, server running/waiting, KV usage (vLLM's 0–1 ratio of KV blocks shown as a percent, not GPU "
+        "memory; llama.cpp reports none, so the context its busy slots hold ÷ all slots' context, from /slots), GPU "
         "memory used, TTFT p95 of requests sent in the bin." + note)))
     parts.append(figure(plots.distribution_plot(analysis.requests, steps), plot_id="plot-distributions",
                         caption=("Empirical CDFs of TTFT and E2E per step, ok requests in the measurement "
@@ -183,8 +197,12 @@ def _split_html(analysis: Any) -> str:
     if split is not None and "basis" in getattr(split, "columns", []):
         basis = " Basis: " + "; ".join(sorted({str(b) for b in split["basis"].dropna()})) + "."
     body = figure(plots.split_plot(split, analysis.steps), plot_id="plot-split", caption=(
-        "Where the time went, mean per request per step: client wait (sent_at − scheduled_at), server "
-        "queue (server-reported; explains TTFT, never added to it), prefill and decode." + basis))
+        "Where the time went, mean per request per step, over every completed request of the step (warm-up "
+        "included): client wait (sent_at − scheduled_at) + server queue + prefill to first token + decode "
+        "(first to last token) = user E2E. Each row says its basis: per_request (measured per request: "
+        "client times, Ollama durations, llama.cpp timings), histogram (the server's histogram, read from "
+        "the step's start to its drained end: exact mean, p95 only as its bucket) or remainder (what is "
+        "left of TTFT once the other part is known: inferred, not measured)." + basis))
     if split is not None and not split.empty:
         body += table(display_frame(split), table_id="split-table")
     return body

@@ -28,6 +28,7 @@ __all__ = [
     "slices_plot",
     "split_plot",
     "timeline_plot",
+    "tokens_plot",
 ]
 
 RATE_PHASES = ("ladder", "refine")
@@ -149,7 +150,7 @@ _TIMELINE_PANELS = (
     (("arrivals", "completed"), "requests per 1-s bin", 1.0),
     (("in_flight",), "in flight (client)", 1.0),
     (("running", "waiting"), "server running / waiting", 1.0),
-    (("kv_usage",), "KV usage (% of blocks)", 100.0),
+    (("kv_usage",), "KV usage (%; llama.cpp: slot context held)", 100.0),
     (("gpu_memory_used_bytes",), "GPU memory (GiB)", 1.0 / 2 ** 30),
     (("ttft_p95_s",), "TTFT p95 (ms)", 1000.0),
 )
@@ -243,6 +244,31 @@ def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None
         ax.set_ylabel("fraction of requests ≤ x")
         ax.grid(alpha=0.3)
     return _svg(fig, "distributions") if drew else None
+
+
+def tokens_plot(steps: pd.DataFrame) -> str | None:
+    """Output, total and good output tokens per second against offered rate (ladder/refine steps)."""
+    data, x, xlabel = rate_axis(steps)
+    if data.empty:
+        return None
+    fig, axes = _figure(7.5, 4.0)
+    ax = axes[0][0]
+    xs = data[x].astype(float)
+    for column, label, style in (("total_tokens_per_s", "total tokens/s (input + output)", "--"),
+                                 ("output_tokens_per_s", "output tokens/s", "-"),
+                                 ("good_output_tokens_per_s", "good output tokens/s (goodput requests)", "-")):
+        y = _col(data, column)
+        if y.notna().any():
+            ax.plot(xs, y, style, marker="o", markersize=4, label=label)
+    if not ax.lines:
+        return None
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("tokens per second")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _svg(fig, "tokens")
 
 
 def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:

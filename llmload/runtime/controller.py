@@ -267,6 +267,11 @@ class StepController:
         """Wait for `spec` to drain (cancel at its deadline), record it in the plan, judge it."""
         cancelled = self._wait_drained(spec, row, workers, start_at, progress=not threaded)
         drained_at = now()
+        if not threaded and self.telemetry is not None and hasattr(self.telemetry, "sample_now"):
+            try:  # the server's counters at the drained end: the step's evidence ends here (served period)
+                self.telemetry.sample_now()
+            except Exception:
+                log.exception("telemetry sample at the end of %s failed", spec.label)
         window_end = bounds.window_end if bounds.window_end is not None else drained_at
         lost = [name for cid, name in workers if name not in self.drained[spec.label]]
         self.plan.update(row, drained_at=drained_at, window_end=window_end,

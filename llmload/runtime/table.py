@@ -2,7 +2,8 @@
 
 The numbers shown live come from the workers' shipped summaries, judged on the master with
 `analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
-the merged records. Times are shown in milliseconds, rates in requests per second.
+the merged records. Times are shown in milliseconds, rates in requests per second; `out tok/s` is the
+step's output tokens per second (METRICS.md). TTFT, TPOT and E2E come from `llmload.latency`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 from collections.abc import Iterable
 
 import numpy as np
+
+from llmload.latency import latencies
 
 __all__ = ["COLUMNS", "format_header", "format_progress", "format_row", "quick_stats", "step_row"]
 
@@ -25,6 +28,7 @@ COLUMNS = (
     ("goodput", "goodput/s", 9, "r"),
     ("client_wait_p95_s", "wait p95", 9, "ms"),
     ("server_waiting", "srv wait", 8, "n"),
+    ("output_tokens_per_s", "out tok/s", 9, "t"),
     ("verdict", "verdict", 12, "s"),
 )
 
@@ -36,6 +40,8 @@ def _cell(value: object, kind: str, width: int) -> str:
         text = f"{float(value) * 1000:.0f}ms"
     elif kind == "r":
         text = f"{float(value):.2f}"
+    elif kind == "t":
+        text = f"{float(value):.0f}" if float(value) >= 100 else f"{float(value):.1f}"
     elif kind == "n":
         text = f"{float(value):.1f}"
     else:
@@ -60,13 +66,11 @@ def quick_stats(rows: Iterable[dict], *, window: tuple[float, float] | None = No
     """Counts and p95s of shipped summaries (for the progress line; the verdict uses judge_step)."""
     rows = [r for r in rows if window is None or window[0] <= r["scheduled_at"] < window[1]]
     ok = [r for r in rows if r.get("outcome") == "ok"]
-    ttft = np.array([r["first_token_at"] - r["sent_at"] for r in ok
-                     if r.get("first_token_at") is not None and r.get("sent_at") is not None])
-    e2e = np.array([r["last_token_at"] - r["sent_at"] for r in ok
-                    if r.get("last_token_at") is not None and r.get("sent_at") is not None])
-    tpot = np.array([(r["last_token_at"] - r["first_token_at"]) / (r["output_tokens"] - 1) for r in ok
-                     if (r.get("output_tokens") or 0) >= 2 and r.get("last_token_at") is not None
-                     and r.get("first_token_at") is not None])
+    lat = [latencies(r.get("sent_at"), r.get("first_token_at"), r.get("last_token_at"), r.get("output_tokens"))
+           for r in ok]
+    ttft = np.array([x.ttft for x in lat if x.ttft is not None])
+    e2e = np.array([x.e2e for x in lat if x.e2e is not None])
+    tpot = np.array([x.tpot for x in lat if x.tpot is not None])
     wait = np.array([r["sent_at"] - r["scheduled_at"] for r in rows if r.get("sent_at") is not None])
     return {"done": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),
             "ttft_p95_s": _p(ttft, 95), "tpot_p95_s": _p(tpot, 95), "e2e_p95_s": _p(e2e, 95),

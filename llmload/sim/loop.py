@@ -234,7 +234,9 @@ class EngineLoop:
             for seq in result.admitted:
                 job = self.jobs.get(seq.seq_id)
                 if job is not None:
-                    job.row.admitted_at = job.ex.admitted_at = start
+                    # a step kept on the engine's schedule may start before a request it admits arrived
+                    # (`start` is the planned time, `t` is later): never admitted before received
+                    job.row.admitted_at = job.ex.admitted_at = max(start, job.row.received_at)
             batch = []
             for seq in result.emitted:
                 job = self.jobs.get(seq.seq_id)

@@ -20,6 +20,7 @@ from llmload.telemetry.exposition import parse_labels
 from llmload.telemetry.series import counter_delta, series_deltas
 
 __all__ = [
+    "histogram_bucket_range",
     "histogram_buckets_between",
     "histogram_quantile",
     "histogram_quantile_between",
@@ -56,6 +57,28 @@ def histogram_quantile(bounds: list[float], counts: list[float], q: float) -> tu
     if in_bucket <= 0:
         return start, end - start
     return start + (end - start) * (rank - below) / in_bucket, end - start
+
+
+def histogram_bucket_range(bounds: list[float], counts: list[float], q: float) -> tuple[float, float] | None:
+    """The bucket `[low, high]` that quantile `q` of cumulative bucket `counts` lies in: all a histogram
+    says about it (`high` is `inf` past the last finite bound); None without observations.
+
+        >>> histogram_bucket_range([0.3, 0.5, float("inf")], [9, 10, 10], 0.95)
+        (0.3, 0.5)
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    if not bounds or bounds[-1] != math.inf or len(bounds) != len(counts):
+        return None
+    cumulative: list[float] = []
+    for c in counts:
+        cumulative.append(max(c, cumulative[-1]) if cumulative else c)
+    if cumulative[-1] <= 0:
+        return None
+    b = bisect.bisect_left(cumulative, q * cumulative[-1])
+    b = min(b, len(bounds) - 1)
+    low = 0.0 if b == 0 else bounds[b - 1]
+    return (min(low, bounds[b]), bounds[b])
 
 
 def histogram_buckets_between(telemetry: pd.DataFrame, metric: str, t0: float, t1: float, *,

@@ -62,6 +62,8 @@ PROFILES: dict[str, Profile] = {
                 ("processing", ("llamacpp:requests_processing",)),
                 ("waiting", ("llamacpp:requests_deferred",)),
                 ("deferred", ("llamacpp:requests_deferred",)),
+                # older llama-server only; the current one (llama-cpp-python 0.3.36's) has no KV series:
+                # `kv_usage` comes from /slots (`SlotsPoller`: busy slots' tokens / all slots' n_ctx)
                 ("kv_usage", ("llamacpp:kv_cache_usage_ratio",))),
         counters=(("prompt_tokens_total", ("llamacpp:prompt_tokens_total",)),
                   ("generation_tokens_total", ("llamacpp:tokens_predicted_total",))),

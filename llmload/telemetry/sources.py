@@ -69,7 +69,11 @@ class MetricsPoller:
 
 
 class SlotsPoller:
-    """llama.cpp `/slots`: how many slots exist and how many are busy, and each slot's context size."""
+    """llama.cpp `/slots`: how many slots exist and how many are busy, each slot's context size, and
+    `kv_usage`: the context tokens busy slots hold (`n_prompt_tokens`, the slot's prompt plus what it
+    generated so far) over all slots' context (`n_ctx`). llama-server reports no KV-cache usage of its
+    own (its /metrics has no such series since `llamacpp:kv_cache_usage_ratio` was removed); a server
+    whose slots do not give both fields gets no `kv_usage` point (the report says not reported)."""
 
     def __init__(self, base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
         self.url, self.source, self.timeout_s = f"{base_url}/slots", f"slots:{public_url(base_url)}", timeout_s
@@ -86,7 +90,26 @@ class SlotsPoller:
             if isinstance(slot, dict) and isinstance(slot.get("n_ctx"), (int, float)):
                 points.append(Point(self.source, "slot_n_ctx", float(slot["n_ctx"]),
                                     format_labels({"id": slot.get("id", i)}), always=False))
+        usage = slot_context_usage(slots)
+        if usage is not None:
+            points.append(Point(self.source, "kv_usage", usage))
         return points
+
+
+def slot_context_usage(slots: list) -> float | None:
+    """Tokens held by busy llama.cpp slots / all slots' `n_ctx` (0-1); None unless every slot gives
+    `n_ctx` and every busy one `n_prompt_tokens`."""
+    total, held = 0.0, 0.0
+    for slot in slots:
+        if not isinstance(slot, dict) or not isinstance(slot.get("n_ctx"), (int, float)):
+            return None
+        total += float(slot["n_ctx"])
+        if slot.get("is_processing") or slot.get("state") == 1:
+            tokens = slot.get("n_prompt_tokens")
+            if not isinstance(tokens, (int, float)):
+                return None
+            held += float(tokens)
+    return min(held / total, 1.0) if total > 0 else None
 
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")

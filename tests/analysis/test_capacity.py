@@ -134,8 +134,10 @@ def test_split_without_server_queue_names_the_llamacpp_deferred_count() -> None:
     result = analyze(run_of(rows, [plan_step("s", 0)], telemetry=tel), SLO.model_validate({"min_samples": 1}))
     assert result.steps.iloc[0]["deferred_mean"] == pytest.approx(2.0)
     split = result.split.set_index("component")
-    assert "2.00 requests deferred" in split.loc["server_queue", "basis"]
-    # no queue time: the first-token row is the whole TTFT, and the means still add up
+    assert split.loc["server_queue", "basis"] == "not_reported"
+    assert "2.00 requests deferred" in split.loc["server_queue", "note"]
+    # no queue time: the first-token row is the whole TTFT (a remainder), and the means still add up
+    assert split.loc["prefill_to_first_token", "basis"] == "remainder"
     assert split.loc["prefill_to_first_token", "mean_s"] == pytest.approx(0.3)
     parts = split.loc[["client_wait", "prefill_to_first_token", "decode"], "mean_s"].sum()
     assert parts == pytest.approx(split.loc["user_e2e", "mean_s"])

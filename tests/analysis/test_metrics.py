@@ -218,3 +218,29 @@ def test_event_gaps_in_float32_agree_with_float64() -> None:
     chunk, token = exact.select(np.array([1]))  # NaN marks each request's first event (no gap)
     np.testing.assert_allclose(chunk[~np.isnan(chunk)], [0.4, 0.4], atol=1e-6)
     assert np.isnan(token).all()  # request b carries no token counts
+
+
+def test_a_coarse_histogram_p95_is_given_only_as_its_bucket() -> None:
+    """All queue times in vLLM's first bucket (0, 0.3]: the interpolated p95 (0.285) says nothing the
+    bucket does not, so summary.json and the worksheet give the range and no point (issue 13)."""
+    from analysis_frames import plan_step, request, run_of
+
+    from analysis import analyze
+
+    tel = pd.DataFrame({"t": [-1.0] * 3 + [9.0] * 3, "source": "server:a", "metric": "queue_time_seconds_bucket",
+                        "value": [0.0, 0.0, 0.0, 10.0, 10.0, 10.0], "step": "s",
+                        "labels": ["le=0.3", "le=0.5", "le=+Inf"] * 2})
+    sums = pd.DataFrame({"t": [-1.0, -1.0, 9.0, 9.0], "source": "server:a",
+                         "metric": ["queue_time_seconds_sum", "queue_time_seconds_count"] * 2,
+                         "value": [0.0, 0.0, 0.2, 10.0], "step": "s", "labels": ""})
+    rows = [request(f"r{i}", "s", float(i)) for i in range(10)]
+    result = analyze(run_of(rows, [plan_step("s", 0)], telemetry=pd.concat([tel, sums])),
+                     SLO.model_validate({"min_samples": 5}))
+    row = result.steps.iloc[0]
+    assert row["server_queue_p95_range_s"] == [0.0, 0.3] and row["server_queue_mean_s"] == pytest.approx(0.02)
+    step = result.summary["steps"][0]
+    assert step["server_queue_p95_s"] is None and step["server_queue_p95_range_s"] == [0.0, 0.3]
+    assert step["split"]["server_queue_mean_s"] == pytest.approx(0.02)
+    assert step["split"]["basis"]["server_queue"] == "histogram"
+    sheet = result.worksheet.iloc[0]
+    assert pd.isna(sheet["observed.server_queue_p95_s"]) and sheet["observed.server_queue_p95_high_s"] == 0.3

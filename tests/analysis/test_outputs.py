@@ -21,7 +21,8 @@ SLO_FILE = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5, "max_reject_r
 CONTRACT_STEP_KEYS = {"label", "offered_rate", "achieved_rate", "completed", "goodput", "slo_attainment",
                       "ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p95_s", "client_wait_p95_s",
                       "server_queue_p95_s", "send_lag_p99_s", "window_start", "window_end", "outcomes",
-                      "verdict", "failing"}
+                      "verdict", "failing", "output_tokens_per_s", "total_tokens_per_s",
+                      "good_output_tokens_per_s", "server_queue_p95_range_s", "split"}
 
 
 def _write_run(root: Path, rows: list[dict], steps: list[dict], manifest: dict | None = None) -> Path:

@@ -133,3 +133,36 @@ def test_prompt_longer_than_a_slot_is_an_http_error_with_the_server_message(llam
     assert record.http_status == 400
     assert record.error and "context" in record.error.lower(), record.error
     assert record.first_token_at is None and record.token_times == []
+
+
+def test_kv_usage_from_slots_is_the_context_busy_slots_hold(llama_server, transport) -> None:
+    """llama-server has no KV-usage series in /metrics; `SlotsPoller` derives it from /slots: tokens
+    held by busy slots (`n_prompt_tokens`: prompt + generated so far) over all slots' `n_ctx`."""
+    from llmload.telemetry.sources import SlotsPoller
+
+    assert not [name for name in scrape_metrics(llama_server.url) if "kv" in name.lower()]
+    poller = SlotsPoller(llama_server.url, timeout_s=5.0)
+    usages: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            points = {p.metric: p.value for p in poller.poll() if not p.labels}
+            usages.append(points.get("kv_usage", -1.0))
+            done.wait(0.05)
+
+    poller_thread = threading.Thread(target=poll, daemon=True)
+    poller_thread.start()
+    try:
+        jobs = [gevent.spawn(send_one, transport, 200 + i, max_tokens=48) for i in range(llama_server.parallel)]
+        gevent.joinall(jobs, timeout=120, raise_error=True)
+    finally:
+        done.set()
+        poller_thread.join(timeout=5)
+    records = [job.value for job in jobs]
+    assert all(r.outcome == "ok" for r in records)
+    assert usages and min(usages) >= 0.0, usages  # every poll gave a value
+    held_max = sum(r.input_tokens + r.output_tokens for r in records)
+    assert 0 < max(usages) <= held_max / llama_server.ctx_size + 1e-9, (usages, held_max)
+    idle = {p.metric: p.value for p in poller.poll() if not p.labels}
+    assert idle["kv_usage"] == 0.0 and idle["slots_processing"] == 0.0  # idle slots' cached prompts do not count

@@ -6,6 +6,8 @@ import json
 import re
 import urllib.request
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from llmload.runtime.demo import demo_configs, run_demo
@@ -28,6 +30,11 @@ def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
     ladder = json.loads((tmp_path / "ladder" / "summary.json").read_text())
     verdicts = [s["verdict"] for s in ladder["steps"]]
     assert verdicts[0] != "fail" and verdicts[-1] == "fail"
+    _split_agrees_with_the_ground_truth(tmp_path, ladder)
+    assert all(s["output_tokens_per_s"] > 0 and s["total_tokens_per_s"] > s["output_tokens_per_s"]
+               for s in ladder["steps"])
+    html = (tmp_path / "ladder" / "report.html").read_text()
+    assert 'id="plot-tokens"' in html and "output tok/s" in html and "remainder" in html
     burst = json.loads((tmp_path / "burst" / "summary.json").read_text())
     by_label = {s["label"]: s for s in burst["steps"]}
     assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"]
@@ -35,3 +42,30 @@ def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
     url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", (tmp_path / "sim.log").read_text()).group(1)
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=2)
+
+
+def _split_agrees_with_the_ground_truth(folder, ladder: dict) -> None:
+    """Every ladder step's split against the sim's own log of the same requests (issue 13): server
+    queue mean within 10% or 20 ms, prefill to first token within 20 ms, the histogram p95's bucket
+    holding the true p95 (nearest rank)."""
+    truth = {}
+    for line in (folder / "sim-ground-truth.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        truth[row["request_id"]] = row
+    records = pd.read_parquet(folder / "ladder" / "records.parquet", columns=["request_id", "step", "outcome"])
+    for step in ladder["steps"]:
+        ids = records.loc[(records["step"] == step["label"]) & records["outcome"].isin(["ok", "quality_fail"]),
+                          "request_id"]
+        rows = [truth[r] for r in ids]
+        split = step["split"]
+        assert split["requests"] == len(rows) > 0
+        assert split["basis"] == {"client_wait": "per_request", "server_queue": "histogram",
+                                  "prefill": "remainder", "decode": "per_request"}
+        queue = np.array([r["queue_s"] for r in rows])
+        prefill = np.array([r["first_token_at"] - r["admitted_at"] for r in rows])
+        assert queue.min() >= 0
+        assert split["server_queue_mean_s"] == pytest.approx(queue.mean(), rel=0.1, abs=0.02), step["label"]
+        assert split["prefill_mean_s"] == pytest.approx(prefill.mean(), abs=0.02), step["label"]
+        low, high = step["server_queue_p95_range_s"]
+        p95 = float(np.percentile(queue, 95, method="inverted_cdf"))
+        assert low < p95 and (high is None or p95 <= high), (step["label"], low, p95, high)

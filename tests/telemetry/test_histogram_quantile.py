@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llmload.telemetry.histogram import (
+    histogram_bucket_range,
     histogram_buckets_between,
     histogram_quantile,
     histogram_quantile_between,
@@ -112,3 +113,24 @@ def test_quantile_matches_exact_quantile_within_resolution() -> None:
     for q in (0.5, 0.9, 0.95):
         value, res = histogram_quantile_between(frame, "h", 1.5, 2.5, q)
         assert abs(value - np.quantile(values, q)) <= res
+
+
+@pytest.mark.parametrize(("counts", "q", "expected"), [
+    ([4, 6, 9, 10], 0.5, (0.3, 0.5)),     # rank 5 in (0.3, 0.5]
+    ([4, 6, 9, 10], 0.2, (0.0, 0.3)),     # first bucket: from 0
+    ([4, 6, 9, 10], 0.9, (0.5, 1.0)),     # rank 9 exactly at the top of (0.5, 1]
+    ([4, 6, 9, 10], 0.95, (1.0, INF)),    # past the last finite bound: no upper bound
+    ([0, 0, 0, 0], 0.5, None),            # nothing observed
+])
+def test_histogram_bucket_range_holds_the_nearest_rank_value(counts, q, expected) -> None:
+    assert histogram_bucket_range(BOUNDS, counts, q) == expected
+
+
+def test_bucket_range_contains_the_true_quantile_of_random_samples() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        values = rng.exponential(rng.uniform(0.05, 2.0), size=int(rng.integers(5, 300)))
+        counts = [float((values <= b).sum()) for b in BOUNDS]
+        low, high = histogram_bucket_range(BOUNDS, counts, 0.95)
+        truth = float(np.percentile(values, 95, method="inverted_cdf"))
+        assert low < truth <= high

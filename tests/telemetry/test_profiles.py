@@ -70,3 +70,24 @@ def test_gauges_always_written_counters_and_raw_on_change() -> None:
                                               (TGI, "tgi"), ("process_cpu_seconds_total 1\n", "generic")])
 def test_flavor_detected_from_names(text: str, flavor: str) -> None:
     assert detect_flavor_from_names(s.name for s in parse_exposition(text)) == flavor
+
+
+#: llama-server's /slots as llama-cpp-python 0.3.36's vendored `server_slot::to_json` writes it (trimmed)
+LLAMACPP_SLOTS = [
+    {"id": 0, "n_ctx": 2048, "speculative": False, "is_processing": True, "id_task": 12,
+     "n_prompt_tokens": 700, "n_prompt_tokens_processed": 690, "n_prompt_tokens_cache": 10,
+     "next_token": [{"has_next_token": True, "n_remain": 90, "n_decoded": 10}]},
+    {"id": 1, "n_ctx": 2048, "speculative": False, "is_processing": False, "id_task": 7,
+     "n_prompt_tokens": 1500},  # idle: its cached prompt is reusable, not held by a request
+]
+
+
+def test_llamacpp_kv_usage_from_slots_busy_tokens_over_all_context(monkeypatch) -> None:
+    import llmload.telemetry.sources as sources
+
+    assert sources.slot_context_usage(LLAMACPP_SLOTS) == pytest.approx(700 / 4096)
+    assert sources.slot_context_usage([{**s, "n_prompt_tokens": None} for s in LLAMACPP_SLOTS]) is None
+    assert sources.slot_context_usage([{"id": 0, "is_processing": False}]) is None
+    monkeypatch.setattr(sources, "fetch_json", lambda *a, **k: LLAMACPP_SLOTS)
+    points = {p.metric: p.value for p in sources.SlotsPoller("http://x", timeout_s=1.0).poll()}
+    assert points["kv_usage"] == pytest.approx(700 / 4096) and points["slots_processing"] == 1.0
