@@ -218,3 +218,17 @@ def test_event_gaps_in_float32_agree_with_float64() -> None:
     chunk, token = exact.select(np.array([1]))  # NaN marks each request's first event (no gap)
     np.testing.assert_allclose(chunk[~np.isnan(chunk)], [0.4, 0.4], atol=1e-6)
     assert np.isnan(token).all()  # request b carries no token counts
+
+
+def test_achieved_rate_and_goodput_count_only_sends_inside_the_window() -> None:
+    """Issue 20: ten arrivals one a second in [0, 10); the generator fell behind and sent the last
+    four only after the window ended (ok and fast once sent). Offered 1/s; achieved and goodput count
+    the six sent in the window. An arrival held at the client cap counts as dispatched."""
+    rows = [request(f"on{i}", "s", float(i)) for i in range(6)]
+    rows += [request(f"late{i}", "s", 6.0 + i, wait=4.5 - i) for i in range(3)]  # sent at 10.5
+    rows += [request("capped", "s", 9.0, wait=1.5, capped=True)]                  # held at the cap
+    row = _step_row(rows, start=0.0, length=10.0)
+    assert row["offered_rate"] == pytest.approx(1.0)
+    assert row["achieved_rate"] == pytest.approx(0.7)
+    assert row["goodput"] == pytest.approx(0.7) and row["slo_attainment"] == pytest.approx(0.7)
+    assert row["ok"] == 10  # the late ones are still ok requests with their own latencies
