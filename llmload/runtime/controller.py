@@ -113,6 +113,8 @@ class StepController:
         self.table_rows: list[dict] = []
         self.done = Event()
         self.stopped = False
+        #: when the run was stopped from outside: a partial step's window ends here
+        self.stopped_at: float | None = None
         self.greenlet: gevent.Greenlet | None = None
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
@@ -267,6 +269,8 @@ class StepController:
         cancelled = self._wait_drained(spec, row, workers, start_at, progress=not threaded)
         drained_at = now()
         window_end = bounds.window_end if bounds.window_end is not None else drained_at
+        if self.stopped:
+            window_end = self._cut_window(row, window_end)
         lost = [name for cid, name in workers if name not in self.drained[spec.label]]
         self.plan.update(row, drained_at=drained_at, window_end=window_end,
                          status="partial" if self.stopped else "run", cancelled=cancelled,
@@ -453,11 +457,24 @@ class StepController:
                  f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
 
     def stop(self) -> None:
-        """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`."""
+        """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`.
+        A partial step's measurement window ends at the stop (its planned end is kept as
+        `planned_window_end`), so its rates divide by the time it ran, whichever process judges it."""
+        if not self.stopped:
+            self.stopped_at = now()
         self.stopped = True
         for row in self.plan.steps:  # the current step, and undrained steps still finishing
             if row.get("status") == "running":
-                self.plan.update(row, status="partial")
+                self.plan.update(row, status="partial", window_end=self._cut_window(row, row.get("window_end")))
+
+    def _cut_window(self, row: dict, window_end: float | None) -> float | None:
+        """`window_end` cut at the stop (never before the window's start)."""
+        if self.stopped_at is None:
+            return window_end
+        row.setdefault("planned_window_end", window_end)
+        end = self.stopped_at if window_end is None else min(window_end, self.stopped_at)
+        start = row.get("window_start")
+        return max(end, start) if start is not None else end
 
 
 class _JsonLines(RecordWriter):

@@ -123,3 +123,34 @@ def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory,
     assert lag.quantile(0.95) < 0.005 and lag.max() < 0.05
     sizes = df.sort_values("scheduled_at")["planned_output_tokens"].tolist()
     assert sizes == [2 + i % 3 for i in range(len(offsets))]
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+def test_ctrl_c_mid_step_rates_use_the_time_it_ran_and_it_never_passes(sim_factory, tmp_path, processes):
+    """Issue 19 item 5: the run stopped 10.4 s into a 15 s step at 6 req/s (SIGTERM to Locust, which
+    takes the same `controller.stop()` path as Ctrl-C and the web UI's Stop). The partial step's window
+    ends at the stop, so offered and achieved are ~6/s (not 6 x 10.4 / 15), it is not invalid, it never
+    passes, and the run exits 3: with one process or two."""
+    sim = sim_factory(flavor="vllm", config={"load_time_s": 0})
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 6, "duration": "15s"}]}},
+                         client={"max_concurrency": 16})
+    run_dir = tmp_path / "run"
+    cmd = locust_command(write_config(tmp_path, config), run_dir, processes=processes)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_step_running(run_dir, after_s=10.4)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        _stop(proc)
+    step = plan(run_dir)["steps"][0]
+    assert step["status"] == "partial", out[-3000:]
+    ran = step["window_end"] - step["window_start"]
+    assert 10.0 < ran < 12.0 and step["planned_window_end"] == pytest.approx(step["window_start"] + 15.0)
+    row = summary(run_dir)["steps"][0]
+    assert row["offered_rate"] == pytest.approx(6.0, rel=0.12), row
+    assert row["achieved_rate"] >= row["offered_rate"] * 0.98, row
+    assert row["verdict"] == "insufficient" and "rate_shortfall" not in (row["failing"] or []), row
+    assert summary(run_dir)["last_passing_rate"] is None
+    assert proc.returncode == 3, out[-3000:]
