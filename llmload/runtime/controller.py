@@ -277,8 +277,35 @@ class StepController:
                          lost_workers=lost)
         if lost and not self.stopped and not spec.closed_loop:
             shards = {name: shard for shard, (_, name) in enumerate(workers)}
-            self._lost.append((spec, row, {name: shards[name] for name in lost}, len(workers), start_at))
+            lost_shards = {name: shards[name] for name in lost}
+            self._lost.append((spec, row, lost_shards, len(workers), start_at))
+            # judge live on what the final analysis will see: the lost workers' flushed records and a
+            # `cancelled` ("worker lost") record for each of their arrivals that left none
+            self.rows[spec.label].extend(self._lost_rows(spec, lost_shards, len(workers), start_at))
         return self._judge(spec, row, lost, threaded=threaded)
+
+    def _lost_rows(self, spec: StepSpec, lost: dict[str, int], shards: int, start_at: float) -> list[dict]:
+        """Rows of lost workers that the master was never shipped, as `_record_lost_arrivals` and the
+        merge will write them: their record files' rows of this step, then their unrecorded arrivals."""
+        from llmload.records import read_record_files
+        from llmload.runtime.planning import plan_jobs
+
+        known = {r.get("request_id") for r in self.rows[spec.label]}
+        extra: list[dict] = []
+        for name in lost:
+            path = self.run_dir / "records" / f"worker-{name}.jsonl"
+            for r in read_record_files([path]) if path.exists() else []:
+                if r.get("step") == spec.label and r.get("request_id") not in known:
+                    known.add(r.get("request_id"))
+                    extra.append(r)
+        for name, shard in lost.items():
+            jobs, _ = plan_jobs(spec, start_at=start_at, shard=shard, shards=shards)
+            for job in jobs:
+                if job.arrival.request_id not in known:
+                    record = job.record(name)
+                    record.outcome, record.error = "cancelled", "worker lost"
+                    extra.append(record.as_dict())
+        return extra
 
     def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float, *,
                       progress: bool = True) -> bool:

@@ -100,6 +100,11 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     assert len(df) == step["planned_arrivals"] and df.index.is_unique
     assert step["lost_requests"] == len(lost) > 0
     assert set(lost["outcome"]) == {"cancelled"} and set(lost["worker"]) == set(step["lost_workers"])
+    # the live table judged the step on the same records as the final analysis (issue 19 item 6: it
+    # printed "pass (lost worker(s) 1)" while summary.json said invalid)
+    final = summary(run_dir)["steps"][0]
+    assert step["live_verdict"] == final["verdict"], (step["live_verdict"], final)
+    assert set(final["failing"]) <= set(step["live_failing"])
 
 
 def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory, tmp_path):
@@ -154,3 +159,29 @@ def test_ctrl_c_mid_step_rates_use_the_time_it_ran_and_it_never_passes(sim_facto
     assert row["verdict"] == "insufficient" and "rate_shortfall" not in (row["failing"] or []), row
     assert summary(run_dir)["last_passing_rate"] is None
     assert proc.returncode == 3, out[-3000:]
+
+
+def test_a_server_that_dies_mid_step_fails_the_step_without_a_written_error_limit(sim_factory, tmp_path):
+    """Issue 19 item 4: the server dies 3 s into an 8 s step (as the sim's `exit_after_s` fault does;
+    stopped here once the step runs, so a slow start cannot make it unreachable); the rest of the
+    arrivals meet a closed port. No `max_error_ratio` in the SLO: the default limit fails the step on
+    `error_ratio`, exit 1, never a pass."""
+    from support import stop_process
+
+    sim = sim_factory(flavor="vllm", config={"load_time_s": 0})
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 6, "duration": "8s"}]}},
+                         client={"max_concurrency": 16})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(locust_command(write_config(tmp_path, config), run_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_step_running(run_dir, after_s=3.0)
+        stop_process(sim.proc)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        _stop(proc)
+    row = summary(run_dir)["steps"][0]
+    assert row["outcomes"].get("connect_error", 0) > row["outcomes"].get("ok", 0) > 0, row["outcomes"]
+    assert row["verdict"] == "fail" and "error_ratio" in row["failing"], row
+    assert proc.returncode == 1, out[-2000:]
