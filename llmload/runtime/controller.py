@@ -185,7 +185,7 @@ class StepController:
             self.out(format_header())
             next_start: float | None = None
             for spec, row in zip(self.specs, rows, strict=True):
-                if self.stopped:
+                if self.stopping:
                     break
                 if not spec.drain and spec.arrivals_s is not None:
                     next_start = self._run_undrained(spec, row, next_start)
@@ -193,7 +193,7 @@ class StepController:
                     self.run_step(spec, row, start_at=next_start)
                     next_start = None
             gevent.joinall(self._tails)
-            if not self.stopped:
+            if not self.stopping:
                 self._refine()
         except gevent.GreenletExit:
             gevent.killall([g for g in self._tails if not g.dead], block=True, timeout=5)
@@ -269,13 +269,13 @@ class StepController:
         cancelled = self._wait_drained(spec, row, workers, start_at, progress=not threaded)
         drained_at = now()
         window_end = bounds.window_end if bounds.window_end is not None else drained_at
-        if self.stopped:
+        if self.stopping:
             window_end = self._cut_window(row, window_end)
         lost = [name for cid, name in workers if name not in self.drained[spec.label]]
         self.plan.update(row, drained_at=drained_at, window_end=window_end,
-                         status="partial" if self.stopped else "run", cancelled=cancelled,
+                         status="partial" if self.stopping else "run", cancelled=cancelled,
                          lost_workers=lost)
-        if lost and not self.stopped and not spec.closed_loop:
+        if lost and not self.stopping and not spec.closed_loop:
             shards = {name: shard for shard, (_, name) in enumerate(workers)}
             lost_shards = {name: shards[name] for name in lost}
             self._lost.append((spec, row, lost_shards, len(workers), start_at))
@@ -471,7 +471,7 @@ class StepController:
 
         search = boundary_search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
                                                for r in self.results if r["target_rate"] is not None])
-        while not self.stopped and (rate := search.next_rate()) is not None:
+        while not self.stopping and (rate := search.next_rate()) is not None:
             spec = refine_step(shape.ladder, rate, index=len(self.plan.steps), seed=self.seed,
                                taken=[s["label"] for s in self.plan.steps])
             row = self.plan.add(spec.to_dict() | _plan_fields(spec))
@@ -483,12 +483,22 @@ class StepController:
         self.out(f"  boundary search: highest passing rate {answer.rate} req/s "
                  f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (`mark_stopping`) or done (`stop`)."""
+        return self.stopped or self.stopped_at is not None
+
+    def mark_stopping(self) -> None:
+        """A stop is coming (a signal arrived): note its time now, so that workers dying of the same
+        signal before `stop()` runs end the step as `partial` at this time, not as lost workers."""
+        if self.stopped_at is None:
+            self.stopped_at = now()
+
     def stop(self) -> None:
         """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`.
         A partial step's measurement window ends at the stop (its planned end is kept as
         `planned_window_end`), so its rates divide by the time it ran, whichever process judges it."""
-        if not self.stopped:
-            self.stopped_at = now()
+        self.mark_stopping()
         self.stopped = True
         for row in self.plan.steps:  # the current step, and undrained steps still finishing
             if row.get("status") == "running":

@@ -130,6 +130,11 @@ def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory,
     assert sizes == [2 + i % 3 for i in range(len(offsets))]
 
 
+#: generator limits for the tests of server-side verdicts: a busy test machine's send lag or worker CPU
+#: must not turn the verdict under test into `invalid` (the rate shortfall is still checked)
+_LENIENT = {"max_concurrency": 16, "max_send_lag_p99": "1s", "max_worker_cpu": 1.0}
+
+
 @pytest.mark.parametrize("processes", [0, 2])
 def test_ctrl_c_mid_step_rates_use_the_time_it_ran_and_it_never_passes(sim_factory, tmp_path, processes):
     """Issue 19 item 5: the run stopped 10.4 s into a 15 s step at 6 req/s (SIGTERM to Locust, which
@@ -139,7 +144,7 @@ def test_ctrl_c_mid_step_rates_use_the_time_it_ran_and_it_never_passes(sim_facto
     sim = sim_factory(flavor="vllm", config={"load_time_s": 0})
     config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
                                               "steps": [{"rate": 6, "duration": "15s"}]}},
-                         client={"max_concurrency": 16})
+                         client=_LENIENT)
     run_dir = tmp_path / "run"
     cmd = locust_command(write_config(tmp_path, config), run_dir, processes=processes)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -171,7 +176,7 @@ def test_a_server_that_dies_mid_step_fails_the_step_without_a_written_error_limi
     sim = sim_factory(flavor="vllm", config={"load_time_s": 0})
     config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
                                               "steps": [{"rate": 6, "duration": "8s"}]}},
-                         client={"max_concurrency": 16})
+                         client=_LENIENT)
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(locust_command(write_config(tmp_path, config), run_dir), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
