@@ -5,9 +5,10 @@ Which requests each number uses (a step's requests are those with `step == label
 - unrecorded arrivals: plan.json's `planned_arrivals` (the whole open-loop step) minus the step's
   records; more than 0 means records were lost (a worker died): a warning, the rates are understated
 - offered rate: arrivals / window; achieved rate: arrivals the generator dispatched inside the window
-  (sent before `window_end`, or held at the client cap: the cap is the user's, its wait is client
-  wait) / window. An arrival of the window sent only after the window ended (a generator that fell
-  behind) is not achieved, however long it waited. Closed-loop concurrency steps have no offered rate
+  (sent before `window_end` + `SEND_GRACE_S`, or held at the client cap: the cap is the user's, its
+  wait is client wait) / window. An arrival of the window sent only after the window ended (a
+  generator that fell behind) is not achieved, however long it waited; the grace keeps an arrival due
+  in the window's last milliseconds, sent a few ms late, from counting as a shortfall. Closed-loop concurrency steps have no offered rate
   (NaN). A `partial` step (the run was stopped inside it) has its `window_end` at the stop (plan.json),
   so its rates use the time it ran.
 - completed: arrivals whose answer streamed to the end (`ok` or `quality_fail`); `ok`: outcome ok.
@@ -44,7 +45,7 @@ from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_a
 from analysis.telemetry_stats import TelemetryIndex, histogram_queue_quantiles
 from llmload.config import SLO
 
-__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "empty_metrics", "step_metrics"]
+__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
 
 #: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
 LATENCIES = {
@@ -55,6 +56,9 @@ LATENCIES = {
 ERROR_OUTCOMES = ("http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled")
 #: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
 MIN_QUEUE_GROWTH = 1.0
+#: an arrival of the window sent at most this long after the window's end still counts as achieved
+#: (ten times the default send-lag limit: edge jitter, not a generator that fell behind)
+SEND_GRACE_S = 0.25
 
 _STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency")
 
@@ -120,7 +124,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     arrivals = int(in_win.sum())
     sent = int((in_win & ~np.isnan(sent_at)).sum())
     ok_win = in_win & (outcome == "ok")
-    dispatched = in_win & ((sent_at < we) | capped)  # NaN sent_at compares False
+    dispatched = in_win & ((sent_at < we + SEND_GRACE_S) | capped)  # NaN sent_at compares False
     good = int((req["good"].to_numpy(dtype=bool) & dispatched).sum())
     counts = pd.Series(outcome[in_win]).value_counts()
     outcomes = {str(k): int(v) for k, v in counts.items()}
