@@ -4,14 +4,20 @@ Which requests each number uses (a step's requests are those with `step == label
 - arrivals: requests scheduled inside the window `[window_start, window_end)` (not-sent ones included)
 - unrecorded arrivals: plan.json's `planned_arrivals` (the whole open-loop step) minus the step's
   records; more than 0 means records were lost (a worker died): a warning, the rates are understated
-- offered rate: arrivals / window; achieved rate: arrivals the generator dispatched (sent, or held at
-  the client cap) / window. Closed-loop concurrency steps have no offered rate (NaN).
+- offered rate: arrivals / window; achieved rate: arrivals the generator dispatched inside the window
+  (sent before `window_end` + `SEND_GRACE_S`, or held at the client cap: the cap is the user's, its
+  wait is client wait) / window. An arrival of the window sent only after the window ended (a
+  generator that fell behind) is not achieved, however long it waited; the grace keeps an arrival due
+  in the window's last milliseconds, sent a few ms late, from counting as a shortfall. Closed-loop concurrency steps have no offered rate
+  (NaN). A `partial` step (the run was stopped inside it) has its `window_end` at the stop (plan.json),
+  so its rates use the time it ran.
 - completed: arrivals whose answer streamed to the end (`ok` or `quality_fail`); `ok`: outcome ok.
   Latency percentiles (TTFT, user TTFT, TPOT, ITL, E2E, user E2E, client wait, per-request server
   queue) use the completed arrivals; send lag uses every sent arrival with `capped == False`.
 - completion throughput: `ok` requests of the step that finished (end time) inside the window / window.
-- goodput: `ok` arrivals meeting every per-request threshold / window; SLO attainment: the same count /
-  all arrivals (rejected, timed-out, cancelled, failed and not-sent stay in the denominator).
+- goodput: dispatched (as for the achieved rate) `ok` arrivals meeting every per-request threshold /
+  window, so goodput <= achieved <= offered; SLO attainment: the same count / all arrivals (rejected,
+  timed-out, cancelled, failed and not-sent stay in the denominator).
 - in-flight: time-average over the window of requests sent and not finished (client view).
 - reject ratio: `rejected` / arrivals; error ratio: `http_error`, `timeout`, `disconnect`,
   `connect_error`, `oom`, `cancelled` / arrivals (quality failures and rejections are counted apart).
@@ -52,7 +58,7 @@ from analysis.telemetry_stats import (
 )
 from llmload.config import SLO
 
-__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "empty_metrics", "step_metrics"]
+__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
 
 #: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
 LATENCIES = {
@@ -63,6 +69,9 @@ LATENCIES = {
 ERROR_OUTCOMES = ("http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled")
 #: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
 MIN_QUEUE_GROWTH = 1.0
+#: an arrival of the window sent at most this long after the window's end still counts as achieved
+#: (ten times the default send-lag limit: edge jitter, not a generator that fell behind)
+SEND_GRACE_S = 0.25
 
 _STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency")
 
@@ -129,7 +138,8 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     arrivals = int(in_win.sum())
     sent = int((in_win & ~np.isnan(sent_at)).sum())
     ok_win = in_win & (outcome == "ok")
-    good = int(req["good"].to_numpy(dtype=bool).sum())
+    dispatched = in_win & ((sent_at < we + SEND_GRACE_S) | capped)  # NaN sent_at compares False
+    good = int((req["good"].to_numpy(dtype=bool) & dispatched).sum())
     counts = pd.Series(outcome[in_win]).value_counts()
     outcomes = {str(k): int(v) for k, v in counts.items()}
     finished_in_window = (outcome == "ok") & (end_at >= ws) & (end_at < we)
@@ -139,7 +149,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     row.update(
         arrivals=arrivals, sent=sent, completed=int(finished.sum()), ok=int(ok_win.sum()), outcomes=outcomes,
         offered_rate=math.nan if _closed_loop(step) else per_s(arrivals),
-        achieved_rate=per_s(int((in_win & (~np.isnan(sent_at) | capped)).sum())),
+        achieved_rate=per_s(int(dispatched.sum())),
         completion_throughput=per_s(int(finished_in_window.sum())),
         goodput=per_s(good), slo_attainment=good / arrivals if arrivals else math.nan,
         reject_ratio=outcomes.get("rejected", 0) / arrivals if arrivals else math.nan,

@@ -49,7 +49,7 @@ _EXTRA_STEP_KEYS = (
 )
 _SUSTAINED = ("ladder", "refine", "soak")
 _STANDARD_SLO = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
-                 "allow_oom", "queue_growth")
+                 "max_error_ratio", "allow_oom", "queue_growth")
 _EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
 
 

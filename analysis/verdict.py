@@ -7,12 +7,18 @@ Order of the rules:
    have no offered rate), `send_lag` (p99 over `client.max_send_lag_p99`), `worker_cpu` (a worker over
    `client.max_worker_cpu`). Fix the generator before reading anything else.
 3. `fail` on count dimensions, which need no tail estimate: `oom` (any, unless `allow_oom`),
-   `reject_ratio`, `error_ratio` (over their limits), `queue_growth` (a significant rising trend, when
-   `queue_growth: forbid`). These are judged even with few completions: an overloaded server that
-   rejects most requests fails, it is not merely "insufficient".
+   `reject_ratio`, `error_ratio` (over their limits; `max_error_ratio` has a default,
+   `llmload.config.DEFAULT_MAX_ERROR_RATIO`, so a step where most requests failed never passes for
+   want of a written limit), `queue_growth` (a significant rising trend, when `queue_growth: forbid`). These are judged
+   even with few completions: an overloaded server that rejects most requests fails, it is not merely
+   "insufficient". In a `partial` step (the run was stopped inside it) the requests cancelled by the
+   stop are not errors of the server: its error ratio leaves `cancelled` out.
 4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
 5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...).
-6. `pass`.
+6. `insufficient` when the SLO has percentile thresholds and none of them could be measured (no
+   latency sample carried them: nothing was judged), and for a `partial` step, which never passes:
+   a stopped step does not decide a passing rate.
+7. `pass`.
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
 a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
 A threshold whose value could not be measured (e.g. server queue without telemetry) is not judged and
@@ -72,11 +78,14 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     if invalid:
         return "invalid", invalid, {"excess": {}, "unmeasured": [], "undecided": []}
 
+    partial = step.get("status") == "partial"
     excess: dict[str, float] = {}
     if metrics["oom"] and metrics["oom"] > 0 and slo.allow_oom is False:
         excess["oom"] = math.inf
     for key, limit in (("reject_ratio", slo.max_reject_ratio), ("error_ratio", slo.max_error_ratio)):
         value = metrics[key]
+        if key == "error_ratio" and partial:
+            value = _error_ratio_without_cancelled(metrics)
         if limit is not None and not math.isnan(value) and value > limit:
             excess[key] = _excess(value, limit)
     if slo.queue_growth == "forbid" and metrics["queue_growth"]:
@@ -100,7 +109,20 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         return "fail", order, details
     if not enough:
         return "insufficient", [], details
+    if slo.thresholds and len(unmeasured) == len(slo.thresholds):
+        return "insufficient", [], details  # every latency target unmeasured: nothing was judged
+    if partial:
+        return "insufficient", [], details
     return "pass", [], details
+
+
+def _error_ratio_without_cancelled(metrics: dict) -> float:
+    """The error ratio less the `cancelled` requests (a stopped step's in-flight requests)."""
+    arrivals = metrics["arrivals"]
+    if not arrivals or arrivals != arrivals:
+        return math.nan
+    cancelled = (metrics.get("outcomes") or {}).get("cancelled", 0)
+    return metrics["error_ratio"] - cancelled / arrivals
 
 
 def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client | None = None,

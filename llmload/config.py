@@ -35,6 +35,7 @@ __all__ = [
     "API_KINDS",
     "Client",
     "Conditions",
+    "DEFAULT_MAX_ERROR_RATIO",
     "ConcurrencyShape",
     "Config",
     "Dist",
@@ -374,12 +375,19 @@ class Threshold(Model):
 _THRESHOLD_KEY = re.compile(r"^(" + "|".join(SLO_METRICS) + r")_p(\d{1,2}(?:\.\d+)?)$")
 
 
+#: the error-ratio limit when the SLO writes none (`max_error_ratio: null` turns the check off): a step
+#: where more than this share of the arrivals failed (http_error, timeout, disconnect, connect_error,
+#: oom, cancelled) never passes just because no limit was written
+DEFAULT_MAX_ERROR_RATIO = 0.05
+
+
 class SLO(Model):
-    """The product's targets, written before the run. A missing threshold is not checked."""
+    """The product's targets, written before the run. A missing threshold is not checked, except the
+    error ratio, which has a default (`DEFAULT_MAX_ERROR_RATIO`)."""
 
     thresholds: list[Threshold] = Field(default_factory=list)
     max_reject_ratio: float | None = Field(default=None, ge=0, le=1)
-    max_error_ratio: float | None = Field(default=None, ge=0, le=1)
+    max_error_ratio: float | None = Field(default=DEFAULT_MAX_ERROR_RATIO, ge=0, le=1)
     allow_oom: bool | None = None
     queue_growth: Literal["forbid", "allow"] | None = None
     min_samples: int = Field(default=200, ge=1, le=MAX_COUNT)

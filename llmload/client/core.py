@@ -15,17 +15,20 @@ Timestamps (METRICS.md), all from `llmload.clock.now()`:
   target) would be parsed correctly but only as its bytes reach a newline or the end;
 - `closed_at` at `[DONE]` / Ollama's `done` object / the error / the end of the body.
 
-Outcomes: `ok` (final event seen, or a finish_reason then a cleanly ended body, for servers that omit
-`[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
+Outcomes: `ok` (at least one output-bearing event, then the final event, or a finish_reason then a
+cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
 `llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the socket's network timeout),
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
 `connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it). A malformed
-chunk is an `http_error` ("malformed stream chunk"). Error texts are one line, at most 300 characters,
+chunk (not JSON, or not UTF-8) is an `http_error` ("malformed stream chunk"); so is a 200 stream that
+reached its end with no output-bearing event ("stream ended with no output": `data: [DONE]` alone,
+`choices: []` only, an Ollama `done` object without text), whatever counts it reported. Error texts are one line, at most 300 characters,
 with the API key removed.
 
 Counts: `input_tokens` / `output_tokens` from usage, Ollama's counts or llama.cpp `timings`; when the
 server gives none, the planned input and `count_tokens` of the received text, with
-`tokens_estimated=True`. `token_counts` is filled only when every output event carried a count
+`tokens_estimated=True`; a 200 stream without any output event has `output_tokens` 0 (no tokens are
+counted without output). `token_counts` is filled only when every output event carried a count
 (vLLM `continuous_usage_stats`). Ollama durations fill `server_*_s`; `server_queue_s = total - load -
 prompt - decode`; `cold` is true when the load took over `COLD_LOAD_S`.
 
@@ -250,7 +253,12 @@ def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: 
     if stream.error is not None:
         _fail(record, classify_error_text(stream.error), f"error in stream: {stream.error}", transport)
     elif stream.final or (stream.finish_reason is not None and clean_end):
-        record.outcome = "ok"
+        if stream.times:
+            record.outcome = "ok"
+        else:  # an answer that said nothing is not a success, whatever its counts claim
+            claimed = f" (it reported {stream.output_tokens} output tokens)" if stream.output_tokens else ""
+            _fail(record, "http_error", f"stream ended with no output: no output-bearing event before its "
+                  f"final event{claimed}", transport)
     else:
         _fail(record, "disconnect", "stream ended before its final event", transport)
 
@@ -268,7 +276,9 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
         record.input_tokens = stream.input_tokens
     elif got_200 and request.planned_input_tokens is not None:
         record.input_tokens, estimated = request.planned_input_tokens, True
-    if stream.output_tokens is not None:
+    if got_200 and not stream.times:
+        record.output_tokens = 0  # nothing was received: a server's count without output is not counted
+    elif stream.output_tokens is not None:
         record.output_tokens = stream.output_tokens
     elif got_200:
         record.output_tokens = count_tokens("".join(stream.reasoning) + " " + "".join(stream.texts))

@@ -12,7 +12,9 @@ which the standard would ignore. We keep it as an event named `error` with the v
 failure inside a 200 stream is seen.
 
 UTF-8 is decoded per complete line (a line terminator byte never occurs inside a multi-byte character),
-so a character split across chunks is never broken. sseclient-py's parser serves as the test oracle; it
+so a character split across chunks is never broken. A line that is not valid UTF-8 is decoded with
+replacement characters, as the standard says, and kept in `invalid` (the first such line, raw): a
+client that needs exact payloads (the streaming core) treats it as a malformed stream. sseclient-py's parser serves as the test oracle; it
 pulls from an iterator, where the streaming core needs a push decoder fed by `readline()`.
 """
 
@@ -36,7 +38,7 @@ class SSEEvent:
 class SSEDecoder:
     """Push decoder: feed bytes as they arrive, get the events they complete."""
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_started", "_pending")
+    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_started", "_pending", "invalid")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -47,6 +49,8 @@ class SSEDecoder:
         self._retry: int | None = None
         self._started = False
         self._pending = False
+        #: the first line that was not valid UTF-8 (raw bytes), else None
+        self.invalid: bytes | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by `chunk` (possibly none)."""
@@ -97,7 +101,12 @@ class SSEDecoder:
         if not raw:
             self._dispatch(events)
             return
-        line = raw.decode("utf-8", "replace")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", "replace")
+            if self.invalid is None:
+                self.invalid = raw
         if not self._started:
             self._started = True
             if line.startswith("\ufeff"):

@@ -1,7 +1,8 @@
 """Framing plus interpretation for one API: bytes of a response body in, `StreamChunk`s out.
 
 OpenAI-style APIs frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
-are payloads; other event names are ignored. Ollama's native APIs frame with NDJSON. The streaming
+are payloads; other event names are ignored; a line that is not valid UTF-8 is a malformed chunk (an
+error), as it is in NDJSON. Ollama's native APIs frame with NDJSON. The streaming
 core feeds each `readline()` result to `feed` and calls `flush` when the body ends.
 """
 
@@ -37,7 +38,10 @@ class StreamDecoder:
     def feed(self, chunk: bytes) -> list[StreamChunk]:
         if self._ndjson is not None:
             return [self._ollama.parse(line) for line in self._ndjson.feed(chunk)]
-        events = self._sse.feed(chunk)
+        sse = self._sse
+        events = sse.feed(chunk)
+        if sse.invalid is not None:
+            return [_not_utf8(sse.invalid)]
         return self._events(events) if events else []
 
     def flush(self) -> list[StreamChunk]:
@@ -58,3 +62,9 @@ class StreamDecoder:
                 out.append(StreamChunk(error=error_message(obj.get("error", obj) if isinstance(obj, dict)
                                                            else obj)))
         return out
+
+
+def _not_utf8(raw: bytes) -> StreamChunk:
+    """A line that is not UTF-8 is a malformed chunk (as the same bytes are in Ollama's NDJSON, where the
+    JSON decoder refuses them), not text with replacement characters."""
+    return StreamChunk(error=f"malformed stream chunk: not valid UTF-8: {raw[:120]!r}")

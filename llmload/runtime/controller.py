@@ -114,6 +114,8 @@ class StepController:
         self.table_rows: list[dict] = []
         self.done = Event()
         self.stopped = False
+        #: when the run was stopped from outside: a partial step's window ends here
+        self.stopped_at: float | None = None
         self.greenlet: gevent.Greenlet | None = None
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
@@ -184,7 +186,7 @@ class StepController:
             self.out(format_header())
             next_start: float | None = None
             for spec, row in zip(self.specs, rows, strict=True):
-                if self.stopped:
+                if self.stopping:
                     break
                 if not spec.drain and spec.arrivals_s is not None:
                     next_start = self._run_undrained(spec, row, next_start)
@@ -192,7 +194,7 @@ class StepController:
                     self.run_step(spec, row, start_at=next_start)
                     next_start = None
             gevent.joinall(self._tails)
-            if not self.stopped:
+            if not self.stopping:
                 self._refine()
         except gevent.GreenletExit:
             gevent.killall([g for g in self._tails if not g.dead], block=True, timeout=5)
@@ -273,14 +275,43 @@ class StepController:
             except Exception:
                 log.exception("telemetry sample at the end of %s failed", spec.label)
         window_end = bounds.window_end if bounds.window_end is not None else drained_at
+        if self.stopping:
+            window_end = self._cut_window(row, window_end)
         lost = [name for cid, name in workers if name not in self.drained[spec.label]]
         self.plan.update(row, drained_at=drained_at, window_end=window_end,
-                         status="partial" if self.stopped else "run", cancelled=cancelled,
+                         status="partial" if self.stopping else "run", cancelled=cancelled,
                          lost_workers=lost)
-        if lost and not self.stopped and not spec.closed_loop:
+        if lost and not self.stopping and not spec.closed_loop:
             shards = {name: shard for shard, (_, name) in enumerate(workers)}
-            self._lost.append((spec, row, {name: shards[name] for name in lost}, len(workers), start_at))
+            lost_shards = {name: shards[name] for name in lost}
+            self._lost.append((spec, row, lost_shards, len(workers), start_at))
+            # judge live on what the final analysis will see: the lost workers' flushed records and a
+            # `cancelled` ("worker lost") record for each of their arrivals that left none
+            self.rows[spec.label].extend(self._lost_rows(spec, lost_shards, len(workers), start_at))
         return self._judge(spec, row, lost, threaded=threaded)
+
+    def _lost_rows(self, spec: StepSpec, lost: dict[str, int], shards: int, start_at: float) -> list[dict]:
+        """Rows of lost workers that the master was never shipped, as `_record_lost_arrivals` and the
+        merge will write them: their record files' rows of this step, then their unrecorded arrivals."""
+        from llmload.records import read_record_files
+        from llmload.runtime.planning import plan_jobs
+
+        known = {r.get("request_id") for r in self.rows[spec.label]}
+        extra: list[dict] = []
+        for name in lost:
+            path = self.run_dir / "records" / f"worker-{name}.jsonl"
+            for r in read_record_files([path]) if path.exists() else []:
+                if r.get("step") == spec.label and r.get("request_id") not in known:
+                    known.add(r.get("request_id"))
+                    extra.append(r)
+        for name, shard in lost.items():
+            jobs, _ = plan_jobs(spec, start_at=start_at, shard=shard, shards=shards)
+            for job in jobs:
+                if job.arrival.request_id not in known:
+                    record = job.record(name)
+                    record.outcome, record.error = "cancelled", "worker lost"
+                    extra.append(record.as_dict())
+        return extra
 
     def _wait_drained(self, spec: StepSpec, row: dict, workers: list, start_at: float, *,
                       progress: bool = True) -> bool:
@@ -446,7 +477,7 @@ class StepController:
 
         search = boundary_search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
                                                for r in self.results if r["target_rate"] is not None])
-        while not self.stopped and (rate := search.next_rate()) is not None:
+        while not self.stopping and (rate := search.next_rate()) is not None:
             spec = refine_step(shape.ladder, rate, index=len(self.plan.steps), seed=self.seed,
                                taken=[s["label"] for s in self.plan.steps])
             row = self.plan.add(spec.to_dict() | _plan_fields(spec))
@@ -458,12 +489,35 @@ class StepController:
         self.out(f"  boundary search: highest passing rate {answer.rate} req/s "
                  f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (`mark_stopping`) or done (`stop`)."""
+        return self.stopped or self.stopped_at is not None
+
+    def mark_stopping(self) -> None:
+        """A stop is coming (a signal arrived): note its time now, so that workers dying of the same
+        signal before `stop()` runs end the step as `partial` at this time, not as lost workers."""
+        if self.stopped_at is None:
+            self.stopped_at = now()
+
     def stop(self) -> None:
-        """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`."""
+        """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`.
+        A partial step's measurement window ends at the stop (its planned end is kept as
+        `planned_window_end`), so its rates divide by the time it ran, whichever process judges it."""
+        self.mark_stopping()
         self.stopped = True
         for row in self.plan.steps:  # the current step, and undrained steps still finishing
             if row.get("status") == "running":
-                self.plan.update(row, status="partial")
+                self.plan.update(row, status="partial", window_end=self._cut_window(row, row.get("window_end")))
+
+    def _cut_window(self, row: dict, window_end: float | None) -> float | None:
+        """`window_end` cut at the stop (never before the window's start)."""
+        if self.stopped_at is None:
+            return window_end
+        row.setdefault("planned_window_end", window_end)
+        end = self.stopped_at if window_end is None else min(window_end, self.stopped_at)
+        start = row.get("window_start")
+        return max(end, start) if start is not None else end
 
 
 class _JsonLines(RecordWriter):

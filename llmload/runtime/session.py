@@ -296,6 +296,8 @@ class Session:
 
     def _on_sigterm(self) -> None:
         print("llmload: SIGTERM: stopping the run (in-flight requests are recorded as cancelled)", flush=True)
+        if self.controller is not None:  # first: workers that die of the same signal are a stop, not a loss
+            self.controller.mark_stopping()
         gevent.spawn(self.env.runner.stop)  # fires test_stop -> _on_test_stop finalises; then Locust quits
 
     def _on_quitting(self, **kw: Any) -> None:

@@ -244,3 +244,19 @@ def test_a_coarse_histogram_p95_is_given_only_as_its_bucket() -> None:
     assert step["split"]["basis"]["server_queue"] == "histogram"
     sheet = result.worksheet.iloc[0]
     assert pd.isna(sheet["observed.server_queue_p95_s"]) and sheet["observed.server_queue_p95_high_s"] == 0.3
+
+
+def test_achieved_rate_and_goodput_count_only_sends_inside_the_window() -> None:
+    """Issue 20: ten arrivals one a second in [0, 10); the generator fell behind and sent three of them
+    only at 10.5 s, after the window ended (ok and fast once sent). Offered 1/s; achieved and goodput
+    count the others: sent in the window, held at the client cap (dispatched on time), or due in the
+    window's last moment and sent a few ms after its end (edge jitter, within `SEND_GRACE_S`)."""
+    rows = [request(f"on{i}", "s", float(i)) for i in range(5)]
+    rows += [request(f"late{i}", "s", 5.0 + i, wait=5.5 - i) for i in range(3)]  # sent at 10.5
+    rows += [request("capped", "s", 8.0, wait=2.5, capped=True)]                  # held at the cap
+    rows += [request("edge", "s", 9.99, wait=0.02)]                              # sent at 10.01
+    row = _step_row(rows, start=0.0, length=10.0)
+    assert row["offered_rate"] == pytest.approx(1.0)
+    assert row["achieved_rate"] == pytest.approx(0.7)
+    assert row["goodput"] == pytest.approx(0.7) and row["slo_attainment"] == pytest.approx(0.7)
+    assert row["ok"] == 10  # the late ones are still ok requests with their own latencies

@@ -142,3 +142,41 @@ def test_histogram_queue_percentile_judged_only_when_the_bucket_decides() -> Non
     row = analyze(run_of(rows, steps, telemetry=_queue_histogram(0, 10)), slo).steps.iloc[0]
     assert row["verdict"] == "fail" and list(row["failing"]) == ["server_queue_p95"]
     assert row["server_queue_p95_resolution_s"] == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------- no false passes (issue 19)
+
+def test_a_step_whose_latency_targets_are_all_unmeasured_does_not_pass() -> None:
+    """ok records without any output time (as empty 200 streams once were) carry no TTFT or E2E:
+    nothing was judged, so the step is insufficient, never pass."""
+    slo = SLO.model_validate({"ttft_p95": "1s", "e2e_p95": "5s", "min_samples": 5})
+    rows = [request(f"r{i}", "s", float(i), ttft=None, e2e=None) for i in range(10)]
+    row = analyze(run_of(rows, [plan_step("s", 0)]), slo).steps.iloc[0]
+    assert row["completed"] == 10 and list(row["unmeasured"]) == ["ttft_p95", "e2e_p95"]
+    assert row["verdict"] == "insufficient"
+
+
+def test_most_requests_failing_fails_the_step_without_a_written_error_limit() -> None:
+    """The sim exiting 12 s into a 15 s step: 52 ok, 100 connect errors. No `max_error_ratio` written:
+    the default limit fails it; an explicit `null` turns the check off."""
+    rows = [request(f"ok{i}", "s", i * 0.07) for i in range(52)]
+    rows += [request(f"ce{i}", "s", 3.64 + i * 0.06, ttft=None, e2e=None, outcome="connect_error")
+             for i in range(100)]
+    steps = [plan_step("s", 0, rate=10.0, length=10.0)]
+    row = analyze(run_of(rows, steps), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5})).steps.iloc[0]
+    assert row["verdict"] == "fail" and list(row["failing"]) == ["error_ratio"]
+    off = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5, "max_error_ratio": None})
+    assert analyze(run_of(rows, steps), off).steps.iloc[0]["verdict"] == "pass"
+
+
+def test_a_partial_step_never_passes_and_its_stop_cancellations_are_not_errors() -> None:
+    slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5})
+    rows = _steady(50, length=10.0) + [request(f"c{i}", "s", 9.5 + i * 0.1, ttft=None, e2e=None,
+                                               outcome="cancelled") for i in range(5)]
+    partial = analyze(run_of(rows, [plan_step("s", 0, status="partial", length=10.0)]), slo).steps.iloc[0]
+    assert partial["error_ratio"] == pytest.approx(5 / 55)  # over the default limit, but all cancellations
+    assert partial["verdict"] == "insufficient" and list(partial["failing"]) == []
+    full = analyze(run_of(rows, [plan_step("s", 0, length=10.0)]), slo).steps.iloc[0]
+    assert full["verdict"] == "fail" and list(full["failing"]) == ["error_ratio"]
+    assert ladder_result(analyze(run_of(_steady(50, length=10.0), [plan_step("s", 0, status="partial", length=10.0)]),
+                                 slo).steps)["last_passing_rate"] is None

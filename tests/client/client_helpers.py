@@ -1,8 +1,10 @@
-"""Shared helpers for the client tests: targets for a sim, and sending a batch under gevent."""
+"""Shared helpers for the client tests: targets for a sim, sending a batch under gevent, and a small
+real HTTP server that streams exactly the bytes a test gives it."""
 
 from __future__ import annotations
 
 import gevent.pool
+import gevent.server
 
 from llmload.client import RequestMix, Transport, send
 from llmload.clock import now
@@ -38,3 +40,32 @@ def send_batch(target: Target, requests: Requests, n: int, *, concurrency: int =
         if transport is None:
             tr.close()
     return records
+
+
+def serve(events: list[bytes], *, clean_end: bool, sep: bytes = b"\r\n\r\n",
+          content_type: bytes = b"text/event-stream", delay_s: float = 0.01):
+    """A chunked 200 server that writes `events` (each followed by `sep`, one HTTP chunk each) then ends
+    the body or drops the connection. `events` may be replaced between requests (`server.events`)."""
+    def handle(sock, _addr):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % content_type)
+        for event in server.events:
+            payload = event + sep
+            if payload:  # an empty chunk would end the body
+                sock.sendall(b"%x\r\n%s\r\n" % (len(payload), payload))
+            gevent.sleep(delay_s)
+        if clean_end:
+            sock.sendall(b"0\r\n\r\n")
+        sock.close()
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
+    server.events = events
+    server.start()
+    return server

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-import gevent.server
 import pytest
-from client_helpers import fixed_requests, send_batch, sim_target
+from client_helpers import fixed_requests, send_batch, serve, sim_target
 
 from llmload.tokens import count_tokens
 
@@ -16,31 +15,6 @@ WORDS = ["Hello", " wide", " world", "!"]
 
 def chunk(delta: dict, finish: str | None = None) -> bytes:
     return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).encode()
-
-
-def serve(events: list[bytes], *, clean_end: bool):
-    """A chunked SSE server that writes `events` (each followed by CRLF CRLF) then ends or drops."""
-    def handle(sock, _addr):
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length")))
-        while len(body) < length:
-            body += sock.recv(65536)
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for event in events:
-            payload = event + b"\r\n\r\n"
-            sock.sendall(b"%x\r\n%s\r\n" % (len(payload), payload))
-            gevent.sleep(0.01)
-        if clean_end:
-            sock.sendall(b"0\r\n\r\n")
-        sock.close()
-
-    server = gevent.server.StreamServer(("127.0.0.1", 0), handle)
-    server.start()
-    return server
 
 
 @pytest.mark.parametrize(("tail", "clean_end", "outcome"), [
