@@ -36,6 +36,9 @@ def analyse_run(run_dir: Path, config: Config) -> int:
     run = analysis.load_run(run_dir)
     result = analysis.analyze(run, config.slo, config.client)
     analysis.write_outputs(result, run_dir)
+    for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
+        for reason in step.get("invalid_reasons") or []:
+            print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
     try:
         from llmload.report import write_report
 
