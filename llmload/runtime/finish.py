@@ -29,8 +29,9 @@ def merge_run_records(run_dir: Path) -> int:
     return len(merge_records(files, Path(run_dir) / "records.parquet"))
 
 
-def analyse_run(run_dir: Path, config: Config) -> int:
-    """Analysis, summary.json, worksheet.csv and report.html; returns the verdict's exit code."""
+def analyse_run(run_dir: Path, config: Config, *, report: bool = True) -> int:
+    """Analysis, summary.json, worksheet.csv and (unless `report=False`) report.html; returns the
+    verdict's exit code."""
     import analysis
 
     run = analysis.load_run(run_dir)
@@ -39,6 +40,8 @@ def analyse_run(run_dir: Path, config: Config) -> int:
     for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
         for reason in step.get("invalid_reasons") or []:
             print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
+    if not report:
+        return int(analysis.exit_code(result.summary))
     try:
         from llmload.report import write_report
 
@@ -49,7 +52,7 @@ def analyse_run(run_dir: Path, config: Config) -> int:
     return int(analysis.exit_code(result.summary))
 
 
-def finalize_run(run_dir: Path, config: Config) -> int:
+def finalize_run(run_dir: Path, config: Config, *, report: bool = True) -> int:
     """Everything after the last step; returns 0 pass, 1 fail, 3 invalid."""
     run_dir = Path(run_dir)
     merge_run_records(run_dir)
@@ -60,4 +63,4 @@ def finalize_run(run_dir: Path, config: Config) -> int:
     except Exception as exc:
         log.exception("telemetry could not be finalised")
         print(f"llmload: warning: telemetry.parquet not written: {exc}")
-    return analyse_run(run_dir, config)
+    return analyse_run(run_dir, config, report=report)
