@@ -5,14 +5,19 @@ number the SLO judges? Each check gives the measured value, its limit, the confi
 limit and what to do; any failed check makes the step `invalid`.
 
 - `send_lag`: p99 of `sent_at - scheduled_at` over uncapped arrivals. Its limit is
-  `client.max_send_lag_p99` when set; else the smaller of
-  `client.send_lag_share_of_interarrival` (0.5) x the step's mean inter-arrival time `1 / offered rate`
-  (a lag well under the gap between arrivals keeps their order and spacing: the server sees the
-  planned load) and `client.send_lag_share_of_target` (0.1) x the tightest judged latency threshold
-  among `LAG_SENSITIVE` (a generator that late is also that late stamping tokens, so a judged latency
-  could be off by that much). 30 ms is irrelevant at 4 req/s with a 1 s TTFT target (limit
-  min(125 ms, 100 ms)), fatal at 400 req/s with a 50 ms ITL target (limit min(1.25 ms, 5 ms)).
-  A step with neither (closed loop, no latency threshold) has no send-lag limit.
+  `client.max_send_lag_p99` when set; else the smallest of
+  - the load term: `client.send_lag_share_of_interarrival` (1.0) x the step's mean inter-arrival time
+    `1 / offered rate`. A loop stalled for L sends the arrivals due meanwhile together; under one mean
+    gap that bunches at most about one other arrival with a late one, within a Poisson process's own
+    clumping, so the server sees the planned load;
+  - per judged latency threshold among `LAG_SENSITIVE`, the number term: the larger of
+    `client.send_lag_share_of_target` (0.1) x the threshold and the measured value's distance from it.
+    A loop that late also stamps tokens up to that late, so the judged number could be off by the lag:
+    harmless while that is a small share of the target, or while the number is further from its
+    threshold than the lag (its verdict cannot flip).
+  30 ms is irrelevant at 4 req/s with a 1 s TTFT target (limit min(250 ms, 100 ms or more)), fatal at
+  400 req/s with a 50 ms ITL target (limit min(2.5 ms, ...)). A step with neither term (closed loop,
+  no latency threshold) has no send-lag limit.
 - `rate_shortfall`: achieved rate under `(1 - client.max_rate_shortfall)` x offered (open loop only).
 - `worker_cpu`: the busiest worker process's CPU while it was sending the step's arrivals (the
   `worker_cpu` telemetry of the step) over `client.max_worker_cpu`.
@@ -39,8 +44,10 @@ def _nan(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def send_lag_limit(offered_rate: float, slo: SLO, client: Client) -> tuple[float | None, str, str]:
-    """(limit in seconds or None, the config key that sets it, how it was derived) for one step."""
+def send_lag_limit(offered_rate: float, slo: SLO, client: Client, metrics: dict | None = None
+                   ) -> tuple[float | None, str, str]:
+    """(limit in seconds or None, the config key that sets it, how it was derived) for one step;
+    `metrics` (the step's row) gives the measured latencies whose distance from a threshold counts."""
     if client.max_send_lag_p99 is not None:
         return client.max_send_lag_p99, "client.max_send_lag_p99", "set in the config"
     terms: list[tuple[float, str, str]] = []
@@ -48,12 +55,17 @@ def send_lag_limit(offered_rate: float, slo: SLO, client: Client) -> tuple[float
         share = client.send_lag_share_of_interarrival
         terms.append((share / offered_rate, "client.send_lag_share_of_interarrival",
                       f"{share:g} x {1000 / offered_rate:.3g} ms between arrivals at {offered_rate:.3g} req/s"))
-    judged = [t for t in slo.thresholds if t.metric in LAG_SENSITIVE]
-    if judged:
-        tight = min(judged, key=lambda t: t.value_s)
-        share = client.send_lag_share_of_target
-        terms.append((share * tight.value_s, "client.send_lag_share_of_target",
-                      f"{share:g} x the {tight.key} target {tight.value_s * 1000:.4g} ms"))
+    share = client.send_lag_share_of_target
+    for t in slo.thresholds:
+        if t.metric not in LAG_SENSITIVE:
+            continue
+        value = (metrics or {}).get(f"{t.key}_s")
+        basis = f"{share:g} x the {t.key} target {t.value_s * 1000:.4g} ms"
+        allowed = share * t.value_s
+        if not _nan(value) and abs(value - t.value_s) > allowed:
+            allowed = abs(value - t.value_s)
+            basis = f"the {t.key} measured {value * 1000:.4g} ms is that far from its {t.value_s * 1000:.4g} ms target"
+        terms.append((allowed, "client.send_lag_share_of_target", basis))
     if not terms:
         return None, "client.max_send_lag_p99", "no offered rate and no latency target: not limited"
     return min(terms, key=lambda term: term[0])
@@ -96,7 +108,7 @@ def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
              f"achieved {achieved:.3g} req/s of {offered:.3g} offered, under the {floor:.3g} req/s floor "
              f"(client.max_rate_shortfall {client.max_rate_shortfall:g})", advice)
     lag = metrics["send_lag_p99_s"]
-    limit, key, basis = send_lag_limit(offered, slo, client)
+    limit, key, basis = send_lag_limit(offered, slo, client, metrics)
     if limit is not None and not _nan(lag) and lag > limit:
         fail("send_lag", lag, limit, key,
              f"send lag p99 {lag * 1000:.3g} ms over its limit {limit * 1000:.3g} ms ({key}: {basis})", advice)

@@ -10,7 +10,7 @@ Per step it reports achieved vs offered rate, send lag p99, TTFT measurement err
 `first_token_at` minus the sim's ground-truth `first_token_at`, joined on `request_id`), token
 timestamp error p99 (every token, same join), mean in-flight streams and the busiest worker's CPU.
 A step **holds** when it is valid by the same rule as a run's steps (`analysis.validity` with the
-default `client` limits and no latency target: send lag p99 under half the gap between arrivals, no
+default `client` limits and no latency target: send lag p99 under the mean gap between arrivals, no
 rate shortfall, worker CPU under its limit) and no request failed. The TTFT error is reported beside
 it (it is what a latency target must leave room for), not a condition. The **envelope** per worker
 process is the highest rate (and the most mean in-flight streams) of the steps that hold, counting only
@@ -344,7 +344,7 @@ def _judge(step: CalibrationStep, processes: int) -> None:
 
 
 #: how a step is judged, in words (printed and saved with the envelope)
-RULE = ("valid by the step rule: send lag p99 under half the gap between arrivals, achieved rate within 2%, "
+RULE = ("valid by the step rule: send lag p99 under the mean gap between arrivals, achieved rate within 2%, "
         "worker CPU under 90%, no failed request")
 
 

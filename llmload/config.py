@@ -181,13 +181,14 @@ class Client(Model):
     """The load generator: its concurrency cap and the limits it must hold to be trusted.
 
     A step's send-lag limit is `max_send_lag_p99` when set, else the smaller of
-    `send_lag_share_of_interarrival` x the step's mean inter-arrival time (1 / offered rate) and
-    `send_lag_share_of_target` x the tightest judged latency threshold (`analysis.validity`).
+    `send_lag_share_of_interarrival` x the step's mean inter-arrival time (1 / offered rate) and, per
+    judged latency threshold, `send_lag_share_of_target` x the threshold or the measured value's distance
+    from it, whichever is larger (`analysis.validity`).
     """
 
     max_concurrency: int | None = Field(default=256, ge=1)
     max_send_lag_p99: Annotated[float | None, BeforeValidator(_optional_duration)] = None
-    send_lag_share_of_interarrival: float = Field(default=0.5, gt=0)
+    send_lag_share_of_interarrival: float = Field(default=1.0, gt=0)
     send_lag_share_of_target: float = Field(default=0.1, gt=0)
     max_rate_shortfall: float = Field(default=0.02, ge=0, le=1)
     max_worker_cpu: float = Field(default=0.9, gt=0, le=1)
