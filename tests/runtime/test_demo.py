@@ -26,11 +26,19 @@ def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
         assert (tmp_path / name / "report.html").exists()
         assert str((tmp_path / name / "report.html").resolve()) in out
     ladder = json.loads((tmp_path / "ladder" / "summary.json").read_text())
-    verdicts = [s["verdict"] for s in ladder["steps"]]
-    assert verdicts[0] != "fail" and verdicts[-1] == "fail"
+    # a busy machine may stretch the generator on some steps: those are invalid, and the demo says so
+    judged = [s["verdict"] for s in ladder["steps"] if s["verdict"] != "invalid"]
+    assert judged[0] != "fail" and judged[-1] == "fail", [(s["label"], s["verdict"]) for s in ladder["steps"]]
+    assert "llmload demo: knee: last passing rate" in out
+    for name in ("ladder", "burst"):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        for step in summary["steps"]:
+            if step["verdict"] == "invalid":
+                assert f"({name} step {step['label']}, judged invalid" in out, out[-3000:]
     burst = json.loads((tmp_path / "burst" / "summary.json").read_text())
     by_label = {s["label"]: s for s in burst["steps"]}
-    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"]
+    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"], by_label
+    assert "llmload demo: bursts: TTFT p95" in out
     # the sim was stopped: nothing answers on its port any more
     url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", (tmp_path / "sim.log").read_text()).group(1)
     with pytest.raises(OSError):
