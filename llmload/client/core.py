@@ -50,7 +50,13 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import Transport, socket_ready_at, socket_stage, socket_was_reused
+from llmload.client.transport import (
+    Transport,
+    socket_pool_wait_s,
+    socket_ready_at,
+    socket_stage,
+    socket_was_reused,
+)
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
@@ -179,7 +185,8 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _drain(resp)
     except BaseException as exc:  # every failure, one classifier (llmload.client.outcomes)
         failure = classify_exception(exc, SendContext(
-            answered=got_200, stage=socket_stage(), own_timer=timer, elapsed_s=now() - started,
+            answered=got_200, stage=socket_stage(), pool_wait_s=socket_pool_wait_s(), own_timer=timer,
+            elapsed_s=now() - started,
             total_timeout_s=transport.total_timeout_s, idle_timeout_s=transport.idle_timeout_s))
         if failure.outcome == "disconnect":
             record.closed_at = now()

@@ -12,7 +12,8 @@ handshake failed), `timeout` (the idle network timeout, or the request's own tot
 `disconnect` (the connection broke or the server's bytes ended or broke the HTTP framing), `cancelled`
 (somebody else's timeout or a kill: re-raised) and `client_error`: a failure of the load generator
 itself, never the server's (a bug in our code, this machine out of sockets, ports or memory, our own
-connection pool exhausted, our own total timeout firing more than `LATE_TIMEOUT_S` late because the
+connection pool exhausted (it held the request for half its total timeout or more), our own total
+timeout firing more than `LATE_TIMEOUT_S` late because the
 generator's loop was blocked). `client_error` makes the step invalid and is left out of the server's
 counts (METRICS.md).
 Messages are trimmed to `MAX_ERROR_CHARS` so a record stays small.
@@ -99,6 +100,8 @@ class SendContext:
     #: the transport's stage (`llmload.client.transport.socket_stage`): "pool" (waiting for a pooled
     #: connection), "connect", "ready" (a socket was handed out), or None
     stage: str | None = None
+    #: how long the request waited for a free connection of our own pool (`socket_pool_wait_s`)
+    pool_wait_s: float = 0.0
     #: the request's own total-timeout `gevent.Timeout` (any other one is somebody else's: cancelled)
     own_timer: object = None
     elapsed_s: float = 0.0
@@ -136,9 +139,9 @@ def classify_exception(exc: BaseException, ctx: SendContext = SendContext()) -> 
     if isinstance(exc, gevent.Timeout):
         if exc is not ctx.own_timer:
             return Failure("cancelled", "cancelled: an outer timeout stopped the request in flight", True)
-        if ctx.stage == "pool":
+        if ctx.stage == "pool" or ctx.pool_wait_s >= ctx.total_timeout_s / 2:
             return Failure("client_error", f"llmload's own connection pool had no free connection for "
-                           f"{ctx.total_timeout_s:g}s (client.max_concurrency too low for this load?)")
+                           f"{ctx.pool_wait_s:.3g}s of the {ctx.total_timeout_s:g}s timeout")
         late = ctx.elapsed_s - ctx.total_timeout_s
         if late > LATE_TIMEOUT_S:
             return Failure("client_error", f"llmload's total timeout ({ctx.total_timeout_s:g}s) fired "

@@ -95,7 +95,31 @@ def test_timeouts_own_late_pooled_and_somebody_elses():
     assert late.outcome == "client_error" and "late" in late.message
     pooled = classify_exception(own, SendContext(own_timer=own, total_timeout_s=5.0, elapsed_s=5.0, stage="pool"))
     assert pooled.outcome == "client_error" and "pool" in pooled.message
+    # it got a connection late, after waiting most of its time in our pool: still ours
+    held = classify_exception(own, SendContext(own_timer=own, total_timeout_s=5.0, elapsed_s=5.0, stage="ready",
+                                               pool_wait_s=4.0))
+    assert held.outcome == "client_error" and "4s of the 5s" in held.message
     other = classify_exception(gevent.Timeout(1.0), SendContext(own_timer=own))
     assert (other.outcome, other.reraise) == ("cancelled", True)
     killed = classify_exception(gevent.GreenletExit(), SendContext(own_timer=own))
     assert (killed.outcome, killed.reraise) == ("cancelled", True)
+
+
+@pytest.mark.slow
+def test_our_own_exhausted_pool_is_client_error_not_a_server_timeout(vllm_sim):
+    from client_helpers import fixed_requests, send_batch, sim_target
+
+    from llmload.client import Transport
+
+    # one pooled connection and a 0.5 s total timeout: the first request holds the connection with a
+    # ~1.2 s stream and times out on the server's time; the second never got a connection from our
+    # pool, so its timeout is ours
+    target = sim_target(vllm_sim.url, "openai-chat", "vllm", timeout="500ms")
+    transport = Transport.from_target(target, concurrency=1)
+    try:
+        first, second = send_batch(target, fixed_requests(output_tokens=48), 2, concurrency=2,
+                                   transport=transport)
+    finally:
+        transport.close()
+    assert first.outcome == "timeout", first.error
+    assert second.outcome == "client_error" and "pool" in second.error, second.error
