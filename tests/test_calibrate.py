@@ -111,7 +111,9 @@ def test_quick_calibration_against_the_builtin_sim_writes_an_envelope(tmp_path):
     assert envelope is not None
     assert envelope["quick"] is True and envelope["ttft_error_known"] is True
     assert envelope["rule"] == RULE
-    assert [s["label"] for s in envelope["steps"]] == ["r10.00", "r50.00"]
+    labels = [s["label"] for s in envelope["steps"]]
+    # the ramp stops at the first step that does not hold (the steps above it cannot count)
+    assert labels == ["r10.00", "r50.00"] or (labels == ["r10.00"] and not envelope["steps"][0]["holds"]), labels
     for step in envelope["steps"]:
         assert step["requests"] > 0 and step["failed"] == 0
         assert step["send_lag_p99_s"] is not None and step["ttft_error_p99_s"] is not None
