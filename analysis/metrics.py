@@ -17,10 +17,12 @@ Which requests each number uses (a step's requests are those with `step == label
 - completion throughput: `ok` requests of the step that finished (end time) inside the window / window.
 - goodput: dispatched (as for the achieved rate) `ok` arrivals meeting every per-request threshold /
   window, so goodput <= achieved <= offered; SLO attainment: the same count / all arrivals (rejected,
-  timed-out, cancelled, failed and not-sent stay in the denominator).
+  timed-out, cancelled, failed and not-sent stay in the denominator) except `client_error` ones: a
+  failure inside the generator is not the server's (it makes the step invalid).
 - in-flight: time-average over the window of requests sent and not finished (client view).
 - reject ratio: `rejected` / arrivals; error ratio: `http_error`, `timeout`, `disconnect`,
-  `connect_error`, `oom`, `cancelled` / arrivals (quality failures and rejections are counted apart).
+  `connect_error`, `oom`, `cancelled` / arrivals (quality failures and rejections are counted apart;
+  `client_error` is in neither numerator).
 - queue growth: Mann-Kendall (one-sided, increasing) over `slo.sub_windows` sub-window means of the
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
   the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
@@ -99,7 +101,7 @@ def empty_metrics(step: dict) -> dict:
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
                 "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
-                "served_start", "served_end"):
+                "served_start", "served_end", "workers"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
@@ -143,6 +145,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     counts = pd.Series(outcome[in_win]).value_counts()
     outcomes = {str(k): int(v) for k, v in counts.items()}
     finished_in_window = (outcome == "ok") & (end_at >= ws) & (end_at < we)
+    judged = arrivals - outcomes.get("client_error", 0)  # the generator's own failures: not the server's
     def per_s(count: int) -> float:
         return count / window_s if window_s > 0 else math.nan  # NaN window (no plan times): NaN
 
@@ -151,11 +154,13 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
         offered_rate=math.nan if _closed_loop(step) else per_s(arrivals),
         achieved_rate=per_s(int(dispatched.sum())),
         completion_throughput=per_s(int(finished_in_window.sum())),
-        goodput=per_s(good), slo_attainment=good / arrivals if arrivals else math.nan,
+        goodput=per_s(good), slo_attainment=good / judged if judged else math.nan,
         reject_ratio=outcomes.get("rejected", 0) / arrivals if arrivals else math.nan,
         error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
         oom=outcomes.get("oom", 0),
     )
+    if "worker" in req:
+        row["workers"] = int(req.loc[in_win, "worker"].nunique())
     planned = step.get("planned_arrivals")
     if planned is not None and not _closed_loop(step) and step.get("status") == "run":
         row["unrecorded_arrivals"] = max(int(planned) - len(req), 0)

@@ -75,6 +75,8 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
         if r["status"] == "partial":
             out.append(f"step {r['label']} was stopped early (partial): its rates use the {r['window_s']:.1f} s "
                        "it ran; judged on what ran, it cannot pass")
+        for reason in r.get("invalid_reasons") or []:
+            out.append(f"step {r['label']} invalid: {reason['message']}")
         for key in r.get("unmeasured") or []:
             out.append(f"step {r['label']}: {key} could not be measured and was not judged")
         for key in r.get("undecided") or []:

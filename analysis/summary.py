@@ -45,7 +45,7 @@ _EXTRA_STEP_KEYS = (
     "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
-    "unmeasured", "undecided",
+    "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max",
 )
 _SUSTAINED = ("ladder", "refine", "soak")
 _STANDARD_SLO = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",

@@ -2,10 +2,11 @@
 
 Order of the rules:
 1. `not_run`: the step never started; no other rule applies (its cells stay blank, never "pass").
-2. `invalid`: the generator did not deliver the load. `rate_shortfall` (achieved send rate more than
-   `client.max_rate_shortfall` under offered; not checked for closed-loop concurrency steps, which
-   have no offered rate), `send_lag` (p99 over `client.max_send_lag_p99`), `worker_cpu` (a worker over
-   `client.max_worker_cpu`). Fix the generator before reading anything else.
+2. `invalid`: the generator's deviation could have changed the server's load or a judged number
+   (`analysis.validity`): `rate_shortfall`, `send_lag` (p99 over a limit from the step's inter-arrival
+   time and the judged latency targets), `worker_cpu` (while sending), `client_error` (a failure inside
+   llmload). Each failed check, with its measured value, limit, config key and advice, is in
+   `details["invalid"]` (the step row's `invalid_reasons`). Fix the generator before reading anything else.
 3. `fail` on count dimensions, which need no tail estimate: `oom` (any, unless `allow_oom`),
    `reject_ratio`, `error_ratio` (over their limits; `max_error_ratio` has a default,
    `llmload.config.DEFAULT_MAX_ERROR_RATIO`, so a step where most requests failed never passes for
@@ -36,6 +37,7 @@ import pandas as pd
 from analysis.metrics import empty_metrics, step_metrics
 from analysis.requests import TOLERANCE_S, derive_requests
 from analysis.telemetry_stats import TelemetryIndex
+from analysis.validity import generator_checks
 from llmload.config import SLO, Client
 
 __all__ = ["VERDICTS", "judge", "judge_step"]
@@ -66,17 +68,11 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
     client = client or Client()
     if step.get("status") == "not_run":
-        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": []}
-    invalid: list[str] = []
-    offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
-    if not math.isnan(offered) and offered > 0 and achieved < offered * (1.0 - client.max_rate_shortfall):
-        invalid.append("rate_shortfall")
-    if metrics["send_lag_p99_s"] > client.max_send_lag_p99:
-        invalid.append("send_lag")
-    if metrics["worker_cpu_max"] > client.max_worker_cpu:
-        invalid.append("worker_cpu")
+        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": [], "invalid": []}
+    invalid = generator_checks(metrics, slo, client)
     if invalid:
-        return "invalid", invalid, {"excess": {}, "unmeasured": [], "undecided": []}
+        return "invalid", [c["check"] for c in invalid], {"excess": {}, "unmeasured": [], "undecided": [],
+                                                          "invalid": invalid}
 
     partial = step.get("status") == "partial"
     excess: dict[str, float] = {}
@@ -103,7 +99,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
                     undecided.append(t.key)
                 else:
                     excess[t.key] = _excess(value, t.value_s)
-    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided}
+    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided, "invalid": []}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
@@ -142,5 +138,5 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
     stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                 undecided=details["undecided"])
+                 undecided=details["undecided"], invalid_reasons=details["invalid"])
     return verdict, failing, stats

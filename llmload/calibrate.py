@@ -2,22 +2,22 @@
 
 It runs the real generator (`llmload run`'s Locust command, constant arrivals, pre-flight skipped)
 against a built-in sim (started with a large capacity and a ground-truth log on a free loopback port)
-or a given target, in two ramps:
-
-- **rates**: short outputs (32 tokens) at 10, 25, 50, 100, 200, 300, 400 req/s per worker process;
-- **streams**: long outputs (128 tokens) at rates that keep about 50, 100, 200, 400 streams open.
+or a given target, in one ramp of short steps (16-token outputs at 10, 30, 100, 200 req/s per worker
+process, 0.25 s warm-up and 1.5 s window each; no report.html), stopped at the first step that does
+not hold (the steps above it cannot count), in under 30 s.
 
 Per step it reports achieved vs offered rate, send lag p99, TTFT measurement error p99 (the client's
 `first_token_at` minus the sim's ground-truth `first_token_at`, joined on `request_id`), token
 timestamp error p99 (every token, same join), mean in-flight streams and the busiest worker's CPU.
-A step **holds** when send lag p99 < `SEND_LAG_LIMIT_S` (2 ms), TTFT error p99 < `TTFT_ERROR_LIMIT_S`
-(1 ms; unknown against an outside target, which has no ground truth), the achieved rate is within 2%
-of the offered rate and no request failed. The **envelope** per worker process is the highest rate
-(and the most mean in-flight streams) of the steps that hold, counting only from the bottom of each
-ramp up to its first step that does not. It is printed and saved as JSON (default
-`~/.cache/llmload/envelope.json`); `check_plan_against_envelope` is what `llmload run` calls to warn.
+A step **holds** when it is valid by the same rule as a run's steps (`analysis.validity` with the
+default `client` limits and no latency target: send lag p99 under the mean gap between arrivals, no
+rate shortfall, worker CPU under its limit) and no request failed. The TTFT error is reported beside
+it (it is what a latency target must leave room for), not a condition. The **envelope** per worker
+process is the highest rate (and the most mean in-flight streams) of the steps that hold, counting only
+from the bottom of the ramp up to its first step that does not. It is printed and saved as JSON
+(default `~/.cache/llmload/envelope.json`); `check_plan_against_envelope` is what `llmload run` calls.
 
-`--quick` runs one ramp of two short steps (10 and 50 req/s per process): a smoke test, not a figure.
+`--quick` runs two steps (10 and 50 req/s per process): a smoke test, not a figure.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import signal
 import socket
 import subprocess
 import tempfile
@@ -46,8 +47,6 @@ from llmload.sim.process import start_sim_process, stop_process
 
 __all__ = [
     "ENVELOPE_PATH",
-    "SEND_LAG_LIMIT_S",
-    "TTFT_ERROR_LIMIT_S",
     "CalibrationStep",
     "Ramp",
     "check_plan_against_envelope",
@@ -60,12 +59,7 @@ __all__ = [
 
 #: where the envelope is saved and read by default
 ENVELOPE_PATH = Path.home() / ".cache" / "llmload" / "envelope.json"
-#: the generator's timing limits the envelope holds to (issue 9 targets)
-SEND_LAG_LIMIT_S = 0.002
-TTFT_ERROR_LIMIT_S = 0.001
-#: achieved rate may fall this far under offered (METRICS.md "invalid")
-MAX_RATE_SHORTFALL = 0.02
-ENVELOPE_VERSION = 1
+ENVELOPE_VERSION = 2
 
 #: the sim used for calibration: effectively unlimited batch, 20 ms per engine step, no load time
 CALIBRATION_SIM = {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
@@ -85,9 +79,8 @@ class Ramp:
     duration_s: float = 4.0
 
 
-RAMPS = (Ramp("rates", (10, 25, 50, 100, 200, 300, 400), output_tokens=32),
-         Ramp("streams", (20, 40, 80, 160), output_tokens=128, warmup_s=2.0))
-QUICK_RAMPS = (Ramp("rates", (10, 50), output_tokens=32, warmup_s=0.5, duration_s=2.0),)
+RAMPS = (Ramp("rates", (10, 30, 100, 200), output_tokens=16, warmup_s=0.25, duration_s=1.5),)
+QUICK_RAMPS = (Ramp("rates", (10, 50), output_tokens=16, warmup_s=0.25, duration_s=1.5),)
 
 
 @dataclass
@@ -221,6 +214,7 @@ def _ramp_config(ramp: Ramp, *, url: str, model: str, processes: int, work: Path
 
 
 _PROGRESS = re.compile(r"^(r\d|llmload: (warning|error))")
+_INVALID_ROW = re.compile(r"^r\S+ .* invalid\b")
 
 
 def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, exclude: set[int]
@@ -233,7 +227,7 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
     config_path.write_text(yaml.safe_dump(_ramp_config(ramp, url=url, model=model, processes=processes,
                                                        work=work), sort_keys=False), encoding="utf-8")
     cmd = locust_command(config_path, run_dir, processes=processes if processes > 1 else 0)
-    cmd.append("--llmload-skip-preflight")
+    cmd += ["--llmload-skip-preflight", "--llmload-no-report"]
     if processes > 1:  # forked workers join the master on this port; Locust's default 5557 may be taken
         port = str(_free_port())
         cmd += ["--master-bind-port", port, "--master-port", port]
@@ -242,10 +236,16 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
+        stopping = False
         for line in proc.stdout:  # the live table, one row per step as it ends: the progress
             log.write(line)
             if _PROGRESS.match(line):
                 print(f"  {line.rstrip()}", flush=True)
+            if not stopping and _INVALID_ROW.match(line):
+                # the envelope ends at the first step that does not hold: the steps above it cannot
+                # count, so stop (SIGTERM: the run is finalised, later steps stay not_run)
+                stopping = True
+                proc.send_signal(signal.SIGTERM)
         proc.wait()
     if not (run_dir / "records.parquet").exists():
         raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}): see {log_path}")
@@ -284,10 +284,12 @@ def measure_steps(run_dir: Path, *, ramp: str, processes: int, ground_truth: dic
     records = pd.read_parquet(run_dir / "records.parquet")
     plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
     summary_path = run_dir / "summary.json"
-    in_flight = {}
+    in_flight: dict[str, Any] = {}
+    sending_cpu: dict[str, Any] = {}
     if summary_path.exists():
-        in_flight = {s["label"]: s.get("in_flight_mean")
-                     for s in json.loads(summary_path.read_text(encoding="utf-8")).get("steps", [])}
+        judged = json.loads(summary_path.read_text(encoding="utf-8")).get("steps", [])
+        in_flight = {s["label"]: s.get("in_flight_mean") for s in judged}
+        sending_cpu = {s["label"]: s.get("worker_cpu_max") for s in judged}
     share = max(1, processes)
     steps = []
     for spec in plan["steps"]:
@@ -320,10 +322,10 @@ def measure_steps(run_dir: Path, *, ramp: str, processes: int, ground_truth: dic
             token_error_p99_s=_pct(token_err, 99),
             in_flight_mean=None if mean_in_flight is None else mean_in_flight / share,
             events_per_s=events / window_s / share,
-            worker_cpu=cpu.worker_cpu(t0, t1) if cpu is not None else None,
+            worker_cpu=sending_cpu.get(spec["label"]) or (cpu.worker_cpu(t0, t1) if cpu is not None else None),
             sim_cpu=cpu.process_cpu(sim_pid, t0, t1) if cpu is not None and sim_pid is not None else None))
     for step in steps:
-        _judge(step, ground_truth is not None)
+        _judge(step, share)
     return steps
 
 
@@ -332,17 +334,33 @@ def _events_between(token_times: Any, t0: float, t1: float) -> int:
     return sum(1 for times in token_times if times is not None for t in times if t0 <= t < t1)
 
 
-def _judge(step: CalibrationStep, with_truth: bool) -> None:
-    why = []
-    if step.send_lag_p99_s is None or step.send_lag_p99_s >= SEND_LAG_LIMIT_S:
-        why.append("send lag")
-    if with_truth and (step.ttft_error_p99_s is None or step.ttft_error_p99_s >= TTFT_ERROR_LIMIT_S):
-        why.append("TTFT error")
-    if step.achieved_rate < (1 - MAX_RATE_SHORTFALL) * step.offered_rate:
-        why.append("rate shortfall")
+def _judge(step: CalibrationStep, processes: int) -> None:
+    """Holds: valid by a run step's rule (`analysis.validity`, default limits, no latency target) and
+    no failed request. Rates in `step` are per process; the rule reads the whole generator's."""
+    from analysis.validity import generator_checks
+    from llmload.config import SLO, Client
+
+    metrics = {"offered_rate": step.offered_rate * processes, "achieved_rate": step.achieved_rate * processes,
+               "send_lag_p99_s": math.inf if step.send_lag_p99_s is None else step.send_lag_p99_s,
+               "worker_cpu_max": math.nan if step.worker_cpu is None else step.worker_cpu,
+               "outcomes": {}, "workers": processes}
+    why = [c["check"].replace("_", " ") for c in generator_checks(metrics, SLO(), Client())]
     if step.failed:
         why.append("failed requests")
     step.holds, step.why_not = not why, ", ".join(why)
+
+
+#: how a step is judged, in words (printed and saved with the envelope)
+RULE = ("valid by the step rule: send lag p99 under the mean gap between arrivals, achieved rate within 2%, "
+        "worker CPU under 90%, no failed request")
+
+
+def _error_at_envelope(steps: list[CalibrationStep]) -> float | None:
+    """The TTFT measurement error p99 of the highest step that held (None: none held, or no ground truth)."""
+    held = [s for s in steps if s.holds and s.ramp == "rates"]
+    if not held:
+        return None
+    return max(held, key=lambda s: s.offered_rate).ttft_error_p99_s
 
 
 def envelope_from_steps(steps: list[CalibrationStep]) -> dict[str, float | None]:
@@ -420,14 +438,15 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
     print("\n" + format_table(steps))
     rate, streams = envelope["max_rate_per_process"], envelope["max_streams_per_process"]
-    limits = f"send lag p99 < {SEND_LAG_LIMIT_S * 1000:g} ms" + (
-        "" if target else f", TTFT error p99 < {TTFT_ERROR_LIMIT_S * 1000:g} ms")
+    limits = RULE
     if rate is None:
         print(f"\nllmload calibrate: no step held ({limits}): this machine's generator is not exact even at "
               f"{min(r for ramp in ramps for r in ramp.rates):g} req/s per process")
     else:
+        error = envelope.get("ttft_error_p99_s")
         print(f"\nsafe envelope per worker process ({limits}): {rate:g} req/s, "
-              f"{'-' if streams is None else f'{streams:.0f}'} concurrent streams")
+              f"{'-' if streams is None else f'{streams:.0f}'} concurrent streams"
+              + ("" if error is None else f"; TTFT measurement error p99 there {error * 1000:.1f} ms"))
     if quick:
         print("llmload calibrate: --quick is a smoke test; run without it for figures to rely on")
     print(f"llmload calibrate: envelope saved to {path}")
@@ -450,9 +469,9 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
         "target": target or "built-in sim",
         "ttft_error_known": target is None,
         "quick": quick,
-        "limits": {"send_lag_p99_s": SEND_LAG_LIMIT_S, "ttft_error_p99_s": TTFT_ERROR_LIMIT_S,
-                   "max_rate_shortfall": MAX_RATE_SHORTFALL},
+        "rule": RULE,
         **envelope_from_steps(steps),
+        "ttft_error_p99_s": _error_at_envelope(steps),
         "steps": [asdict(s) for s in steps],
         "work_dir": str(work),
     }
@@ -485,16 +504,21 @@ def _peak_rate(step: Any) -> float:
     return rate
 
 
+UNCALIBRATED = ("llmload: note: this machine's generator envelope is not measured (`llmload calibrate`, "
+                "under 30 s); each step's own send lag, rate and CPU are judged as it runs")
+
+
 def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict | None = None,
                                 base_dir: str | Path | None = None) -> str | None:
-    """A warning line when the plan asks more of each worker process than the saved envelope, else None.
+    """One line about the plan and this machine's measured envelope, else None.
 
     Compares the plan's peak arrival rate (a trace's busiest second) and its closed-loop concurrency,
-    divided by the worker processes, with the envelope. No envelope: None (nothing is known).
+    divided by the worker processes, with the envelope's measured maxima: a warning only beyond a
+    measured figure. No envelope, or one in which no step held: one informational line (`UNCALIBRATED`).
     """
     envelope = envelope if envelope is not None else load_envelope()
-    if not envelope:
-        return None
+    if not envelope or envelope.get("max_rate_per_process") is None:
+        return UNCALIBRATED
     from shapes.plan import build_plan
 
     try:
@@ -506,11 +530,11 @@ def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict |
     streams = max((s.concurrency or 0 for s in steps), default=0) / workers
     over = []
     max_rate, max_streams = envelope.get("max_rate_per_process"), envelope.get("max_streams_per_process")
-    if rate and (max_rate is None or rate > max_rate):
-        over.append(f"{rate:g} req/s per process (calibrated: {'none' if max_rate is None else f'{max_rate:g}'})")
+    if rate and max_rate is not None and rate > max_rate:
+        over.append(f"{rate:g} req/s per process (calibrated: {max_rate:g})")
     if streams and max_streams is not None and streams > max_streams:
         over.append(f"{streams:g} streams per process (calibrated: {max_streams:.0f})")
     if not over:
         return None
     return (f"llmload: warning: the plan asks {' and '.join(over)}, beyond this machine's calibrated envelope "
-            f"(send lag p99 < {SEND_LAG_LIMIT_S * 1000:g} ms): add --processes or expect invalid steps")
+            f"({RULE}): add --processes or expect invalid steps")

@@ -109,6 +109,16 @@ Url = Annotated[str, AfterValidator(check_url)]
 ServerInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
+def _optional_duration(value: object) -> float | None:
+    """`auto` (or nothing): None, the limit is derived; else a duration above zero."""
+    if value is None or value == "auto":
+        return None
+    seconds = _duration(value)
+    if not seconds > 0:
+        raise ValueError(f'expected a duration above zero or "auto", got "{value}"')
+    return seconds
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -252,10 +262,18 @@ class Requests(Model):
 
 
 class Client(Model):
-    """The load generator: its concurrency cap and the limits it must hold to be trusted."""
+    """The load generator: its concurrency cap and the limits it must hold to be trusted.
+
+    A step's send-lag limit is `max_send_lag_p99` when set, else the smaller of
+    `send_lag_share_of_interarrival` x the step's mean inter-arrival time (1 / offered rate) and, per
+    judged latency threshold, `send_lag_share_of_target` x the threshold or the measured value's distance
+    from it, whichever is larger (`analysis.validity`).
+    """
 
     max_concurrency: int | None = Field(default=256, ge=1, le=MAX_CONCURRENCY)
-    max_send_lag_p99: Positive = 0.025
+    max_send_lag_p99: Annotated[float | None, BeforeValidator(_optional_duration)] = None
+    send_lag_share_of_interarrival: float = Field(default=1.0, gt=0, le=1000)
+    send_lag_share_of_target: float = Field(default=0.1, gt=0, le=1000)
     max_rate_shortfall: float = Field(default=0.02, ge=0, le=1)
     max_worker_cpu: float = Field(default=0.9, gt=0, le=1)
 

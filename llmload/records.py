@@ -32,9 +32,9 @@ __all__ = [
     "records_frame",
 ]
 
-#: every outcome a request can have (METRICS.md)
+#: every outcome a request can have (METRICS.md; `client_error`: a failure inside llmload, never the server's)
 OUTCOMES = ("ok", "rejected", "http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled",
-            "quality_fail", "not_sent")
+            "quality_fail", "client_error", "not_sent")
 
 
 @dataclass(slots=True)

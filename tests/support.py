@@ -118,3 +118,17 @@ def base_config(url: str, shape: dict, **sections: dict) -> dict:
               "shape": shape, "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
     config.update(sections)
     return config
+
+
+def run_said(run_dir: Path) -> str:
+    """What a run measured, for a failing assertion's message: per step its verdict, failing dimensions,
+    outcomes, send lag p99 and why it was invalid (never only Locust's stats table)."""
+    import json
+
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return f"no summary.json in {run_dir}"
+    steps = json.loads(path.read_text())["steps"]
+    return "; ".join(f"{s['label']}: {s['verdict']} {s['failing']} outcomes {s['outcomes']} send lag p99 "
+                     f"{s['send_lag_p99_s']} {[r['message'] for r in s.get('invalid_reasons') or []]}"
+                     for s in steps)

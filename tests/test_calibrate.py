@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 import llmload.calibrate
 from llmload.calibrate import (
-    SEND_LAG_LIMIT_S,
+    RULE,
+    UNCALIBRATED,
     CalibrationStep,
     check_plan_against_envelope,
     envelope_from_steps,
@@ -45,21 +46,48 @@ def _config(shape: dict):
 
 
 def test_plan_check_warns_per_process_and_only_beyond_the_envelope():
-    envelope = {"version": 1, "max_rate_per_process": 100.0, "max_streams_per_process": 50.0}
+    envelope = {"version": 2, "max_rate_per_process": 100.0, "max_streams_per_process": 50.0}
     ladder = _config({"ladder": {"steps": [{"rate": 50, "duration": "10s"}, {"rate": 150, "duration": "10s"}]}})
     warning = check_plan_against_envelope(ladder, 1, envelope=envelope)
     assert warning is not None and "150 req/s per process" in warning
     assert check_plan_against_envelope(ladder, 2, envelope=envelope) is None
     closed = _config({"concurrency": {"levels": [10, 80]}})
     assert "80 streams per process" in check_plan_against_envelope(closed, 0, envelope=envelope)
-    assert check_plan_against_envelope(ladder, 1, envelope={}) is None
+    assert RULE in warning and "2 ms" not in warning
+
+
+def test_an_uncalibrated_machine_gets_one_note_never_a_warning():
+    ladder = _config({"ladder": {"steps": [{"rate": 2, "duration": "10s"}]}})
+    assert check_plan_against_envelope(ladder, 1, envelope={}) == UNCALIBRATED
+    nothing_held = {"version": 2, "max_rate_per_process": None, "max_streams_per_process": None}
+    assert check_plan_against_envelope(ladder, 1, envelope=nothing_held) == UNCALIBRATED
+    assert "warning" not in UNCALIBRATED
+
+
+def test_a_step_holds_by_the_run_steps_validity_rule():
+    from llmload.calibrate import _judge
+
+    # 10 req/s per process: 100 ms between arrivals, so a 20 ms lag p99 (never a 2 ms one) holds
+    step = _step("rates", 10, False)
+    step.send_lag_p99_s, step.worker_cpu = 0.020, 0.3
+    _judge(step, 1)
+    assert step.holds, step.why_not
+    # at 200 req/s per process over 2 processes (400 req/s: 2.5 ms apart), 3 ms is too late
+    step = _step("rates", 200, True)
+    step.send_lag_p99_s = 0.003
+    _judge(step, 2)
+    assert not step.holds and step.why_not == "send lag"
+    step = _step("rates", 10, True)
+    step.worker_cpu, step.achieved_rate = 0.95, 9.0
+    _judge(step, 1)
+    assert step.why_not == "rate shortfall, worker cpu"
 
 
 def test_load_envelope_ignores_missing_and_foreign_files(tmp_path):
     assert load_envelope(tmp_path / "none.json") is None
     (tmp_path / "bad.json").write_text("{not json")
     assert load_envelope(tmp_path / "bad.json") is None
-    (tmp_path / "old.json").write_text(json.dumps({"version": 0}))
+    (tmp_path / "old.json").write_text(json.dumps({"version": 1}))  # judged by the old 2 ms rule
     assert load_envelope(tmp_path / "old.json") is None
 
 
@@ -82,8 +110,10 @@ def test_quick_calibration_against_the_builtin_sim_writes_an_envelope(tmp_path):
     envelope = load_envelope(out)
     assert envelope is not None
     assert envelope["quick"] is True and envelope["ttft_error_known"] is True
-    assert envelope["limits"]["send_lag_p99_s"] == SEND_LAG_LIMIT_S
-    assert [s["label"] for s in envelope["steps"]] == ["r10.00", "r50.00"]
+    assert envelope["rule"] == RULE
+    labels = [s["label"] for s in envelope["steps"]]
+    # the ramp stops at the first step that does not hold (the steps above it cannot count)
+    assert labels == ["r10.00", "r50.00"] or (labels == ["r10.00"] and not envelope["steps"][0]["holds"]), labels
     for step in envelope["steps"]:
         assert step["requests"] > 0 and step["failed"] == 0
         assert step["send_lag_p99_s"] is not None and step["ttft_error_p99_s"] is not None

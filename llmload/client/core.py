@@ -19,10 +19,12 @@ Outcomes: `ok` (at least one output-bearing event, then the final event, or a fi
 cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
 `llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the socket's network timeout),
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
-`connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it). A malformed
-chunk (not JSON, or not UTF-8) is an `http_error` ("malformed stream chunk"); so is a 200 stream that
-reached its end with no output-bearing event ("stream ended with no output": `data: [DONE]` alone,
-`choices: []` only, an Ollama `done` object without text), whatever counts it reported. Error texts are one line, at most 300 characters,
+`connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it), `client_error`
+(a failure of llmload itself, never the server's). Every exception is mapped by one classifier,
+`llmload.client.outcomes.classify_exception`. A malformed chunk (not JSON, or not UTF-8) is an
+`http_error` ("malformed stream chunk"); so is a 200 stream that reached its end with no
+output-bearing event ("stream ended with no output": `data: [DONE]` alone, `choices: []` only, an
+Ollama `done` object without text), whatever counts it reported. Error texts are one line, at most 300 characters,
 with the API key removed.
 
 Counts: `input_tokens` / `output_tokens` from usage, Ollama's counts or llama.cpp `timings`; when the
@@ -40,12 +42,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gevent
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed
 
 from llmload.client.bodies import PreparedRequest
 from llmload.client.checks import check_answer
-from llmload.client.outcomes import body_message, classify_error_text, classify_status, trim
-from llmload.client.transport import ConnectFailed, Transport, socket_ready_at, socket_was_reused
+from llmload.client.outcomes import (
+    SendContext,
+    body_message,
+    classify_error_text,
+    classify_exception,
+    classify_status,
+    trim,
+)
+from llmload.client.transport import (
+    Transport,
+    socket_pool_wait_s,
+    socket_ready_at,
+    socket_stage,
+    socket_was_reused,
+)
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
@@ -138,6 +153,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     resp = None
     got_200 = False
     timer = gevent.Timeout(transport.total_timeout_s)
+    started = now()
     timer.start()
     try:
         client = transport.client(base)
@@ -171,31 +187,17 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
         _judge(record, stream, transport, clean_end=resp.message_complete)
         if stream.final and not resp.message_complete:
             _drain(resp)
-    except gevent.Timeout as exc:
-        if exc is not timer:  # someone else's deadline (a drain timeout around the user): cancelled
-            _fail(record, "cancelled", "cancelled: an outer timeout stopped the request in flight", transport)
+    except BaseException as exc:  # every failure, one classifier (llmload.client.outcomes)
+        failure = classify_exception(exc, SendContext(
+            answered=got_200, stage=socket_stage(), pool_wait_s=socket_pool_wait_s(), own_timer=timer,
+            elapsed_s=now() - started,
+            total_timeout_s=transport.total_timeout_s, idle_timeout_s=transport.idle_timeout_s))
+        if failure.outcome == "disconnect":
+            record.closed_at = now()
+        _fail(record, failure.outcome, failure.message, transport)
+        if failure.reraise:  # cancelled: a kill or somebody else's deadline
             _count(record, stream, request, got_200)
             raise
-        _fail(record, "timeout", f"total timeout: no complete answer within {transport.total_timeout_s:g}s",
-              transport)
-    except ConnectFailed as exc:
-        _fail(record, "connect_error", str(exc), transport)
-    except ConnectionRefusedError as exc:
-        _fail(record, "connect_error", f"cannot connect to {base}: {exc.strerror or exc}", transport)
-    except TimeoutError:  # socket.timeout: the idle (network) timeout between bytes
-        phase = "stream events" if got_200 else "the response headers"
-        _fail(record, "timeout", f"idle timeout: no data for {transport.idle_timeout_s:g}s waiting for {phase}",
-              transport)
-    except (OSError, HTTPParseError) as exc:
-        where = "mid-stream" if got_200 else "before the response headers"
-        record.closed_at = now()
-        _fail(record, "disconnect", f"connection lost {where}: {type(exc).__name__}: {exc}", transport)
-    except Exception as exc:  # a client-side failure must not lose the record; it names itself
-        _fail(record, "http_error", f"internal client error: {type(exc).__name__}: {exc}", transport)
-    except BaseException:  # GreenletExit (the greenlet was killed: the test stopped), KeyboardInterrupt
-        _fail(record, "cancelled", "cancelled: the test stopped while the request was in flight", transport)
-        _count(record, stream, request, got_200)
-        raise
     finally:
         timer.close()
         if resp is not None:

@@ -29,7 +29,8 @@ from llmload.client.auth import Credentials
 from llmload.clock import now
 from llmload.config import Target
 
-__all__ = ["ConnectFailed", "EndpointRouter", "Transport", "socket_ready_at", "socket_was_reused"]
+__all__ = ["ConnectFailed", "EndpointRouter", "Transport", "socket_pool_wait_s", "socket_ready_at", "socket_stage",
+           "socket_was_reused"]
 
 ROUTING_POLICIES = ("round_robin", "least_outstanding", "random")
 
@@ -50,11 +51,27 @@ def socket_was_reused() -> bool:
 def socket_ready_at(reset: bool = False) -> float | None:
     """When the current greenlet last got a connected socket from a pool, i.e. the moment just before
     the request bytes are written (METRICS.md `sent_at`: a new connection's connect time is not in it).
-    `reset=True` clears it before a request."""
+    `reset=True` clears it (and `socket_stage`) before a request."""
     at = getattr(_ready, "at", None)
     if reset:
         _ready.at = None
+        _ready.stage = None
+        _ready.pool_wait_s = 0.0
     return at
+
+
+def socket_pool_wait_s() -> float:
+    """How long the current greenlet's last socket request waited for a free connection of our own pool
+    (still waiting: so far). Time spent there is the generator's, never the server's."""
+    if getattr(_ready, "stage", None) == "pool":
+        return now() - getattr(_ready, "pool_since", now())
+    return getattr(_ready, "pool_wait_s", 0.0)
+
+
+def socket_stage() -> str | None:
+    """Where the current greenlet's last socket request got to: "pool" (waiting for a free pooled
+    connection: our own pool exhausted), "connect" (connecting), "ready" (handed out), None (not asked)."""
+    return getattr(_ready, "stage", None)
 
 
 def _instrument(pool: ConnectionPool) -> None:
@@ -66,6 +83,9 @@ def _instrument(pool: ConnectionPool) -> None:
     where = f"{pool._connection_host}:{pool._connection_port}"
 
     def create() -> socket.socket:
+        if getattr(_ready, "stage", None) == "pool":
+            _ready.pool_wait_s = now() - _ready.pool_since
+        _ready.stage = "connect"
         try:
             sock = create_socket()
         except OSError as exc:
@@ -76,8 +96,12 @@ def _instrument(pool: ConnectionPool) -> None:
 
     def get() -> socket.socket:
         _ready.new = False
+        _ready.stage, _ready.pool_since = "pool", now()
         sock = get_socket()
         _ready.at = now()
+        if _ready.stage == "pool":  # a kept-alive socket: no connect in between
+            _ready.pool_wait_s = _ready.at - _ready.pool_since
+        _ready.stage = "ready"
         return sock
 
     pool._create_socket = create

@@ -48,12 +48,13 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("goodput", "ok requests meeting every per-request threshold (TTFT, TPOT, E2E, client wait …) ÷ window "
      "length; a request with no TPOT is judged on the others. It does not tell that answers were right."),
     ("SLO attainment", "requests meeting every SLO ÷ all arrivals in the window (rejected, timed-out, "
-     "cancelled and failed stay in the denominator)."),
+     "cancelled and failed stay in the denominator; client_error, a failure inside llmload, leaves it)."),
     ("KV usage", "vLLM kv_cache_usage_perc: a 0–1 ratio of KV blocks, not GPU memory. llama.cpp reports "
      "none: context tokens held by busy slots ÷ all slots' n_ctx, from /slots (not reported when /slots "
      "is off)."),
-    ("verdict", "invalid: the generator did not deliver the load (achieved send rate > 2% under offered, "
-     "p99 send lag over its limit, or worker CPU saturated); insufficient: too few completions for the "
+    ("verdict", "invalid: the generator's own deviation could have changed the load or a judged number "
+     "(achieved send rate > 2% under offered, p99 send lag over its step's limit, worker CPU over its limit "
+     "while sending, or a client_error); insufficient: too few completions for the "
      "tail; fail: an SLO percentile over its threshold, a growing queue (trend test), OOM or rejections "
      "over the limit, each failing dimension named; pass: none of these. Unrun steps stay blank."),
     ("last passing sustained rate", "the highest ladder or refine rate whose step passed, below the first "

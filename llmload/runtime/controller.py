@@ -102,7 +102,8 @@ class StepController:
         self.sent: dict[str, dict[str, int]] = defaultdict(dict)
         #: per step: its arrival offsets from its start (open loop), for the planned arrivals so far
         self.offsets: dict[str, Any] = {}
-        self._cpu_warned: set[str] = set()
+        #: per step, per worker: the highest CPU sample while sending it
+        self.step_cpu: dict[str, dict[str, float]] = defaultdict(dict)
         self._cpu_seen: dict[str, float | None] = {}
         self._cpu_sink: Any = None
         self._events: dict[str, Event] = defaultdict(Event)
@@ -130,12 +131,15 @@ class StepController:
         worker = str(data.get("worker"))
         cpu = data.get("cpu")
         if cpu is not None and data.get("cpu_at") != self._cpu_seen.get(worker):
+            # the worker's CPU while sending a step's arrivals (`WorkerRuntime.sample_cpu`); a warning
+            # about it comes with the step's judgement (`_cpu_warning`), never from one sample
             self._cpu_seen[worker] = data.get("cpu_at")
             self.worker_cpu[worker] = float(cpu)
-            self._write_cpu(worker, float(cpu), data.get("cpu_at") or now())
-            if cpu > CPU_WARN and worker not in self._cpu_warned:
-                self._cpu_warned.add(worker)
-                self.out(f"llmload: warning: worker {worker} CPU at {cpu:.0%}: the generator may fall behind")
+            label = data.get("cpu_step") or (self.current["label"] if self.current is not None else None)
+            self._write_cpu(worker, float(cpu), data.get("cpu_at") or now(), label)
+            if label is not None:
+                peak = self.step_cpu[label]
+                peak[worker] = max(peak.get(worker, 0.0), float(cpu))
         for label, count in (data.get("sent") or {}).items():
             self.sent[label][worker] = int(count)
         rows = [unpack_record(r) for r in data.get("rows", [])]
@@ -147,7 +151,7 @@ class StepController:
         for row in rows:
             self.rows[row["step"]].append(row)
 
-    def _write_cpu(self, worker: str, cpu: float, t: float) -> None:
+    def _write_cpu(self, worker: str, cpu: float, t: float, label: str | None) -> None:
         """Worker CPU (0-1 of one core) as telemetry `worker_cpu` from `worker:<id>`."""
         from llmload.telemetry.sink import Point, TelemetrySink
 
@@ -155,7 +159,6 @@ class StepController:
             return
         if self._cpu_sink is None:
             self._cpu_sink = TelemetrySink(self.run_dir / "telemetry-workers.jsonl")
-        label = self.current["label"] if self.current is not None else None
         points = [Point(f"worker:{worker}", "worker_cpu", cpu)]
         self._cpu_sink.write(t, label, points)
         if self.recent is not None:
@@ -421,6 +424,9 @@ class StepController:
         self.plan.update(row, live_verdict=verdict, live_failing=list(failing))
         self.table_rows.append({**stats, **table_row})
         self.out(format_row(table_row))
+        for reason in stats.get("invalid_reasons") or []:
+            self.out(f"  {spec.label} invalid: {reason['message']}")
+        self._cpu_warning(spec.label, failing)
         # judged: its summaries are done with (the records are on disk), so hours of soak slices do not
         # pile up in the master's memory
         self.rows.pop(spec.label, None)
@@ -429,6 +435,23 @@ class StepController:
         if self.recent is not None and row.get("window_end") is not None:
             self.recent.trim(before=float(row["window_end"]))  # later steps' windows start after it
         return verdict, list(failing), stats
+
+    def _cpu_warning(self, label: str, failing: list[str]) -> None:
+        """One line when a worker's CPU while sending this step came near its limit (an invalid step
+        says it in its own line)."""
+        from analysis.validity import suggested_processes
+
+        peaks = self.step_cpu.pop(label, {})
+        if not peaks or "worker_cpu" in failing:
+            return
+        worker, cpu = max(peaks.items(), key=lambda kv: kv[1])
+        limit = self.config.client.max_worker_cpu
+        if cpu <= min(CPU_WARN, limit):
+            return
+        n = suggested_processes(len(peaks), cpu, self.config.client)
+        self.out(f"llmload: warning: step {label}: worker {worker} CPU at {cpu:.0%} of a core while sending "
+                 f"(the step is invalid over client.max_worker_cpu {limit:.0%}): the generator may fall behind; "
+                 f"run with --processes {n}")
 
     def _record_lost_arrivals(self) -> None:
         """A record `cancelled` ("worker lost") for every planned arrival of a lost worker that left

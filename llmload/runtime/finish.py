@@ -29,9 +29,10 @@ def merge_run_records(run_dir: Path) -> int:
     return len(merge_records(files, Path(run_dir) / "records.parquet"))
 
 
-def analyse_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -> int:
-    """Analysis, summary.json, worksheet.csv and report.html; returns the verdict's exit code.
-    `outcome`, when given, gets the run's `verdict` and the report's answer `sentences` (for the web UI)."""
+def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
+    """Analysis, summary.json, worksheet.csv and (unless `report=False`) report.html; returns the
+    verdict's exit code. `outcome`, when given, gets the run's `verdict` and the report's answer
+    `sentences` (for the web UI)."""
     import analysis
 
     run = analysis.load_run(run_dir)
@@ -45,6 +46,11 @@ def analyse_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -
         except Exception:
             log.exception("the answer sentences could not be made")
             outcome["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
+    for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
+        for reason in step.get("invalid_reasons") or []:
+            print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
+    if not report:
+        return int(analysis.exit_code(result.summary))
     try:
         from llmload.report import write_report
 
@@ -55,7 +61,7 @@ def analyse_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -
     return int(analysis.exit_code(result.summary))
 
 
-def finalize_run(run_dir: Path, config: Config, *, outcome: dict | None = None) -> int:
+def finalize_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
     """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`)."""
     run_dir = Path(run_dir)
     merge_run_records(run_dir)
@@ -66,4 +72,4 @@ def finalize_run(run_dir: Path, config: Config, *, outcome: dict | None = None) 
     except Exception as exc:
         log.exception("telemetry could not be finalised")
         print(f"llmload: warning: telemetry.parquet not written: {exc}")
-    return analyse_run(run_dir, config, outcome=outcome)
+    return analyse_run(run_dir, config, report=report, outcome=outcome)

@@ -48,6 +48,9 @@ def add_options(parser: Any) -> None:
                        help="run directory (default: a new <output>/<UTC time>-<shape> directory)")
     group.add_argument("--llmload-skip-preflight", action="store_true", default=False,
                        help="skip the pre-flight checks (reachability, model, quality cases)")
+    group.add_argument("--llmload-no-report", action="store_true", default=False,
+                       help="write summary.json but not report.html (`llmload calibrate`; `llmload report` "
+                            "draws it later)")
     from llmload.runtime.webform import add_form_options
 
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
@@ -283,15 +286,17 @@ class Session:
                 log.exception("telemetry stop failed")
         from llmload.runtime.finish import finalize_run
 
+        report = not bool(getattr(self.env.parsed_options, "llmload_no_report", False))
         try:
-            code = finalize_run(self.run_dir, self.config, outcome=self.outcome)
+            code = finalize_run(self.run_dir, self.config, report=report, outcome=self.outcome)
         except Exception as exc:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
             code = 3
         self.exit_code = code
         self.env.process_exit_code = code
-        print(f"llmload: report {self.run_dir / 'report.html'} (exit code {code})", flush=True)
+        written = self.run_dir / ("report.html" if report else "summary.json")
+        print(f"llmload: {'report' if report else 'summary'} {written} (exit code {code})", flush=True)
         self.finished = True
 
     def _on_sigterm(self) -> None:

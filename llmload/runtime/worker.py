@@ -10,7 +10,7 @@ Closed-loop (concurrency) steps use the same queue: the scheduler puts this shar
 at once and each finished request puts its successor, until the shard's share of the requests is sent.
 
 Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and a compact summary is
-queued for the master. When a step's arrivals are over and every job of it has finished, the worker
+queued for the master, with the process's CPU while it sends a step's arrivals (`sample_cpu`). When a step's arrivals are over and every job of it has finished, the worker
 flushes its summaries and sends `llmload:drained`. On `llmload:cancel` (drain timeout) the in-flight
 requests of that step are killed, which records them as `cancelled`.
 """
@@ -18,6 +18,7 @@ requests of that step are killed, which records them as `cancelled`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import gevent
 import gevent.queue
 from gevent.greenlet import Greenlet
 
+from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.records import Record, RecordWriter
 from llmload.runtime.messages import DRAINED, RESULTS, pack_record
@@ -39,6 +41,9 @@ log = logging.getLogger("llmload.worker")
 
 #: how often queued summaries are shipped to the master
 SHIP_INTERVAL_S = 0.25
+#: the worker's CPU is sampled over intervals this long while it sends (none shorter than the second)
+CPU_INTERVAL_S = 1.0
+MIN_CPU_SPAN_S = 0.5
 #: arrivals are queued this long before their time, so a user has built the request when it is due
 #: (`Sender.send` waits out the rest precisely; gevent timers wake ~0.5 ms late, measured in bench/)
 QUEUE_AHEAD_S = 0.003
@@ -57,7 +62,8 @@ class StepState:
     #: open loop: every planned arrival is queued; closed loop: the first level's jobs are queued
     initial_done: bool = False
     drained_sent: bool = False
-    #: the step's measurement window start, and its arrivals taken by a user (sent) so far
+    #: the step's first arrival time, its measurement window start, and its arrivals taken by a user so far
+    start_at: float = 0.0
     window_start: float = 0.0
     sent: int = 0
     cancelled: bool = False
@@ -81,9 +87,12 @@ class WorkerRuntime:
         self._config_dict: dict | None = None
         self._outbox: list[dict] = []
         self._shipper: Greenlet | None = None
+        #: the last CPU sample while sending: fraction of one core, its interval's start, its step
         self.cpu_now: float | None = None
         self.cpu_at: float | None = None
+        self.cpu_step: str | None = None
         self._cpu_shipped: float | None = None
+        self._cpu_mark: tuple[str, float, float] | None = None
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -104,6 +113,7 @@ class WorkerRuntime:
         step = StepSpec.from_dict(data["step"])
         jobs, loop = plan_jobs(step, start_at=data["start_at"], shard=data["shard"], shards=data["shards"])
         state = StepState(label=step.label, shard=data["shard"], shards=data["shards"], loop=loop,
+                          start_at=float(data["start_at"]),
                           window_start=step_bounds(step, data["start_at"]).window_start)
         self.steps[state.label] = state
         if self._shipper is None:
@@ -196,11 +206,12 @@ class WorkerRuntime:
         except gevent.GreenletExit:
             record.outcome = "cancelled"
             raise
-        except Exception as exc:  # a bug in a request must not kill the user pool
+        except Exception as exc:  # a bug of ours must not kill the user pool, nor count against the server
             log.exception("request %s failed inside the client", record.request_id)
-            if record.outcome in ("not_sent", "ok"):
-                record.outcome = "connect_error" if record.sent_at is None else "disconnect"
-            record.error = record.error or f"{type(exc).__name__}: {exc}"[:300]
+            failure = classify_exception(exc, SendContext(generator=True))
+            credentials = getattr(getattr(self.sender, "transport", None), "credentials", None)
+            message = credentials.redact(failure.message) if credentials is not None else failure.message
+            record.outcome, record.error = failure.outcome, trim(message)
         finally:
             self.finish(job, record)
             if on_record is not None and record.outcome != "not_sent":
@@ -230,6 +241,7 @@ class WorkerRuntime:
         arrivals_over = state.initial_done and not (state.loop is not None and state.loop.more(now()))
         if arrivals_over and state.put <= state.finished and not state.drained_sent:
             state.drained_sent = True
+            self.sample_cpu()  # the step's last CPU interval goes out before its drained message
             self.flush()
             self._send_message(DRAINED, {"worker": self.worker, "label": state.label, "put": state.put,
                                          "finished": state.finished, "cancelled": state.cancelled,
@@ -245,23 +257,42 @@ class WorkerRuntime:
         self._cpu_shipped = self.cpu_at
         sent = {s.label: s.sent for s in self.steps.values() if not s.drained_sent}
         self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now,
-                                     "cpu_at": self.cpu_at, "sent": sent})
+                                     "cpu_at": self.cpu_at, "cpu_step": self.cpu_step, "sent": sent})
 
     def _ship_loop(self) -> None:
-        import psutil
-
-        proc = psutil.Process()
-        proc.cpu_percent(None)
-        last_cpu = now()
         while True:
             gevent.sleep(SHIP_INTERVAL_S)
-            if now() - last_cpu >= 1.0:
-                self.cpu_now = proc.cpu_percent(None) / 100.0
-                self.cpu_at = last_cpu = now()
+            self.sample_cpu()
             try:
                 self.flush()
             except Exception:
                 log.exception("could not ship results to the master")
+
+    def sending(self, t: float) -> str | None:
+        """The step whose arrivals this worker is sending at `t` (the latest started one), else None."""
+        label = None
+        for state in self.steps.values():
+            over = state.initial_done and not (state.loop is not None and state.loop.more(t))
+            if state.start_at <= t and not over and not state.cancelled:
+                label = state.label
+        return label
+
+    def sample_cpu(self, *, clock: Callable[[], float] = now,
+                   cpu_clock: Callable[[], float] = time.process_time) -> None:
+        """This process's CPU (fraction of one core) while it sends a step's arrivals, at most one
+        sample per `CPU_INTERVAL_S`, never outside the sending (start-up, drains, judging, finalisation).
+        A sample covers [mark, t) and is stamped at its start, so it lies inside its step's
+        [start_at, window_end): the number the validity rule reads (`worker_cpu`)."""
+        t, cpu = clock(), cpu_clock()
+        label = self.sending(t)
+        mark = self._cpu_mark
+        if mark is not None and (label != mark[0] or t - mark[1] >= CPU_INTERVAL_S):
+            if t - mark[1] >= MIN_CPU_SPAN_S:  # a sliver at the end of a step is too noisy to judge on
+                self.cpu_now, self.cpu_at, self.cpu_step = (cpu - mark[2]) / (t - mark[1]), mark[1], mark[0]
+            mark = None
+        if mark is None and label is not None:
+            mark = (label, t, cpu)
+        self._cpu_mark = mark
 
     def close(self) -> None:
         """Record queued-but-unsent arrivals as cancelled and close the record file."""

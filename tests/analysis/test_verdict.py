@@ -76,11 +76,14 @@ def test_invalid_when_the_generator_fell_behind() -> None:
     short = [request(f"r{i}", "s", float(i)) for i in range(9)] + [request("n", "s", 9.5, outcome="not_sent")]
     row = analyze(run_of(short, steps), slo, Client()).steps.iloc[0]
     assert row["verdict"] == "invalid" and list(row["failing"]) == ["rate_shortfall"]  # 0.9 < 1.0 x 0.98
-    lagging = [request(f"r{i}", "s", float(i), wait=0.05) for i in range(10)]
+    # 50 ms late at 1 req/s, judged against a 200 ms TTFT target that TTFT (190 ms) is 10 ms from:
+    # limit 0.1 x 200 ms = 20 ms
+    slo = SLO.model_validate({"min_samples": 1, "ttft_p95": "200ms"})
+    lagging = [request(f"r{i}", "s", float(i), wait=0.05, ttft=0.19) for i in range(10)]
     row = analyze(run_of(lagging, steps), slo, Client()).steps.iloc[0]
     assert row["verdict"] == "invalid" and list(row["failing"]) == ["send_lag"]
     # the same wait at the client cap is client wait, not generator lag: valid
-    capped = [request(f"r{i}", "s", float(i), wait=0.05, capped=True) for i in range(10)]
+    capped = [request(f"r{i}", "s", float(i), wait=0.05, ttft=0.19, capped=True) for i in range(10)]
     assert analyze(run_of(capped, steps), slo, Client()).steps.iloc[0]["verdict"] == "pass"
 
 

@@ -28,8 +28,15 @@ def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
         assert (tmp_path / name / "report.html").exists()
         assert str((tmp_path / name / "report.html").resolve()) in out
     ladder = json.loads((tmp_path / "ladder" / "summary.json").read_text())
-    verdicts = [s["verdict"] for s in ladder["steps"]]
-    assert verdicts[0] != "fail" and verdicts[-1] == "fail"
+    # a busy machine may stretch the generator on some steps: those are invalid, and the demo says so
+    judged = [s["verdict"] for s in ladder["steps"] if s["verdict"] != "invalid"]
+    assert judged[0] != "fail" and judged[-1] == "fail", [(s["label"], s["verdict"]) for s in ladder["steps"]]
+    assert "llmload demo: knee: last passing rate" in out
+    for name in ("ladder", "burst"):
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        for step in summary["steps"]:
+            if step["verdict"] == "invalid":
+                assert f"({name} step {step['label']}, judged invalid" in out, out[-3000:]
     _split_agrees_with_the_ground_truth(tmp_path, ladder)
     assert all(s["output_tokens_per_s"] > 0 and s["total_tokens_per_s"] > s["output_tokens_per_s"]
                for s in ladder["steps"])
@@ -37,7 +44,8 @@ def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
     assert 'id="plot-tokens"' in html and "output tok/s" in html and "remainder" in html
     burst = json.loads((tmp_path / "burst" / "summary.json").read_text())
     by_label = {s["label"]: s for s in burst["steps"]}
-    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"]
+    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"], by_label
+    assert "llmload demo: bursts: TTFT p95" in out
     # the sim was stopped: nothing answers on its port any more
     url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", (tmp_path / "sim.log").read_text()).group(1)
     with pytest.raises(OSError):
@@ -65,7 +73,9 @@ def _split_agrees_with_the_ground_truth(folder, ladder: dict) -> None:
         prefill = np.array([r["first_token_at"] - r["admitted_at"] for r in rows])
         assert queue.min() >= 0
         assert split["server_queue_mean_s"] == pytest.approx(queue.mean(), rel=0.1, abs=0.02), step["label"]
-        assert split["prefill_mean_s"] == pytest.approx(prefill.mean(), abs=0.02), step["label"]
+        # the remainder also holds loopback and client time (~18 ms seen at load 9): 20 ms is the split test's
+        # bound on a small sim (tests/analysis/test_split_truth.py); this whole-demo check allows a busy machine
+        assert split["prefill_mean_s"] == pytest.approx(prefill.mean(), abs=0.05), step["label"]
         low, high = step["server_queue_p95_range_s"]
         p95 = float(np.percentile(queue, 95, method="inverted_cdf"))
         assert low < p95 and (high is None or p95 <= high), (step["label"], low, p95, high)

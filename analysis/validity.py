@@ -1,0 +1,125 @@
+"""Was the step a fair test of the server? The generator-validity rule (METRICS.md "invalid").
+
+The question: could the load generator's own deviation have changed the load the server saw, or a
+number the SLO judges? Each check gives the measured value, its limit, the config key that sets the
+limit and what to do; any failed check makes the step `invalid`.
+
+- `send_lag`: p99 of `sent_at - scheduled_at` over uncapped arrivals. Its limit is
+  `client.max_send_lag_p99` when set; else the smallest of
+  - the load term: `client.send_lag_share_of_interarrival` (1.0) x the step's mean inter-arrival time
+    `1 / offered rate`. A loop stalled for L sends the arrivals due meanwhile together; under one mean
+    gap that bunches at most about one other arrival with a late one, within a Poisson process's own
+    clumping, so the server sees the planned load;
+  - per judged latency threshold among `LAG_SENSITIVE`, the number term: the larger of
+    `client.send_lag_share_of_target` (0.1) x the threshold and the measured value's distance from it.
+    A loop that late also stamps tokens up to that late, so the judged number could be off by the lag:
+    harmless while that is a small share of the target, or while the number is further from its
+    threshold than the lag (its verdict cannot flip).
+  30 ms is irrelevant at 4 req/s with a 1 s TTFT target (limit min(250 ms, 100 ms or more)), fatal at
+  400 req/s with a 50 ms ITL target (limit min(2.5 ms, ...)). A step with neither term (closed loop,
+  no latency threshold) has no send-lag limit.
+- `rate_shortfall`: achieved rate under `(1 - client.max_rate_shortfall)` x offered (open loop only).
+- `worker_cpu`: the busiest worker process's CPU while it was sending the step's arrivals (the
+  `worker_cpu` telemetry of the step) over `client.max_worker_cpu`.
+- `client_error`: any arrival failed inside the generator itself (outcome `client_error`).
+
+The advice sizes `--processes N` from the measured CPU: enough processes that each would stay under
+half of `client.max_worker_cpu` at the same load.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmload.config import SLO, Client
+
+__all__ = ["LAG_SENSITIVE", "generator_checks", "send_lag_limit", "suggested_processes"]
+
+#: latency thresholds a late generator can shift by its lag (TPOT divides a delay over the whole
+#: answer; the server queue is the server's own figure)
+LAG_SENSITIVE = ("ttft", "user_ttft", "itl", "e2e", "user_e2e", "client_wait")
+
+
+def _nan(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def send_lag_limit(offered_rate: float, slo: SLO, client: Client, metrics: dict | None = None
+                   ) -> tuple[float | None, str, str]:
+    """(limit in seconds or None, the config key that sets it, how it was derived) for one step;
+    `metrics` (the step's row) gives the measured latencies whose distance from a threshold counts."""
+    if client.max_send_lag_p99 is not None:
+        return client.max_send_lag_p99, "client.max_send_lag_p99", "set in the config"
+    terms: list[tuple[float, str, str]] = []
+    if not _nan(offered_rate) and offered_rate > 0:
+        share = client.send_lag_share_of_interarrival
+        terms.append((share / offered_rate, "client.send_lag_share_of_interarrival",
+                      f"{share:g} x {1000 / offered_rate:.3g} ms between arrivals at {offered_rate:.3g} req/s"))
+    share = client.send_lag_share_of_target
+    for t in slo.thresholds:
+        if t.metric not in LAG_SENSITIVE:
+            continue
+        value = (metrics or {}).get(f"{t.key}_s")
+        basis = f"{share:g} x the {t.key} target {t.value_s * 1000:.4g} ms"
+        allowed = share * t.value_s
+        if not _nan(value) and abs(value - t.value_s) > allowed:
+            allowed = abs(value - t.value_s)
+            basis = f"the {t.key} measured {value * 1000:.4g} ms is that far from its {t.value_s * 1000:.4g} ms target"
+        terms.append((allowed, "client.send_lag_share_of_target", basis))
+    if not terms:
+        return None, "client.max_send_lag_p99", "no offered rate and no latency target: not limited"
+    return min(terms, key=lambda term: term[0])
+
+
+def suggested_processes(workers: int, cpu: float, client: Client) -> int:
+    """Worker processes that keep each under half of `client.max_worker_cpu` at the measured CPU."""
+    workers = max(1, workers)
+    per_process = client.max_worker_cpu / 2
+    return max(workers + 1, math.ceil(workers * cpu / per_process))
+
+
+def _advice(metrics: dict, client: Client) -> str:
+    cpu = metrics.get("worker_cpu_max")
+    workers = int(metrics.get("workers") or 1) if not _nan(metrics.get("workers")) else 1
+    if _nan(cpu):
+        return f"run with --processes {workers + 1}, or on a quieter machine"
+    if cpu >= client.max_worker_cpu / 2:
+        return (f"run with --processes {suggested_processes(workers, cpu, client)} (the busiest worker "
+                f"used {cpu:.0%} of a core while sending)")
+    return (f"the busiest worker used only {cpu:.0%} of a core while sending, so other work on this machine "
+            "held it up: run on a quieter machine (more --processes will not help)")
+
+
+def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
+    """The failed generator checks of one step's `step_metrics` row (empty: the step is valid).
+
+    Each: `check`, `measured`, `limit`, `key` (the config key of the limit), `advice`, `message`."""
+    failed: list[dict] = []
+    offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
+    advice = _advice(metrics, client)
+
+    def fail(check: str, measured: float, limit: float | None, key: str | None, text: str, what: str) -> None:
+        failed.append({"check": check, "measured": measured, "limit": limit, "key": key, "advice": what,
+                       "message": f"{text}: {what}"})
+
+    if not _nan(offered) and offered > 0 and achieved < offered * (1.0 - client.max_rate_shortfall):
+        floor = offered * (1.0 - client.max_rate_shortfall)
+        fail("rate_shortfall", achieved, floor, "client.max_rate_shortfall",
+             f"achieved {achieved:.3g} req/s of {offered:.3g} offered, under the {floor:.3g} req/s floor "
+             f"(client.max_rate_shortfall {client.max_rate_shortfall:g})", advice)
+    lag = metrics["send_lag_p99_s"]
+    limit, key, basis = send_lag_limit(offered, slo, client, metrics)
+    if limit is not None and not _nan(lag) and lag > limit:
+        fail("send_lag", lag, limit, key,
+             f"send lag p99 {lag * 1000:.3g} ms over its limit {limit * 1000:.3g} ms ({key}: {basis})", advice)
+    cpu = metrics.get("worker_cpu_max")
+    if not _nan(cpu) and cpu > client.max_worker_cpu:
+        fail("worker_cpu", cpu, client.max_worker_cpu, "client.max_worker_cpu",
+             f"worker CPU {cpu:.0%} of a core while sending, over client.max_worker_cpu "
+             f"{client.max_worker_cpu:.0%}", advice)
+    errors = (metrics.get("outcomes") or {}).get("client_error", 0)
+    if errors:
+        fail("client_error", float(errors), 0.0, None,
+             f"{errors} request(s) failed inside llmload itself (outcome client_error, not the server's fault)",
+             "see their `error` in records.parquet; the server's counts leave them out")
+    return failed

@@ -1,0 +1,50 @@
+"""Every line a run prints is true: a quiet run prints no warning at all; a saturated generator gets
+the CPU line, naming the step, with the measured value, the limit, its key and what to do."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runtime_helpers import base_config, write_config
+from support import REPO
+
+from llmload.runtime.launcher import locust_command
+
+pytestmark = pytest.mark.slow
+
+BURN = Path(__file__).parent / "faults" / "cpu_burn_locustfile.py"
+
+
+def test_a_quiet_ladder_at_2_per_s_prints_no_warning(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 2, "duration": "4s"}]}})
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=180, cwd=REPO)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert re.search(r"^r2\.00 .* pass", output, re.MULTILINE), output[-3000:]
+    assert not re.search(r"warn|invalid", output, re.IGNORECASE), output
+
+
+def test_a_saturated_generator_is_named_with_its_step_and_what_to_do(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    # 60 ms of CPU per request at 8 req/s: about half a core, as much as a busy 2-core machine gives one
+    # process; the limit is set low enough that even a third of a core crosses it
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 8, "duration": "4s"}]}},
+                         client={"max_concurrency": 16, "max_worker_cpu": 0.1})
+    cmd = locust_command(write_config(tmp_path, config), tmp_path / "run") + ["--llmload-skip-preflight"]
+    cmd[cmd.index("-f") + 1] += f",{BURN}"
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO)
+    output = done.stdout + done.stderr
+    line = re.search(r"^  r8\.00 invalid: worker CPU (\d+)% of a core while sending, over "
+                     r"client\.max_worker_cpu 10%: run with --processes (\d+)", output, re.MULTILINE)
+    assert line, output[-3000:]
+    cpu, processes = int(line.group(1)), int(line.group(2))
+    assert cpu >= 10 and processes >= 2, line.group(0)
+    assert done.returncode == 3, output[-3000:]
