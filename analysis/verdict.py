@@ -11,6 +11,8 @@ Order of the rules:
    `queue_growth: forbid`). These are judged even with few completions: an overloaded server that
    rejects most requests fails, it is not merely "insufficient".
 4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
+   Thresholds the few samples are over anyway are listed in `stats["over_on_few_samples"]` (not
+   judged, but never silent: a reader must not take "insufficient" for "probably fine").
 5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...).
 6. `pass`.
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
@@ -60,7 +62,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
     client = client or Client()
     if step.get("status") == "not_run":
-        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": []}
+        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": [], "over_on_few_samples": []}
     invalid: list[str] = []
     offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
     if not math.isnan(offered) and offered > 0 and achieved < offered * (1.0 - client.max_rate_shortfall):
@@ -70,7 +72,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     if metrics["worker_cpu_max"] > client.max_worker_cpu:
         invalid.append("worker_cpu")
     if invalid:
-        return "invalid", invalid, {"excess": {}, "unmeasured": [], "undecided": []}
+        return "invalid", invalid, {"excess": {}, "unmeasured": [], "undecided": [], "over_on_few_samples": []}
 
     excess: dict[str, float] = {}
     if metrics["oom"] and metrics["oom"] > 0 and slo.allow_oom is False:
@@ -83,18 +85,22 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         excess["queue_growth"] = 1.0
     unmeasured: list[str] = []
     undecided: list[str] = []
+    over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
-    if enough:
-        for t in slo.thresholds:
-            value = metrics.get(f"{t.key}_s", math.nan)
-            if value is None or math.isnan(value):
+    for t in slo.thresholds:
+        value = metrics.get(f"{t.key}_s", math.nan)
+        if value is None or math.isnan(value):
+            if enough:
                 unmeasured.append(t.key)
-            elif value > t.value_s + TOLERANCE_S:
-                if _straddles(metrics, t.key, value, t.value_s):
-                    undecided.append(t.key)
-                else:
-                    excess[t.key] = _excess(value, t.value_s)
-    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided}
+        elif value > t.value_s + TOLERANCE_S:
+            if not enough:
+                over_on_few.append(t.key)
+            elif _straddles(metrics, t.key, value, t.value_s):
+                undecided.append(t.key)
+            else:
+                excess[t.key] = _excess(value, t.value_s)
+    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided,
+               "over_on_few_samples": over_on_few}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
@@ -120,5 +126,5 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
     stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                 undecided=details["undecided"])
+                 undecided=details["undecided"], over_on_few_samples=details["over_on_few_samples"])
     return verdict, failing, stats
