@@ -119,12 +119,13 @@ def _no_failure_sentence(steps: pd.DataFrame, last: float) -> str:
     rated = _rate_steps(steps)
     above = rated[(rated["_rate"] > last + 1e-9)] if len(rated) else rated
     verdicts = above.get("verdict", pd.Series("", index=above.index)).astype(str)
-    unjudged = above[verdicts != "pass"]
+    unrun = above.get("status", pd.Series("run", index=above.index)).astype(str) == "not_run"
+    verdicts = verdicts.where(~unrun, "not run")
+    unjudged = verdicts[verdicts != "pass"]
     if unjudged.empty:
         return ("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
                 "to find the boundary.")
-    parts = [f"{s.get('label')} {'not run' if str(s.get('verdict')) == 'not_run' else s.get('verdict')}"
-             for _, s in unjudged.iterrows()]
+    parts = [f"{above.at[i, 'label']} {v}" for i, v in unjudged.items()]
     return (f"No tested rate failed, but the rates above {last:g} req/s gave no verdict ({', '.join(parts)}): "
             f"the capacity is at least {last:g} req/s and the boundary is not located; fix those steps "
             "(generator, duration) and test them again.")
