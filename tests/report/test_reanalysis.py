@@ -59,8 +59,10 @@ def test_every_unchecked_key_is_in_the_warnings(run_dir, tmp_path):
     assert {"server_queue_p95", "allow_oom", "e2e_p95"} <= set(summary["slo"]["not_checked"])
 
 
-def test_a_step_over_its_target_on_too_few_samples_says_so_by_name(run_dir, tmp_path):
+def test_a_step_over_its_target_on_too_few_samples_says_so_by_name(run_dir, tmp_path, capsys):
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "ttft_p95: 100ms\nmin_samples: 500\n")]) == 3
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("r1.00"))
+    assert "insufficient" in row and "over on too few samples: ttft_p95" in row
     summary = summary_of(run_dir)
     steps = {s["label"]: s for s in summary["steps"]}
     assert steps["r1.00"]["verdict"] == "insufficient" and steps["r1.00"]["over_on_few_samples"] == ["ttft_p95"]
