@@ -250,7 +250,7 @@ def setup_diff(runs: Sequence[RunFigures]) -> list[tuple[str, list[Any]]]:
             slo = slo_from_manifest(run.manifest).model_dump(mode="json")
         except ConfigError:
             slo = config.get("slo")
-        slos.append({t_key(t): t["value_s"] for t in slo.pop("thresholds", [])} | slo
+        slos.append({_threshold_key(t): t["value_s"] for t in slo.pop("thresholds", [])} | slo
                     if isinstance(slo, dict) else slo)
         mixes.append(config.get("requests"))
     rows = _flat_differences(slos, "slo") + _flat_differences(mixes, "requests")
@@ -260,7 +260,7 @@ def setup_diff(runs: Sequence[RunFigures]) -> list[tuple[str, list[Any]]]:
     return rows
 
 
-def t_key(threshold: dict) -> str:
+def _threshold_key(threshold: dict) -> str:
     """`ttft_p95_s` for a dumped threshold (metric ttft, percentile 95)."""
     return f"{threshold['metric']}_p{float(threshold['percentile']):g}_s"
 

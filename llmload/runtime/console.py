@@ -42,6 +42,10 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.WARN
         handler = _LineHandler(stream if stream is not None else sys.stderr)
         handler.setFormatter(LineFormatter())
         logger.addHandler(handler)
+        # the web UI's log panel reads the root logger's LogReader: keep feeding it our records
+        for root_handler in logging.getLogger().handlers:
+            if type(root_handler).__name__ == "LogReader" and root_handler not in logger.handlers:
+                logger.addHandler(root_handler)
     logger.propagate = False
     if logger.level == logging.NOTSET:
         logger.setLevel(level)

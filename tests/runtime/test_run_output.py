@@ -49,16 +49,17 @@ def test_collector_looks_for_no_gpu_when_the_config_has_none(tmp_path):
 
 def test_log_records_come_out_in_our_style():
     stream = io.StringIO()
-    logger = logging.getLogger("llmload.test_console")
-    handlers = list(logging.getLogger("llmload").handlers)
+    logger, root = logging.getLogger("llmload.test_console"), logging.getLogger("llmload")
+    handlers, propagate, level = list(root.handlers), root.propagate, root.level
     try:
         configure_logging(stream)
         configure_logging(stream)  # idempotent: one handler, one line per record
         logger.warning("no GPU telemetry (%s)", "NVML found no GPU")
-    finally:
-        for handler in logging.getLogger("llmload").handlers:
+    finally:  # leave the test process's logging as it was (caplog reads through the root logger)
+        for handler in list(root.handlers):
             if handler not in handlers:
-                logging.getLogger("llmload").removeHandler(handler)
+                root.removeHandler(handler)
+        root.propagate, root.level = propagate, level
     assert stream.getvalue() == "llmload: warning: no GPU telemetry (NVML found no GPU)\n"
 
 
