@@ -20,7 +20,7 @@ from analysis.run import Run
 from analysis.soak import soak_slices
 from analysis.split import queueing_split
 from analysis.steps import instance_table, step_table
-from analysis.summary import build_summary
+from analysis.summary import build_summary, not_checked
 from analysis.telemetry_stats import TelemetryIndex
 from analysis.timeline import timeline
 from analysis.worksheet import worksheet
@@ -82,6 +82,12 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
         for key in r.get("undecided") or []:
             out.append(f"step {r['label']}: {key} from the server histogram lies in a bucket that straddles "
                        f"the threshold: not judged (finer buckets or per-request server timings decide it)")
+        few = [str(k) for k in (r.get("over_on_few_samples") or [])]
+        if few:
+            limits = {t.key: t.value_s for t in slo.thresholds}
+            over = ", ".join(f"{k} {float(r[f'{k}_s']) * 1000:.0f} ms > {limits[k] * 1000:g} ms" for k in few)
+            out.append(f"step {r['label']}: {over} on only {int(r['completed'])} completions (fewer than "
+                       f"min_samples {slo.min_samples}): over its target but not judged; run the step longer")
         missing = r.get("unrecorded_arrivals")
         if missing is not None and missing == missing and missing > 0:
             out.append(f"step {r['label']}: {int(missing)} planned arrivals have no record (a worker lost?): "
@@ -90,9 +96,9 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
             out.append(f"step {r['label']}: {r['server_queue_note']}")
         if r["phase"] == "concurrency" and r["verdict"] != "not_run":
             out.append(f"step {r['label']} is closed-loop: no offered rate, no rate-shortfall check")
-    missing = [k for k in ("ttft_p95", "tpot_p95", "e2e_p95") if k not in slo.checked]
+    missing = not_checked(slo)
     if missing:
-        out.append(f"not checked (no SLO threshold): {', '.join(missing)}")
+        out.append(f"not checked (absent from the SLO): {', '.join(missing)}")
     return out
 
 

@@ -53,14 +53,16 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
     for step in plan_steps:
         if step.get("status") == "not_run":
             row = empty_metrics(step)
-            row.update(verdict="not_run", failing=[], unmeasured=[], undecided=[], invalid_reasons=[])
+            row.update(verdict="not_run", failing=[], unmeasured=[], undecided=[], invalid_reasons=[],
+                       over_on_few_samples=[])
             rows.append(row)
             continue
         pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
         row = step_metrics(_take(base, pos), step, slo, tel, gaps, pos)
         verdict, failing, details = judge(row, step, slo, client)
         row.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                   undecided=details["undecided"], invalid_reasons=details["invalid"])
+                   undecided=details["undecided"], invalid_reasons=details["invalid"],
+                   over_on_few_samples=details["over_on_few_samples"])
         rows.append(row)
     return _typed(pd.DataFrame(rows))
 

@@ -31,6 +31,7 @@ __all__ = [
     "exit_code",
     "json_value",
     "ladder_result",
+    "not_checked",
     "overall_verdict",
 ]
 
@@ -45,7 +46,7 @@ _EXTRA_STEP_KEYS = (
     "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
-    "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max",
+    "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples",
 )
 _SUSTAINED = ("ladder", "refine", "soak")
 _STANDARD_SLO = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
@@ -109,7 +110,8 @@ def _thresholds(slo: SLO) -> dict:
     return out
 
 
-def _not_checked(slo: SLO) -> list[str]:
+def not_checked(slo: SLO) -> list[str]:
+    """The standard SLO keys (CONFIG.md) this SLO does not check, in their order."""
     checked = set(slo.checked)
     return [k for k in _STANDARD_SLO if k not in checked]
 
@@ -124,7 +126,7 @@ def decision_record(steps: pd.DataFrame, slo: SLO, conditions: dict, ladder: dic
                 "slo_attainment": r["slo_attainment"],
                 "verdict": r["verdict"]} for _, r in ran.iterrows()]
     record = {
-        "thresholds": _thresholds(slo), "not_checked": _not_checked(slo), "goodput_by_step": goodput,
+        "thresholds": _thresholds(slo), "not_checked": not_checked(slo), "goodput_by_step": goodput,
         "last_passing_rate": ladder["last_passing_rate"], "first_failing_rate": ladder["first_failing_rate"],
         "failing_dimension": ladder["failed_first"][0] if ladder["failed_first"] else None,
         "failed_first": ladder["failed_first"], "owner": conditions.get("owner", ""),
@@ -186,7 +188,7 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
         "failed_first": ladder["failed_first"],
         "last_passing_concurrency": ladder["last_passing_concurrency"],
         "first_failing_concurrency": ladder["first_failing_concurrency"],
-        "slo": {"thresholds": _thresholds(slo), "checked": slo.checked, "not_checked": _not_checked(slo)},
+        "slo": {"thresholds": _thresholds(slo), "checked": slo.checked, "not_checked": not_checked(slo)},
         "decision": decision_record(steps, slo, conditions, ladder, soak=soak),
         "definitions": {
             "version": DEFINITIONS_VERSION,

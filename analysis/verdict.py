@@ -15,6 +15,8 @@ Order of the rules:
    "insufficient". In a `partial` step (the run was stopped inside it) the requests cancelled by the
    stop are not errors of the server: its error ratio leaves `cancelled` out.
 4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
+   Thresholds the few samples are over anyway are listed in `stats["over_on_few_samples"]` (not
+   judged, but never silent: a reader must not take "insufficient" for "probably fine").
 5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...).
 6. `insufficient` when the SLO has percentile thresholds and none of them could be measured (no
    latency sample carried them: nothing was judged), and for a `partial` step, which never passes:
@@ -68,11 +70,12 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
     client = client or Client()
     if step.get("status") == "not_run":
-        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": [], "invalid": []}
+        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": [], "invalid": [],
+                               "over_on_few_samples": []}
     invalid = generator_checks(metrics, slo, client)
     if invalid:
         return "invalid", [c["check"] for c in invalid], {"excess": {}, "unmeasured": [], "undecided": [],
-                                                          "invalid": invalid}
+                                                          "invalid": invalid, "over_on_few_samples": []}
 
     partial = step.get("status") == "partial"
     excess: dict[str, float] = {}
@@ -88,18 +91,22 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         excess["queue_growth"] = 1.0
     unmeasured: list[str] = []
     undecided: list[str] = []
+    over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
-    if enough:
-        for t in slo.thresholds:
-            value = metrics.get(f"{t.key}_s", math.nan)
-            if value is None or math.isnan(value):
+    for t in slo.thresholds:
+        value = metrics.get(f"{t.key}_s", math.nan)
+        if value is None or math.isnan(value):
+            if enough:
                 unmeasured.append(t.key)
-            elif value > t.value_s + TOLERANCE_S:
-                if _straddles(metrics, t.key, value, t.value_s):
-                    undecided.append(t.key)
-                else:
-                    excess[t.key] = _excess(value, t.value_s)
-    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided, "invalid": []}
+        elif value > t.value_s + TOLERANCE_S:
+            if not enough:
+                over_on_few.append(t.key)
+            elif _straddles(metrics, t.key, value, t.value_s):
+                undecided.append(t.key)
+            else:
+                excess[t.key] = _excess(value, t.value_s)
+    details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided,
+               "over_on_few_samples": over_on_few, "invalid": []}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
@@ -138,5 +145,6 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
     stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                 undecided=details["undecided"], invalid_reasons=details["invalid"])
+                 undecided=details["undecided"], invalid_reasons=details["invalid"],
+                 over_on_few_samples=details["over_on_few_samples"])
     return verdict, failing, stats

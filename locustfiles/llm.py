@@ -9,8 +9,10 @@ Run it through `llmload run CONFIG.yaml`, or with Locust's own command line (alw
     locust -f locustfiles/llm.py,shapes/llm.py --worker --master-host 10.0.0.5
 
 Options: `--llmload-config PATH` (the run configuration: target, shape, SLO, ...), `--llmload-run-dir
-DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`, and `--llmload-rates`
-/ `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them).
+DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`, `--llmload-rates`
+/ `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them)
+and `--llmload-no-locust-stats` (`llmload run` passes it: its output ends with its own summary rather
+than Locust's request tables).
 
 The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
@@ -27,7 +29,7 @@ from locust import User, events, task
 
 from llmload.latency import latencies
 from llmload.records import Record
-from llmload.runtime import session
+from llmload.runtime import console, session
 
 __all__ = ["LLMUser", "OllamaChatUser", "OllamaGenerateUser", "OpenAIChatUser", "OpenAICompletionsUser"]
 
@@ -35,10 +37,15 @@ __all__ = ["LLMUser", "OllamaChatUser", "OllamaGenerateUser", "OpenAIChatUser", 
 @events.init_command_line_parser.add_listener
 def _options(parser, **kwargs) -> None:
     session.add_options(parser)
+    parser.add_argument("--llmload-no-locust-stats", action="store_true", default=False,
+                        help="drop Locust's closing request tables (llmload run prints its own summary)")
 
 
 @events.init.add_listener
 def _init(environment, **kwargs) -> None:
+    console.configure_logging()
+    if getattr(environment.parsed_options, "llmload_no_locust_stats", False):
+        console.drop_locust_stats()
     session.on_init(environment)
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "failing_detail",
     "first_failing_step",
     "fixed_conditions_text",
+    "over_on_few_samples",
     "HEADLINE_CONDITIONS",
     "rate_of",
     "soak_sentences",
@@ -101,6 +102,35 @@ def failing_detail(step: pd.Series, slo: Any, names: list | None = None) -> list
     return out
 
 
+def over_on_few_samples(step: pd.Series, slo: Any) -> str:
+    """The thresholds a step is over on fewer than `min_samples` completions, with values ("" if none)."""
+    raw = step.get("over_on_few_samples")
+    names = [] if raw is None or isinstance(raw, (str, float)) else [str(n) for n in raw]
+    if not names:
+        return ""
+    completed = step.get("completed")
+    count = "" if is_blank(completed) else f" on {int(completed)} completions"
+    return ", ".join(failing_detail(step, slo, names)) + count
+
+
+def _no_failure_sentence(steps: pd.DataFrame, last: float) -> str:
+    """What is true when no sustained step failed: the capacity is above the highest rate tested only if
+    the steps above the last passing rate all passed; otherwise they tell nothing, and the sentence says why."""
+    rated = _rate_steps(steps)
+    above = rated[(rated["_rate"] > last + 1e-9)] if len(rated) else rated
+    verdicts = above.get("verdict", pd.Series("", index=above.index)).astype(str)
+    unrun = above.get("status", pd.Series("run", index=above.index)).astype(str) == "not_run"
+    verdicts = verdicts.where(~unrun, "not run")
+    unjudged = verdicts[verdicts != "pass"]
+    if unjudged.empty:
+        return ("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
+                "to find the boundary.")
+    parts = [f"{above.at[i, 'label']} {v}" for i, v in unjudged.items()]
+    return (f"No tested rate failed, but the rates above {last:g} req/s gave no verdict ({', '.join(parts)}): "
+            f"the capacity is at least {last:g} req/s and the boundary is not located; fix those steps "
+            "(generator, duration) and test them again.")
+
+
 #: the conditions named in the answer's last line (all of them are in the manifest section)
 HEADLINE_CONDITIONS = ("model", "model_revision", "quantization", "server", "server_version", "gpus",
                        "gpu_model", "gpu_residency", "instances", "context_length", "max_num_seqs",
@@ -148,21 +178,25 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
             failing["label"] = f"{failing.get('label')}, offered {float(offered):.3g} req/s"
         named = summary.get("failed_first") or None
         what = ", ".join(failing_detail(failing, analysis.slo, list(named) if named else None)) or "not named"
+        few = over_on_few_samples(failing, analysis.slo)
         out.append(f"First failing rate: {rate:g} req/s (step {failing.get('label')}); what failed first: "
-                   f"{what}.")
+                   f"{what}." + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
     elif not is_blank(last):
-        out.append("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
-                   "to find the boundary.")
+        out.append(_no_failure_sentence(steps, float(last)))
     for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):
             out.append(f"{text}: {float(summary[key]):g} users.")
     out.extend(burst_sentences(getattr(analysis, "burst", None)))
     out.extend(soak_sentences(summary.get("soak")))
-    insufficient = list(labels[verdicts == "insufficient"])
-    if insufficient:
+    insufficient = steps[verdicts == "insufficient"]
+    if len(insufficient):
         need = getattr(analysis.slo, "min_samples", 200)
-        out.append(f"INSUFFICIENT at {', '.join(insufficient)}: fewer than {need} completions, too few to "
+        named = []
+        for _, step in insufficient.iterrows():
+            few = over_on_few_samples(step, analysis.slo)
+            named.append(f"{step.get('label')}" + (f" (over its target anyway: {few})" if few else ""))
+        out.append(f"INSUFFICIENT at {', '.join(named)}: fewer than {need} completions, too few to "
                    "estimate the tail; run those steps longer.")
     not_run = list(labels[steps.get("status", pd.Series(dtype=object)).astype(str) == "not_run"])
     if not_run:

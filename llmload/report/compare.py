@@ -2,17 +2,25 @@
 
 Per run: the last passing sustained rate, goodput at the SLO (the goodput of the last passing step),
 goodput per GPU, and with `conditions.cost_per_hour` the cost per million good output tokens and per
-thousand good requests. Per step (matched by label, else by target rate): the key numbers and their
-differences from the first run. And which fixed conditions differ, because a capacity figure holds only
-for its conditions. Each run is re-analysed with the SLO it was configured with, so every figure comes
-from the same definitions as its own report.
+thousand good requests. Per step (matched by phase and label, else by phase and target rate; two steps
+of one run never share a row): the key numbers and their differences from the baseline run. And which
+fixed conditions differ, because a capacity figure holds only for its conditions.
+
+Each run is re-analysed with the SLO it was configured with, so every figure comes from the same
+definitions as its own report. Runs judged against different SLOs, sent different request mixes or
+driven by a different number of generator processes are flagged: their figures are not like for like.
+An invalid run (the generator fell behind) is never the baseline of the ratios and differences (the
+first valid run is), and its goodput per GPU and costs are left blank.
+
+The terminal view is narrow whatever the number of runs: the per-run figures are printed one figure a
+line (runs as columns, in groups that fit `WIDTH` characters) and the steps one row per step and run.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +29,29 @@ import pandas as pd
 from llmload.errors import ConfigError
 from llmload.report import plots
 from llmload.report.answer import rate_of
-from llmload.report.html import cell_text, figure, is_blank, kv_table, page, section, table
-from llmload.report.manifest_view import conditions_of
+from llmload.report.html import cell_text, esc, figure, is_blank, kv_table, page, section, table
+from llmload.report.manifest_view import conditions_of, flatten
 from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
 from llmload.report.text import text_table
 
 __all__ = [
     "COST_DEFINITIONS",
+    "WIDTH",
     "RunFigures",
+    "baseline_index",
     "compare_runs",
     "condition_diff",
     "load_figures",
     "render_comparison",
     "run_figures",
+    "setup_diff",
     "step_comparison",
 ]
+
+#: the widest line the terminal view aims for
+WIDTH = 120
+#: run names longer than this are shown as #1, #2 ... with a legend in the terminal view
+_NAME_WIDTH = 20
 
 COST_DEFINITIONS = (
     ("goodput at the SLO", "goodput (req/s) of the last passing step: ok requests meeting every "
@@ -64,18 +80,25 @@ class RunFigures:
     manifest: dict = field(repr=False, default_factory=dict)
 
     @property
+    def valid(self) -> bool:
+        """False for an invalid run: its generator fell behind, so its costs are not figures to compare."""
+        return self.verdict != "invalid"
+
+    @property
     def goodput_per_gpu(self) -> float | None:
+        if not self.valid:
+            return None
         return self.goodput_at_slo / self.gpus if self.goodput_at_slo is not None and self.gpus else None
 
     @property
     def cost_per_million_good_tokens(self) -> float | None:
-        if self.cost_per_hour is None or not self.good_tokens_per_s:
+        if not self.valid or self.cost_per_hour is None or not self.good_tokens_per_s:
             return None
         return self.cost_per_hour / (self.good_tokens_per_s * 3600) * 1e6
 
     @property
     def cost_per_thousand_good_requests(self) -> float | None:
-        if self.cost_per_hour is None or not self.goodput_at_slo:
+        if not self.valid or self.cost_per_hour is None or not self.goodput_at_slo:
             return None
         return self.cost_per_hour / (self.goodput_at_slo * 3600) * 1e3
 
@@ -130,41 +153,59 @@ def load_figures(run_dir: str | Path, name: str | None = None) -> RunFigures:
     return run_figures(name or root.name, result.steps, result.summary, run.manifest, result.requests)
 
 
-def _step_key(step: pd.Series) -> str:
-    return str(step.get("label"))
+def baseline_index(runs: Sequence[RunFigures]) -> int | None:
+    """The run the ratios and differences are taken against: the first valid one (None: all invalid)."""
+    return next((i for i, r in enumerate(runs) if r.valid), None)
 
 
-def step_comparison(runs: Sequence[RunFigures]) -> pd.DataFrame:
-    """One row per step present in any run: each run's key numbers, and differences from the first run.
+def _step_keys(steps: pd.DataFrame, by_label: bool) -> pd.Series:
+    """Each step's row key within its phase: its label, or its target rate when labels do not match
+    across runs; a key repeated inside one run gets the label appended (two steps, two rows)."""
+    labels = steps.get("label", pd.Series("", index=steps.index)).astype(str)
+    if by_label or "target_rate" not in steps:
+        keys = labels
+    else:
+        keys = steps["target_rate"].map(lambda r: "" if is_blank(r) else f"r{float(r):.2f}")
+    phases = steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
+    repeated = pd.DataFrame({"phase": phases, "key": keys}).duplicated(keep=False)
+    return keys.where(~repeated | (keys == labels), keys + " (" + labels + ")")
 
-    Steps are matched by label; a run whose labels share nothing with the first is matched by target
-    rate instead. Unrun steps contribute blanks.
+
+def step_comparison(runs: Sequence[RunFigures], base: int | None = 0) -> pd.DataFrame:
+    """One row per (phase, step) present in any run: each run's key numbers and, for every other run,
+    its differences and ratios from run `base` (none when `base` is None).
+
+    Steps are matched by phase and label; a run whose labels share nothing with the first is matched by
+    phase and target rate instead. Two steps of one run never share a row. Unrun steps contribute blanks.
     """
     base_labels = set(runs[0].steps.get("label", pd.Series(dtype=str)).astype(str))
     frames = []
     for i, run in enumerate(runs):
         steps = run.steps
         by_label = bool(base_labels & set(steps.get("label", pd.Series(dtype=str)).astype(str)))
-        keys = steps["label"].astype(str) if by_label or "target_rate" not in steps else \
-            steps["target_rate"].map(lambda r: f"r{float(r):.2f}")
+        keys = _step_keys(steps, by_label)
         unrun = steps.get("status", pd.Series("run", index=steps.index)).astype(str) == "not_run"
-        part = pd.DataFrame({"step": keys.to_numpy(), "rate": steps.apply(rate_of, axis=1).to_numpy()})
+        part = pd.DataFrame({"phase": steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
+                             .to_numpy(), "step": keys.to_numpy(),
+                             "rate": steps.apply(rate_of, axis=1).to_numpy(dtype=float)})
         for column, _, _ in _STEP_NUMBERS:
             values = pd.to_numeric(steps.get(column, pd.Series(float("nan"), index=steps.index)),
                                    errors="coerce").where(~unrun)
             part[f"{column}#{i}"] = values.to_numpy()
         part[f"verdict#{i}"] = steps.get("verdict", pd.Series("", index=steps.index)).astype(object).where(
             ~unrun, None).to_numpy()
-        frames.append(part.drop_duplicates("step").set_index("step"))
+        frames.append(part.set_index(["phase", "step"]))
     out = frames[0]
     for part in frames[1:]:
         out = out.join(part.drop(columns="rate"), how="outer")
         out["rate"] = out["rate"].fillna(part["rate"])
-    for i in range(1, len(runs)):
+    for i in range(len(runs)):
+        if base is None or i == base:
+            continue
         for column in ("goodput", "ttft_p95_s", "e2e_p95_s"):
-            out[f"{column}#diff{i}"] = out[f"{column}#{i}"] - out[f"{column}#0"]
-            out[f"{column}#ratio{i}"] = out[f"{column}#{i}"] / out[f"{column}#0"]
-    return out.sort_values("rate", kind="stable").reset_index()
+            out[f"{column}#diff{i}"] = out[f"{column}#{i}"] - out[f"{column}#{base}"]
+            out[f"{column}#ratio{i}"] = out[f"{column}#{i}"] / out[f"{column}#{base}"]
+    return out.reset_index().sort_values(["rate", "phase"], kind="stable").reset_index(drop=True)
 
 
 def condition_diff(manifests: Sequence[dict]) -> list[tuple[str, list[Any]]]:
@@ -194,15 +235,49 @@ def condition_diff(manifests: Sequence[dict]) -> list[tuple[str, list[Any]]]:
     return rows
 
 
-def _run_rows(runs: Sequence[RunFigures]) -> tuple[list[str], list[list[Any]]]:
+def _flat_differences(values: Sequence[Any], prefix: str) -> list[tuple[str, list[Any]]]:
+    flat = [dict(flatten(v, prefix)) if isinstance(v, dict) else {prefix: v} for v in values]
+    keys = sorted(set().union(*flat))
+    return [(k, [f.get(k) for f in flat]) for k in keys
+            if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}) > 1]
+
+
+def setup_diff(runs: Sequence[RunFigures]) -> list[tuple[str, list[Any]]]:
+    """How the runs were measured, where it differs: the SLO each was judged with, the request mix, the
+    generator's process count (key, value per run). Any row means the figures are not like for like."""
+    slos, mixes = [], []
+    for run in runs:
+        config = (run.manifest or {}).get("config") or {}
+        try:
+            slo = slo_from_manifest(run.manifest).model_dump(mode="json")
+        except ConfigError:
+            slo = config.get("slo")
+        slos.append({_threshold_key(t): t["value_s"] for t in slo.pop("thresholds", [])} | slo
+                    if isinstance(slo, dict) else slo)
+        mixes.append(config.get("requests"))
+    rows = _flat_differences(slos, "slo") + _flat_differences(mixes, "requests")
+    workers = [(r.manifest or {}).get("workers") for r in runs]
+    if len({json.dumps(w) for w in workers}) > 1:
+        rows.append(("generator processes", workers))
+    return rows
+
+
+def _threshold_key(threshold: dict) -> str:
+    """`ttft_p95_s` for a dumped threshold (metric ttft, percentile 95)."""
+    return f"{threshold['metric']}_p{float(threshold['percentile']):g}_s"
+
+
+def _run_rows(runs: Sequence[RunFigures], base: int | None) -> tuple[list[str], list[list[Any]]]:
+    name = runs[base].name if base is not None else "baseline"
     headers = ["run", "verdict", "last passing req/s", "goodput@SLO req/s", "good tok/s", "GPUs",
                "goodput/GPU", "cost/h", "cost per 1M good tok", "cost per 1k good req",
-               f"last passing ÷ {runs[0].name}", f"goodput/GPU ÷ {runs[0].name}"]
-    base = runs[0]
+               f"last passing ÷ {name}", f"goodput/GPU ÷ {name}"]
+    ref = runs[base] if base is not None else None
     rows = [[r.name, r.verdict, r.last_passing_rate, r.goodput_at_slo, r.good_tokens_per_s, r.gpus,
              r.goodput_per_gpu, r.cost_per_hour, r.cost_per_million_good_tokens,
-             r.cost_per_thousand_good_requests, _ratio(r.last_passing_rate, base.last_passing_rate),
-             _ratio(r.goodput_per_gpu, base.goodput_per_gpu)] for r in runs]
+             r.cost_per_thousand_good_requests,
+             _ratio(r.last_passing_rate, ref.last_passing_rate) if ref and r.valid else None,
+             _ratio(r.goodput_per_gpu, ref.goodput_per_gpu) if ref else None] for r in runs]
     return headers, rows
 
 
@@ -210,14 +285,17 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return value / base if value is not None and base else None
 
 
-def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
-    headers, getters = ["step"], [lambda row: row["step"]]
+def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame,
+               base: int | None) -> tuple[list[str], list[list[Any]]]:
+    headers, getters = ["phase", "step"], [lambda row: row["phase"], lambda row: row["step"]]
     for column, label, scale in _STEP_NUMBERS:
         for i, run in enumerate(runs):
             headers.append(f"{label} [{run.name}]")
             getters.append(lambda row, c=f"{column}#{i}", s=scale: _scaled(row[c], s))
         if column != "offered_rate":
-            for i in range(1, len(runs)):
+            for i in range(len(runs)):
+                if base is None or i == base:
+                    continue
                 headers.append(f"Δ{label.split()[0]} {runs[i].name}")
                 getters.append(lambda row, c=f"{column}#diff{i}", s=scale: _scaled(row[c], s))
     for i, run in enumerate(runs):
@@ -230,22 +308,43 @@ def _scaled(value: Any, scale: float) -> float | None:
     return None if is_blank(value) else float(value) * scale
 
 
+def _notes(runs: Sequence[RunFigures], base: int | None, setup: list[tuple[str, list[Any]]]) -> list[str]:
+    """The sentences that qualify the figures: invalid runs, the baseline, what was measured differently."""
+    out = []
+    for run in runs:
+        if not run.valid:
+            out.append(f"{run.name} is invalid (the generator fell behind): its goodput per GPU and costs are "
+                       "left blank and it is not the baseline.")
+    if base is None:
+        out.append("Every run is invalid: no ratios or differences are taken.")
+    elif base:
+        out.append(f"Ratios and differences are taken against {runs[base].name}, the first valid run.")
+    if setup:
+        out.append("Not like for like: the runs differ in " + ", ".join(k for k, _ in setup)
+                   + " (below); compare their figures with that in mind.")
+    return out
+
+
 def render_comparison(runs: Sequence[RunFigures]) -> str:
     """The comparison as a self-contained HTML page."""
-    steps = step_comparison(runs)
-    run_headers, run_rows = _run_rows(runs)
-    step_headers, step_rows = _step_rows(runs, steps)
-    differing = condition_diff([r.manifest for r in runs])
+    base = baseline_index(runs)
+    steps = step_comparison(runs, base)
+    run_headers, run_rows = _run_rows(runs, base)
+    step_headers, step_rows = _step_rows(runs, steps, base)
+    setup = setup_diff(runs)
+    differing = setup + condition_diff([r.manifest for r in runs])
     diff_rows = [dict(zip(["condition", *[r.name for r in runs]], [k, *map(cell_text, v)], strict=True))
                  for k, v in differing]
+    notes = "".join(f'<p class="a">{esc(n)}</p>' for n in _notes(runs, base, setup))
     overlay = [(r.name, r.steps) for r in runs]
     body = "".join([
         section("runs", "Capacity and cost per run",
-                table([dict(zip(run_headers, row, strict=True)) for row in run_rows], table_id="runs-table")
+                notes + table([dict(zip(run_headers, row, strict=True)) for row in run_rows],
+                              table_id="runs-table")
                 + kv_table(COST_DEFINITIONS, table_id="cost-definitions")),
-        section("conditions", "Fixed conditions that differ",
+        section("conditions", "What differs: measurement set-up and fixed conditions",
                 table(diff_rows, table_id="conditions-table") if diff_rows
-                else '<p class="muted">No recorded condition differs.</p>'),
+                else '<p class="muted">No recorded condition, SLO, request mix or process count differs.</p>'),
         section("steps", "Step by step",
                 table([dict(zip(step_headers, row, strict=True)) for row in step_rows], table_id="steps-table")
                 + figure(plots.rates_overlay_plot(overlay, "goodput", "goodput (req/s)", salt="cmp-goodput"),
@@ -256,7 +355,54 @@ def render_comparison(runs: Sequence[RunFigures]) -> str:
                          caption="TTFT p95 (first output − sent_at) against offered rate, one line per run.")),
     ])
     return page("llmload compare: " + " vs ".join(r.name for r in runs), body,
-                nav=[("runs", "Capacity and cost"), ("conditions", "Conditions"), ("steps", "Steps")])
+                nav=[("runs", "Capacity and cost"), ("conditions", "What differs"), ("steps", "Steps")])
+
+
+def _transposed(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = WIDTH) -> str:
+    """Per-run rows printed one figure a line with runs as columns, in groups of runs that fit `width`."""
+    texts = [[v if isinstance(v, str) else cell_text(v) for v in row] for row in rows]
+    label_w = max(len(h) for h in headers[1:]) + 2
+    groups: list[list[int]] = []
+    used = width
+    for i, row in enumerate(texts):
+        need = max(len(v) for v in row) + 2
+        if groups and used + need <= width:
+            groups[-1].append(i)
+            used += need
+        else:
+            groups.append([i])
+            used = label_w + need
+    return "\n\n".join(
+        text_table(["figure", *[texts[i][0] for i in group]],
+                   [[figure, *[texts[i][k + 1] for i in group]] for k, figure in enumerate(headers[1:])])
+        for group in groups)
+
+
+def _long_step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame,
+                    base: int | None) -> tuple[list[str], list[list[Any]]]:
+    """Steps one row per (step, run), so the table is as narrow for five runs as for two."""
+    headers = ["phase", "step", "run", "offered/s", "goodput/s", "TTFT p95 ms", "E2E p95 ms",
+               "ΔTTFT ms", "ΔE2E ms", "verdict"]
+    rows = []
+    for _, row in steps.iterrows():
+        for i, run in enumerate(runs):
+            if is_blank(row[f"verdict#{i}"]) and is_blank(row[f"offered_rate#{i}"]):
+                continue
+            diff = base is not None and i != base
+            rows.append([row["phase"], row["step"], run.name, _scaled(row[f"offered_rate#{i}"], 1.0),
+                         _scaled(row[f"goodput#{i}"], 1.0), _scaled(row[f"ttft_p95_s#{i}"], 1000.0),
+                         _scaled(row[f"e2e_p95_s#{i}"], 1000.0),
+                         _scaled(row[f"ttft_p95_s#diff{i}"], 1000.0) if diff else None,
+                         _scaled(row[f"e2e_p95_s#diff{i}"], 1000.0) if diff else None,
+                         cell_text(row[f"verdict#{i}"])])
+    return headers, rows
+
+
+def _print_differences(rows: list[tuple[str, list[Any]]], labels: Sequence[str]) -> None:
+    for key, values in rows:
+        pairs = list(zip(labels, map(cell_text, values), strict=True))
+        line = f"  {key}: " + " | ".join(f"{tag}={v}" for tag, v in pairs)
+        print(line if len(line) <= WIDTH else f"  {key}:" + "".join(f"\n    {tag} = {v}" for tag, v in pairs))
 
 
 def compare_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = None) -> int:
@@ -267,17 +413,28 @@ def compare_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = Non
     if len(set(names)) < len(names):
         names = [f"{i + 1}:{n}" for i, n in enumerate(names)]
     runs = [load_figures(d, n) for d, n in zip(run_dirs, names, strict=True)]
-    run_headers, run_rows = _run_rows(runs)
-    print(text_table(run_headers, run_rows))
+    base = baseline_index(runs)
+    setup = setup_diff(runs)
+    for note in _notes(runs, base, setup):
+        print(f"llmload: note: {note}")
+    labels = [r.name for r in runs]
+    if max(len(n) for n in labels) > _NAME_WIDTH:  # long directory names: short tags, and a legend
+        labels = [f"#{i + 1}" for i in range(len(runs))]
+        print("runs:" + "".join(f"\n  {tag} = {r.name}" for tag, r in zip(labels, runs, strict=True)))
+    shown = [replace(r, name=tag) for r, tag in zip(runs, labels, strict=True)]
+    print(_transposed(*_run_rows(shown, base)))
     for term, definition in COST_DEFINITIONS:
         print(f"  {term}: {definition}")
     print()
-    step_headers, step_rows = _step_rows(runs, step_comparison(runs))
-    print(text_table(step_headers, step_rows))
+    print(text_table(*_long_step_rows(shown, step_comparison(runs, base), base)))
+    if base is not None and len(runs) > 1:
+        print(f"  Δ: the run's value minus {labels[base]}'s")
     differing = condition_diff([r.manifest for r in runs])
+    if setup:
+        print("\nmeasured differently (not like for like):")
+        _print_differences(setup, labels)
     print("\nfixed conditions that differ:" if differing else "\nno recorded fixed condition differs")
-    for key, values in differing:
-        print(f"  {key}: " + " | ".join(f"{r.name}={cell_text(v)}" for r, v in zip(runs, values, strict=True)))
+    _print_differences(differing, labels)
     if out is not None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)

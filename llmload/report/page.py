@@ -214,7 +214,7 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
     if burst is not None and not burst.empty:
         out.append(("burst", "Burst vs uniform arrivals", figure(plots.burst_plot(burst), plot_id="plot-burst",
                    caption=("Burst ÷ uniform for each metric at the same mean rate and request mix (red: "
-                            "the bursty arrivals did worse, green: better). A pass under uniform arrivals does not vouch for "
+                            "the bursty arrivals did worse, green: better, grey: within 1%, no difference). A pass under uniform arrivals does not vouch for "
                             "bursts."))
                     + table(burst, table_id="burst-table")))
     slices = getattr(analysis, "slices", None)
@@ -273,10 +273,12 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
                  if warnings else '<p class="muted">No warnings.</p>')
     sections = [("answer", "The question and the answer", _answer_html(analysis, manifest)),
                 ("warnings", "Warnings", warn_html),
-                ("worksheet-section", "Load-test worksheet (seed 000)", (
-                    '<p class="muted">One row per step; blank where a step was not run or a number was not '
-                    "measurable. Fixed conditions are in the manifest, the final decision in the decision "
-                    "record below.</p>" + worksheet_table(analysis.worksheet, analysis.steps))),
+                ("worksheet-section", "Load-test worksheet", (
+                    '<p class="muted">The worksheet of a capacity test (worksheet.csv in the run directory): '
+                    "fixed conditions, traffic shape, observations and decision, one row per step; blank where "
+                    "a step was not run or a number was not measurable. Fixed conditions are in the manifest, "
+                    "the final decision in the decision record below.</p>"
+                    + worksheet_table(analysis.worksheet, analysis.steps))),
                 ("plots", "Latency, goodput and the timeline", _plots_html(analysis)),
                 ("split", "Queueing split", _split_html(analysis))]
     sections += _optional_sections(analysis)

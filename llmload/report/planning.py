@@ -108,19 +108,21 @@ def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str 
         think_time_s = parse_duration(think_time)
     except ValueError as exc:
         raise ConfigError(str(exc), key="--think-time") from None
-    from llmload.config import load_slo
-    from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
+    from llmload.report.rereport import check_run_dir, client_from_manifest, current_slo, reanalysis_slo
 
     root = check_run_dir(run_dir)
     import analysis
 
     run = analysis.load_run(root)
     manifest_file = str(root / "manifest.json")
-    slo = load_slo(slo_path) if slo_path is not None else slo_from_manifest(run.manifest, file=manifest_file)
+    slo, judged = current_slo(root, run.manifest)
+    if slo_path is not None:
+        slo, judged = reanalysis_slo(slo_path, slo)[0], f"the SLO of {slo_path}"
     result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=manifest_file))
     plan = analysis.plan_in_flight(result, users, think_time_s)
     for line in plan_lines(plan, source=str(root)):
         out(line)
+    out(f"  judged with {judged}")
     if plan.get("reference_step") is None:
         return 3
     return 0 if plan["within_passing_rate"] else 1

@@ -9,6 +9,7 @@ milliseconds (display only); data stay in seconds.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 
 import matplotlib
@@ -19,12 +20,14 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 __all__ = [
     "RATE_PHASES",
+    "bridge_gaps",
     "burst_plot",
     "distribution_plot",
     "goodput_plot",
     "latency_plot",
     "rate_axis",
     "rates_overlay_plot",
+    "ratio_colours",
     "slices_plot",
     "split_plot",
     "timeline_plot",
@@ -156,6 +159,22 @@ _TIMELINE_PANELS = (
 )
 
 
+#: a timeline line is drawn across missing bins up to this long (between steps nothing is sent, so no
+#: TTFT, and the master's judging can delay a telemetry poll); longer gaps stay visible as gaps
+MAX_BRIDGED_GAP_S = 10.0
+
+
+def bridge_gaps(t: np.ndarray, values: np.ndarray, max_gap_s: float = MAX_BRIDGED_GAP_S) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a line without its NaN bins, so short gaps are drawn through; a NaN is kept
+    between two points more than `max_gap_s` apart so a long gap still breaks the line."""
+    keep = ~np.isnan(values)
+    x, y = t[keep], values[keep]
+    if x.size < 2:
+        return x, y
+    breaks = np.where(np.diff(x) > max_gap_s)[0] + 1
+    return np.insert(x, breaks, np.nan), np.insert(y, breaks, np.nan)
+
+
 def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | None, list[str]]:
     """Stacked time series with a band per step window; returns the SVG and the panels not measured."""
     if timeline is None or timeline.empty or "t" not in timeline.columns:
@@ -185,7 +204,8 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
                         transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
                         bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
         for column in columns:
-            ax.plot(t - t0, _col(timeline, column) * scale, linewidth=1, label=column)
+            x, y = bridge_gaps((t - t0).to_numpy(dtype=float), (_col(timeline, column) * scale).to_numpy(dtype=float))
+            ax.plot(x, y, linewidth=1, label=column)
         ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
@@ -301,8 +321,28 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
     return _svg(fig, "split")
 
 
+#: burst ÷ uniform within this of 1 is drawn as "no difference" (grey), neither better nor worse
+SAME_RATIO = 0.01
+RATIO_WORSE, RATIO_BETTER, RATIO_SAME = "#b3261e", "#1b7f3b", "#8a8a8a"
+
+
+def ratio_colours(metrics: Sequence[str], ratios: np.ndarray) -> list[str]:
+    """Bar colours of burst ÷ uniform ratios: red where the burst is worse, green where better, grey
+    within `SAME_RATIO` of 1 (higher is better for goodput, throughput, attainment and rates; lower
+    for latencies)."""
+    out = []
+    for metric, ratio in zip(metrics, ratios, strict=True):
+        if abs(ratio - 1.0) <= SAME_RATIO:
+            out.append(RATIO_SAME)
+            continue
+        higher_better = re.search("goodput|throughput|attainment|achieved|offered", metric) is not None
+        out.append(RATIO_WORSE if (ratio < 1) == higher_better else RATIO_BETTER)
+    return out
+
+
 def burst_plot(burst: pd.DataFrame) -> str | None:
-    """Burst ÷ uniform ratio per metric at the same mean rate (1 = no difference; red = burst worse)."""
+    """Burst ÷ uniform ratio per metric at the same mean rate (1 = no difference: grey within 1%; red =
+    burst worse, green = burst better)."""
     if burst is None or burst.empty or not {"metric", "ratio"} <= set(burst.columns):
         return None
     data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
@@ -310,9 +350,7 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
         return None
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4)
     ax = axes[0][0]
-    higher_better = data["metric"].astype(str).str.contains("goodput|throughput|attainment|achieved|offered")
-    worse = np.where(higher_better, data["_r"] < 1, data["_r"] > 1)
-    colours = ["#b3261e" if w else "#1b7f3b" for w in worse]
+    colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float))
     ax.barh(range(len(data)), data["_r"], color=colours)
     ax.set_yticks(range(len(data)), [str(m) for m in data["metric"]], fontsize=7)
     ax.axvline(1.0, color="#333", linewidth=1)

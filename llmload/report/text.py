@@ -40,14 +40,21 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _names(value: Any) -> str:
+    if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
+        return ", ".join(map(str, list(value)))
+    return cell_text(value)
+
+
 def verdict_table(steps: pd.DataFrame, summary: dict) -> str:
     """The short verdict table `llmload report` prints: one row per step, unrun steps blank."""
     rows = []
     for _, step in steps.iterrows():
         unrun = str(step.get("status")) == "not_run"
-        failing = step.get("failing")
-        failing = ", ".join(map(str, failing)) if isinstance(failing, (list, tuple)) or hasattr(
-            failing, "tolist") else cell_text(failing)
+        failing = _names(step.get("failing"))
+        few = _names(step.get("over_on_few_samples"))
+        if few:  # over a target on too few completions to judge: said, never silent
+            failing = "; ".join(filter(None, [failing, f"over on too few samples: {few}"]))
         rows.append([str(step.get("label", "")), cell_text(step.get("target_rate")),
                      "" if unrun else cell_text(step.get("offered_rate")),
                      "" if unrun else cell_text(step.get("goodput")),

@@ -6,6 +6,7 @@
     controller  the master's step controller: steps, drain, cancel, live judging, boundary search
     planfile    plan.json as it goes
     table       the live terminal table and progress line
+    console     one output style for log lines; Locust's request tables dropped under `llmload run`
     sending     the client library behind a worker (mix, transport, send)
     preflight   reachability, model, cold load, quality cases, manifest, telemetry start
     judging     live verdicts with analysis.judge_step

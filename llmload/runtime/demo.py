@@ -1,10 +1,11 @@
-"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in under three minutes.
+"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about three minutes.
 
 1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
    batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
-2. Run a Poisson ladder 2 → 4 → 6 → 8 → 10 req/s against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no
-   queue growth): the low steps pass, the high ones fail on TTFT and a growing queue. That knee is the
-   answer the report draws. Run directory: `<out>/ladder/`.
+2. Run a Poisson ladder 2 → 4 → 6 → 8 req/s against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue
+   growth): the low steps pass, the high ones fail on TTFT and a growing queue. Then the boundary
+   search (`refine`) bisects between the last passing and the first failing rate, two steps down to
+   0.5 req/s. That knee is the answer the report draws. Run directory: `<out>/ladder/`.
 3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
    about 4 req/s, two thirds of the capacity) and its uniform twin at the same mean rate: the bursts
    cost latency that the uniform twin hides. Run directory: `<out>/burst/`.
@@ -58,7 +59,8 @@ def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> di
                           "cases": [{"prompt": "Say something.", "expect": {"regex": "\\w+"}, "max_tokens": 8}]},
               "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
-              "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8, 10)]}
+              "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8)],
+              "refine": {"resolution": 0.5, "max_steps": 2}}
     trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "uniform_twin": True,
              "use_sizes": False, "drain_timeout": "20s"}

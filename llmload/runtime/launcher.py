@@ -48,7 +48,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     if run_dir is not None:
         cmd += ["--llmload-run-dir", str(run_dir)]
     if not web:
-        cmd += ["--headless", "--only-summary"]
+        cmd += ["--headless", "--only-summary", "--llmload-no-locust-stats"]
     elif not os.environ.get("LOCUST_WEB_HOST"):  # loopback unless told otherwise (e.g. in a container)
         cmd += ["--web-host", "127.0.0.1"]
     if processes:

@@ -2,7 +2,8 @@
 
 The numbers shown live come from the workers' shipped summaries, judged on the master with
 `analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
-the merged records. Times are shown in milliseconds, rates in requests per second; `out tok/s` is the
+the merged records. Times are shown in milliseconds, rates in requests per second, "srv waiting"
+(the step's mean number of requests waiting in the server's queue) in requests; `out tok/s` is the
 step's output tokens per second (METRICS.md). TTFT, TPOT and E2E come from `llmload.latency`.
 """
 
@@ -27,7 +28,7 @@ COLUMNS = (
     ("e2e_p95_s", "E2E p95", 9, "ms"),
     ("goodput", "goodput/s", 9, "r"),
     ("client_wait_p95_s", "wait p95", 9, "ms"),
-    ("server_waiting", "srv wait", 8, "n"),
+    ("server_waiting", "srv waiting", 11, "req"),
     ("output_tokens_per_s", "out tok/s", 9, "t"),
     ("verdict", "verdict", 12, "s"),
 )
@@ -42,8 +43,8 @@ def _cell(value: object, kind: str, width: int) -> str:
         text = f"{float(value):.2f}"
     elif kind == "t":
         text = f"{float(value):.0f}" if float(value) >= 100 else f"{float(value):.1f}"
-    elif kind == "n":
-        text = f"{float(value):.1f}"
+    elif kind == "req":
+        text = f"{float(value):.1f} req"
     else:
         text = str(value)
     return text.rjust(width) if kind != "s" else text.ljust(width)
@@ -89,11 +90,15 @@ def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_w
 
 def format_progress(label: str, elapsed_s: float, total_s: float | None, planned: int | None,
                     stats: dict, pending: int, server_waiting: float | None) -> str:
-    """One progress line during a step (`pending`: arrivals due so far that have not finished)."""
-    span = f"{elapsed_s:5.0f}s/{total_s:.0f}s" if total_s else f"{elapsed_s:5.0f}s"
-    planned_text = f"/{planned}" if planned else ""
+    """One progress line during a step (`pending`: arrivals due so far that have not finished): how far
+    into its `total_s` of arrivals, or how long it has been draining after them."""
+    if total_s and elapsed_s > total_s:
+        span = f"draining, {elapsed_s - total_s:.0f}s after its {total_s:.0f}s of arrivals"
+    else:
+        span = f"{elapsed_s:.0f}s of {total_s:.0f}s" if total_s else f"{elapsed_s:.0f}s"
+    planned_text = f" of {planned}" if planned else ""
     ttft = stats.get("ttft_p95_s")
-    waiting = "-" if server_waiting is None else f"{server_waiting:.0f}"
+    waiting = "-" if server_waiting is None else f"{server_waiting:.0f} req"
     ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms"
     return (f"  {label} {span}: done {stats['done']}{planned_text}, failed {stats['failed']}, "
             f"pending {pending}, TTFT p95 {ttft_text}, server waiting {waiting}")

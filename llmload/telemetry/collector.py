@@ -142,7 +142,9 @@ class TelemetryCollector:
                            headers=headers)
             for base, url in metrics_urls(config)]
         gpu = config.telemetry.gpu
-        self.nvml: NvmlSampler | None = NvmlSampler(nvml) if gpu in ("auto", "nvml") else None
+        # `auto` with `conditions.gpus: 0` (a CPU server, the demo's sim): no GPU to look for, nothing to say
+        no_gpu = gpu == "auto" and config.conditions.gpus == 0
+        self.nvml: NvmlSampler | None = NvmlSampler(nvml) if gpu in ("auto", "nvml") and not no_gpu else None
         if gpu.startswith("dcgm:"):
             self._pollers.append(DcgmPoller(dcgm_url(gpu), timeout_s=timeout_s))
         self._sink: TelemetrySink | None = None

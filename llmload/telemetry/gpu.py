@@ -56,12 +56,14 @@ class NvmlSampler:
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ImportError ...
             self.reason = f"{type(exc).__name__}: {exc}".strip(": ")
             if log_missing:
-                log.warning("telemetry: no GPU telemetry (NVML unavailable: %s); the run goes on", self.reason)
+                log.warning("no GPU telemetry (NVML unavailable: %s); the run goes on without GPU figures "
+                            "(conditions.gpus: 0 or telemetry.gpu: off says there is no GPU to look for)", self.reason)
             return False
         if not self._handles:
             self.reason = "NVML found no GPU"
             if log_missing:
-                log.warning("telemetry: no GPU telemetry (%s); the run goes on", self.reason)
+                log.warning("no GPU telemetry (%s); the run goes on without GPU figures (conditions.gpus: 0 "
+                            "or telemetry.gpu: off says there is no GPU to look for)", self.reason)
             self.close()
             return False
         self.available = True

@@ -114,12 +114,14 @@ def make_manifest() -> dict:
 
 
 
-def write_run_dir(root, *, steps: list[tuple[str, float, float]], gpus: int, cost_per_hour: float | None,
-                  slo: dict, window_s: float = 100.0, output_tokens: int = 64, tpot_s: float = 0.02) -> None:
+def write_run_dir(root, *, steps: list[tuple], gpus: int, cost_per_hour: float | None,
+                  slo: dict, window_s: float = 100.0, output_tokens: int = 64, tpot_s: float = 0.02,
+                  client: dict | None = None, requests: dict | None = None, workers: int | None = None) -> None:
     """A tiny real run directory: records.parquet (via merge_records from JSONL), plan.json, manifest.json.
 
-    `steps` holds (label, rate, ttft_s): arrivals every 1/rate seconds over the window, every request
-    ok with `output_tokens` tokens `tpot_s` apart after a TTFT of `ttft_s`.
+    `steps` holds (label, rate, ttft_s[, phase]): arrivals every 1/rate seconds over the window, every
+    request ok with `output_tokens` tokens `tpot_s` apart after a TTFT of `ttft_s`, sent 1 ms after its
+    scheduled time. `client`, `requests` and `workers` go into the manifest as the run's config.
     """
     import json
     from pathlib import Path
@@ -131,7 +133,7 @@ def write_run_dir(root, *, steps: list[tuple[str, float, float]], gpus: int, cos
     plan_steps = []
     start = 1000.0
     with RecordWriter(root / "records" / "worker-0.jsonl") as writer:
-        for index, (label, rate, ttft_s) in enumerate(steps):
+        for index, (label, rate, ttft_s, *phase) in enumerate(steps):
             n = int(round(rate * window_s))
             for i in range(n):
                 scheduled = start + i / rate
@@ -142,7 +144,8 @@ def write_run_dir(root, *, steps: list[tuple[str, float, float]], gpus: int, cos
                                     closed_at=times[-1] + 0.001, input_tokens=100, output_tokens=output_tokens,
                                     planned_output_tokens=output_tokens, http_status=200, token_times=times,
                                     dequeued_at=sent))
-            plan_steps.append({"label": label, "index": index, "phase": "ladder", "target_rate": rate,
+            plan_steps.append({"label": label, "index": index, "phase": phase[0] if phase else "ladder",
+                               "target_rate": rate,
                                "arrival": "constant", "concurrency": None, "start_at": start,
                                "window_start": start, "window_end": start + window_s,
                                "drain_deadline": start + window_s + 30, "drained_at": start + window_s + 5,
@@ -156,6 +159,11 @@ def write_run_dir(root, *, steps: list[tuple[str, float, float]], gpus: int, cos
                                                     "cost_per_hour": cost_per_hour, "owner": "ops"},
                 "config": {"target": {"url": "http://127.0.0.1:9", "model": "sim-model"}, "slo": slo},
                 "fingerprint": {"model": "sim-model", "gpus": gpus}}
+    for key, value in (("client", client), ("requests", requests)):
+        if value is not None:
+            manifest["config"][key] = value
+    if workers is not None:
+        manifest["workers"] = workers
     (root / "manifest.json").write_text(json.dumps(manifest))
 
 

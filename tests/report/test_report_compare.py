@@ -68,8 +68,9 @@ def test_cli_prints_table_and_writes_html(runs, tmp_path, capsys):
     assert rows["one-gpu"][2] == "1" and rows["two-gpu"][2] == "2"
     assert rows["one-gpu"][8] == "8.68" and rows["two-gpu"][9] == "0.417"
     assert rows["two-gpu"][10] == "2" and rows["two-gpu"][11] == "1"  # twice the rate, same per GPU
-    steps = {r[0]: r for r in page.tables["steps-table"][1:]}
-    assert steps["r2.00"][6:9] == ["1500", "400", "-1100"]  # TTFT p95 ms A, B and B - A
+    steps = {r[1]: r for r in page.tables["steps-table"][1:]}  # columns: phase, step, ...
+    assert steps["r2.00"][0] == "ladder"
+    assert steps["r2.00"][7:10] == ["1500", "400", "-1100"]  # TTFT p95 ms A, B and B - A
 
 
 def test_needs_two_runs_and_real_directories(runs, tmp_path):

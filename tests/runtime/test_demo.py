@@ -20,17 +20,30 @@ def test_demo_configs_cross_the_sims_capacity():
     assert configs["burst"]["shape"]["trace"]["uniform_twin"] is True
 
 
+def test_demo_shows_the_boundary_search_and_looks_for_no_gpu():
+    configs = demo_configs("http://127.0.0.1:9")
+    assert configs["ladder"]["shape"]["ladder"]["refine"] == {"resolution": 0.5, "max_steps": 2}
+    assert all(c["conditions"]["gpus"] == 0 for c in configs.values())
+
+
 @pytest.mark.slow
-def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capsys):
+def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capfd):
     assert run_demo(out=tmp_path, step_s=5.0, trace_s=12.0) == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()  # the Locust children write to the inherited descriptors
     for name in ("ladder", "burst"):
         assert (tmp_path / name / "report.html").exists()
         assert str((tmp_path / name / "report.html").resolve()) in out
+    assert "NVML" not in out + err and "Aggregated" not in out + err  # gpus: 0; our summary, not Locust's
     ladder = json.loads((tmp_path / "ladder" / "summary.json").read_text())
     # a busy machine may stretch the generator on some steps: those are invalid, and the demo says so
-    judged = [s["verdict"] for s in ladder["steps"] if s["verdict"] != "invalid"]
+    rungs = [s for s in ladder["steps"] if s["phase"] == "ladder"]
+    judged = [s["verdict"] for s in rungs if s["verdict"] != "invalid"]
     assert judged[0] != "fail" and judged[-1] == "fail", [(s["label"], s["verdict"]) for s in ladder["steps"]]
+    refine = [s for s in ladder["steps"] if s["phase"] == "refine"]
+    passed = [s["target_rate"] for s in rungs if s["verdict"] == "pass"]
+    failed = [s["target_rate"] for s in rungs if s["verdict"] == "fail"]
+    if passed and failed and min(failed) > max(passed):  # a knee to search: the boundary search ran between
+        assert refine and all(max(passed) < s["target_rate"] < min(failed) for s in refine)
     assert "llmload demo: knee: last passing rate" in out
     for name in ("ladder", "burst"):
         summary = json.loads((tmp_path / name / "summary.json").read_text())

@@ -7,6 +7,7 @@ import importlib
 import llmload.runtime
 
 MODULES = {
+    "console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"],
     "controller": ["StepController", "WorkerLink"],
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],

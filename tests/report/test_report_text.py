@@ -1,0 +1,33 @@
+"""Small truths of the report page (issue 17): headings a reader can place, a ratio of 1 drawn as no
+difference, timeline lines that do not break between steps."""
+
+from __future__ import annotations
+
+import numpy as np
+from report_fakes import make_analysis, make_manifest
+
+from llmload.report.page import render_report
+from llmload.report.plots import RATIO_BETTER, RATIO_SAME, RATIO_WORSE, bridge_gaps, ratio_colours
+
+
+def test_worksheet_heading_needs_no_seed_numbers():
+    html = render_report(make_analysis(), manifest=make_manifest())
+    assert "seed 000" not in html and "Load-test worksheet" in html and "worksheet.csv" in html
+
+
+def test_a_ratio_of_one_is_neither_better_nor_worse():
+    metrics = ["ttft_p95_s", "ttft_p95_s", "ttft_p95_s", "goodput", "goodput", "goodput"]
+    ratios = np.array([1.0, 2.4, 0.5, 1.0, 0.62, 1.3])
+    assert ratio_colours(metrics, ratios) == [RATIO_SAME, RATIO_WORSE, RATIO_BETTER,
+                                              RATIO_SAME, RATIO_WORSE, RATIO_BETTER]
+    assert ratio_colours(["e2e_p95_s"], np.array([1.004])) == [RATIO_SAME]  # within 1%: no difference
+
+
+def test_timeline_lines_bridge_the_gap_between_steps_but_not_a_long_outage():
+    t = np.arange(30.0)
+    values = np.where((t >= 10) & (t < 13), np.nan, 1.0)  # 3 s between steps: nothing sent, no TTFT
+    x, y = bridge_gaps(t, values)
+    assert not np.isnan(y).any() and x[9] == 9.0 and x[10] == 13.0
+    values[15:28] = np.nan  # a 13 s outage stays a visible break
+    x, y = bridge_gaps(t, values)
+    assert np.isnan(y).sum() == 1 and x[np.isnan(x)].size == 1

@@ -1,0 +1,106 @@
+"""What a run prints (issues 17 and 21): one style for every message, our summary last, no GPU line for a
+config that says there is no GPU, and a live view whose numbers carry their units."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+import pytest
+from runtime_helpers import base_config, run_locust, write_config
+
+from llmload.config import parse_config
+from llmload.runtime.console import configure_logging
+from llmload.runtime.launcher import locust_command
+from llmload.runtime.table import format_header, format_progress, format_row
+from llmload.telemetry.collector import TelemetryCollector
+
+LOCUST_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \S+/[A-Z]+/")
+
+
+def _config(url: str, **sections) -> dict:
+    shape = {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                        "steps": [{"rate": 4, "duration": "2s"}]}}
+    return base_config(url, shape, **sections)
+
+
+def _nvml_missing() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return True
+    pynvml.nvmlShutdown()
+    return False
+
+
+def test_collector_looks_for_no_gpu_when_the_config_has_none(tmp_path):
+    shape = {"ladder": {"steps": [{"rate": 1, "duration": 1}]}}
+    none = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape, "conditions": {"gpus": 0}})
+    unknown = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape})
+    forced = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape, "conditions": {"gpus": 0},
+                           "telemetry": {"gpu": "nvml"}})
+    assert TelemetryCollector(none, tmp_path).nvml is None
+    assert TelemetryCollector(unknown, tmp_path).nvml is not None
+    assert TelemetryCollector(forced, tmp_path).nvml is not None  # asked for by name: looked for
+
+
+def test_log_records_come_out_in_our_style():
+    stream = io.StringIO()
+    logger, root = logging.getLogger("llmload.test_console"), logging.getLogger("llmload")
+    handlers, propagate, level = list(root.handlers), root.propagate, root.level
+    try:
+        configure_logging(stream)
+        configure_logging(stream)  # idempotent: one handler, one line per record
+        logger.warning("no GPU telemetry (%s)", "NVML found no GPU")
+    finally:  # leave the test process's logging as it was (caplog reads through the root logger)
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.propagate, root.level = propagate, level
+    assert stream.getvalue() == "llmload: warning: no GPU telemetry (NVML found no GPU)\n"
+
+
+def test_live_view_numbers_carry_units_and_progress_says_draining():
+    header = format_header()
+    row = format_row({"label": "r2.00", "offered_rate": 1.8, "server_waiting": 5.62, "verdict": "pass"})
+    assert "srv wait " not in header + " " and "srv waiting" in header
+    assert "5.6 req" in row
+    stats = {"done": 7, "failed": 0, "ttft_p95_s": 0.058}
+    sending = format_progress("r2.00", 5.2, 12.0, 23, stats, 1, 0.0)
+    draining = format_progress("r2.00", 15.2, 12.0, 23, stats, 1, 2.0)
+    assert "5s of 12s" in sending and "done 7 of 23" in sending and "server waiting 0 req" in sending
+    assert "15s/12s" not in draining and "draining, 3s after its 12s of arrivals" in draining
+
+
+@pytest.mark.slow
+def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
+    config = _config(vllm_sim.url, telemetry={"gpu": "auto"}, conditions={"gpus": 0})
+    done = run_locust(write_config(tmp_path, config), tmp_path / "run")
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "Aggregated" not in output and "req/s" not in done.stderr
+    assert "GPU" not in output and "NVML" not in output  # gpus: 0: no GPU looked for, nothing said
+    assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
+    last = [line for line in done.stdout.splitlines() if line.strip()][-1]
+    assert last.startswith("llmload: report ") and "(exit code" in last
+
+
+@pytest.mark.slow
+def test_plain_locust_keeps_its_tables_and_gpu_absence_is_one_line(vllm_sim, tmp_path):
+    config = _config(vllm_sim.url, telemetry={"gpu": "auto"})
+    cmd = locust_command(write_config(tmp_path, config), tmp_path / "run")
+    assert "--llmload-no-locust-stats" in cmd
+    extra_free = [c for c in cmd if c != "--llmload-no-locust-stats"]
+    import subprocess
+
+    done = subprocess.run(extra_free, capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "Aggregated" in output  # plain Locust: its own tables stay
+    if _nvml_missing():
+        gpu_lines = [line for line in output.splitlines() if "GPU" in line]
+        assert len(gpu_lines) == 1 and gpu_lines[0].startswith("llmload: warning: no GPU telemetry"), gpu_lines
+    assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line) and "llmload" in line]
