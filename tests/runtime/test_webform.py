@@ -22,7 +22,7 @@ def _config(shape: dict | None = None, **extra) -> Config:
 
 def test_the_form_shows_the_configs_rates_slo_and_shape():
     config = _config()
-    assert form_values(config) == {RATES: "2, 6", SLO_OPTION: "ttft_p95=500ms, tpot_p95=80ms, max_reject_ratio=0"}
+    assert form_values(config) == {RATES: "2, 6", SLO_OPTION: "ttft_p95=500ms, tpot_p95=80ms, max_reject_ratio=0, max_error_ratio=0.05"}
     helps = form_help(config)
     assert "ladder of 2 step(s) of 30s / 60s, constant arrivals" in helps[RATES] and "req/s per step" in helps[RATES]
     assert "openai-chat" in helps[SLO_OPTION] and "model m" in helps[SLO_OPTION]
@@ -39,7 +39,7 @@ def test_unchanged_or_empty_form_values_change_nothing():
     config = _config()
     shown = form_values(config)
     for rates, slo, host in (("", "", ""), (shown[RATES], shown[SLO_OPTION], "http://127.0.0.1:8000/"),
-                             ("2,6", "ttft_p95=500ms,tpot_p95=80ms,max_reject_ratio=0", "")):
+                             ("2,6", "ttft_p95=500ms,tpot_p95=80ms,max_reject_ratio=0,max_error_ratio=0.05", "")):
         run, changed = apply_form(config, rates, slo, host)
         assert changed == {} and run == config
 
@@ -57,7 +57,7 @@ def test_edited_slo_replaces_the_thresholds_and_keeps_the_other_keys():
     run, changed = apply_form(_config(), slo="ttft_p95=1.5s, e2e_p99=20s")
     assert {t.key: t.value_s for t in run.slo.thresholds} == {"ttft_p95": 1.5, "e2e_p99": 20.0}
     assert run.slo.max_reject_ratio == 0.0 and run.slo.min_samples == 50
-    assert changed["slo"] == {"ttft_p95": 1.5, "e2e_p99": 20.0, "max_reject_ratio": 0.0}
+    assert changed["slo"] == {"ttft_p95": 1.5, "e2e_p99": 20.0, "max_reject_ratio": 0.0, "max_error_ratio": 0.05}
 
 
 def test_host_is_the_target_url():
