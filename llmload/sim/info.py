@@ -53,11 +53,17 @@ class InfoPages:
                             "group": None, "is_blocking": False}]}]}
 
     def vllm_cache_info(self) -> dict[str, str]:
+        """`vllm:cache_config_info` labels: every CacheConfig field as `str(value)` (vLLM's
+        `CacheConfig.metrics_info()`, `vllm/config/cache.py` on main late 2025; no scheduler fields)."""
         s = self.settings
-        return {"block_size": str(s.block_size), "num_gpu_blocks": str(s.num_blocks),
-                "num_cpu_blocks": "0", "cache_dtype": "auto", "enable_prefix_caching": "False",
-                "gpu_memory_utilization": "0.9", "max_num_seqs": str(s.max_num_seqs),
-                "max_num_batched_tokens": str(s.max_num_batched_tokens)}
+        return {"block_size": str(s.block_size), "gpu_memory_utilization": "0.9", "swap_space": "4",
+                "cache_dtype": "auto", "is_attention_free": "False", "num_gpu_blocks_override": "None",
+                "sliding_window": "None", "enable_prefix_caching": str(s.enable_prefix_caching),
+                "prefix_caching_hash_algo": "sha256", "cpu_offload_gb": "0", "calculate_kv_scales": "False",
+                "cpu_kvcache_space_bytes": "None", "mamba_page_size_padded": "None", "mamba_block_size": "None",
+                "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "num_gpu_blocks": str(s.num_blocks),
+                "num_cpu_blocks": "None", "kv_sharing_fast_prefill": "False", "kv_cache_memory_bytes": "None",
+                "kv_offloading_size": "None", "kv_offloading_backend": "None"}
 
     def vllm_tokenize(self, body: dict) -> dict:
         if "messages" in body:

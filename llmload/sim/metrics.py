@@ -7,6 +7,15 @@ vLLM (v1 `loggers.py` names, labels `model_name` and `engine`): gauges `vllm:num
 `vllm:admission_rejections_total` (503s from `max_num_queued_reqs`; vLLM names it so when admission
 limits are set); histograms `vllm:request_queue_time_seconds`, `vllm:e2e_request_latency_seconds`,
 `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` with vLLM's buckets.
+Prefix caching (vLLM `v1/metrics/loggers.py`, main late 2025): counters `vllm:prefix_cache_queries_total`
+and `vllm:prefix_cache_hits_total` (tokens looked up / found, per scheduler lookup, preempted requests
+excluded), `vllm:prompt_tokens_cached_total`, `vllm:prompt_tokens_recomputed_total` and
+`vllm:prompt_tokens_by_source_total` (label `source`: local_compute, local_cache_hit,
+external_kv_transfer), counted when a request's first token comes out. Per-request histograms as vLLM's:
+`vllm:request_prefill_time_seconds`, `vllm:request_decode_time_seconds`,
+`vllm:request_inference_time_seconds`, `vllm:request_prompt_tokens`, `vllm:request_generation_tokens`,
+`vllm:request_params_max_tokens`, `vllm:request_params_n`, `vllm:request_max_num_generation_tokens`,
+`vllm:request_prefill_kv_computed_tokens`, and `vllm:iteration_tokens_total` per engine step with output.
 llama.cpp (`--metrics`, no labels): `llamacpp:prompt_tokens_total`, `llamacpp:prompt_seconds_total`,
 `llamacpp:tokens_predicted_total`, `llamacpp:tokens_predicted_seconds_total`, `llamacpp:n_decode_total`,
 `llamacpp:n_busy_slots_per_decode`, `llamacpp:n_tokens_max`, `llamacpp:prompt_tokens_seconds`,
@@ -35,19 +44,69 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
                20.0, 40.0, 80.0)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # what prometheus-client (and so vLLM) answers /metrics with
+
+
+def _buckets_1_2_5(max_value: int) -> tuple[int, ...]:
+    """vLLM's `build_1_2_5_buckets`: 1, 2, 5, 10, 20, 50... up to `max_value`."""
+    out, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            if m * 10 ** exp > max_value:
+                return tuple(out)
+            out.append(m * 10 ** exp)
+        exp += 1
 
 
 class VllmMetrics:
     """vLLM's Prometheus series for one model on engine 0."""
 
-    def __init__(self, model: str, cache_info: dict[str, str]) -> None:
+    def __init__(self, model: str, cache_info: dict[str, str], max_model_len: int = 8192) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r, names = self.registry, ["model_name", "engine"]
         labels = {"model_name": model, "engine": "0"}
 
         def mk(cls, name, doc, **kw):
             return cls(name, doc, names, registry=r, **kw).labels(**labels)
+
+        counts = _buckets_1_2_5(max_model_len)
+        self.cache_queries = mk(Counter, "vllm:prefix_cache_queries",
+                                "Prefix cache queries, in terms of number of queried tokens.")
+        self.cache_hits = mk(Counter, "vllm:prefix_cache_hits",
+                             "Prefix cache hits, in terms of number of cached tokens.")
+        self.tokens_cached = mk(Counter, "vllm:prompt_tokens_cached",
+                                "Number of cached prompt tokens (local + external).")
+        self.tokens_recomputed = mk(Counter, "vllm:prompt_tokens_recomputed",
+                                    "Number of cached tokens recomputed for forward pass.")
+        by_source = Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                            names + ["source"], registry=r)
+        self.by_source = {src: by_source.labels(source=src, **labels)
+                          for src in ("local_compute", "local_cache_hit", "external_kv_transfer")}
+        self.iteration_tokens = mk(Histogram, "vllm:iteration_tokens_total",
+                                   "Histogram of number of tokens per engine_step.", buckets=ITERATION_BUCKETS)
+        self.req_prompt = mk(Histogram, "vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                             buckets=counts)
+        self.req_generation = mk(Histogram, "vllm:request_generation_tokens",
+                                 "Number of generation tokens processed.", buckets=counts)
+        self.req_max_gen = mk(Histogram, "vllm:request_max_num_generation_tokens",
+                              "Histogram of maximum number of requested generation tokens.", buckets=counts)
+        self.req_n = mk(Histogram, "vllm:request_params_n", "Histogram of the n request parameter.",
+                        buckets=(1, 2, 5, 10, 20))
+        self.req_max_tokens = mk(Histogram, "vllm:request_params_max_tokens",
+                                 "Histogram of the max_tokens request parameter.", buckets=counts)
+        self.req_kv_computed = mk(Histogram, "vllm:request_prefill_kv_computed_tokens",
+                                  "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                                  buckets=counts)
+        self.inference_time = mk(Histogram, "vllm:request_inference_time_seconds",
+                                 "Histogram of time spent in RUNNING phase for request.",
+                                 buckets=REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = mk(Histogram, "vllm:request_prefill_time_seconds",
+                               "Histogram of time spent in PREFILL phase for request.",
+                               buckets=REQUEST_LATENCY_BUCKETS)
+        self.decode_time = mk(Histogram, "vllm:request_decode_time_seconds",
+                              "Histogram of time spent in DECODE phase for request.",
+                              buckets=REQUEST_LATENCY_BUCKETS)
 
         self.running = mk(Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = mk(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
@@ -68,8 +127,9 @@ class VllmMetrics:
                       "Histogram of inter-token latency in seconds.", buckets=ITL_BUCKETS)
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           names + ["finished_reason"], registry=r)
+        # every vLLM FinishReason (v1/engine/__init__.py) has its series from the start
         self.success = {reason: success.labels(finished_reason=reason, **labels)
-                        for reason in ("stop", "length", "abort")}
+                        for reason in ("stop", "length", "abort", "error", "repetition")}
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                      [*cache_info, "engine"], registry=r)
         info.labels(engine="0", **cache_info).set(1)
@@ -86,6 +146,31 @@ class VllmMetrics:
             self.prompt_tokens.inc(prompt)
         if step.emitted:
             self.generation_tokens.inc(len(step.emitted))
+            self.iteration_tokens.observe(prompt + len(step.emitted))
+        if step.cache_queries:
+            self.cache_queries.inc(step.cache_queries)
+            self.cache_hits.inc(step.cache_hits)
+        cached = sum(max(0, seq.cached_tokens) for seq in step.emitted if seq.generated == 1)
+        if prompt:
+            self.tokens_cached.inc(cached)
+            self.by_source["local_cache_hit"].inc(cached)
+            self.by_source["local_compute"].inc(prompt - cached)
+            for seq in step.emitted:
+                if seq.generated == 1:
+                    self.req_kv_computed.observe(seq.prompt_tokens - max(0, seq.cached_tokens))
+
+    def on_request(self, *, prompt_tokens: int, output_tokens: int, max_tokens: int,
+                   prefill_s: float | None, decode_s: float | None, inference_s: float | None) -> None:
+        """The per-request histograms of a request that ran (vLLM observes them when it finishes)."""
+        self.req_prompt.observe(prompt_tokens)
+        self.req_generation.observe(output_tokens)
+        self.req_max_gen.observe(max_tokens)
+        self.req_max_tokens.observe(max_tokens)
+        self.req_n.observe(1)
+        for hist, value in ((self.prefill_time, prefill_s), (self.decode_time, decode_s),
+                            (self.inference_time, inference_s)):
+            if value is not None:
+                hist.observe(max(0.0, value))
 
     def on_finish(self, *, queue_s: float | None, e2e_s: float, ttft_s: float | None,
                   token_gaps_s: list[float], reason: str) -> None:

@@ -26,9 +26,10 @@ from llmload.sim.http import Connection, Request, start_http_server
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
 from llmload.sim.loop import EngineLoop, Job, error_body
 from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
+from llmload.sim.prefix import block_hashes
 from llmload.sim.residency import ModelResidency, QueueFull
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
-from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_tokens
+from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_token_list, prompt_tokens
 from llmload.sim.wire import Exchange, renderer_for
 from llmload.units import parse_duration
 
@@ -65,12 +66,13 @@ class SimServer:
             max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens, num_blocks=s.num_blocks,
             block_size=s.block_size, step_base_s=s.step_base_s, prefill_cost_s=s.prefill_cost_s,
             decode_cost_s=s.decode_cost_s, step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
-            kv_leak_blocks_per_min=s.kv_leak_blocks_per_min))
+            kv_leak_blocks_per_min=s.kv_leak_blocks_per_min,
+            enable_prefix_caching=flavor == "vllm" and s.enable_prefix_caching))
         self.loop = EngineLoop(self.engine, self._on_step)
         self.started_at = now()
         self.ready_at = self.started_at + (s.load_time_s if flavor == "llamacpp" else 0.0)
         self.info = InfoPages(model=model, settings=s, started_at=self.started_at)
-        self.vllm_metrics = VllmMetrics(model, self.info.vllm_cache_info()) if flavor == "vllm" else None
+        self.vllm_metrics = VllmMetrics(model, self.info.vllm_cache_info(), s.max_model_len) if flavor == "vllm" else None
         self.llama_metrics = LlamaCppMetrics(self.info.slot_ctx) if flavor == "llamacpp" else None
         self.residency = ModelResidency(load_time_s=s.load_time_s, keep_alive_s=s.keep_alive_s,
                                         max_queue=s.max_queue) if flavor == "ollama" else None
@@ -153,7 +155,7 @@ class SimServer:
             conn.send(status, body or error_body(flavor, kind, message, status), headers=echo)
 
         try:
-            body, n_prompt, max_tokens = self._parse(req, kind)
+            body, n_prompt, max_tokens, eos_at = self._parse(req, kind)
         except _Refusal as refusal:
             row.input_tokens = refusal.input_tokens
             reject(refusal.status, refusal.message, "http_error", refusal.body)
@@ -163,7 +165,7 @@ class SimServer:
         ignore_eos = bool(body.get("ignore_eos") or opts.get("ignore_eos"))
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         draws = draw_request(self.seed, index, s.faults.at(now() - self.listening_at), max_tokens=max_tokens,
-                             eos_probability=s.eos_probability, ignore_eos=ignore_eos)
+                             eos_probability=s.eos_probability, ignore_eos=ignore_eos, eos_at=eos_at)
         if s.faults.slow_headers_s > 0:
             await asyncio.sleep(s.faults.slow_headers_s)
         if draws.error in ("http_429", "http_503", "http_500"):
@@ -203,7 +205,8 @@ class SimServer:
             row.outcome, row.finished_at = "client_gone", now()
             self.gt.write(row)
             return
-        seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens)
+        seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens,
+                       block_hashes=self._block_hashes(body, messages, n_prompt))
         job = Job(conn=conn, renderer=renderer_for(kind), ex=ex, draws=draws, seq=seq, row=row,
                   stall_s=s.faults.stall_s, headers=echo, defer_headers=flavor == "ollama",
                   on_done=lambda j, outcome: self._on_done(j, outcome, keep_alive))
@@ -214,10 +217,27 @@ class SimServer:
         self.loop.submit(job)
         await job.done
 
-    def _parse(self, req: Request, kind: str) -> tuple[dict, int, int]:
-        """Body, prompt tokens and output cap of a generation request, with each server's context
-        rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400 past the slot context;
-        Ollama: truncate to the context). Raises _Refusal for a request the server would refuse."""
+    def _check_model(self, body: dict, kind: str) -> None:
+        """vLLM and Ollama answer 404 for a model they do not serve (llama.cpp serves any name).
+        vLLM `serving_engine._check_model` (no model given is fine); Ollama `server/routes.go`
+        (`model 'x' not found`; `model is required` 400 natively; the `/v1` middleware wraps both)."""
+        name = body.get("model")
+        if self.flavor == "vllm" and name and name != self.model:
+            raise _Refusal(404, "", body={"error": {"message": f"The model `{name}` does not exist.",
+                                                    "type": "NotFoundError", "param": "model", "code": 404}})
+        if self.flavor == "ollama":
+            if not name:
+                raise _Refusal(400, "model is required")
+            if str(name).removesuffix(":latest") != self.model.removesuffix(":latest"):
+                raise _Refusal(404, f"model '{name}' not found")
+
+    def _parse(self, req: Request, kind: str) -> tuple[dict, int, int, int | None]:
+        """Body, prompt tokens, output cap and (no cap asked) where EOS comes, of a generation request,
+        with each server's context rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400
+        past the slot context; Ollama: truncate to the context). Without an output cap the real servers
+        generate to EOS or the context limit: the cap is the context left and the model stops by itself
+        after `default_max_tokens` (unless `ignore_eos`). Raises _Refusal for a request the server would
+        refuse."""
         flavor, s = self.flavor, self.settings
         try:
             body = req.json()
@@ -225,6 +245,7 @@ class SimServer:
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
             raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
+        self._check_model(body, kind)
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         if messages is not None and not isinstance(messages, list):
@@ -234,7 +255,9 @@ class SimServer:
                      body.get("n_predict") if kind == "llamacpp_completion" else None)
         if requested is None:
             requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = requested if isinstance(requested, int) and requested > 0 else s.default_max_tokens
+        capped = isinstance(requested, int) and requested > 0
+        max_tokens = requested if capped else 1 << 62
+        eos_at = None if capped else s.default_max_tokens
         if flavor == "vllm":
             if n_prompt >= s.max_model_len:
                 raise _Refusal(400, f"This model's maximum context length is {s.max_model_len} tokens. However, "
@@ -255,7 +278,14 @@ class SimServer:
         if n_prompt + 1 > capacity:
             raise _Refusal(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)",
                            input_tokens=n_prompt)
-        return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt))
+        return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt)), eos_at
+
+    def _block_hashes(self, body: dict, messages: list | None, n_prompt: int) -> tuple[int, ...]:
+        """The prompt's full-block hashes for the prefix cache (vLLM flavour with caching on)."""
+        if self.engine.cache is None:
+            return ()
+        tokens = prompt_token_list(body.get("prompt", ""), messages)[:n_prompt]
+        return block_hashes(tokens, self.engine.limits.block_size)
 
     def _on_done(self, job: Job, outcome: str, keep_alive: object) -> None:
         self.in_flight -= 1
@@ -278,6 +308,12 @@ class SimServer:
                 ttft_s=None if row.first_token_at is None else row.first_token_at - row.received_at,
                 token_gaps_s=[b - a for a, b in zip(times[:-1], times[1:], strict=True)],
                 reason=job.reason if outcome in ("ok", "stall", "malformed") else "abort")
+            if row.admitted_at is not None and row.first_token_at is not None:
+                last = times[-1] if times else row.first_token_at
+                self.vllm_metrics.on_request(
+                    prompt_tokens=row.input_tokens, output_tokens=row.output_tokens,
+                    max_tokens=job.draws.max_tokens, prefill_s=row.first_token_at - row.admitted_at,
+                    decode_s=last - row.first_token_at, inference_s=last - row.admitted_at)
         if self.llama_metrics is not None and ex.first_token_at is not None:
             self.llama_metrics.on_finish(
                 prompt_n=ex.prompt_tokens, prompt_s=ex.first_token_at - (ex.admitted_at or ex.first_token_at),

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 from llmload.tokens import count_tokens, split_tokens
 
-__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_text", "prompt_tokens"]
+__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_text", "prompt_token_list",
+           "prompt_tokens"]
 
 CHAT_TOKENS_PER_MESSAGE = 4
 _SUM = re.compile(r"What is\s*(-?\d+)\s*\+\s*(-?\d+)", re.IGNORECASE)
@@ -45,6 +46,26 @@ def prompt_tokens(prompt: object) -> int:
 def chat_prompt_tokens(messages: Iterable[dict]) -> int:
     """Tokens of a chat: per message, its content's tokens plus 4."""
     return sum(count_tokens(_content_text(m.get("content"))) + CHAT_TOKENS_PER_MESSAGE for m in messages)
+
+
+def prompt_token_list(prompt: object, messages: list | None = None) -> list:
+    """The prompt's tokens by the same rule (what the prefix cache hashes): a chat renders each message
+    as `<|im_start|>`, its role, a newline, its content's tokens and `<|im_end|>` (the 4 template tokens);
+    a prompt of token ids is its ids."""
+    if messages is not None:
+        out: list = []
+        for m in messages:
+            out += ["<|im_start|>", str(m.get("role", "")), "\n"]
+            out += split_tokens(_content_text(m.get("content")))
+            out.append("<|im_end|>")
+        return out
+    if isinstance(prompt, str):
+        return split_tokens(prompt)
+    if isinstance(prompt, list):
+        if all(isinstance(x, int) for x in prompt):
+            return list(prompt)
+        return [tok for x in prompt for tok in prompt_token_list(x)]
+    return []
 
 
 def prompt_text(prompt: object, messages: Iterable[dict] | None = None) -> str:
