@@ -14,6 +14,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from llmload.sim.prefix import block_hashes
 from llmload.sim.residency import ModelResidency, QueueFull
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
 from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_token_list, prompt_tokens
-from llmload.sim.wire import Exchange, renderer_for
+from llmload.sim.wire import Exchange, renderer_for, rfc3339
 from llmload.units import parse_duration
 
 __all__ = ["SimServer", "serve"]
@@ -94,6 +95,11 @@ class SimServer:
             else:
                 conn.send(405, _not_found(self.flavor, 405), headers=echo)
             return
+        if req.path in _EMBEDDINGS.get(self.flavor, ()) and req.method == "POST":
+            conn.send(501, _LLAMACPP_NO_EMBEDDINGS if self.flavor == "llamacpp" else
+                      error_body("ollama", "ollama" if req.path.startswith("/api") else "",
+                                 "this model does not support embeddings", 501), headers=echo)
+            return
         status, body, ctype = self._info(req)
         conn.send(status, body, content_type=ctype, headers=echo)
 
@@ -112,7 +118,7 @@ class SimServer:
                      "/api/tags": info.ollama_tags, "/v1/models": lambda: {"object": "list", "data": [
                          {"id": self.model, "object": "model", "created": int(self.started_at),
                           "owned_by": "library"}]},
-                     "/api/ps": lambda: info.ollama_ps(loaded=r.state == "loaded", expires_at=r.expires_at),
+                     "/api/ps": lambda: info.ollama_ps(loaded=r.state != "unloaded", expires_at=r.expires_at),
                      "/api/show": info.ollama_show}
         else:
             pages = {"/health": lambda: {"status": "ok"}, "/props": info.llamacpp_props,
@@ -187,6 +193,9 @@ class SimServer:
                 load_s = await self.residency.acquire()
             except QueueFull as exc:
                 reject(503, str(exc), "rejected")
+                return
+            if _load_only(body, kind):
+                self._load_only(body, kind, row, conn, load_s, keep_alive)
                 return
         stream = bool(body.get("stream", kind.startswith("ollama")))
         stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
@@ -280,6 +289,31 @@ class SimServer:
                            input_tokens=n_prompt)
         return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt)), eos_at
 
+    def _load_only(self, body: dict, kind: str, row: GroundTruthRow, conn: Connection, load_s: float,
+                   keep_alive: object) -> None:
+        """Ollama's load / unload idiom (`server/routes.go` GenerateHandler / ChatHandler): an empty
+        prompt (or no messages) loads the model and answers at once, `done_reason` "load", or with
+        `keep_alive` 0 unloads it, "unload"; one JSON object, never a stream."""
+        unload = keep_alive in (0, "0", "0s")
+        reason = "unload" if unload else "load"
+        out: dict = {"model": body.get("model") or self.model, "created_at": rfc3339(time.time())}
+        if kind == "ollama_chat":
+            out["message"] = {"role": "assistant", "content": ""}
+        else:
+            out["response"] = ""
+        out.update({"done": True, "done_reason": reason})
+        row.load_s, row.finished_at = load_s, now()
+        self.gt.write(row)
+        self.residency.release(0.0 if unload else self._keep_alive_s(keep_alive))
+        conn.send(200, out)
+
+    def _keep_alive_s(self, keep_alive: object) -> float | None:
+        try:
+            negative = isinstance(keep_alive, (int, float)) and keep_alive < 0
+            return -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
+        except ValueError:
+            return None
+
     def _block_hashes(self, body: dict, messages: list | None, n_prompt: int) -> tuple[int, ...]:
         """The prompt's full-block hashes for the prefix cache (vLLM flavour with caching on)."""
         if self.engine.cache is None:
@@ -293,12 +327,7 @@ class SimServer:
         row, ex = job.row, job.ex
         self.gt.write(row)
         if self.residency is not None:
-            try:
-                negative = isinstance(keep_alive, (int, float)) and keep_alive < 0
-                ka = -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
-            except ValueError:
-                ka = None
-            self.residency.release(ka)
+            self.residency.release(self._keep_alive_s(keep_alive))
         end = row.finished_at or now()
         if self.vllm_metrics is not None and outcome not in ("client_gone",):
             times = row.token_times
@@ -324,6 +353,20 @@ class SimServer:
         if metrics is not None:
             metrics.on_step(step, running=len(self.engine.running), waiting=len(self.engine.waiting),
                             kv_usage=self.engine.kv_usage)
+
+
+def _load_only(body: dict, kind: str) -> bool:
+    """An Ollama native request that only loads or unloads the model."""
+    if kind == "ollama_generate":
+        return body.get("prompt") in (None, "") and not body.get("images")
+    return kind == "ollama_chat" and not body.get("messages")
+
+
+#: llama.cpp without `--embeddings` (tools/server/server.cpp, handle_embeddings_impl): 501
+_LLAMACPP_NO_EMBEDDINGS = {"error": {"code": 501, "type": "not_supported_error",
+                                     "message": "This server does not support embeddings. Start it with `--embeddings`"}}
+_EMBEDDINGS = {"llamacpp": ("/embedding", "/embeddings", "/v1/embeddings"),
+               "ollama": ("/api/embed", "/api/embeddings", "/v1/embeddings")}
 
 
 def _not_found(flavor: str, status: int) -> object:

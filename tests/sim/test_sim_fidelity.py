@@ -1,0 +1,116 @@
+"""The sim answers as the real servers do where a client can tell, driven by the official `openai` and
+`ollama` client libraries (docs/SIM.md lists each behaviour and the source it was read from)."""
+
+from __future__ import annotations
+
+import ollama
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+from sim_client import FAST, post
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def _openai(sim) -> openai.OpenAI:
+    return openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0)
+
+
+def test_vllm_unknown_model_is_a_404_naming_it(sim_factory):
+    sim = sim_factory(flavor="vllm", config=FAST)
+    with pytest.raises(openai.NotFoundError) as err:
+        _openai(sim).chat.completions.create(model="gpt-x", messages=MSG, max_tokens=2)
+    assert err.value.status_code == 404
+    assert err.value.body["message"] == "The model `gpt-x` does not exist."
+    assert err.value.body["type"] == "NotFoundError" and err.value.body["param"] == "model"
+    ok = _openai(sim).completions.create(model="sim-model", prompt="hi", max_tokens=2)
+    assert ok.usage.completion_tokens == 2
+    assert sim.ground_truth_rows()[0]["http_status"] == 404
+
+
+def test_ollama_unknown_model_is_a_404_native_and_openai(sim_factory):
+    sim = sim_factory(flavor="ollama", config=FAST)
+    client = ollama.Client(host=sim.url)
+    with pytest.raises(ollama.ResponseError) as err:
+        client.generate(model="nope", prompt="hi", options={"num_predict": 2})
+    assert err.value.status_code == 404 and err.value.error == "model 'nope' not found"
+    with pytest.raises(openai.NotFoundError) as err2:
+        _openai(sim).chat.completions.create(model="nope", messages=MSG, max_tokens=2)
+    assert err2.value.body["message"] == "model 'nope' not found"
+    assert client.generate(model="sim-model:latest", prompt="hi", options={"num_predict": 2}).eval_count == 2
+
+
+def test_llamacpp_serves_any_model_name(sim_factory):
+    sim = sim_factory(flavor="llamacpp", config=FAST)
+    out = _openai(sim).chat.completions.create(model="whatever", messages=MSG, max_tokens=2)
+    assert out.usage.completion_tokens == 2
+
+
+def test_no_max_tokens_runs_to_eos_or_the_context(sim_factory):
+    sim = sim_factory(flavor="vllm", config={**FAST, "max_model_len": 600, "default_max_tokens": 40})
+    client = _openai(sim)
+    out = client.chat.completions.create(model="sim-model", messages=MSG)
+    assert (out.choices[0].finish_reason, out.usage.completion_tokens) == ("stop", 40)
+    out = client.chat.completions.create(model="sim-model", messages=MSG, extra_body={"ignore_eos": True})
+    prompt = out.usage.prompt_tokens
+    assert (out.choices[0].finish_reason, out.usage.completion_tokens) == ("length", 600 - prompt)
+
+
+def test_ollama_empty_prompt_loads_and_keep_alive_zero_unloads(sim_factory):
+    sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "300ms"})
+    client = ollama.Client(host=sim.url)
+    loaded = client.generate(model="sim-model", prompt="")
+    assert loaded.done and loaded.done_reason == "load" and loaded.response == ""
+    assert [m.model for m in client.ps().models] == ["sim-model"]
+    unloaded = client.generate(model="sim-model", prompt="", keep_alive=0)
+    assert unloaded.done_reason == "unload"
+    assert client.ps().models == []
+    chat = client.chat(model="sim-model", messages=[])
+    assert chat.done_reason == "load" and chat.message.content == ""
+
+
+def test_ollama_ps_lists_a_model_while_it_loads(sim_factory):
+    import threading
+
+    sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "1s"})
+    client = ollama.Client(host=sim.url)
+    t = threading.Thread(target=client.generate, kwargs={"model": "sim-model", "prompt": ""})
+    t.start()
+    try:
+        import time
+
+        time.sleep(0.4)
+        assert [m.model for m in client.ps().models] == ["sim-model"]
+    finally:
+        t.join()
+
+
+@pytest.mark.parametrize(("flavor", "path"), [("llamacpp", "/v1/embeddings"), ("llamacpp", "/embedding"),
+                                              ("ollama", "/api/embed"), ("ollama", "/v1/embeddings")])
+def test_embeddings_are_501_not_404(sim_factory, flavor, path):
+    sim = sim_factory(flavor=flavor, config=FAST)
+    resp = post(sim.url + path, {"model": "sim-model", "input": "hi", "content": "hi"})
+    assert resp.status_code == 501
+    text = resp.text
+    assert "embeddings" in text and "not" in text
+
+
+def test_every_metrics_page_parses_and_new_vllm_series_are_there(sim_factory):
+    for flavor in ("vllm", "llamacpp"):
+        sim = sim_factory(flavor=flavor, config=FAST)
+        _openai(sim).chat.completions.create(model="sim-model", messages=MSG, max_tokens=3)
+        text = requests.get(sim.url + "/metrics", timeout=5).text
+        names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+        if flavor == "vllm":
+            for name in ("vllm:request_prefill_time_seconds_count", "vllm:request_decode_time_seconds_count",
+                         "vllm:request_inference_time_seconds_count", "vllm:iteration_tokens_total_count",
+                         "vllm:request_prompt_tokens_count", "vllm:request_generation_tokens_count",
+                         "vllm:request_params_max_tokens_count", "vllm:prefix_cache_queries_total",
+                         "vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_by_source_total"):
+                assert name in names, name
+            reasons = {s.labels.get("finished_reason") for f in text_string_to_metric_families(text)
+                       for s in f.samples if s.name == "vllm:request_success_total"}
+            assert reasons == {"stop", "length", "abort", "error", "repetition"}
+        else:
+            assert "llamacpp:prompt_tokens_total" in names
