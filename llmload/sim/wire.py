@@ -145,13 +145,19 @@ class OpenAIChat(Renderer):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        # llama.cpp (server-context.cpp, to_json_oaicompat_chat_stream): `timings` ride on the usage
+        # chunk when include_usage asks for one, else on the finish chunk
+        timed = ex.flavor == "llamacpp"
         if ex.flavor == "llamacpp":
-            out.append(self.sse(self._chunk(ex, {}, reason, timings=ex.timings())))
+            extra = {} if ex.include_usage else {"timings": ex.timings()}
+            out.append(self.sse(self._chunk(ex, {}, reason, **extra)))
         elif ex.flavor == "ollama":
             out.append(self.sse(self._chunk(ex, {"role": "assistant", "content": ""}, reason)))
         if ex.include_usage:
             obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
                    "model": ex.model, "choices": [], "usage": ex.usage()}
+            if timed:
+                obj["timings"] = ex.timings()
             out.append(self.sse(obj))
         out.append(self.done)
         return out
