@@ -16,10 +16,7 @@ external_kv_transfer), counted when a request's first token comes out. Per-reque
 `vllm:request_inference_time_seconds`, `vllm:request_prompt_tokens`, `vllm:request_generation_tokens`,
 `vllm:request_params_max_tokens`, `vllm:request_params_n`, `vllm:request_max_num_generation_tokens`,
 `vllm:request_prefill_kv_computed_tokens`, and `vllm:iteration_tokens_total` per engine step with output.
-llama.cpp (`--metrics`, no labels): `llamacpp:prompt_tokens_total`, `llamacpp:prompt_seconds_total`,
-`llamacpp:tokens_predicted_total`, `llamacpp:tokens_predicted_seconds_total`, `llamacpp:n_decode_total`,
-`llamacpp:n_busy_slots_per_decode`, `llamacpp:n_tokens_max`, `llamacpp:prompt_tokens_seconds`,
-`llamacpp:predicted_tokens_seconds`, `llamacpp:requests_processing`, `llamacpp:requests_deferred`.
+llama.cpp (`--metrics`, no labels): see `LlamaCppMetrics` (written by hand, as llama-server does).
 """
 
 from __future__ import annotations
@@ -188,53 +185,55 @@ class VllmMetrics:
 
 
 class LlamaCppMetrics:
-    """llama.cpp server's `/metrics` series."""
+    """llama-server's `/metrics` (`--metrics`), written as it writes it (tools/server/server.cpp
+    handle_metrics, b6500; issue 18 item 4): `# HELP` / `# TYPE` / one sample per metric, counters first.
+    Counters: `prompt_tokens_total`, `prompt_seconds_total`, `tokens_predicted_total`,
+    `tokens_predicted_seconds_total`, `n_decode_total`, `n_tokens_max` and `n_busy_slots_per_decode`
+    (declared counters although they are a maximum and an average). Gauges: `prompt_tokens_seconds` and
+    `predicted_tokens_seconds` are averages over the requests finished since the previous scrape (every
+    `/metrics` call resets that bucket; 0 when none), `requests_processing`, `requests_deferred`."""
 
     def __init__(self, n_ctx_slot: int) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self.prompt_tokens = Counter("llamacpp:prompt_tokens", "Number of prompt tokens processed.", registry=r)
-        self.prompt_seconds = Counter("llamacpp:prompt_seconds", "Prompt process time", registry=r)
-        self.predicted = Counter("llamacpp:tokens_predicted", "Number of generation tokens processed.",
-                                 registry=r)
-        self.predicted_seconds = Counter("llamacpp:tokens_predicted_seconds", "Predict process time",
-                                         registry=r)
-        self.n_decode = Counter("llamacpp:n_decode", "Total number of llama_decode() calls", registry=r)
-        self.busy_per_decode = Gauge("llamacpp:n_busy_slots_per_decode",
-                                     "Average number of busy slots per llama_decode() call", registry=r)
-        self.n_tokens_max = Gauge("llamacpp:n_tokens_max", "Largest observed n_tokens.", registry=r)
-        self.prompt_tps = Gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
-                                registry=r)
-        self.predicted_tps = Gauge("llamacpp:predicted_tokens_seconds",
-                                   "Average generation throughput in tokens/s.", registry=r)
-        self.processing = Gauge("llamacpp:requests_processing", "Number of requests processing.", registry=r)
-        self.deferred = Gauge("llamacpp:requests_deferred", "Number of requests deferred.", registry=r)
-        self._decodes = 0
-        self._busy = 0
-        self._max_tokens = 0
         self._n_ctx_slot = n_ctx_slot
+        self.prompt_n = self.predicted_n = 0
+        self.prompt_ms = self.predicted_ms = 0.0
+        self.decodes = self.busy = self.n_tokens_max = 0
+        self.processing = self.deferred = 0
+        self._bucket = [0, 0.0, 0, 0.0]  # prompt tokens, prompt ms, predicted tokens, predicted ms
 
     def on_step(self, step: StepResult, *, running: int, waiting: int, kv_usage: float) -> None:
-        self.processing.set(running)
-        self.deferred.set(waiting)
+        self.processing, self.deferred = running, waiting
         if step.batch:
-            self._decodes += 1
-            self._busy += step.batch
-            self.n_decode.inc()
-            self.busy_per_decode.set(self._busy / self._decodes)
+            self.decodes += 1
+            self.busy += step.batch
 
     def on_finish(self, *, prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> None:
-        prompt_s, predicted_s = max(0.0, prompt_s), max(0.0, predicted_s)
-        self.prompt_tokens.inc(prompt_n)
-        self.prompt_seconds.inc(prompt_s)
-        self.predicted.inc(predicted_n)
-        self.predicted_seconds.inc(predicted_s)
-        self._max_tokens = max(self._max_tokens, prompt_n + predicted_n)
-        self.n_tokens_max.set(self._max_tokens)
-        if prompt_s > 0:
-            self.prompt_tps.set(prompt_n / prompt_s)
-        if predicted_s > 0:
-            self.predicted_tps.set(predicted_n / predicted_s)
+        prompt_ms, predicted_ms = max(0.0, prompt_s) * 1e3, max(0.0, predicted_s) * 1e3
+        self.prompt_n += prompt_n
+        self.prompt_ms += prompt_ms
+        self.predicted_n += predicted_n
+        self.predicted_ms += predicted_ms
+        self.n_tokens_max = max(self.n_tokens_max, prompt_n + predicted_n)
+        b = self._bucket
+        b[0], b[1], b[2], b[3] = b[0] + prompt_n, b[1] + prompt_ms, b[2] + predicted_n, b[3] + predicted_ms
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        b, self._bucket = self._bucket, [0, 0.0, 0, 0.0]  # as metrics.reset_bucket() after each scrape
+        rows = [
+            ("counter", "prompt_tokens_total", "Number of prompt tokens processed.", self.prompt_n),
+            ("counter", "prompt_seconds_total", "Prompt process time", int(self.prompt_ms) / 1e3),
+            ("counter", "tokens_predicted_total", "Number of generation tokens processed.", self.predicted_n),
+            ("counter", "tokens_predicted_seconds_total", "Predict process time", int(self.predicted_ms) / 1e3),
+            ("counter", "n_decode_total", "Total number of llama_decode() calls", self.decodes),
+            ("counter", "n_tokens_max", "Largest observed n_tokens.", self.n_tokens_max),
+            ("counter", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+             self.busy / max(self.decodes, 1)),
+            ("gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
+             1e3 / b[1] * b[0] if b[0] and b[1] > 0 else 0.0),
+            ("gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.",
+             1e3 / b[3] * b[2] if b[2] and b[3] > 0 else 0.0),
+            ("gauge", "requests_processing", "Number of requests processing.", self.processing),
+            ("gauge", "requests_deferred", "Number of requests deferred.", self.deferred),
+        ]
+        return "".join(f"# HELP llamacpp:{name} {doc}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value:.6g}\n"
+                       for kind, name, doc, value in rows).encode()

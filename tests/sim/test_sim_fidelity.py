@@ -114,3 +114,21 @@ def test_every_metrics_page_parses_and_new_vllm_series_are_there(sim_factory):
             assert reasons == {"stop", "length", "abort", "error", "repetition"}
         else:
             assert "llamacpp:prompt_tokens_total" in names
+
+
+def test_llamacpp_throughput_gauges_reset_per_scrape_and_counter_types(sim_factory):
+    sim = sim_factory(flavor="llamacpp", config=FAST)
+
+    def scrape() -> dict:
+        text = requests.get(sim.url + "/metrics", timeout=5).text
+        return {f.name: (f.type, f.samples[0].value) for f in text_string_to_metric_families(text)}
+
+    assert scrape()["llamacpp:prompt_tokens_seconds"] == ("gauge", 0.0)  # idle: 0
+    _openai(sim).completions.create(model="sim-model", prompt="one two three", max_tokens=5)
+    first = scrape()
+    assert first["llamacpp:prompt_tokens_seconds"][1] > 0 and first["llamacpp:predicted_tokens_seconds"][1] > 0
+    again = scrape()  # the previous scrape reset the bucket
+    assert again["llamacpp:prompt_tokens_seconds"][1] == 0 and again["llamacpp:predicted_tokens_seconds"][1] == 0
+    assert again["llamacpp:n_busy_slots_per_decode"][0] == "counter" and again["llamacpp:n_tokens_max"] == \
+        ("counter", 3 + 5)
+    assert again["llamacpp:tokens_predicted"] == ("counter", 5)

@@ -132,7 +132,9 @@ def test_queueing_kv_exhaustion_and_preemption_show_in_metrics(sim_factory):
     poller.start()
     body = {"model": "sim-model", "prompt": "x " * 20, "max_tokens": 30, "ignore_eos": True}
     with ThreadPoolExecutor(6) as pool:
-        results = list(pool.map(lambda _: post(sim.url + "/v1/completions", body).json(), range(6)))
+        # distinct prompts: identical ones would share their prefix blocks (prefix caching), not fill the KV
+        results = list(pool.map(lambda i: post(sim.url + "/v1/completions",
+                                               {**body, "prompt": f"p{i} " + "x " * 19}).json(), range(6)))
     stop.set()
     poller.join()
     assert all(r["usage"]["completion_tokens"] == 30 for r in results)
