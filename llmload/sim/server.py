@@ -11,6 +11,7 @@ made up, and lands in the ground-truth log.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from llmload.sim.http import Connection, Request, start_http_server
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
 from llmload.sim.loop import EngineLoop, Job, error_body
 from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
+from llmload.sim.params import ParamRefusal, check_params, stop_strings
 from llmload.sim.prefix import block_hashes
 from llmload.sim.residency import ModelResidency, QueueFull
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
@@ -201,13 +203,19 @@ class SimServer:
         stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(stream_opts.get("include_usage"))
         model = (body.get("model") or self.model) if flavor == "ollama" else self.model
+        answer = AnswerText(prompt_text(body.get("prompt"), messages), index)
+        stops = stop_strings(body, kind)
+        stopped = answer.stop_at(stops, draws.output_tokens) if stops else None
+        if stopped is not None:  # the stop string ends the answer: finish_reason "stop"
+            draws = dataclasses.replace(draws, output_tokens=stopped[0], eos=True)
         ex = Exchange(flavor=flavor, kind=kind, model=model,
                       completion_id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex,
-                      prompt_tokens=n_prompt, answer=AnswerText(prompt_text(body.get("prompt"), messages), index),
+                      prompt_tokens=n_prompt, answer=answer,
                       stream=stream, include_usage=include_usage,
                       continuous_usage=include_usage and bool(stream_opts.get("continuous_usage_stats")),
                       received_at=row.received_at, load_s=load_s)
         row.load_s = load_s
+        ex.stop_reason = stopped[1] if stopped is not None else None
         if conn.closed:  # the client left while its request waited for the model or the headers
             if self.residency is not None:
                 self.residency.release()
@@ -255,6 +263,10 @@ class SimServer:
         except ValueError as exc:
             raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
         self._check_model(body, kind)
+        try:
+            check_params(flavor, kind, body, self.model)
+        except ParamRefusal as exc:
+            raise _Refusal(exc.status, exc.message, body=exc.body) from None
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         if messages is not None and not isinstance(messages, list):

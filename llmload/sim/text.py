@@ -96,6 +96,20 @@ class AnswerText:
         word = _WORDS[j % len(_WORDS)]
         return word if k == 0 else " " + word
 
+    def stop_at(self, stops: list[str], limit: int) -> tuple[int, str] | None:
+        """Where a stop string ends the answer within `limit` tokens: (tokens sent before the token that
+        completes it, at least 1; the stop string), or None."""
+        text = ""
+        longest = max(len(s) for s in stops)
+        for k in range(limit):
+            piece = self.delta(k)
+            text += piece
+            tail = text[-(longest + len(piece)):]
+            for s in stops:
+                if s in tail:
+                    return max(1, k), s
+        return None
+
     def text(self, n: int) -> str:
         """The first n tokens as one string."""
         return "".join(self.delta(k) for k in range(n))

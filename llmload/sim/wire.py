@@ -53,6 +53,7 @@ class Exchange:
     last_token_at: float | None = None
     load_s: float = 0.0
     sent: int = 0  # tokens written so far
+    stop_reason: str | None = None  # vLLM: the stop string that ended the answer
 
     def usage(self, completion_tokens: int | None = None) -> dict:
         n = self.sent if completion_tokens is None else completion_tokens
@@ -117,7 +118,7 @@ class OpenAIChat(Renderer):
         if ex.flavor == "vllm":  # vLLM dumps set fields only: stop_reason comes with the finish
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             if finish is not None:
-                choice["stop_reason"] = None
+                choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         else:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
@@ -176,7 +177,7 @@ class OpenAICompletions(OpenAIChat):
     def _text_chunk(self, ex: Exchange, text: str, finish: str | None, **extra) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         if ex.flavor == "vllm":
-            choice["stop_reason"] = None
+            choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
                "model": ex.model, "choices": [choice]}
         if ex.continuous_usage:

@@ -132,3 +132,63 @@ def test_llamacpp_throughput_gauges_reset_per_scrape_and_counter_types(sim_facto
     assert again["llamacpp:n_busy_slots_per_decode"][0] == "counter" and again["llamacpp:n_tokens_max"] == \
         ("counter", 3 + 5)
     assert again["llamacpp:tokens_predicted"] == ("counter", 5)
+
+
+def test_stop_strings_end_the_answer_in_every_flavour(sim_factory):
+    # the sim's answer cycles through 20 words, "... for load testing ...": 30 tokens always reach "load"
+    for flavor in ("vllm", "llamacpp", "ollama"):
+        sim = sim_factory(flavor=flavor, config=FAST)
+        client = _openai(sim)
+        out = client.completions.create(model="sim-model", prompt="hi", max_tokens=30, stop=["load"])
+        choice = out.choices[0]
+        assert choice.finish_reason == "stop" and choice.text.endswith("for") and "load" not in choice.text
+        assert out.usage.completion_tokens < 30
+        free = client.completions.create(model="sim-model", prompt="hi", max_tokens=30)
+        assert free.choices[0].finish_reason == "length" and "load" in free.choices[0].text
+        if flavor == "vllm":
+            events = list(client.completions.create(model="sim-model", prompt="hi", max_tokens=30, stop="load",
+                                                    stream=True))
+            assert events[-1].choices[0].finish_reason == "stop"
+            assert events[-1].choices[0].model_extra["stop_reason"] == "load"
+    native = ollama.Client(host=sim.url).generate(model="sim-model", prompt="hi",
+                                                  options={"num_predict": 30, "stop": ["load"]})
+    assert native.done_reason == "stop" and native.response.endswith("for")
+
+
+def test_llamacpp_refuses_n_and_echo_as_llama_server_does(sim_factory):
+    sim = sim_factory(flavor="llamacpp", config=FAST)
+    for extra, message in (({"n": 2}, "Only one completion choice is allowed"),
+                           ({"echo": True}, "Only no echo is supported"),
+                           ({"best_of": 2}, "Unsupported param: best_of")):
+        with pytest.raises(openai.InternalServerError) as err:
+            _openai(sim).completions.create(model="m", prompt="hi", max_tokens=2, **extra)
+        assert err.value.body["message"] == message and err.value.body["type"] == "server_error"
+
+
+def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(sim_factory):
+    sim = sim_factory(flavor="vllm", config=FAST)
+    client = _openai(sim)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="sim-model", messages=MSG, max_tokens=2, tools=tools)
+    assert err.value.body["message"].startswith('"auto" tool choice requires --enable-auto-tool-choice')
+    for extra in ({"n": 2}, {"logprobs": True}, {"response_format": {"type": "json_object"}}):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="sim-model", messages=MSG, max_tokens=2, **extra)
+        assert "llmload sim does not model" in err.value.body["message"]
+    ok = client.chat.completions.create(model="sim-model", messages=MSG, max_tokens=2, n=1, tools=tools,
+                                        tool_choice="none")
+    assert ok.usage.completion_tokens == 2
+
+
+def test_ollama_refuses_think_and_tools_on_a_completion_model(sim_factory):
+    sim = sim_factory(flavor="ollama", config=FAST)
+    client = ollama.Client(host=sim.url)
+    with pytest.raises(ollama.ResponseError) as err:
+        client.chat(model="sim-model", messages=MSG, think=True)
+    assert err.value.status_code == 400 and err.value.error == '"sim-model" does not support thinking'
+    tools = [{"type": "function", "function": {"name": "f", "description": "d",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    with pytest.raises(ollama.ResponseError) as err:
+        client.chat(model="sim-model", messages=MSG, tools=tools)
+    assert err.value.error == "registry.ollama.ai/library/sim-model:latest does not support tools"
