@@ -4,8 +4,8 @@ vLLM (v1 `loggers.py` names, labels `model_name` and `engine`): gauges `vllm:num
 `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc` (0-1 share of KV blocks), info gauge
 `vllm:cache_config_info`; counters `vllm:num_preemptions_total`, `vllm:prompt_tokens_total`,
 `vllm:generation_tokens_total`, `vllm:request_success_total` (label `finished_reason`),
-`vllm:admission_rejections_total` (503s from `max_num_queued_reqs`; vLLM names it so when admission
-limits are set); histograms `vllm:request_queue_time_seconds`, `vllm:e2e_request_latency_seconds`,
+`vllm:admission_rejections_total` (503s from `max_num_queued_reqs`, labels `model_name, reason`),
+gauge `vllm:num_requests_waiting_by_reason` (`capacity`; `deferred` stays 0); histograms `vllm:request_queue_time_seconds`, `vllm:e2e_request_latency_seconds`,
 `vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds` with vLLM's buckets.
 Prefix caching (vLLM `v1/metrics/loggers.py`, main late 2025): counters `vllm:prefix_cache_queries_total`
 and `vllm:prefix_cache_hits_total` (tokens looked up / found, per scheduler lookup, preempted requests
@@ -111,8 +111,19 @@ class VllmMetrics:
         self.preemptions = mk(Counter, "vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = mk(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = mk(Counter, "vllm:generation_tokens", "Number of generation tokens processed.")
-        self.rejections = mk(Counter, "vllm:admission_rejections",
-                             "Requests rejected by admission control (max_num_queued_reqs).")
+        # labels model_name, reason (issue 18; vLLM PR #55812, not in the sources read: the reason value
+        # `max_num_queued_reqs` is the limit's name, as that PR's notes describe it)
+        self.rejections = Counter("vllm:admission_rejections",
+                                  "Requests rejected by admission control (max_num_queued_reqs).",
+                                  ["model_name", "reason"], registry=r).labels(model_name=model,
+                                                                                reason="max_num_queued_reqs")
+        waiting_by = Gauge("vllm:num_requests_waiting_by_reason",
+                           "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+                           "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+                           "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+                           names + ["reason"], registry=r)
+        self.waiting_capacity = waiting_by.labels(reason="capacity", **labels)
+        waiting_by.labels(reason="deferred", **labels).set(0)  # the sim has no LoRA / KV transfer
         self.queue_time = mk(Histogram, "vllm:request_queue_time_seconds",
                              "Histogram of time spent in WAITING phase for request.",
                              buckets=REQUEST_LATENCY_BUCKETS)
@@ -134,6 +145,7 @@ class VllmMetrics:
     def on_step(self, step: StepResult, *, running: int, waiting: int, kv_usage: float) -> None:
         self.running.set(running)
         self.waiting.set(waiting)
+        self.waiting_capacity.set(waiting)
         self.kv_usage.set(kv_usage)
         if step.preempted:
             self.preemptions.inc(len(step.preempted))

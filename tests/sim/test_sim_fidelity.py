@@ -107,11 +107,15 @@ def test_every_metrics_page_parses_and_new_vllm_series_are_there(sim_factory):
                          "vllm:request_inference_time_seconds_count", "vllm:iteration_tokens_total_count",
                          "vllm:request_prompt_tokens_count", "vllm:request_generation_tokens_count",
                          "vllm:request_params_max_tokens_count", "vllm:prefix_cache_queries_total",
-                         "vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_by_source_total"):
+                         "vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_by_source_total",
+                         "vllm:num_requests_waiting_by_reason", "vllm:admission_rejections_total"):
                 assert name in names, name
             reasons = {s.labels.get("finished_reason") for f in text_string_to_metric_families(text)
                        for s in f.samples if s.name == "vllm:request_success_total"}
             assert reasons == {"stop", "length", "abort", "error", "repetition"}
+            labels = [s.labels for f in text_string_to_metric_families(text) for s in f.samples
+                      if s.name == "vllm:admission_rejections_total"]
+            assert labels == [{"model_name": "sim-model", "reason": "max_num_queued_reqs"}]
         else:
             assert "llamacpp:prompt_tokens_total" in names
 
