@@ -292,9 +292,10 @@ class SimServer:
                     "code": 400, "message": "the request exceeds the available context size, try increasing it",
                     "type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}})
             max_tokens = min(max_tokens, n_ctx - n_prompt)
-        else:
+        else:  # Ollama: the prompt is cut to the context; context shift lets generation go on past it,
+            # up to 10 x num_ctx (llm/server.go Completion caps num_predict -1 or larger there)
             n_prompt = min(n_prompt, s.ctx_size - 1)
-            max_tokens = min(max_tokens, s.ctx_size - n_prompt)
+            max_tokens = min(max_tokens, 10 * s.ctx_size)
         capacity = self.engine.limits.num_blocks * self.engine.limits.block_size
         if n_prompt + 1 > capacity:
             raise _Refusal(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)",

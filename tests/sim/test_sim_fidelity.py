@@ -196,3 +196,10 @@ def test_ollama_refuses_think_and_tools_on_a_completion_model(sim_factory):
     with pytest.raises(ollama.ResponseError) as err:
         client.chat(model="sim-model", messages=MSG, tools=tools)
     assert err.value.error == "registry.ollama.ai/library/sim-model:latest does not support tools"
+
+
+def test_ollama_keeps_generating_past_the_context(sim_factory):
+    sim = sim_factory(flavor="ollama", config={**FAST, "ctx_size": 64})
+    out = ollama.Client(host=sim.url).generate(model="sim-model", prompt="word " * 200,
+                                               options={"num_predict": 40})
+    assert out.prompt_eval_count == 63 and out.eval_count == 40 and out.done_reason == "length"
