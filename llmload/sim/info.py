@@ -103,24 +103,49 @@ class InfoPages:
 
     # ------------------------------------------------------------ llama.cpp
     def llamacpp_props(self) -> dict:
-        return {"default_generation_settings": {"n_ctx": self.slot_ctx, "id": 0, "is_processing": False,
-                                                "params": {"n_predict": -1, "temperature": 0.8}},
+        """`/props` as llama-server b6500 writes it (tools/server/server.cpp handle_props)."""
+        return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": self.slot_ctx,
+                                                "speculative": False, "is_processing": False,
+                                                "params": _llamacpp_params(-1), "prompt": "",
+                                                "next_token": [_next_token(False, -1, 0)]},
                 "total_slots": self.settings.num_parallel, "model_path": f"/models/{self.model}.gguf",
-                "chat_template": "{{ messages }}", "modalities": {"vision": False, "audio": False},
-                "build_info": LLAMACPP_BUILD}
+                "modalities": {"vision": False, "audio": False}, "chat_template": "{{ messages }}",
+                "bos_token": "<s>", "eos_token": "</s>", "build_info": LLAMACPP_BUILD, "webui": True}
 
     def llamacpp_models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model, "object": "model", "created": int(time.time()),
                                             "owned_by": "llamacpp", "meta": {"n_ctx_train": self.settings.ctx_size}}]}
 
-    def llamacpp_slots(self, busy: list[tuple[int, int]]) -> list[dict]:
-        """`busy`: (task id, tokens decoded) of the running requests, one per busy slot."""
+    def llamacpp_slots(self, busy: list[tuple[int, int, int]]) -> list[dict]:
+        """`busy`: (task id, tokens decoded, the request's n_predict or -1) of the running requests, one
+        per busy slot. `next_token` is a list (one entry per completion) in current builds; `n_remain`
+        is n_predict - decoded, -1 without a cap."""
         slots = []
         for i in range(self.settings.num_parallel):
             task = busy[i] if i < len(busy) else None
-            slot = {"id": i, "id_task": task[0] if task else -1, "n_ctx": self.slot_ctx, "speculative": False,
-                    "is_processing": task is not None, "params": {"n_predict": -1},
-                    "next_token": {"has_next_token": task is not None, "n_remain": -1,
-                                   "n_decoded": task[1] if task else 0}}
-            slots.append(slot)
+            n_predict = task[2] if task else -1
+            remain = n_predict - task[1] if task and n_predict >= 0 else -1
+            slots.append({"id": i, "id_task": task[0] if task else -1, "n_ctx": self.slot_ctx,
+                          "speculative": False, "is_processing": task is not None,
+                          "params": _llamacpp_params(n_predict),
+                          "next_token": [_next_token(task is not None, remain, task[1] if task else 0)]})
         return slots
+
+
+def _next_token(has_next: bool, n_remain: int, n_decoded: int) -> dict:
+    return {"has_next_token": has_next, "has_new_line": False, "n_remain": n_remain, "n_decoded": n_decoded,
+            "stopping_word": ""}
+
+
+def _llamacpp_params(n_predict: int) -> dict:
+    """A slot's `params` with llama.cpp's sampling defaults (common/common.h common_params_sampling)."""
+    return {"n_predict": n_predict, "seed": 4294967295, "temperature": 0.8, "dynatemp_range": 0.0,
+            "dynatemp_exponent": 1.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "top_n_sigma": -1.0,
+            "xtc_probability": 0.0, "xtc_threshold": 0.1, "typical_p": 1.0, "repeat_last_n": 64,
+            "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+            "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "mirostat": 0,
+            "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": [], "max_tokens": n_predict, "n_keep": 0,
+            "n_discard": 0, "ignore_eos": False, "stream": True, "n_probs": 0, "min_keep": 0,
+            "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                         "temperature"],
+            "timings_per_token": False, "post_sampling_probs": False, "lora": []}

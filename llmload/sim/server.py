@@ -127,7 +127,7 @@ class SimServer:
                      "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,
                      "/metrics": lambda: self.llama_metrics.render(),
                      "/slots": lambda: info.llamacpp_slots(
-                         [(s.seq_id, s.generated) for s in self.engine.running])}
+                         [(s.seq_id, s.generated, self._n_predict(s.seq_id)) for s in self.engine.running])}
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, lambda b: {"tokens": token_ids(str(b.get("content", "")))})
         page = pages.get(path)
@@ -140,6 +140,10 @@ class SimServer:
         if path == "/" and flavor == "ollama":
             return 200, body, "text/plain; charset=utf-8"
         return 200, body, json_type
+
+    def _n_predict(self, seq_id: int) -> int:
+        job = self.loop.jobs.get(seq_id)
+        return job.ex.n_predict if job is not None else -1
 
     def _json_call(self, req: Request, fn) -> tuple[int, object, str]:
         try:
@@ -216,6 +220,7 @@ class SimServer:
                       received_at=row.received_at, load_s=load_s)
         row.load_s = load_s
         ex.stop_reason = stopped[1] if stopped is not None else None
+        ex.n_predict = max_tokens if eos_at is None else -1
         if conn.closed:  # the client left while its request waited for the model or the headers
             if self.residency is not None:
                 self.residency.release()

@@ -54,6 +54,7 @@ class Exchange:
     load_s: float = 0.0
     sent: int = 0  # tokens written so far
     stop_reason: str | None = None  # vLLM: the stop string that ended the answer
+    n_predict: int = -1  # the output cap the request asked for (-1: none)
 
     def usage(self, completion_tokens: int | None = None) -> dict:
         n = self.sent if completion_tokens is None else completion_tokens

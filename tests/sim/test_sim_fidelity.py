@@ -203,3 +203,25 @@ def test_ollama_keeps_generating_past_the_context(sim_factory):
     out = ollama.Client(host=sim.url).generate(model="sim-model", prompt="word " * 200,
                                                options={"num_predict": 40})
     assert out.prompt_eval_count == 63 and out.eval_count == 40 and out.done_reason == "length"
+
+
+def test_llamacpp_slots_and_props_carry_the_real_fields(sim_factory):
+    import threading
+
+    sim = sim_factory(flavor="llamacpp", config={**FAST, "step_base_s": "20ms"})
+    props = requests.get(sim.url + "/props", timeout=5).json()
+    dgs = props["default_generation_settings"]
+    assert dgs["params"]["top_k"] == 40 and isinstance(dgs["next_token"], list)
+    assert {"bos_token", "eos_token", "build_info", "total_slots", "modalities"} <= set(props)
+    t = threading.Thread(target=post, args=(sim.url + "/completion", {"prompt": "hi", "n_predict": 50}))
+    t.start()
+    try:
+        busy = []
+        for _ in range(100):
+            busy = [s for s in requests.get(sim.url + "/slots", timeout=5).json() if s["is_processing"]]
+            if busy and busy[0]["next_token"][0]["n_decoded"] > 2:
+                break
+        nt = busy[0]["next_token"][0]
+        assert busy[0]["params"]["n_predict"] == 50 and nt["n_remain"] == 50 - nt["n_decoded"] and nt["has_next_token"]
+    finally:
+        t.join()
