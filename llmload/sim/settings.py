@@ -22,7 +22,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `keep_alive_s` | 5m | Ollama: unload the model after this long idle (a request's `keep_alive` overrides) |
 | `eos_probability` | 0.0 | chance per generated token of a seeded EOS (finish_reason stop) unless `ignore_eos` |
 | `enable_prefix_caching` | true | vLLM flavour: automatic prefix caching (vLLM's default; `--no-enable-prefix-caching` is false): full KV blocks of a prompt prefix already computed are reused, so that prefill is skipped |
-| `default_max_tokens` | 256 | output length when the request gives no max_tokens / num_predict / n_predict |
+| `default_max_tokens` | 256 | a request with no max_tokens / num_predict / n_predict: the model stops (EOS, finish_reason stop) after this many tokens; with `ignore_eos` it runs to the context limit, as the real servers do |
 | `step_cost_growth_s_per_min` | 0 | injected slow leak (soak tests): each engine step costs this much more per minute since start |
 | `kv_leak_blocks_per_min` | 0 | injected memory leak: this many KV blocks per minute since start are lost for good (at most half the cache); they show in KV usage |
 
