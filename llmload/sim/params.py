@@ -10,7 +10,12 @@ Read from: llama.cpp `tools/server/utils.hpp` `oaicompat_completion_params_parse
 
 from __future__ import annotations
 
-__all__ = ["ParamRefusal", "check_params", "stop_strings"]
+__all__ = ["EMBEDDINGS", "ParamRefusal", "check_model", "check_params", "embeddings_refusal", "stop_strings"]
+
+#: embedding endpoints: 501 (llama.cpp without `--embeddings`, server.cpp handle_embeddings_impl;
+#: Ollama for a completion-only model, issue 18 item 7)
+EMBEDDINGS = {"llamacpp": ("/embedding", "/embeddings", "/v1/embeddings"),
+              "ollama": ("/api/embed", "/api/embeddings", "/v1/embeddings")}
 
 _SIM = "llmload sim does not model {what} (see docs/SIM.md); {real}"
 
@@ -21,6 +26,32 @@ class ParamRefusal(Exception):
     def __init__(self, status: int, message: str, body: dict | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.body = status, message, body
+
+
+def embeddings_refusal(flavor: str, path: str) -> dict:
+    """The 501 body of an embeddings request."""
+    if flavor == "llamacpp":
+        return {"error": {"code": 501, "type": "not_supported_error",
+                          "message": "This server does not support embeddings. Start it with `--embeddings`"}}
+    message = "this model does not support embeddings"
+    if path.startswith("/api"):
+        return {"error": message}
+    return {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
+
+
+def check_model(flavor: str, body: dict, served: str) -> None:
+    """vLLM and Ollama answer 404 for a model they do not serve (llama.cpp serves any name).
+    vLLM `serving_engine._check_model` (no model given is fine); Ollama `server/routes.go`
+    (`model 'x' not found`; `model is required` 400 natively; the `/v1` middleware wraps both)."""
+    name = body.get("model")
+    if flavor == "vllm" and name and name != served:
+        raise ParamRefusal(404, "", {"error": {"message": f"The model `{name}` does not exist.",
+                                               "type": "NotFoundError", "param": "model", "code": 404}})
+    if flavor == "ollama":
+        if not name:
+            raise ParamRefusal(400, "model is required")
+        if str(name).removesuffix(":latest") != served.removesuffix(":latest"):
+            raise ParamRefusal(404, f"model '{name}' not found")
 
 
 def _llamacpp_error(message: str) -> ParamRefusal:

@@ -15,7 +15,6 @@ import dataclasses
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -28,12 +27,19 @@ from llmload.sim.http import Connection, Request, start_http_server
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
 from llmload.sim.loop import EngineLoop, Job, error_body
 from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
-from llmload.sim.params import ParamRefusal, check_params, stop_strings
+from llmload.sim.params import (
+    EMBEDDINGS,
+    ParamRefusal,
+    check_model,
+    check_params,
+    embeddings_refusal,
+    stop_strings,
+)
 from llmload.sim.prefix import block_hashes
-from llmload.sim.residency import ModelResidency, QueueFull
+from llmload.sim.residency import ModelResidency, QueueFull, is_load_only, load_only_answer
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
 from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_token_list, prompt_tokens
-from llmload.sim.wire import Exchange, renderer_for, rfc3339
+from llmload.sim.wire import Exchange, renderer_for
 from llmload.units import parse_duration
 
 __all__ = ["SimServer", "serve"]
@@ -97,10 +103,8 @@ class SimServer:
             else:
                 conn.send(405, _not_found(self.flavor, 405), headers=echo)
             return
-        if req.path in _EMBEDDINGS.get(self.flavor, ()) and req.method == "POST":
-            conn.send(501, _LLAMACPP_NO_EMBEDDINGS if self.flavor == "llamacpp" else
-                      error_body("ollama", "ollama" if req.path.startswith("/api") else "",
-                                 "this model does not support embeddings", 501), headers=echo)
+        if req.path in EMBEDDINGS.get(self.flavor, ()) and req.method == "POST":
+            conn.send(501, embeddings_refusal(self.flavor, req.path), headers=echo)
             return
         status, body, ctype = self._info(req)
         conn.send(status, body, content_type=ctype, headers=echo)
@@ -200,7 +204,7 @@ class SimServer:
             except QueueFull as exc:
                 reject(503, str(exc), "rejected")
                 return
-            if _load_only(body, kind):
+            if is_load_only(body, kind):
                 self._load_only(body, kind, row, conn, load_s, keep_alive)
                 return
         stream = bool(body.get("stream", kind.startswith("ollama")))
@@ -239,20 +243,6 @@ class SimServer:
         self.loop.submit(job)
         await job.done
 
-    def _check_model(self, body: dict, kind: str) -> None:
-        """vLLM and Ollama answer 404 for a model they do not serve (llama.cpp serves any name).
-        vLLM `serving_engine._check_model` (no model given is fine); Ollama `server/routes.go`
-        (`model 'x' not found`; `model is required` 400 natively; the `/v1` middleware wraps both)."""
-        name = body.get("model")
-        if self.flavor == "vllm" and name and name != self.model:
-            raise _Refusal(404, "", body={"error": {"message": f"The model `{name}` does not exist.",
-                                                    "type": "NotFoundError", "param": "model", "code": 404}})
-        if self.flavor == "ollama":
-            if not name:
-                raise _Refusal(400, "model is required")
-            if str(name).removesuffix(":latest") != self.model.removesuffix(":latest"):
-                raise _Refusal(404, f"model '{name}' not found")
-
     def _parse(self, req: Request, kind: str) -> tuple[dict, int, int, int | None]:
         """Body, prompt tokens, output cap and (no cap asked) where EOS comes, of a generation request,
         with each server's context rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400
@@ -267,8 +257,8 @@ class SimServer:
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
             raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
-        self._check_model(body, kind)
         try:
+            check_model(flavor, body, self.model)
             check_params(flavor, kind, body, self.model)
         except ParamRefusal as exc:
             raise _Refusal(exc.status, exc.message, body=exc.body) from None
@@ -309,17 +299,8 @@ class SimServer:
 
     def _load_only(self, body: dict, kind: str, row: GroundTruthRow, conn: Connection, load_s: float,
                    keep_alive: object) -> None:
-        """Ollama's load / unload idiom (`server/routes.go` GenerateHandler / ChatHandler): an empty
-        prompt (or no messages) loads the model and answers at once, `done_reason` "load", or with
-        `keep_alive` 0 unloads it, "unload"; one JSON object, never a stream."""
-        unload = keep_alive in (0, "0", "0s")
-        reason = "unload" if unload else "load"
-        out: dict = {"model": body.get("model") or self.model, "created_at": rfc3339(time.time())}
-        if kind == "ollama_chat":
-            out["message"] = {"role": "assistant", "content": ""}
-        else:
-            out["response"] = ""
-        out.update({"done": True, "done_reason": reason})
+        """Ollama's load / unload idiom: see `residency.load_only_answer`."""
+        unload, out = load_only_answer(body, kind, self.model)
         row.load_s, row.finished_at = load_s, now()
         self.gt.write(row)
         self.residency.release(0.0 if unload else self._keep_alive_s(keep_alive))
@@ -371,20 +352,6 @@ class SimServer:
         if metrics is not None:
             metrics.on_step(step, running=len(self.engine.running), waiting=len(self.engine.waiting),
                             kv_usage=self.engine.kv_usage)
-
-
-def _load_only(body: dict, kind: str) -> bool:
-    """An Ollama native request that only loads or unloads the model."""
-    if kind == "ollama_generate":
-        return body.get("prompt") in (None, "") and not body.get("images")
-    return kind == "ollama_chat" and not body.get("messages")
-
-
-#: llama.cpp without `--embeddings` (tools/server/server.cpp, handle_embeddings_impl): 501
-_LLAMACPP_NO_EMBEDDINGS = {"error": {"code": 501, "type": "not_supported_error",
-                                     "message": "This server does not support embeddings. Start it with `--embeddings`"}}
-_EMBEDDINGS = {"llamacpp": ("/embedding", "/embeddings", "/v1/embeddings"),
-               "ollama": ("/api/embed", "/api/embeddings", "/v1/embeddings")}
 
 
 def _not_found(flavor: str, status: int) -> object:
