@@ -218,7 +218,7 @@ class Engine:
 
     def _take(self, n: int) -> None:
         """Allocate n free blocks: never-cached ones first, then the least recently freed cached ones."""
-        if self.cache is not None:
+        if n > 0 and self.cache is not None and self.cache.evictable:
             self.cache.evict(n - (self.free_blocks - len(self.cache.evictable)))
         self.free_blocks -= n
 
@@ -235,8 +235,9 @@ class Engine:
     def _register(self, seq: Sequence, n: int) -> None:
         """Offer the blocks that `n` more scheduled tokens fill to the prefix cache."""
         if self.cache is not None:
-            total = seq.prompt_tokens + seq.generated
-            self.cache.register(seq, min(seq.computed + n, total) // self.limits.block_size)
+            full = min(seq.computed + n, seq.prompt_tokens + seq.generated) // self.limits.block_size
+            if full > seq.registered:  # most decode steps fill no block
+                self.cache.register(seq, full)
 
     def _free(self, seq: Sequence) -> None:
         if self.cache is not None:
@@ -255,8 +256,10 @@ class Engine:
             if victim is seq:
                 return False
         seq.blocks += extra
-        self._take(extra)
-        self._register(seq, n)
+        if extra:
+            self._take(extra)
+        if self.cache is not None and (seq.computed + n) // self.limits.block_size > seq.registered:
+            self._register(seq, n)  # a block fills in this step (not on most decode steps)
         return True
 
     def _preempt(self, seq: Sequence, result: StepResult) -> None:
