@@ -136,3 +136,45 @@ def test_cache_config_info_has_the_real_labels(sim_factory):
     assert labels["enable_prefix_caching"] == "True" and labels["prefix_caching_hash_algo"] == "sha256"
     assert labels["engine"] == "0" and labels["num_gpu_blocks"] == "4096" and labels["block_size"] == "16"
     assert "max_num_seqs" not in labels and "max_num_batched_tokens" not in labels
+
+
+@pytest.mark.slow
+def test_a_shared_prefix_run_hits_exactly_the_planned_prefix_blocks(sim_factory, tmp_path):
+    """`llmload run` with `requests.shared_prefix`: every request after the first of its prefix finds the
+    prefix's whole blocks (template + prefix tokens), and the hit counter is their sum."""
+    import pandas as pd
+    from support import base_config, write_config
+
+    from llmload.cli import main
+
+    sim = sim_factory(flavor="vllm", config={**FAST, "step_base_s": "10ms"})
+    config = base_config(sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 6, "duration": "4s"}]}},
+                         client={"max_concurrency": 16, "max_send_lag_p99": "1s"})
+    config["requests"] = {"input_tokens": {"dist": "fixed", "value": 160},
+                          "output_tokens": {"dist": "fixed", "value": 4},
+                          "shared_prefix": {"ratio": 0.6, "prefixes": 2, "tokens": 100}, "seed": 3}
+    run_dir = tmp_path / "run"
+    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])  # 3 (invalid) when busy is fine
+    records = pd.read_parquet(run_dir / "records.parquet")
+    prefix_of = dict(zip(records["request_id"], records["prefix_id"], strict=True))
+    rows = sorted((r for r in sim.ground_truth_rows() if r["request_id"] in prefix_of and r["admitted_at"]),
+                  key=lambda r: r["admitted_at"])
+    shared_blocks = (3 + 100) // 16  # "<|im_start|>", "user", "\n" and the 100 prefix tokens
+    seen: set = set()
+    expected = []
+    for row in rows:
+        pid = prefix_of[row["request_id"]]
+        if pid is None or pd.isna(pid):
+            expected.append(0)
+        else:
+            expected.append(shared_blocks * 16 if pid in seen else 0)
+            seen.add(pid)
+    assert [r["cached_tokens"] for r in rows] == expected
+    with_prefix = sum(1 for r in rows if not pd.isna(prefix_of[r["request_id"]]))
+    assert 0.4 < with_prefix / len(rows) < 0.8 and sum(expected) > 0
+    m = metrics(sim.url)
+    assert m["vllm:prefix_cache_hits_total"] == sum(expected) == m["vllm:prompt_tokens_cached_total"]
+    # every request the sim admitted (the run's pre-flight ones too) was looked up once (no KV pressure)
+    admitted = [r for r in sim.ground_truth_rows() if r["admitted_at"]]
+    assert m["vllm:prefix_cache_queries_total"] == sum(r["input_tokens"] for r in admitted)
