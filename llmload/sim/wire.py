@@ -194,12 +194,15 @@ class OpenAICompletions(OpenAIChat):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        timed = ex.flavor == "llamacpp"  # timings on the usage chunk when there is one (as chat)
         if ex.flavor != "vllm":
-            extra = {"timings": ex.timings()} if ex.flavor == "llamacpp" else {}
+            extra = {"timings": ex.timings()} if timed and not ex.include_usage else {}
             out.append(self.sse(self._text_chunk(ex, "", reason, **extra)))
         if ex.include_usage:
             obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
                    "model": ex.model, "choices": [], "usage": ex.usage()}
+            if timed:
+                obj["timings"] = ex.timings()
             out.append(self.sse(obj))
         out.append(self.done)
         return out

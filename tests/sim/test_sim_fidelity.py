@@ -225,3 +225,14 @@ def test_llamacpp_slots_and_props_carry_the_real_fields(sim_factory):
         assert busy[0]["params"]["n_predict"] == 50 and nt["n_remain"] == 50 - nt["n_decoded"] and nt["has_next_token"]
     finally:
         t.join()
+
+
+def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(sim_factory):
+    from sim_client import sse
+
+    sim = sim_factory(flavor="llamacpp", config=FAST)
+    body = {"prompt": "hi", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    _, events = sse(sim.url + "/v1/completions", body)
+    finish, usage, done = events[-3:]
+    assert finish["choices"][0]["finish_reason"] == "length" and "timings" not in finish
+    assert usage["choices"] == [] and usage["timings"]["predicted_n"] == 3 and done == "[DONE]"
