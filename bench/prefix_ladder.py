@@ -4,18 +4,22 @@
 
 Runs the same Poisson ladder (1,024-token system-like prefix shared by `ratio` of the requests, 1,280
 input / 32 output tokens) twice with `llmload run`, once per sim setting, and prints per rate the TTFT
-p50/p95 the sim's ground truth saw, the share of prompt tokens served from the cache (the sim's
-`cached_tokens` vs the planned prefix share) and the `vllm:prefix_cache_hits_total /
-prefix_cache_queries_total` counters.
+p50 (sim ground truth) and p95 (llmload's step), the step verdicts, the share of prompt tokens served
+from the cache (the sim's `cached_tokens` vs the prefix share the requests drew) and the
+`vllm:prefix_cache_hits_total / prefix_cache_queries_total` counters. Writes
+bench/results/prefix_ladder.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +31,8 @@ SIM = {"max_num_seqs": 32, "step_base_s": "20ms", "decode_cost_s": "0.5ms", "pre
        "max_num_batched_tokens": 2048, "load_time_s": 0}
 RATIO, PREFIX, INPUT, OUTPUT = 0.8, 1024, 1280, 32
 RATES = (2, 4, 6, 8, 10)
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "bench" / "results" / "prefix_ladder.json"
 
 
 def _config(url: str, step_s: float) -> dict:
@@ -52,26 +58,32 @@ def run_one(folder: Path, caching: bool, step_s: float) -> dict:
     try:
         cfg = folder / "run.yaml"
         cfg.write_text(yaml.safe_dump(_config(sim.url, step_s)))
-        subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(folder / "runs")],
+        run_dir = folder / "run"
+        subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(run_dir)],
                        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
         hits, queries = _metric(sim.url, "vllm:prefix_cache_hits_total"), \
             _metric(sim.url, "vllm:prefix_cache_queries_total")
     finally:
         sim.stop()
+    import pandas as pd
+
+    records = pd.read_parquet(run_dir / "records.parquet")
+    planned = dict(zip(records["request_id"], records["prefix_id"].notna(), strict=True))
     rows = [json.loads(x) for x in sim.ground_truth.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if r["first_token_at"] and r["input_tokens"] >= INPUT - 8]
-    t0 = min(r["received_at"] for r in rows)
-    # the ladder's steps follow one another; bucket rows by arrival into len(RATES) equal windows
-    span = (max(r["received_at"] for r in rows) - t0) / len(RATES) + 1e-9
-    steps = {}
-    for r in rows:
-        i = min(int((r["received_at"] - t0) / span), len(RATES) - 1)
-        steps.setdefault(RATES[i], []).append(r["first_token_at"] - r["received_at"])
-    cached = sum(r["cached_tokens"] for r in rows)
-    return {"steps": {rate: (statistics.median(v), sorted(v)[int(0.95 * (len(v) - 1))], len(v))
-                      for rate, v in sorted(steps.items())},
-            "cached_share": cached / sum(r["input_tokens"] for r in rows),
+    rows = [r for r in rows if r["request_id"] in planned and r["first_token_at"]]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"steps": [{"rate": st["target_rate"], "ttft_p50_s": _p50(rows, st), "ttft_p95_s": st["ttft_p95_s"],
+                       "verdict": st["verdict"], "failing": st["failing"]} for st in summary["steps"]],
+            "last_passing_rate": summary["last_passing_rate"],
+            "prefix_share": sum(planned[r["request_id"]] for r in rows) / len(rows),
+            "cached_share": sum(r["cached_tokens"] for r in rows) / sum(r["input_tokens"] for r in rows),
             "hits": hits, "queries": queries}
+
+
+def _p50(rows: list[dict], step: dict) -> float | None:
+    v = [r["first_token_at"] - r["received_at"] for r in rows
+         if step["window_start"] <= r["received_at"] < step["window_end"]]
+    return statistics.median(v) if v else None
 
 
 def main() -> None:
@@ -79,17 +91,26 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=8.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/prefix-ladder"))
     args = ap.parse_args()
-    planned = RATIO * (PREFIX // 16 * 16) / (INPUT + 0)  # tokens of whole cached blocks per prompt
-    print(f"planned: {RATIO:.0%} of requests share a {PREFIX}-token prefix of {INPUT}-token prompts "
-          f"-> at most {planned:.1%} of prompt tokens from the cache (first request of the prefix misses)")
+    result = {"command": " ".join(sys.argv), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+              "sim": SIM, "mix": {"ratio": RATIO, "prefix_tokens": PREFIX, "input": INPUT, "output": OUTPUT}}
     for caching in (True, False):
         res = run_one(args.out / ("on" if caching else "off"), caching, args.step_s)
+        result["caching_on" if caching else "caching_off"] = res
+        # a prefix request finds (3 template + PREFIX) // 16 whole blocks once its prefix is cached
+        expected = res["prefix_share"] * ((3 + PREFIX) // 16 * 16) / (INPUT)
         ratio = res["hits"] / res["queries"] if res["queries"] else 0.0
-        print(f"\nprefix caching {'on' if caching else 'off'}: cached share of prompt tokens "
-              f"{res['cached_share']:.1%}; counters hits/queries {res['hits']:.0f}/{res['queries']:.0f} "
-              f"= {ratio:.1%}")
-        for rate, (p50, p95, n) in res["steps"].items():
-            print(f"  {rate:>3} req/s  TTFT p50 {p50 * 1000:7.0f} ms  p95 {p95 * 1000:7.0f} ms  (n={n})")
+        print(f"prefix caching {'on' if caching else 'off'}: {res['prefix_share']:.1%} of requests drew the prefix "
+              f"(planned {RATIO:.0%}) -> at most {expected:.1%} of prompt tokens cached; ground truth "
+              f"{res['cached_share']:.1%}, counters hits/queries {ratio:.1%}; "
+              f"last passing rate {res['last_passing_rate']}")
+        for st in res["steps"]:
+            p50 = f"{st['ttft_p50_s'] * 1000:6.0f}" if st["ttft_p50_s"] is not None else "     -"
+            print(f"  {st['rate']:>4g} req/s  TTFT p50 {p50} ms  p95 {st['ttft_p95_s'] * 1000:6.0f} ms  "
+                  f"{st['verdict']} {','.join(st['failing'])}")
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {RESULT.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 sim message where the real server would honour them and the sim cannot, and `stop` strings (honoured).
 
 Read from: llama.cpp `tools/server/utils.hpp` `oaicompat_completion_params_parse` /
-`oaicompat_chat_params_parse` (b6500: a `std::runtime_error`, so HTTP 500 `server_error`); vLLM
-`entrypoints/openai/serving_chat.py` (tools without `--enable-auto-tool-choice`); Ollama
-`server/routes.go` (`think` on a model without the thinking capability, checked before the load;
-`tools` through `scheduleRunner`'s capability check). The sim's model is a plain completion model.
+`oaicompat_chat_params_parse` (a `std::runtime_error`, so HTTP 500 `server_error`, as issue 18 saw);
+Ollama `server/routes.go` (`think` on a model without the thinking capability, checked before the
+load). From knowledge of the source, not re-read: vLLM `entrypoints/openai/serving_chat.py` (tools
+without `--enable-auto-tool-choice`), Ollama's `tools` capability message. The sim's model is a plain
+completion model. docs/SIM.md has the table.
 """
 
 from __future__ import annotations

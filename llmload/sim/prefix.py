@@ -1,8 +1,9 @@
 """vLLM's automatic prefix caching, for the engine model: full KV blocks are known by a chained hash of
 their tokens and reused by later requests that start with the same tokens.
 
-As vLLM v1 does it (read from vLLM `vllm/v1/core/kv_cache_manager.py`, `block_pool.py` and
-`kv_cache_utils.py` on main, late 2025; the sim claims 0.33.0):
+As vLLM v1 does it (vLLM `vllm/v1/core/kv_cache_manager.py`, `block_pool.py`, `kv_cache_utils.py`
+and `v1/metrics/stats.py`, main of late 2025, written from knowledge of that code rather than re-read;
+metric names re-read from `v1/metrics/loggers.py`; the sim claims 0.33.0; docs/SIM.md):
 - A block's hash covers its `block_size` tokens and the hash of the block before it, so a block only
   matches when the whole prefix up to it matches. Only full blocks are cached.
 - When a waiting request is scheduled (new, or after a preemption) the scheduler looks up its longest
