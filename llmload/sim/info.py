@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 
@@ -100,6 +101,32 @@ class InfoPages:
                 "model_info": {"general.architecture": "llama", "general.parameter_count": 8_030_261_248,
                                "llama.context_length": self.settings.max_model_len},
                 "capabilities": ["completion"], "modified_at": rfc3339(self.started_at)}
+
+    def _served(self, name: object) -> bool:
+        return isinstance(name, str) and name.removesuffix(":latest") == self.model.removesuffix(":latest")
+
+    def ollama_pull(self, body: dict) -> tuple[int, object, str]:
+        """`/api/pull` of the served model: already present, so the progress ends at once (`status`
+        lines, NDJSON unless `stream: false`). Any other name: the registry has no such manifest (the
+        sim reaches no registry). Shapes from Ollama `server/routes.go` PullHandler †."""
+        name = body.get("model") or body.get("name")
+        if not self._served(name):
+            return 500, {"error": "pull model manifest: file does not exist"}, "application/json"
+        if body.get("stream") is False:
+            return 200, {"status": "success"}, "application/json"
+        lines = [{"status": "pulling manifest"},
+                 {"status": f"pulling {_DIGEST[:12]}", "digest": f"sha256:{_DIGEST}", "total": _SIZE,
+                  "completed": _SIZE},
+                 {"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        return 200, b"".join(json.dumps(x).encode() + b"\n" for x in lines), "application/x-ndjson"
+
+    def ollama_copy(self, body: dict) -> tuple[int, object, str]:
+        """`/api/copy`: 200 with no body when the source is the served model (the copy is not listed
+        afterwards: the sim serves one model), else 404 `model 'x' not found`."""
+        source = body.get("source")
+        if not self._served(source):
+            return 404, {"error": f"model '{source}' not found"}, "application/json"
+        return 200, b"", "application/json"
 
     # ------------------------------------------------------------ llama.cpp
     def llamacpp_props(self) -> dict:

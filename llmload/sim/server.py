@@ -126,6 +126,13 @@ class SimServer:
                           "owned_by": "library"}]},
                      "/api/ps": lambda: info.ollama_ps(loaded=r.state != "unloaded", expires_at=r.expires_at),
                      "/api/show": info.ollama_show}
+            if path in ("/api/pull", "/api/copy") and req.method == "POST":
+                fn = info.ollama_pull if path == "/api/pull" else info.ollama_copy
+                try:
+                    body = req.json()
+                except ValueError:
+                    body = None
+                return fn(body) if isinstance(body, dict) else (400, {"error": "missing request body"}, json_type)
         else:
             pages = {"/health": lambda: {"status": "ok"}, "/props": info.llamacpp_props,
                      "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,

@@ -236,3 +236,17 @@ def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(sim_factory
     finish, usage, done = events[-3:]
     assert finish["choices"][0]["finish_reason"] == "length" and "timings" not in finish
     assert usage["choices"] == [] and usage["timings"]["predicted_n"] == 3 and done == "[DONE]"
+
+
+def test_ollama_pull_and_copy_of_the_served_model(sim_factory):
+    sim = sim_factory(flavor="ollama", config=FAST)
+    client = ollama.Client(host=sim.url)
+    assert client.pull("sim-model").status == "success"
+    assert [p.status for p in client.pull("sim-model", stream=True)][-1] == "success"
+    assert client.copy("sim-model", "other").status == "success"
+    with pytest.raises(ollama.ResponseError) as err:
+        client.copy("nope", "other")
+    assert err.value.status_code == 404 and err.value.error == "model 'nope' not found"
+    with pytest.raises(ollama.ResponseError) as err:
+        client.pull("nope")
+    assert err.value.error == "pull model manifest: file does not exist"
