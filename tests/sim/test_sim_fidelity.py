@@ -250,3 +250,10 @@ def test_ollama_pull_and_copy_of_the_served_model(sim_factory):
     with pytest.raises(ollama.ResponseError) as err:
         client.pull("nope")
     assert err.value.error == "pull model manifest: file does not exist"
+
+
+@pytest.mark.parametrize("flavor", ["llamacpp", "ollama"])
+def test_no_output_cap_runs_to_eos_on_llamacpp_and_ollama(sim_factory, flavor):
+    sim = sim_factory(flavor=flavor, config={**FAST, "default_max_tokens": 30, "ctx_size": 4096})
+    out = _openai(sim).chat.completions.create(model="sim-model", messages=MSG)
+    assert (out.choices[0].finish_reason, out.usage.completion_tokens) == ("stop", 30)
