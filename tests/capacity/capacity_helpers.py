@@ -80,8 +80,9 @@ def ladder_config(urls: list[str], **target) -> dict:
                                  "steps": [{"rate": r, "duration": "6s"} for r in RATES]}},
             "slo": {"min_samples": 5, "e2e_p95": f"{E2E_SLO_S}s"},
             "telemetry": {"gpu": "off"},
+            # max_num_seqs stated, as for a real vLLM: its /metrics does not publish it (issue 18)
             "conditions": {"gpus": gpus, "instances": gpus, "cost_per_hour": COST_PER_HOUR[gpus],
-                           "owner": "capacity team"}}
+                           "owner": "capacity team", "max_num_seqs": SIM["max_num_seqs"]}}
 
 
 def html_table(page: str, table_id: str) -> list[dict[str, str]]:
