@@ -14,7 +14,8 @@ Start one and talk to it as to the real server (it binds 127.0.0.1 by default an
     llmload sim --flavor llamacpp --port 8080 --config examples/sim/default.yaml
     curl -N http://127.0.0.1:8080/completion -d '{"prompt":"Hi","n_predict":5,"stream":true}'
 
-Parts: `settings` (the sim YAML and its defaults), `engine` (pure continuous-batching model),
+Parts: `settings` (the sim YAML and its defaults), `engine` (pure continuous-batching model), `prefix`
+(vLLM prefix caching),
 `loop` (real-time driver), `wire` (each server's events), `http` (lean HTTP/1.1), `metrics`
 (`/metrics`), `residency` (Ollama model load / keep-alive), `faults` (seeded per-request draws),
 `groundtruth` (the per-request JSONL log), `info` (models, props, slots, tags...), `server` (`serve`).

@@ -21,12 +21,19 @@ time since it started, passed to `step`, so the same schedule gives the same num
 `step_cost_growth_s_per_min x age_s / 60` more, and `kv_leak_blocks_per_min x age_s / 60` KV blocks
 (rounded down) are taken out of the free pool for good, as free blocks allow, at most half the cache so
 every request that fits still runs. Leaked blocks count in `kv_usage`.
+
+Prefix caching (`enable_prefix_caching`, vLLM's default; `llmload.sim.prefix` has the rules): a sequence
+with `block_hashes` (its full prompt blocks) starts, when scheduled from the waiting queue, from the
+longest run of cached blocks; those tokens are not prefilled (no cost, earlier first token). Cached
+blocks nobody uses count as free and are evicted when an allocation needs them.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+from llmload.sim.prefix import PrefixCache
 
 __all__ = ["Engine", "EngineLimits", "Sequence", "StepResult"]
 
@@ -44,6 +51,7 @@ class EngineLimits:
     decode_cost_s: float = 0.00025
     step_cost_growth_s_per_min: float = 0.0
     kv_leak_blocks_per_min: float = 0.0
+    enable_prefix_caching: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -59,6 +67,12 @@ class Sequence:
     preemptions: int = 0
     admitted: bool = False
     state: str = "new"  # new | waiting | running | finished | aborted
+    #: chained hashes of the full prompt blocks (prefix caching; empty: never a hit)
+    block_hashes: tuple[int, ...] = ()
+    #: prompt tokens found in the prefix cache when first scheduled (vLLM's num_cached_tokens; -1: not yet)
+    cached_tokens: int = -1
+    held: list[int] = field(default_factory=list)  # hashes of the cached blocks it references
+    registered: int = 0  # its leading blocks already offered to the cache
 
     @property
     def needed(self) -> int:
@@ -77,6 +91,9 @@ class StepResult:
     finished: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    #: prefix cache lookups of requests never preempted: tokens asked, tokens found (vLLM's counters)
+    cache_queries: int = 0
+    cache_hits: int = 0
 
 
 class Engine:
@@ -90,6 +107,7 @@ class Engine:
         self.preemptions_total = 0
         #: KV blocks lost to the injected leak (never returned)
         self.leaked_blocks = 0
+        self.cache = PrefixCache(limits.block_size) if limits.enable_prefix_caching else None
 
     # ----------------------------------------------------------------- queries
     @property
@@ -143,15 +161,24 @@ class Engine:
         if not result.preempted:
             while self.waiting and len(self.running) < lim.max_num_seqs and budget > 0:
                 seq = self.waiting[0]
-                n = min(seq.needed, budget)
-                extra = self._blocks_for(seq.computed + n) - seq.blocks
-                if extra > self.free_blocks:
+                hits, reclaim = self._lookup(seq, result)
+                computed = len(hits) * lim.block_size
+                n = min(seq.prompt_tokens + seq.generated - computed, budget)
+                extra = self._blocks_for(computed + n) - len(hits)
+                if extra > self.free_blocks - reclaim:
                     break
                 self.waiting.popleft()
                 seq.state = "running"
                 self.running.append(seq)
-                seq.blocks += extra
-                self.free_blocks -= extra
+                if self.cache is not None:
+                    self.free_blocks -= reclaim
+                    self.cache.acquire(seq, hits)
+                    seq.computed = computed
+                    if seq.cached_tokens < 0:
+                        seq.cached_tokens = computed
+                seq.blocks = len(hits) + extra
+                self._take(extra)
+                self._register(seq, n)
                 if not seq.admitted:
                     seq.admitted = True
                     result.admitted.append(seq)
@@ -187,10 +214,37 @@ class Engine:
         take = min(due - self.leaked_blocks, self.free_blocks)
         if take > 0:
             self.leaked_blocks += take
-            self.free_blocks -= take
+            self._take(take)
+
+    def _take(self, n: int) -> None:
+        """Allocate n free blocks: never-cached ones first, then the least recently freed cached ones."""
+        if n > 0 and self.cache is not None and self.cache.evictable:
+            self.cache.evict(n - (self.free_blocks - len(self.cache.evictable)))
+        self.free_blocks -= n
+
+    def _lookup(self, seq: Sequence, result: StepResult) -> tuple[list[int], int]:
+        """The prefix cache hits of a waiting sequence (counted as vLLM counts each lookup)."""
+        if self.cache is None:
+            return [], 0
+        hits, reclaim = self.cache.lookup(seq)
+        if seq.preemptions == 0:
+            result.cache_queries += seq.prompt_tokens + seq.generated
+            result.cache_hits += len(hits) * self.limits.block_size
+        return hits, reclaim
+
+    def _register(self, seq: Sequence, n: int) -> None:
+        """Offer the blocks that `n` more scheduled tokens fill to the prefix cache."""
+        if self.cache is not None:
+            full = min(seq.computed + n, seq.prompt_tokens + seq.generated) // self.limits.block_size
+            if full > seq.registered:  # most decode steps fill no block
+                self.cache.register(seq, full)
 
     def _free(self, seq: Sequence) -> None:
-        self.free_blocks += seq.blocks
+        if self.cache is not None:
+            own = seq.blocks - len(seq.held)
+            self.free_blocks += own + self.cache.release(seq)
+        else:
+            self.free_blocks += seq.blocks
         seq.blocks = 0
 
     def _reserve(self, seq: Sequence, n: int, result: StepResult) -> bool:
@@ -202,7 +256,10 @@ class Engine:
             if victim is seq:
                 return False
         seq.blocks += extra
-        self.free_blocks -= extra
+        if extra:
+            self._take(extra)
+        if self.cache is not None and (seq.computed + n) // self.limits.block_size > seq.registered:
+            self._register(seq, n)  # a block fills in this step (not on most decode steps)
         return True
 
     def _preempt(self, seq: Sequence, result: StepResult) -> None:

@@ -26,11 +26,13 @@ class RequestDraws:
     malformed_at: int | None
     output_tokens: int
     eos: bool
+    max_tokens: int = 0  # the cap the request ran under (its max_tokens, else the context limit)
 
 
 def draw_request(seed: int, index: int, faults: Faults, *, max_tokens: int, eos_probability: float,
-                 ignore_eos: bool) -> RequestDraws:
-    """The draws for the `index`-th request the server received."""
+                 ignore_eos: bool, eos_at: int | None = None) -> RequestDraws:
+    """The draws for the `index`-th request the server received. `eos_at`: where the model stops by
+    itself when the request set no output cap (the sim's `default_max_tokens`), unless `ignore_eos`."""
     rng = random.Random(f"llmload-sim/{seed}/{index}")
     error = None
     for name in ("http_429", "http_503", "http_500", "oom"):
@@ -45,7 +47,9 @@ def draw_request(seed: int, index: int, faults: Faults, *, max_tokens: int, eos_
         drawn = 1 + int(math.log(1.0 - u) / math.log(1.0 - eos_probability)) if eos_probability < 1 else 1
         if drawn < max_tokens:
             length, eos = drawn, True
+    if eos_at is not None and not ignore_eos and eos_at < length:
+        length, eos = eos_at, True
     at = [min(length - 1, 1 + int(p * max(length - 2, 0))) if hit else None
           for hit, p in zip(hits, positions, strict=True)]
     return RequestDraws(error=error, disconnect_at=at[0], stall_at=at[1], malformed_at=at[2],
-                        output_tokens=length, eos=eos)
+                        output_tokens=length, eos=eos, max_tokens=max_tokens)

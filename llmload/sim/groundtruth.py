@@ -6,7 +6,7 @@ finds the row on disk. Keys: `request_id` (the `X-Request-Id` header, else one t
 `received_at`, `admitted_at` (first scheduled by the engine; null if never), `queue_s`
 (`admitted_at - received_at`), `first_token_at`, `token_times` (wall time just after each output-bearing
 event was written to the socket), `finished_at`, `input_tokens`, `output_tokens` (tokens written),
-`preemptions`, `outcome` (`ok`, `rejected`, `http_error`, `oom`, `disconnect`, `stall`, `malformed`,
+`preemptions`, `cached_tokens` (vLLM flavour: prompt tokens found in the prefix cache), `outcome` (`ok`, `rejected`, `http_error`, `oom`, `disconnect`, `stall`, `malformed`,
 `client_gone`), `http_status`, `load_s` (Ollama: time waiting for a model load), `planned_times`
 (the engine's planned end of the step that produced each streamed token, for the timing benchmark). Times are
 `llmload.clock.now()` seconds, the client records' wall base.
@@ -37,6 +37,7 @@ class GroundTruthRow:
     input_tokens: int = 0
     output_tokens: int = 0
     preemptions: int = 0
+    cached_tokens: int = 0
     outcome: str = "ok"
     http_status: int = 200
     load_s: float = 0.0

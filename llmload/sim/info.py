@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 
@@ -53,11 +54,17 @@ class InfoPages:
                             "group": None, "is_blocking": False}]}]}
 
     def vllm_cache_info(self) -> dict[str, str]:
+        """`vllm:cache_config_info` labels: every CacheConfig field as `str(value)` (vLLM's
+        `CacheConfig.metrics_info()`, `vllm/config/cache.py` on main late 2025; no scheduler fields)."""
         s = self.settings
-        return {"block_size": str(s.block_size), "num_gpu_blocks": str(s.num_blocks),
-                "num_cpu_blocks": "0", "cache_dtype": "auto", "enable_prefix_caching": "False",
-                "gpu_memory_utilization": "0.9", "max_num_seqs": str(s.max_num_seqs),
-                "max_num_batched_tokens": str(s.max_num_batched_tokens)}
+        return {"block_size": str(s.block_size), "gpu_memory_utilization": "0.9", "swap_space": "4",
+                "cache_dtype": "auto", "is_attention_free": "False", "num_gpu_blocks_override": "None",
+                "sliding_window": "None", "enable_prefix_caching": str(s.enable_prefix_caching),
+                "prefix_caching_hash_algo": "sha256", "cpu_offload_gb": "0", "calculate_kv_scales": "False",
+                "cpu_kvcache_space_bytes": "None", "mamba_page_size_padded": "None", "mamba_block_size": "None",
+                "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "num_gpu_blocks": str(s.num_blocks),
+                "num_cpu_blocks": "None", "kv_sharing_fast_prefill": "False", "kv_cache_memory_bytes": "None",
+                "kv_offloading_size": "None", "kv_offloading_backend": "None"}
 
     def vllm_tokenize(self, body: dict) -> dict:
         if "messages" in body:
@@ -95,26 +102,77 @@ class InfoPages:
                                "llama.context_length": self.settings.max_model_len},
                 "capabilities": ["completion"], "modified_at": rfc3339(self.started_at)}
 
+    def _served(self, name: object) -> bool:
+        return isinstance(name, str) and name.removesuffix(":latest") == self.model.removesuffix(":latest")
+
+    def ollama_pull(self, body: dict) -> tuple[int, object, str]:
+        """`/api/pull` of the served model: already present, so the progress ends at once (`status`
+        lines, NDJSON unless `stream: false`). Any other name: the registry has no such manifest (the
+        sim reaches no registry). Shapes from Ollama `server/routes.go` PullHandler †."""
+        name = body.get("model") or body.get("name")
+        if not self._served(name):
+            return 500, {"error": "pull model manifest: file does not exist"}, "application/json"
+        if body.get("stream") is False:
+            return 200, {"status": "success"}, "application/json"
+        lines = [{"status": "pulling manifest"},
+                 {"status": f"pulling {_DIGEST[:12]}", "digest": f"sha256:{_DIGEST}", "total": _SIZE,
+                  "completed": _SIZE},
+                 {"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        return 200, b"".join(json.dumps(x).encode() + b"\n" for x in lines), "application/x-ndjson"
+
+    def ollama_copy(self, body: dict) -> tuple[int, object, str]:
+        """`/api/copy`: 200 with no body when the source is the served model (the copy is not listed
+        afterwards: the sim serves one model), else 404 `model 'x' not found`."""
+        source = body.get("source")
+        if not self._served(source):
+            return 404, {"error": f"model '{source}' not found"}, "application/json"
+        return 200, b"", "application/json"
+
     # ------------------------------------------------------------ llama.cpp
     def llamacpp_props(self) -> dict:
-        return {"default_generation_settings": {"n_ctx": self.slot_ctx, "id": 0, "is_processing": False,
-                                                "params": {"n_predict": -1, "temperature": 0.8}},
+        """`/props` as llama-server b6500 writes it (tools/server/server.cpp handle_props)."""
+        return {"default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": self.slot_ctx,
+                                                "speculative": False, "is_processing": False,
+                                                "params": _llamacpp_params(-1), "prompt": "",
+                                                "next_token": [_next_token(False, -1, 0)]},
                 "total_slots": self.settings.num_parallel, "model_path": f"/models/{self.model}.gguf",
-                "chat_template": "{{ messages }}", "modalities": {"vision": False, "audio": False},
-                "build_info": LLAMACPP_BUILD}
+                "modalities": {"vision": False, "audio": False}, "chat_template": "{{ messages }}",
+                "bos_token": "<s>", "eos_token": "</s>", "build_info": LLAMACPP_BUILD, "webui": True}
 
     def llamacpp_models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model, "object": "model", "created": int(time.time()),
                                             "owned_by": "llamacpp", "meta": {"n_ctx_train": self.settings.ctx_size}}]}
 
-    def llamacpp_slots(self, busy: list[tuple[int, int]]) -> list[dict]:
-        """`busy`: (task id, tokens decoded) of the running requests, one per busy slot."""
+    def llamacpp_slots(self, busy: list[tuple[int, int, int]]) -> list[dict]:
+        """`busy`: (task id, tokens decoded, the request's n_predict or -1) of the running requests, one
+        per busy slot. `next_token` is a list (one entry per completion) in current builds; `n_remain`
+        is n_predict - decoded, -1 without a cap."""
         slots = []
         for i in range(self.settings.num_parallel):
             task = busy[i] if i < len(busy) else None
-            slot = {"id": i, "id_task": task[0] if task else -1, "n_ctx": self.slot_ctx, "speculative": False,
-                    "is_processing": task is not None, "params": {"n_predict": -1},
-                    "next_token": {"has_next_token": task is not None, "n_remain": -1,
-                                   "n_decoded": task[1] if task else 0}}
-            slots.append(slot)
+            n_predict = task[2] if task else -1
+            remain = n_predict - task[1] if task and n_predict >= 0 else -1
+            slots.append({"id": i, "id_task": task[0] if task else -1, "n_ctx": self.slot_ctx,
+                          "speculative": False, "is_processing": task is not None,
+                          "params": _llamacpp_params(n_predict),
+                          "next_token": [_next_token(task is not None, remain, task[1] if task else 0)]})
         return slots
+
+
+def _next_token(has_next: bool, n_remain: int, n_decoded: int) -> dict:
+    return {"has_next_token": has_next, "has_new_line": False, "n_remain": n_remain, "n_decoded": n_decoded,
+            "stopping_word": ""}
+
+
+def _llamacpp_params(n_predict: int) -> dict:
+    """A slot's `params` with llama.cpp's sampling defaults (common/common.h common_params_sampling)."""
+    return {"n_predict": n_predict, "seed": 4294967295, "temperature": 0.8, "dynatemp_range": 0.0,
+            "dynatemp_exponent": 1.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "top_n_sigma": -1.0,
+            "xtc_probability": 0.0, "xtc_threshold": 0.1, "typical_p": 1.0, "repeat_last_n": 64,
+            "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+            "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "mirostat": 0,
+            "mirostat_tau": 5.0, "mirostat_eta": 0.1, "stop": [], "max_tokens": n_predict, "n_keep": 0,
+            "n_discard": 0, "ignore_eos": False, "stream": True, "n_probs": 0, "min_keep": 0,
+            "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                         "temperature"],
+            "timings_per_token": False, "post_sampling_probs": False, "lora": []}

@@ -179,6 +179,7 @@ class Job:
         self.row.output_tokens = (len(self.row.token_times) if self.ex.stream else self.ex.sent) \
             if outcome != "oom" else 0
         self.row.preemptions = self.seq.preemptions
+        self.row.cached_tokens = max(0, self.seq.cached_tokens)
         try:
             self.on_done(self, outcome)
         finally:
@@ -190,8 +191,9 @@ def error_body(flavor: str, kind: str, message: str, code: int, err_type: str | 
     """An error body worded the way the flavour's server words it."""
     if flavor == "ollama" and kind.startswith("ollama"):
         return {"error": message}
-    if flavor == "ollama":
-        return {"error": {"message": message, "type": err_type or "api_error", "param": None, "code": None}}
+    if flavor == "ollama":  # ollama `openai/openai.go` NewError: 400 and 404 have their own types
+        default = {400: "invalid_request_error", 404: "not_found_error"}.get(code, "api_error")
+        return {"error": {"message": message, "type": err_type or default, "param": None, "code": None}}
     if flavor == "llamacpp":
         return {"error": {"code": code, "message": message, "type": err_type or "server_error"}}
     names = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError",

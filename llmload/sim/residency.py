@@ -9,10 +9,12 @@ the last request ends, the model stays `keep_alive_s` (or the request's `keep_al
 from __future__ import annotations
 
 import asyncio
+import time
 
 from llmload.clock import now
+from llmload.sim.wire import rfc3339
 
-__all__ = ["MAX_QUEUE_MESSAGE", "ModelResidency", "QueueFull"]
+__all__ = ["MAX_QUEUE_MESSAGE", "ModelResidency", "QueueFull", "is_load_only", "load_only_answer"]
 
 MAX_QUEUE_MESSAGE = "server busy, please try again.  maximum pending requests exceeded"
 
@@ -87,3 +89,24 @@ class ModelResidency:
             self.state = "unloaded"
             self._loaded.clear()
             self.expires_at = None
+
+
+def is_load_only(body: dict, kind: str) -> bool:
+    """An Ollama native request that only loads or unloads the model: an empty prompt, or no messages."""
+    if kind == "ollama_generate":
+        return body.get("prompt") in (None, "") and not body.get("images")
+    return kind == "ollama_chat" and not body.get("messages")
+
+
+def load_only_answer(body: dict, kind: str, model: str) -> tuple[bool, dict]:
+    """(unload?, the answer) of a load-only request, as `server/routes.go` GenerateHandler / ChatHandler
+    answer it once the model is scheduled: one JSON object, `done_reason` "load", or "unload" (and the
+    model is unloaded) with `keep_alive` 0."""
+    unload = body.get("keep_alive") in (0, "0", "0s")
+    out: dict = {"model": body.get("model") or model, "created_at": rfc3339(time.time())}
+    if kind == "ollama_chat":
+        out["message"] = {"role": "assistant", "content": ""}
+    else:
+        out["response"] = ""
+    out.update({"done": True, "done_reason": "unload" if unload else "load"})
+    return unload, out

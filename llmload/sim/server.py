@@ -11,6 +11,7 @@ made up, and lands in the ground-truth log.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -26,9 +27,18 @@ from llmload.sim.http import Connection, Request, start_http_server
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
 from llmload.sim.loop import EngineLoop, Job, error_body
 from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
-from llmload.sim.residency import ModelResidency, QueueFull
+from llmload.sim.params import (
+    EMBEDDINGS,
+    ParamRefusal,
+    check_model,
+    check_params,
+    embeddings_refusal,
+    stop_strings,
+)
+from llmload.sim.prefix import block_hashes
+from llmload.sim.residency import ModelResidency, QueueFull, is_load_only, load_only_answer
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
-from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_tokens
+from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_token_list, prompt_tokens
 from llmload.sim.wire import Exchange, renderer_for
 from llmload.units import parse_duration
 
@@ -65,12 +75,13 @@ class SimServer:
             max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens, num_blocks=s.num_blocks,
             block_size=s.block_size, step_base_s=s.step_base_s, prefill_cost_s=s.prefill_cost_s,
             decode_cost_s=s.decode_cost_s, step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
-            kv_leak_blocks_per_min=s.kv_leak_blocks_per_min))
+            kv_leak_blocks_per_min=s.kv_leak_blocks_per_min,
+            enable_prefix_caching=flavor == "vllm" and s.enable_prefix_caching))
         self.loop = EngineLoop(self.engine, self._on_step)
         self.started_at = now()
         self.ready_at = self.started_at + (s.load_time_s if flavor == "llamacpp" else 0.0)
         self.info = InfoPages(model=model, settings=s, started_at=self.started_at)
-        self.vllm_metrics = VllmMetrics(model, self.info.vllm_cache_info()) if flavor == "vllm" else None
+        self.vllm_metrics = VllmMetrics(model, self.info.vllm_cache_info(), s.max_model_len) if flavor == "vllm" else None
         self.llama_metrics = LlamaCppMetrics(self.info.slot_ctx) if flavor == "llamacpp" else None
         self.residency = ModelResidency(load_time_s=s.load_time_s, keep_alive_s=s.keep_alive_s,
                                         max_queue=s.max_queue) if flavor == "ollama" else None
@@ -92,6 +103,9 @@ class SimServer:
             else:
                 conn.send(405, _not_found(self.flavor, 405), headers=echo)
             return
+        if req.path in EMBEDDINGS.get(self.flavor, ()) and req.method == "POST":
+            conn.send(501, embeddings_refusal(self.flavor, req.path), headers=echo)
+            return
         status, body, ctype = self._info(req)
         conn.send(status, body, content_type=ctype, headers=echo)
 
@@ -110,14 +124,21 @@ class SimServer:
                      "/api/tags": info.ollama_tags, "/v1/models": lambda: {"object": "list", "data": [
                          {"id": self.model, "object": "model", "created": int(self.started_at),
                           "owned_by": "library"}]},
-                     "/api/ps": lambda: info.ollama_ps(loaded=r.state == "loaded", expires_at=r.expires_at),
+                     "/api/ps": lambda: info.ollama_ps(loaded=r.state != "unloaded", expires_at=r.expires_at),
                      "/api/show": info.ollama_show}
+            if path in ("/api/pull", "/api/copy") and req.method == "POST":
+                fn = info.ollama_pull if path == "/api/pull" else info.ollama_copy
+                try:
+                    body = req.json()
+                except ValueError:
+                    body = None
+                return fn(body) if isinstance(body, dict) else (400, {"error": "missing request body"}, json_type)
         else:
             pages = {"/health": lambda: {"status": "ok"}, "/props": info.llamacpp_props,
                      "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,
                      "/metrics": lambda: self.llama_metrics.render(),
                      "/slots": lambda: info.llamacpp_slots(
-                         [(s.seq_id, s.generated) for s in self.engine.running])}
+                         [(s.seq_id, s.generated, self._n_predict(s.seq_id)) for s in self.engine.running])}
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, lambda b: {"tokens": token_ids(str(b.get("content", "")))})
         page = pages.get(path)
@@ -130,6 +151,10 @@ class SimServer:
         if path == "/" and flavor == "ollama":
             return 200, body, "text/plain; charset=utf-8"
         return 200, body, json_type
+
+    def _n_predict(self, seq_id: int) -> int:
+        job = self.loop.jobs.get(seq_id)
+        return job.ex.n_predict if job is not None else -1
 
     def _json_call(self, req: Request, fn) -> tuple[int, object, str]:
         try:
@@ -153,7 +178,7 @@ class SimServer:
             conn.send(status, body or error_body(flavor, kind, message, status), headers=echo)
 
         try:
-            body, n_prompt, max_tokens = self._parse(req, kind)
+            body, n_prompt, max_tokens, eos_at = self._parse(req, kind)
         except _Refusal as refusal:
             row.input_tokens = refusal.input_tokens
             reject(refusal.status, refusal.message, "http_error", refusal.body)
@@ -163,7 +188,7 @@ class SimServer:
         ignore_eos = bool(body.get("ignore_eos") or opts.get("ignore_eos"))
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         draws = draw_request(self.seed, index, s.faults.at(now() - self.listening_at), max_tokens=max_tokens,
-                             eos_probability=s.eos_probability, ignore_eos=ignore_eos)
+                             eos_probability=s.eos_probability, ignore_eos=ignore_eos, eos_at=eos_at)
         if s.faults.slow_headers_s > 0:
             await asyncio.sleep(s.faults.slow_headers_s)
         if draws.error in ("http_429", "http_503", "http_500"):
@@ -186,24 +211,35 @@ class SimServer:
             except QueueFull as exc:
                 reject(503, str(exc), "rejected")
                 return
+            if is_load_only(body, kind):
+                self._load_only(body, kind, row, conn, load_s, keep_alive)
+                return
         stream = bool(body.get("stream", kind.startswith("ollama")))
         stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(stream_opts.get("include_usage"))
         model = (body.get("model") or self.model) if flavor == "ollama" else self.model
+        answer = AnswerText(prompt_text(body.get("prompt"), messages), index)
+        stops = stop_strings(body, kind)
+        stopped = answer.stop_at(stops, draws.output_tokens) if stops else None
+        if stopped is not None:  # the stop string ends the answer: finish_reason "stop"
+            draws = dataclasses.replace(draws, output_tokens=stopped[0], eos=True)
         ex = Exchange(flavor=flavor, kind=kind, model=model,
                       completion_id=("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex,
-                      prompt_tokens=n_prompt, answer=AnswerText(prompt_text(body.get("prompt"), messages), index),
+                      prompt_tokens=n_prompt, answer=answer,
                       stream=stream, include_usage=include_usage,
                       continuous_usage=include_usage and bool(stream_opts.get("continuous_usage_stats")),
                       received_at=row.received_at, load_s=load_s)
         row.load_s = load_s
+        ex.stop_reason = stopped[1] if stopped is not None else None
+        ex.n_predict = max_tokens if eos_at is None else -1
         if conn.closed:  # the client left while its request waited for the model or the headers
             if self.residency is not None:
                 self.residency.release()
             row.outcome, row.finished_at = "client_gone", now()
             self.gt.write(row)
             return
-        seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens)
+        seq = Sequence(seq_id=index, prompt_tokens=n_prompt, output_tokens=draws.output_tokens,
+                       block_hashes=self._block_hashes(body, messages, n_prompt))
         job = Job(conn=conn, renderer=renderer_for(kind), ex=ex, draws=draws, seq=seq, row=row,
                   stall_s=s.faults.stall_s, headers=echo, defer_headers=flavor == "ollama",
                   on_done=lambda j, outcome: self._on_done(j, outcome, keep_alive))
@@ -214,10 +250,13 @@ class SimServer:
         self.loop.submit(job)
         await job.done
 
-    def _parse(self, req: Request, kind: str) -> tuple[dict, int, int]:
-        """Body, prompt tokens and output cap of a generation request, with each server's context
-        rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400 past the slot context;
-        Ollama: truncate to the context). Raises _Refusal for a request the server would refuse."""
+    def _parse(self, req: Request, kind: str) -> tuple[dict, int, int, int | None]:
+        """Body, prompt tokens, output cap and (no cap asked) where EOS comes, of a generation request,
+        with each server's context rules (vLLM: 400 past `max_model_len`, cap max_tokens; llama.cpp: 400
+        past the slot context; Ollama: truncate to the context). Without an output cap the real servers
+        generate to EOS or the context limit: the cap is the context left and the model stops by itself
+        after `default_max_tokens` (unless `ignore_eos`). Raises _Refusal for a request the server would
+        refuse."""
         flavor, s = self.flavor, self.settings
         try:
             body = req.json()
@@ -225,6 +264,11 @@ class SimServer:
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
             raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
+        try:
+            check_model(flavor, body, self.model)
+            check_params(flavor, kind, body, self.model)
+        except ParamRefusal as exc:
+            raise _Refusal(exc.status, exc.message, body=exc.body) from None
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         if messages is not None and not isinstance(messages, list):
@@ -234,7 +278,9 @@ class SimServer:
                      body.get("n_predict") if kind == "llamacpp_completion" else None)
         if requested is None:
             requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = requested if isinstance(requested, int) and requested > 0 else s.default_max_tokens
+        capped = isinstance(requested, int) and requested > 0
+        max_tokens = requested if capped else 1 << 62
+        eos_at = None if capped else s.default_max_tokens
         if flavor == "vllm":
             if n_prompt >= s.max_model_len:
                 raise _Refusal(400, f"This model's maximum context length is {s.max_model_len} tokens. However, "
@@ -248,14 +294,38 @@ class SimServer:
                     "code": 400, "message": "the request exceeds the available context size, try increasing it",
                     "type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}})
             max_tokens = min(max_tokens, n_ctx - n_prompt)
-        else:
+        else:  # Ollama: the prompt is cut to the context; context shift lets generation go on past it,
+            # up to 10 x num_ctx (llm/server.go Completion caps num_predict -1 or larger there)
             n_prompt = min(n_prompt, s.ctx_size - 1)
-            max_tokens = min(max_tokens, s.ctx_size - n_prompt)
+            max_tokens = min(max_tokens, 10 * s.ctx_size)
         capacity = self.engine.limits.num_blocks * self.engine.limits.block_size
         if n_prompt + 1 > capacity:
             raise _Refusal(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)",
                            input_tokens=n_prompt)
-        return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt))
+        return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt)), eos_at
+
+    def _load_only(self, body: dict, kind: str, row: GroundTruthRow, conn: Connection, load_s: float,
+                   keep_alive: object) -> None:
+        """Ollama's load / unload idiom: see `residency.load_only_answer`."""
+        unload, out = load_only_answer(body, kind, self.model)
+        row.load_s, row.finished_at = load_s, now()
+        self.gt.write(row)
+        self.residency.release(0.0 if unload else self._keep_alive_s(keep_alive))
+        conn.send(200, out)
+
+    def _keep_alive_s(self, keep_alive: object) -> float | None:
+        try:
+            negative = isinstance(keep_alive, (int, float)) and keep_alive < 0
+            return -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
+        except ValueError:
+            return None
+
+    def _block_hashes(self, body: dict, messages: list | None, n_prompt: int) -> tuple[int, ...]:
+        """The prompt's full-block hashes for the prefix cache (vLLM flavour with caching on)."""
+        if self.engine.cache is None:
+            return ()
+        tokens = prompt_token_list(body.get("prompt", ""), messages)[:n_prompt]
+        return block_hashes(tokens, self.engine.limits.block_size)
 
     def _on_done(self, job: Job, outcome: str, keep_alive: object) -> None:
         self.in_flight -= 1
@@ -263,12 +333,7 @@ class SimServer:
         row, ex = job.row, job.ex
         self.gt.write(row)
         if self.residency is not None:
-            try:
-                negative = isinstance(keep_alive, (int, float)) and keep_alive < 0
-                ka = -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
-            except ValueError:
-                ka = None
-            self.residency.release(ka)
+            self.residency.release(self._keep_alive_s(keep_alive))
         end = row.finished_at or now()
         if self.vllm_metrics is not None and outcome not in ("client_gone",):
             times = row.token_times
@@ -278,6 +343,12 @@ class SimServer:
                 ttft_s=None if row.first_token_at is None else row.first_token_at - row.received_at,
                 token_gaps_s=[b - a for a, b in zip(times[:-1], times[1:], strict=True)],
                 reason=job.reason if outcome in ("ok", "stall", "malformed") else "abort")
+            if row.admitted_at is not None and row.first_token_at is not None:
+                last = times[-1] if times else row.first_token_at
+                self.vllm_metrics.on_request(
+                    prompt_tokens=row.input_tokens, output_tokens=row.output_tokens,
+                    max_tokens=job.draws.max_tokens, prefill_s=row.first_token_at - row.admitted_at,
+                    decode_s=last - row.first_token_at, inference_s=last - row.admitted_at)
         if self.llama_metrics is not None and ex.first_token_at is not None:
             self.llama_metrics.on_finish(
                 prompt_n=ex.prompt_tokens, prompt_s=ex.first_token_at - (ex.admitted_at or ex.first_token_at),

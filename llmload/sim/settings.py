@@ -21,7 +21,8 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `load_time_s` | 1s | model load: Ollama on the first request after an unload; llama.cpp `/health` 503 and vLLM not listening for this long after start |
 | `keep_alive_s` | 5m | Ollama: unload the model after this long idle (a request's `keep_alive` overrides) |
 | `eos_probability` | 0.0 | chance per generated token of a seeded EOS (finish_reason stop) unless `ignore_eos` |
-| `default_max_tokens` | 256 | output length when the request gives no max_tokens / num_predict / n_predict |
+| `enable_prefix_caching` | true | vLLM flavour: automatic prefix caching (vLLM's default; `--no-enable-prefix-caching` is false): full KV blocks of a prompt prefix already computed are reused, so that prefill is skipped |
+| `default_max_tokens` | 256 | a request with no max_tokens / num_predict / n_predict: the model stops (EOS, finish_reason stop) after this many tokens; with `ignore_eos` it runs to the context limit, as the real servers do |
 | `step_cost_growth_s_per_min` | 0 | injected slow leak (soak tests): each engine step costs this much more per minute since start |
 | `kv_leak_blocks_per_min` | 0 | injected memory leak: this many KV blocks per minute since start are lost for good (at most half the cache); they show in KV usage |
 
@@ -123,6 +124,7 @@ class SimSettings(_Model):
     keep_alive_s: Seconds = 300.0
     eos_probability: Probability = 0.0
     default_max_tokens: int = Field(default=256, ge=1)
+    enable_prefix_caching: bool = True
     step_cost_growth_s_per_min: Seconds = Field(default=0.0, ge=0)
     kv_leak_blocks_per_min: float = Field(default=0.0, ge=0)
     faults: Faults = Field(default_factory=Faults)

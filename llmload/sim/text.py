@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 from llmload.tokens import count_tokens, split_tokens
 
-__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_text", "prompt_tokens"]
+__all__ = ["CHAT_TOKENS_PER_MESSAGE", "AnswerText", "chat_prompt_tokens", "prompt_text", "prompt_token_list",
+           "prompt_tokens"]
 
 CHAT_TOKENS_PER_MESSAGE = 4
 _SUM = re.compile(r"What is\s*(-?\d+)\s*\+\s*(-?\d+)", re.IGNORECASE)
@@ -47,6 +48,26 @@ def chat_prompt_tokens(messages: Iterable[dict]) -> int:
     return sum(count_tokens(_content_text(m.get("content"))) + CHAT_TOKENS_PER_MESSAGE for m in messages)
 
 
+def prompt_token_list(prompt: object, messages: list | None = None) -> list:
+    """The prompt's tokens by the same rule (what the prefix cache hashes): a chat renders each message
+    as `<|im_start|>`, its role, a newline, its content's tokens and `<|im_end|>` (the 4 template tokens);
+    a prompt of token ids is its ids."""
+    if messages is not None:
+        out: list = []
+        for m in messages:
+            out += ["<|im_start|>", str(m.get("role", "")), "\n"]
+            out += split_tokens(_content_text(m.get("content")))
+            out.append("<|im_end|>")
+        return out
+    if isinstance(prompt, str):
+        return split_tokens(prompt)
+    if isinstance(prompt, list):
+        if all(isinstance(x, int) for x in prompt):
+            return list(prompt)
+        return [tok for x in prompt for tok in prompt_token_list(x)]
+    return []
+
+
 def prompt_text(prompt: object, messages: Iterable[dict] | None = None) -> str:
     """The text the sum rule looks in: the prompt, or the last user message."""
     if messages:
@@ -74,6 +95,20 @@ class AnswerText:
             return ","
         word = _WORDS[j % len(_WORDS)]
         return word if k == 0 else " " + word
+
+    def stop_at(self, stops: list[str], limit: int) -> tuple[int, str] | None:
+        """Where a stop string ends the answer within `limit` tokens: (tokens sent before the token that
+        completes it, at least 1; the stop string), or None."""
+        text = ""
+        longest = max(len(s) for s in stops)
+        for k in range(limit):
+            piece = self.delta(k)
+            text += piece
+            tail = text[-(longest + len(piece)):]
+            for s in stops:
+                if s in tail:
+                    return max(1, k), s
+        return None
 
     def text(self, n: int) -> str:
         """The first n tokens as one string."""

@@ -53,6 +53,8 @@ class Exchange:
     last_token_at: float | None = None
     load_s: float = 0.0
     sent: int = 0  # tokens written so far
+    stop_reason: str | None = None  # vLLM: the stop string that ended the answer
+    n_predict: int = -1  # the output cap the request asked for (-1: none)
 
     def usage(self, completion_tokens: int | None = None) -> dict:
         n = self.sent if completion_tokens is None else completion_tokens
@@ -117,7 +119,7 @@ class OpenAIChat(Renderer):
         if ex.flavor == "vllm":  # vLLM dumps set fields only: stop_reason comes with the finish
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             if finish is not None:
-                choice["stop_reason"] = None
+                choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         else:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
@@ -145,13 +147,19 @@ class OpenAIChat(Renderer):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        # llama.cpp (server-context.cpp, to_json_oaicompat_chat_stream): `timings` ride on the usage
+        # chunk when include_usage asks for one, else on the finish chunk
+        timed = ex.flavor == "llamacpp"
         if ex.flavor == "llamacpp":
-            out.append(self.sse(self._chunk(ex, {}, reason, timings=ex.timings())))
+            extra = {} if ex.include_usage else {"timings": ex.timings()}
+            out.append(self.sse(self._chunk(ex, {}, reason, **extra)))
         elif ex.flavor == "ollama":
             out.append(self.sse(self._chunk(ex, {"role": "assistant", "content": ""}, reason)))
         if ex.include_usage:
             obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
                    "model": ex.model, "choices": [], "usage": ex.usage()}
+            if timed:
+                obj["timings"] = ex.timings()
             out.append(self.sse(obj))
         out.append(self.done)
         return out
@@ -170,7 +178,7 @@ class OpenAICompletions(OpenAIChat):
     def _text_chunk(self, ex: Exchange, text: str, finish: str | None, **extra) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         if ex.flavor == "vllm":
-            choice["stop_reason"] = None
+            choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
                "model": ex.model, "choices": [choice]}
         if ex.continuous_usage:
@@ -186,12 +194,15 @@ class OpenAICompletions(OpenAIChat):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        timed = ex.flavor == "llamacpp"  # timings on the usage chunk when there is one (as chat)
         if ex.flavor != "vllm":
-            extra = {"timings": ex.timings()} if ex.flavor == "llamacpp" else {}
+            extra = {"timings": ex.timings()} if timed and not ex.include_usage else {}
             out.append(self.sse(self._text_chunk(ex, "", reason, **extra)))
         if ex.include_usage:
             obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
                    "model": ex.model, "choices": [], "usage": ex.usage()}
+            if timed:
+                obj["timings"] = ex.timings()
             out.append(self.sse(obj))
         out.append(self.done)
         return out

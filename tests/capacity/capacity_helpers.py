@@ -83,8 +83,9 @@ def ladder_config(urls: list[str], **target) -> dict:
             # target, a lag under 100 ms changes neither which deployment falls behind nor a verdict
             "client": {"max_send_lag_p99": "100ms"},
             "telemetry": {"gpu": "off"},
+            # max_num_seqs stated, as for a real vLLM: its /metrics does not publish it (issue 18)
             "conditions": {"gpus": gpus, "instances": gpus, "cost_per_hour": COST_PER_HOUR[gpus],
-                           "owner": "capacity team"}}
+                           "owner": "capacity team", "max_num_seqs": SIM["max_num_seqs"]}}
 
 
 def html_table(page: str, table_id: str) -> list[dict[str, str]]:

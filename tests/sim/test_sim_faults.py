@@ -10,7 +10,7 @@ import requests
 import sseclient
 from sim_client import FAST, ndjson, post
 
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "stream": True}
+CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "stream": True}
 
 
 def stream_raw(url: str, body: dict) -> tuple[int, list[str], str | None]:
@@ -46,7 +46,7 @@ def test_oom_in_stream_and_as_500(sim_factory):
     assert resp.status_code == 500 and "CUDA out of memory" in resp.json()["error"]["message"]
     assert [r["outcome"] for r in sim.ground_truth_rows()] == ["oom", "oom"]
     ollama = sim_factory(flavor="ollama", config={**FAST, "faults": {"oom": 1.0}})
-    resp, lines = ndjson(ollama.url + "/api/generate", {"model": "m", "prompt": "hi"})
+    resp, lines = ndjson(ollama.url + "/api/generate", {"model": "sim-model", "prompt": "hi"})
     assert resp.status_code == 200 and "CUDA out of memory" in lines[-1]["error"]
 
 

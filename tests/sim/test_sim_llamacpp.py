@@ -53,10 +53,13 @@ def test_chat_stream_finish_chunk_with_timings(llama):
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     finish, usage, done = events[-3:]
     assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "length"
-    t = finish["timings"]
+    assert "timings" not in finish  # with include_usage the real server puts them on the usage chunk
+    t = usage["timings"]
     assert t["prompt_n"] == 10 and t["predicted_n"] == 4 and t["prompt_ms"] > 0 and t["predicted_ms"] > 0
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 4 and done == "[DONE]"
     assert content_of(events).startswith("2") and count_tokens(content_of(events)) == 4
+    _, plain = sse(llama.url + "/v1/chat/completions", {**body, "stream_options": {}})
+    assert plain[-2]["choices"][0]["finish_reason"] == "length" and plain[-2]["timings"]["predicted_n"] == 4
 
 
 def test_native_completion_and_info(llama):

@@ -36,7 +36,7 @@ def test_cold_load_ndjson_durations_and_keep_alive(ollama):
     assert final["total_duration"] >= final["load_duration"] + final["prompt_eval_duration"] + final["eval_duration"]
     ps = requests.get(ollama.url + "/api/ps", timeout=5).json()["models"][0]
     assert {"size_vram", "context_length", "expires_at", "name"} <= set(ps) and ps["context_length"] == 4096
-    _, lines = ndjson(ollama.url + "/api/chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+    _, lines = ndjson(ollama.url + "/api/chat", {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}],
                                                    "options": {"num_predict": 2}})
     assert lines[-1]["load_duration"] == 0 and lines[0]["message"]["role"] == "assistant"
     assert lines[-1]["message"]["content"] == "" and lines[-1]["eval_count"] == 2
@@ -48,16 +48,16 @@ def test_cold_load_ndjson_durations_and_keep_alive(ollama):
 
 
 def test_non_stream_and_openai_compat(ollama):
-    full = post(ollama.url + "/api/generate", {"model": "m", "prompt": "hi", "stream": False,
+    full = post(ollama.url + "/api/generate", {"model": "sim-model", "prompt": "hi", "stream": False,
                                                "options": {"num_predict": 3}}).json()
     assert full["done"] is True and count_tokens(full["response"]) == 3 and isinstance(full["context"], list)
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
             "stream_options": {"include_usage": True}}
     _, events = sse(ollama.url + "/v1/chat/completions", body)
     assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 3
     assert events[0]["choices"][0]["delta"]["role"] == "assistant" and count_tokens(content_of(events)) == 3
     assert events[-3]["choices"][0]["finish_reason"] == "length"
-    done = post(ollama.url + "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 2}).json()
+    done = post(ollama.url + "/v1/completions", {"model": "sim-model", "prompt": "hi", "max_tokens": 2}).json()
     assert done["usage"]["completion_tokens"] == 2
 
 
@@ -74,7 +74,7 @@ def test_info_endpoints(ollama):
 
 def test_max_queue_rejects_only_requests_waiting_for_a_load(sim_factory):
     sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": 0.8, "max_queue": 2, "num_parallel": 1})
-    body = {"model": "m", "prompt": "hi", "stream": False, "options": {"num_predict": 2}}
+    body = {"model": "sim-model", "prompt": "hi", "stream": False, "options": {"num_predict": 2}}
     with ThreadPoolExecutor(5) as pool:
         answers = list(pool.map(lambda _: post(sim.url + "/api/generate", body), range(5)))
     codes = sorted(a.status_code for a in answers)

@@ -79,7 +79,7 @@ def test_info_endpoints_and_tokenize(vllm):
     assert models["data"][0]["id"] == "sim-model" and models["data"][0]["max_model_len"] == 8192
     tok = post(vllm.url + "/tokenize", {"model": "sim-model", "prompt": "What is 2+2?"}).json()
     assert tok["count"] == 6 == len(tok["tokens"]) and tok["max_model_len"] == 8192
-    too_long = post(vllm.url + "/v1/completions", {"model": "m", "prompt": "a " * 9000, "max_tokens": 1})
+    too_long = post(vllm.url + "/v1/completions", {"model": "sim-model", "prompt": "a " * 9000, "max_tokens": 1})
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == 400
     assert requests.get(vllm.url + "/nope", timeout=5).json() == {"detail": "Not Found"}
     assert requests.get(vllm.url + "/v1/completions", timeout=5).status_code == 405
@@ -88,7 +88,7 @@ def test_info_endpoints_and_tokenize(vllm):
 
 
 def test_metrics_names_and_buckets(vllm):
-    post(vllm.url + "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 3})
+    post(vllm.url + "/v1/completions", {"model": "sim-model", "prompt": "hi", "max_tokens": 3})
     text = requests.get(vllm.url + "/metrics", timeout=5).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
@@ -130,9 +130,11 @@ def test_queueing_kv_exhaustion_and_preemption_show_in_metrics(sim_factory):
 
     poller = threading.Thread(target=poll)
     poller.start()
-    body = {"model": "m", "prompt": "x " * 20, "max_tokens": 30, "ignore_eos": True}
+    body = {"model": "sim-model", "prompt": "x " * 20, "max_tokens": 30, "ignore_eos": True}
     with ThreadPoolExecutor(6) as pool:
-        results = list(pool.map(lambda _: post(sim.url + "/v1/completions", body).json(), range(6)))
+        # distinct prompts: identical ones would share their prefix blocks (prefix caching), not fill the KV
+        results = list(pool.map(lambda i: post(sim.url + "/v1/completions",
+                                               {**body, "prompt": f"p{i} " + "x " * 19}).json(), range(6)))
     stop.set()
     poller.join()
     assert all(r["usage"]["completion_tokens"] == 30 for r in results)
@@ -150,7 +152,7 @@ def test_queueing_kv_exhaustion_and_preemption_show_in_metrics(sim_factory):
 
 def test_admission_limit_gives_503_and_counts_it(sim_factory):
     sim = sim_factory(flavor="vllm", config={**FAST, "max_num_seqs": 1, "max_num_queued_reqs": 2})
-    body = {"model": "m", "prompt": "hi", "max_tokens": 40}
+    body = {"model": "sim-model", "prompt": "hi", "max_tokens": 40}
     with ThreadPoolExecutor(5) as pool:
         statuses = sorted(pool.map(lambda _: post(sim.url + "/v1/completions", body), range(5)),
                           key=lambda r: r.status_code)
@@ -171,7 +173,7 @@ def test_same_seed_same_lengths(sim_factory):
         sim = sim_factory(flavor="vllm", config=cfg, seed=seed)
         out = []
         for _ in range(8):
-            r = post(sim.url + "/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 30}).json()
+            r = post(sim.url + "/v1/completions", {"model": "sim-model", "prompt": "hi", "max_tokens": 30}).json()
             out.append((r["usage"]["completion_tokens"], r["choices"][0]["finish_reason"]))
         return out
 

@@ -100,7 +100,9 @@ def test_probes_against_every_sim_flavour(sim_factory) -> None:
     ollama = sim_factory(flavor="ollama", config={"load_time_s": 0})
     llama = sim_factory(flavor="llamacpp", config={"load_time_s": 0, "num_parallel": 2, "ctx_size": 2048})
     off = {"gpu": "off"}
-    v = build_manifest(config_for(vllm.url, target={"model": "sim-model"}, telemetry=off),
+    # vLLM's /metrics carries no max_num_seqs (not a CacheConfig field): the manifest takes conditions'
+    v = build_manifest(config_for(vllm.url, target={"model": "sim-model"}, conditions={"max_num_seqs": 16},
+                                  telemetry=off),
                        run_id="v", seeds=None, plan_kind="ladder")["conditions"]
     assert (v["server"], v["context_length"], v["max_num_seqs"], v["cache_state"]) == ("vllm", 2048, 16, "fresh")
     o = build_manifest(config_for(ollama.url, target={"model": "sim-model", "api": "ollama-chat"},
