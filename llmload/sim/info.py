@@ -143,10 +143,12 @@ class InfoPages:
         return {"object": "list", "data": [{"id": self.model, "object": "model", "created": int(time.time()),
                                             "owned_by": "llamacpp", "meta": {"n_ctx_train": self.settings.ctx_size}}]}
 
-    def llamacpp_slots(self, busy: list[tuple[int, int, int]]) -> list[dict]:
-        """`busy`: (task id, tokens decoded, the request's n_predict or -1) of the running requests, one
-        per busy slot. `next_token` is a list (one entry per completion) in current builds; `n_remain`
-        is n_predict - decoded, -1 without a cap."""
+    def llamacpp_slots(self, busy: list[tuple[int, int, int, int]]) -> list[dict]:
+        """`busy`: (task id, tokens decoded, the request's n_predict or -1, prompt tokens) of the running
+        requests, one per busy slot. `next_token` is a list (one entry per completion) in current builds;
+        `n_remain` is n_predict - decoded, -1 without a cap. A busy slot's `n_prompt_tokens` is the size of
+        its token cache, which llama-server grows with each generated token (server-context.cpp
+        `server_slot::to_json`: `prompt.tokens.size()`): the prompt plus the tokens decoded so far."""
         slots = []
         for i in range(self.settings.num_parallel):
             task = busy[i] if i < len(busy) else None
@@ -156,6 +158,9 @@ class InfoPages:
                           "speculative": False, "is_processing": task is not None,
                           "params": _llamacpp_params(n_predict),
                           "next_token": [_next_token(task is not None, remain, task[1] if task else 0)]})
+            if task:
+                slots[-1].update(n_prompt_tokens=task[3] + task[1], n_prompt_tokens_processed=task[3],
+                                 n_prompt_tokens_cache=0)
         return slots
 
 

@@ -138,7 +138,8 @@ class SimServer:
                      "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,
                      "/metrics": lambda: self.llama_metrics.render(),
                      "/slots": lambda: info.llamacpp_slots(
-                         [(s.seq_id, s.generated, self._n_predict(s.seq_id)) for s in self.engine.running])}
+                         [(s.seq_id, s.generated, self._n_predict(s.seq_id), s.prompt_tokens)
+                          for s in self.engine.running])}
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, lambda b: {"tokens": token_ids(str(b.get("content", "")))})
         page = pages.get(path)

@@ -14,6 +14,7 @@ import requests
 from sim_client import FAST, content_of, metrics, post, sse
 from support import REPO, stop_process
 
+from llmload.telemetry.sources import slot_context_usage
 from llmload.tokens import count_tokens
 
 LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
@@ -87,7 +88,7 @@ def test_prompt_over_the_slot_context_is_a_400(llama):
 
 
 def test_requests_beyond_slots_are_deferred(llama):
-    seen = {"deferred": 0.0, "processing": 0.0, "busy_slots": 0}
+    seen = {"deferred": 0.0, "processing": 0.0, "busy_slots": 0, "held": set(), "kv_usage": 0.0}
     stop = threading.Event()
 
     def poll():
@@ -97,6 +98,9 @@ def test_requests_beyond_slots_are_deferred(llama):
             seen["processing"] = max(seen["processing"], m["llamacpp:requests_processing"])
             slots = requests.get(llama.url + "/slots", timeout=5).json()
             seen["busy_slots"] = max(seen["busy_slots"], sum(s["is_processing"] for s in slots))
+            # a busy slot's token cache: the prompt plus what it decoded so far (server_slot::to_json)
+            seen["held"] |= {(s["n_prompt_tokens"], s["next_token"][0]["n_decoded"]) for s in slots if s["is_processing"]}
+            seen["kv_usage"] = max(seen["kv_usage"], slot_context_usage(slots) or 0.0)
             time.sleep(0.02)
 
     poller = threading.Thread(target=poll)
@@ -108,6 +112,9 @@ def test_requests_beyond_slots_are_deferred(llama):
     poller.join()
     assert {r.status_code for r in results} == {200}
     assert seen["deferred"] >= 1 and seen["processing"] == 2 and seen["busy_slots"] == 2
+    prompt = {held - decoded for held, decoded in seen["held"]}
+    assert prompt == {1} and max(d for _, d in seen["held"]) > 1, seen["held"]  # "hi" is one token
+    assert 0 < seen["kv_usage"] <= 2 * 26 / 128  # two busy slots of 64 context, at most 1 + 25 tokens each
     m = metrics(llama.url)
     assert m["llamacpp:tokens_predicted_total"] == 125 and m["llamacpp:prompt_tokens_total"] == 5
     assert m["llamacpp:requests_deferred"] == 0 and m["llamacpp:n_decode_total"] > 0
