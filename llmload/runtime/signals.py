@@ -1,0 +1,117 @@
+"""`llmload run`'s side of a stop: signals to the parent reach the Locust child, once, and nothing outlives it.
+
+The Locust child runs in its own session (process group), so a terminal's Ctrl-C reaches only the
+parent. The parent catches SIGINT, SIGTERM and SIGHUP while the child runs and sends the child one
+SIGTERM: the child stops the users (in-flight requests recorded as `cancelled`), marks the current
+step `partial` and the rest `not_run`, finalises the run directory and exits. Further signals only say
+that finalisation is under way: nothing abandons it. When the child has exited, whatever is left of
+its process group (the workers `--processes` forked) gets a grace period, then SIGTERM, then SIGKILL.
+
+The exit code of an interrupted run is 128 + the first signal's number (130 SIGINT, 143 SIGTERM,
+129 SIGHUP), whatever the verdict of the steps that ran (`summary.json` holds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+__all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "end_process_group", "interrupted_exit_code"]
+
+#: set in the Locust child's environment by `llmload run` (the child then leaves the first stop message to it)
+LAUNCHED_ENV = "LLMLOAD_LAUNCHED"
+#: the signals that stop a run (and finalise it)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def interrupted_exit_code(signo: int) -> int:
+    """The exit code of a run stopped by signal `signo`: 128 + its number, as a shell reports it."""
+    return 128 + int(signo)
+
+
+class StopSignals:
+    """While active, the stop signals are caught: the first is forwarded to `child` as SIGTERM.
+
+        with StopSignals() as stops:
+            stops.child = subprocess.Popen(cmd, start_new_session=True)
+            stops.child.wait()
+        if stops.first is not None: ...
+    """
+
+    def __init__(self, *, out=None) -> None:
+        self.received: list[int] = []
+        self.child: subprocess.Popen | None = None
+        self._forwarded = False
+        self._previous: dict[int, object] = {}
+        self._out = out or sys.stderr
+
+    @property
+    def first(self) -> int | None:
+        """The first stop signal received, or None."""
+        return self.received[0] if self.received else None
+
+    def __enter__(self) -> StopSignals:
+        for signo in STOP_SIGNALS:
+            self._previous[signo] = signal.signal(signo, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signo, handler in self._previous.items():
+            signal.signal(signo, handler)
+
+    def _on_signal(self, signo: int, frame: FrameType | None) -> None:
+        self.received.append(signo)
+        name = signal.Signals(signo).name
+        if len(self.received) == 1:
+            self._say(f"llmload: {name}: stopping the run: in-flight requests are recorded as cancelled, "
+                      "then the run directory is finalised")
+        else:
+            self._say(f"llmload: {name} again: still finishing the run directory (it is written before "
+                      "llmload exits)")
+        self.forward()
+
+    def forward(self) -> None:
+        """Send the child its one SIGTERM, if a stop signal came and the child runs (idempotent)."""
+        if self._forwarded or not self.received or self.child is None or self.child.poll() is not None:
+            return
+        self._forwarded = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.child.pid, signal.SIGTERM)
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal (SIGHUP) must not break the stop
+            print(line, file=self._out, flush=True)
+
+
+def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -> None:
+    """End what is left of process group `pgid` (its leader has exited): wait `grace_s` for it to
+    empty, then SIGTERM, wait `term_s`, then SIGKILL."""
+    for sig, wait_s in ((None, grace_s), (signal.SIGTERM, term_s), (signal.SIGKILL, 2.0)):
+        if sig is not None:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (zombies, which only wait to be reaped, do not count)."""
+    import psutil  # a dependency of Locust
+
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                return True
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return False
