@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -235,13 +236,18 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
-        for line in proc.stdout:  # the live table, one row per step as it ends: the progress
-            log.write(line)
-            if _PROGRESS.match(line):
-                print(f"  {line.rstrip()}", flush=True)
-        proc.wait()
+        try:
+            for line in proc.stdout:  # the live table, one row per step as it ends: the progress
+                log.write(line)
+                if _PROGRESS.match(line):
+                    print(f"  {line.rstrip()}", flush=True)
+            proc.wait()
+        finally:  # interrupted: the generator goes before its work folder does
+            stop_process(proc)
     if not (run_dir / "records.parquet").exists():
-        raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}): see {log_path}")
+        lines = [ln for ln in log_path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        last = f": {lines[-1].strip()[:300]}" if lines else ""
+        raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}){last}")
     return run_dir, sampler
 
 
@@ -381,9 +387,17 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     processes = max(1, processes)
     ramps = QUICK_RAMPS if quick else RAMPS
     work = Path(tempfile.mkdtemp(prefix="llmload-calibrate-"))
+    try:
+        return _calibrate(processes=processes, target=target, out=out, quick=quick, ramps=ramps, work=work)
+    finally:  # the work folder (runs, sim log) goes, whatever happened: success, failure or Ctrl-C
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _calibrate(*, processes: int, target: str | None, out: Path | None, quick: bool, ramps: tuple,
+               work: Path) -> int:
     total_s = sum(len(r.rates) * (r.warmup_s + r.duration_s + 1.5) + 8 for r in ramps)
     print(f"llmload calibrate: {processes} worker process(es), {len(ramps)} ramp(s), about {total_s:.0f} s; "
-          f"work folder {work}", flush=True)
+          f"work folder {work} (removed at the end)", flush=True)
     sim = None
     try:
         if target is None:
@@ -407,7 +421,7 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     finally:
         if sim is not None:
             stop_process(sim)
-    envelope = _envelope_document(steps, processes=processes, target=target, quick=quick, work=work)
+    envelope = _envelope_document(steps, processes=processes, target=target, quick=quick)
     path = Path(out) if out is not None else ENVELOPE_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
@@ -427,8 +441,8 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     return 0
 
 
-def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: str | None, quick: bool,
-                       work: Path) -> dict[str, Any]:
+def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: str | None,
+                       quick: bool) -> dict[str, Any]:
     from llmload import __version__
 
     return {
@@ -447,7 +461,6 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
                    "max_rate_shortfall": MAX_RATE_SHORTFALL},
         **envelope_from_steps(steps),
         "steps": [asdict(s) for s in steps],
-        "work_dir": str(work),
     }
 
 
