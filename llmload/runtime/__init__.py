@@ -13,6 +13,8 @@
     session     the Locust glue of one process (options, init, test start/stop, the shape's tick)
     webui       the LLM tab and the /llmload page of Locust's web UI
     launcher    `llmload run`: the Locust command line
+    signals     `llmload run`'s stop signals: forwarded once to the Locust child, nothing outlives it
+    recover     finishing a run directory whose master died (`llmload report` calls it)
     demo        `llmload demo`
 """
 

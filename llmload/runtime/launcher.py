@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["free_loopback_port", "locust_command", "prepare_run_dir", "run_config", "verdict_exit_code"]
+__all__ = ["BOOT", "free_loopback_port", "locust_command", "prepare_run_dir", "run_config", "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -169,6 +169,8 @@ def _wait_locust(cmd: list[str], run_dir: Path | None) -> int:
         stops.forward()  # a signal that came while it was starting
         code = stops.child.wait()
         end_process_group(stops.child.pid)
+        if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # made before the start and never used (stopped or failed before the run)
         verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
     if stops.first is not None:
         name, exit_code = signal.Signals(stops.first).name, interrupted_exit_code(stops.first)

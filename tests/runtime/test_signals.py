@@ -190,8 +190,9 @@ def test_run_from_a_directory_holding_a_folder_named_llmload_writes_the_manifest
                "run", str(write_config(out, config)), "--out", str(out / "run")]
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=100)
         output = done.stdout + done.stderr
-        assert done.returncode == 0, output[-3000:]
+        assert done.returncode in (0, 1, 3), output[-3000:]  # the verdict is not the point (load decides it)
         assert "Traceback" not in output and "cannot import" not in output, output[-3000:]
+        assert (out / "run" / "summary.json").exists(), output[-3000:]
         manifest = json.loads((out / "run" / "manifest.json").read_text())
         assert manifest["client"]["llmload"], manifest.get("client")
 
