@@ -161,7 +161,13 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
 def _wait_locust(cmd: list[str], run_dir: Path | None) -> int:
     """Run Locust in its own process group and wait for it; the stop signals go to it once
     (`llmload.runtime.signals`). Returns the verdict's exit code, or 128 + the signal when stopped."""
-    from llmload.runtime.signals import LAUNCHED_ENV, StopSignals, end_process_group, interrupted_exit_code
+    from llmload.runtime.signals import (
+        LAUNCHED_ENV,
+        StopSignals,
+        end_process_group,
+        interrupted_exit_code,
+        say,
+    )
 
     with StopSignals() as stops:
         stops.child = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: "1"},
@@ -176,7 +182,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None) -> int:
         name, exit_code = signal.Signals(stops.first).name, interrupted_exit_code(stops.first)
         done = (f"{run_dir} finalised with the steps that ran" if run_dir is not None
                 and (run_dir / "summary.json").exists() else "no summary was written")
-        print(f"llmload: interrupted by {name}: {done} (exit code {exit_code})", file=sys.stderr, flush=True)
+        say(f"llmload: interrupted by {name}: {done} (exit code {exit_code})")
         return exit_code
     if run_dir is None:  # a worker: Locust's own code
         return code

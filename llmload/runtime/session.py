@@ -29,7 +29,7 @@ from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
-from llmload.runtime.signals import LAUNCHED_ENV, STOP_SIGNALS, interrupted_exit_code
+from llmload.runtime.signals import LAUNCHED_ENV, STOP_SIGNALS, detach_hung_up_terminal, interrupted_exit_code
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
@@ -302,6 +302,7 @@ class Session:
         self._signal_handles = [gevent.signal_handler(signo, self._on_stop_signal, signo) for signo in STOP_SIGNALS]
 
     def _on_stop_signal(self, signo: int) -> None:
+        detach_hung_up_terminal(signo)
         name = signal.Signals(signo).name
         if self.stop_signal is not None:
             print(f"llmload: {name} again: still finishing the run directory (it is written before Locust "
@@ -314,8 +315,8 @@ class Session:
         gevent.spawn(self._stop_and_quit, signo)
 
     def _stop_and_quit(self, signo: int) -> None:
-        """Stop the run (test_stop -> `_on_test_stop` finalises), wait for a finalisation under way,
-        then end Locust with 128 + the signal number."""
+        """Stop the run (`StepController.stop`: what is queued or in flight is cancelled, the run then
+        finalises as usual), wait for the finalisation, then end Locust with 128 + the signal number."""
         code = interrupted_exit_code(signo)
         started = self.greenlet is not None
         if started and self.controller is None:  # still in pre-flight: nothing ran, nothing to finalise

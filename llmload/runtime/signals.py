@@ -2,10 +2,11 @@
 
 The Locust child runs in its own session (process group), so a terminal's Ctrl-C reaches only the
 parent. The parent catches SIGINT, SIGTERM and SIGHUP while the child runs and sends the child one
-SIGTERM: the child stops the users (in-flight requests recorded as `cancelled`), marks the current
-step `partial` and the rest `not_run`, finalises the run directory and exits. Further signals only say
-that finalisation is under way: nothing abandons it. When the child has exited, whatever is left of
-its process group (the workers `--processes` forked) gets a grace period, then SIGTERM, then SIGKILL.
+signal (SIGTERM; SIGHUP as SIGHUP, so the child lets go of the closing terminal too): the child
+cancels what is queued or in flight (recorded `cancelled`), marks the current step `partial` and the
+rest `not_run`, finalises the run directory and exits. Further signals only say that finalisation is
+under way: nothing abandons it. When the child has exited, whatever is left of its process group
+(the workers `--processes` forked) gets a grace period, then SIGTERM, then SIGKILL.
 
 The exit code of an interrupted run is 128 + the first signal's number (130 SIGINT, 143 SIGTERM,
 129 SIGHUP), whatever the verdict of the steps that ran (`summary.json` holds it).
@@ -21,7 +22,8 @@ import sys
 import time
 from types import FrameType
 
-__all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "end_process_group", "interrupted_exit_code"]
+__all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
+           "interrupted_exit_code", "say"]
 
 #: set in the Locust child's environment by `llmload run` (the child then leaves the first stop message to it)
 LAUNCHED_ENV = "LLMLOAD_LAUNCHED"
@@ -35,7 +37,7 @@ def interrupted_exit_code(signo: int) -> int:
 
 
 class StopSignals:
-    """While active, the stop signals are caught: the first is forwarded to `child` as SIGTERM.
+    """While active, the stop signals are caught: the first is forwarded to `child` (SIGTERM; SIGHUP as is).
 
         with StopSignals() as stops:
             stops.child = subprocess.Popen(cmd, start_new_session=True)
@@ -66,6 +68,7 @@ class StopSignals:
 
     def _on_signal(self, signo: int, frame: FrameType | None) -> None:
         self.received.append(signo)
+        detach_hung_up_terminal(signo)
         name = signal.Signals(signo).name
         if len(self.received) == 1:
             self._say(f"llmload: {name}: stopping the run: in-flight requests are recorded as cancelled, "
@@ -76,16 +79,37 @@ class StopSignals:
         self.forward()
 
     def forward(self) -> None:
-        """Send the child its one SIGTERM, if a stop signal came and the child runs (idempotent)."""
+        """Send the child its one signal, if a stop signal came and the child runs (idempotent)."""
         if self._forwarded or not self.received or self.child is None or self.child.poll() is not None:
             return
         self._forwarded = True
+        # SIGHUP stays SIGHUP (the child then lets go of the closing terminal too); SIGINT becomes
+        # SIGTERM, whose default action (before Locust's init) ends the child without a traceback
+        forwarded = signal.SIGHUP if self.received[0] == signal.SIGHUP else signal.SIGTERM
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child.pid, signal.SIGTERM)
+            os.kill(self.child.pid, forwarded)
 
     def _say(self, line: str) -> None:
-        with contextlib.suppress(OSError, ValueError):  # a closed terminal (SIGHUP) must not break the stop
-            print(line, file=self._out, flush=True)
+        say(line, self._out)
+
+
+def say(line: str, out=None) -> None:
+    """Print a line; a closed terminal, or a signal arriving mid-print, must not break a stop."""
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        print(line, file=out or sys.stderr, flush=True)
+
+
+def detach_hung_up_terminal(signo: int) -> None:
+    """On SIGHUP the terminal is going away: stdout and stderr, where they are that terminal, go to
+    /dev/null so that writing the run's last lines cannot fail the finalisation."""
+    if signo != signal.SIGHUP:
+        return
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+        os.close(devnull)
 
 
 def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -> None:
