@@ -103,17 +103,19 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
+    run_dir, made = None, False
     try:
         config = load_config(config_path)
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
         run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
-        prepare_run_dir(run_dir, where=("--out", None) if out is not None else ("output", str(config_path)))
+        made = prepare_run_dir(run_dir, where=("--out", None) if out is not None else ("output", str(config_path)))
         if not skip_preflight:
             check_reachable(config)
     except LLMLoadError as exc:
         print(f"llmload: error: {exc}", file=sys.stderr)
+        _remove_if_empty(run_dir if made else None)
         return exc.exit_code
     from llmload.calibrate import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
 
@@ -129,14 +131,15 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         port = os.environ.get("LOCUST_WEB_PORT", "8089")
         print(f"llmload: web UI at http://127.0.0.1:{port} (tab LLM; live charts at /llmload); "
               "press Start, then Ctrl-C here when done", flush=True)
-    return _wait_locust(cmd, run_dir)
+    return _wait_locust(cmd, run_dir, made=made)
 
 
-def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> None:
+def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
     """Create `run_dir` and check that it takes files, before anything starts; a ConfigError naming
-    the flag or key (`where`: name, config file) when it cannot."""
+    the flag or key (`where`: name, config file) when it cannot. Returns whether it was made here."""
     from llmload.errors import ConfigError
 
+    made = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".llmload-write-check"
@@ -146,6 +149,12 @@ def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> None:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"cannot write the run directory {run_dir}: {reason}", file=where[1],
                           key=where[0]) from None
+    return made
+
+
+def _remove_if_empty(run_dir: Path | None) -> None:
+    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
@@ -158,7 +167,7 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
     return None
 
 
-def _wait_locust(cmd: list[str], run_dir: Path | None) -> int:
+def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False) -> int:
     """Run Locust in its own process group and wait for it; the stop signals go to it once
     (`llmload.runtime.signals`). Returns the verdict's exit code, or 128 + the signal when stopped."""
     from llmload.runtime.signals import (
@@ -175,8 +184,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None) -> int:
         stops.forward()  # a signal that came while it was starting
         code = stops.child.wait()
         end_process_group(stops.child.pid)
-        if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()  # made before the start and never used (stopped or failed before the run)
+        _remove_if_empty(run_dir if made else None)  # made for the run, never used (stopped or failed first)
         verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
     if stops.first is not None:
         name, exit_code = signal.Signals(stops.first).name, interrupted_exit_code(stops.first)

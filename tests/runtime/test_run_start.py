@@ -70,3 +70,11 @@ def test_plain_locust_with_a_run_dir_it_cannot_write_ends_with_one_line(tmp_path
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     assert "Traceback" not in output and "cannot write the run directory" in output, output[-3000:]
+
+
+def test_an_unreachable_target_leaves_no_run_directory_behind(tmp_path):
+    """The run directory is made (and checked) before the target is contacted: a run that never
+    started removes it again."""
+    done = _llmload("run", str(_config(tmp_path)), "--out", str(tmp_path / "new"))
+    assert done.returncode == 3 and "unreachable" in done.stderr, done.stderr
+    assert not (tmp_path / "new").exists()
