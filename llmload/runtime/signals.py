@@ -113,29 +113,31 @@ def detach_hung_up_terminal(signo: int) -> None:
 
 
 def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -> None:
-    """End what is left of process group `pgid` (its leader has exited): wait `grace_s` for it to
-    empty, then SIGTERM, wait `term_s`, then SIGKILL."""
+    """End what is left of process group `pgid` once its leader has exited (and been reaped): wait
+    `grace_s` for it to empty, then SIGTERM, wait `term_s`, then SIGKILL. Each leftover is signalled by
+    its PID (never the group: a new process could have been given the leader's number since)."""
     for sig, wait_s in ((None, grace_s), (signal.SIGTERM, term_s), (signal.SIGKILL, 2.0)):
-        if sig is not None:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                return
+        left = _group_members(pgid)
+        if not left:
+            return
+        for pid in left if sig is not None else ():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not _group_alive(pgid):
-                return
+        while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs (zombies, which only wait to be reaped, do not count)."""
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of group `pgid` other than its (gone) leader; zombies, which only wait to
+    be reaped, do not count."""
     import psutil  # a dependency of Locust
 
+    members = []
     for proc in psutil.process_iter(["status"]):
         try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
-                return True
+            if proc.pid != pgid and proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
-    return False
+    return members

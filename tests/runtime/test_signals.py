@@ -237,3 +237,17 @@ def test_report_recovers_a_run_whose_master_was_killed(sim_factory, tmp_path):
     assert [s["status"] for s in data["steps"]] == ["partial", "not_run"] and data["recovered"] is True
     assert set(records(run_dir)["request_id"]) >= written  # every record a worker wrote is kept
     assert [s["verdict"] for s in summary(run_dir)["steps"]][1] == "not_run"
+
+
+@pytest.mark.timeout(30)
+def test_what_outlives_the_group_leader_is_ended_even_when_it_ignores_sigterm():
+    from llmload.runtime.signals import _group_members, end_process_group
+
+    code = ("import os, signal, time\n"
+            "if os.fork() == 0:\n    signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\n"
+            "else:\n    time.sleep(0.5)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    leader.wait(timeout=10)
+    assert len(_group_members(leader.pid)) == 1  # the forked child is left, as a forked worker would be
+    end_process_group(leader.pid, grace_s=0.5, term_s=0.5)
+    assert _group_members(leader.pid) == []
