@@ -6,7 +6,10 @@
 - worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel`;
 - master or local runner: the config named by `--llmload-config` is validated at init (a config error
   is one line and exit code 2), and on `test_start` a greenlet runs pre-flight, writes the manifest,
-  starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code.
+  starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code;
+- master or local runner: SIGINT, SIGTERM and SIGHUP stop the run (what is queued or in flight is
+  cancelled and recorded), finalise it and end Locust with 128 + the signal number; repeated signals
+  only say that finalisation goes on (docs/ARCHITECTURE.md "Signals and the process tree").
 
 Nothing here reads the worker's own options when a step arrives: the step message carries it all.
 """
