@@ -358,24 +358,29 @@ class Session:
         self._settled.wait()
 
     def _on_test_stopping(self, **kw: Any) -> None:
-        """A stop from outside (a signal, the web UI, a lost last worker) begins: freeze the controller
-        now, before the users are stopped (a master waits for its workers' users first), so the current
-        step becomes `partial` and no later step starts."""
+        """A stop from outside (the web UI, a lost last worker, Locust's own shutdown) begins: stop the
+        controller now, before the users are stopped (a master first waits for its workers' users):
+        the current step becomes `partial`, no later step starts, and the controller cancels what is
+        queued or in flight with `llmload:cancel` (so remote workers' records reach the master too)."""
         if self.controller is None or self.controller.done.is_set() or self._finalised:
             return
         self._interrupted = True
         self.controller.stop()
-        if self.greenlet is not None and self.greenlet is not gevent.getcurrent():
-            self.greenlet.kill(block=True, timeout=5)
 
     def _on_test_stop(self, **kw: Any) -> None:
-        """The users are stopped (their in-flight requests recorded as cancelled): keep what ran, finalise."""
+        """The users are stopped (their in-flight requests recorded as cancelled): keep what ran, finalise
+        (unless the controller, stopped above, already ended and the run finalised itself)."""
         if self.controller is None or self._finalised:
             return
         if not self._interrupted:
-            self._on_test_stopping()  # a stop that did not announce itself
-            if not self._interrupted:  # the run had ended by itself: it finalises itself
+            if self.controller.done.is_set():  # the run ended by itself: it finalises itself
                 return
+            self._interrupted = True  # a stop that did not announce itself
+            self.controller.stop()
+        if self.greenlet is not None and self.greenlet is not gevent.getcurrent():
+            self.greenlet.kill(block=True, timeout=5)  # never inside `_finalise`: that sets `_finalised` first
+        if self._finalised:
+            return
         if self.is_master:
             gevent.sleep(1.0)  # remote users' cancellations arrive; the worker files are flushed
         self.controller.plan.finish(now(), stopped=True)
