@@ -179,7 +179,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False) ->
     )
 
     with StopSignals() as stops:
-        stops.child = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: "1"},
+        stops.child = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: str(os.getpid())},
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         stops.forward()  # a signal that came while it was starting
         code = stops.child.wait()

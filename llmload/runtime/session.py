@@ -32,7 +32,13 @@ from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
-from llmload.runtime.signals import LAUNCHED_ENV, STOP_SIGNALS, detach_hung_up_terminal, interrupted_exit_code
+from llmload.runtime.signals import (
+    LAUNCHED_ENV,
+    STOP_SIGNALS,
+    detach_hung_up_terminal,
+    follow_parent,
+    interrupted_exit_code,
+)
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
@@ -403,6 +409,7 @@ def on_init(environment: Any) -> Session:
     global _SESSION
     _SESSION = Session(environment)
     _SESSION.setup()
+    follow_parent()  # started by `llmload run`: its death (even kill -9) stops this process too
     return _SESSION
 
 

@@ -23,9 +23,10 @@ import time
 from types import FrameType
 
 __all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
-           "interrupted_exit_code", "say"]
+           "follow_parent", "interrupted_exit_code", "say"]
 
-#: set in the Locust child's environment by `llmload run` (the child then leaves the first stop message to it)
+#: set in the Locust child's environment by `llmload run` to its PID (the child then leaves the first stop
+#: message to it, and follows it: `follow_parent`)
 LAUNCHED_ENV = "LLMLOAD_LAUNCHED"
 #: the signals that stop a run (and finalise it)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -91,6 +92,22 @@ class StopSignals:
 
     def _say(self, line: str) -> None:
         say(line, self._out)
+
+
+def follow_parent() -> None:
+    """In a Locust process started by `llmload run` (`LAUNCHED_ENV` holds the parent's PID): get
+    SIGTERM when that parent dies, even by SIGKILL (Linux `PR_SET_PDEATHSIG`), so the run still stops
+    and finalises instead of running on as an orphan; at once if the parent is already gone."""
+    parent = os.environ.get(LAUNCHED_ENV, "")
+    if not parent.isdigit() or os.getsid(0) != os.getpid():  # only the process `llmload run` started
+        return  # (it leads its own session; the workers Locust forks from it do not)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def say(line: str, out=None) -> None:

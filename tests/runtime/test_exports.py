@@ -18,7 +18,7 @@ MODULES = {
     "planning": ["ClosedLoop", "Job", "plan_jobs"],
     "recover": ["recover_run", "unfinished"],
     "signals": ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
-                "interrupted_exit_code", "say"],
+                "follow_parent", "interrupted_exit_code", "say"],
     "preflight": ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"],
     "webui": ["LLM_TABLE", "install_web_ui", "step_rows"],
 }

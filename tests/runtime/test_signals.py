@@ -251,3 +251,24 @@ def test_what_outlives_the_group_leader_is_ended_even_when_it_ignores_sigterm():
     assert len(_group_members(leader.pid)) == 1  # the forked child is left, as a forked worker would be
     end_process_group(leader.pid, grace_s=0.5, term_s=0.5)
     assert _group_members(leader.pid) == []
+
+
+def test_kill_9_of_the_parent_still_stops_and_finalises_the_run(sim_factory, tmp_path):
+    """Nothing can catch SIGKILL, but the Locust child follows its parent (PR_SET_PDEATHSIG): it stops,
+    finalises and exits instead of running the rest of the ladder as an orphan."""
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    children = _tree(proc)
+    assert len(children) >= 3
+    proc.kill()
+    proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    for p in alive:
+        p.kill()
+    assert not alive, alive
+    output = log.read_text(errors="replace")
+    assert "Traceback" not in output, output[-3000:]
+    for name in FINAL_FILES:
+        assert (run_dir / name).exists(), (name, output[-3000:])
+    _check_stopped_in_first_step(run_dir)
