@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -237,18 +238,23 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
         stopping = False
-        for line in proc.stdout:  # the live table, one row per step as it ends: the progress
-            log.write(line)
-            if _PROGRESS.match(line):
-                print(f"  {line.rstrip()}", flush=True)
-            if not stopping and _INVALID_ROW.match(line):
-                # the envelope ends at the first step that does not hold: the steps above it cannot
-                # count, so stop (SIGTERM: the run is finalised, later steps stay not_run)
-                stopping = True
-                proc.send_signal(signal.SIGTERM)
-        proc.wait()
+        try:
+            for line in proc.stdout:  # the live table, one row per step as it ends: the progress
+                log.write(line)
+                if _PROGRESS.match(line):
+                    print(f"  {line.rstrip()}", flush=True)
+                if not stopping and _INVALID_ROW.match(line):
+                    # the envelope ends at the first step that does not hold: the steps above it cannot
+                    # count, so stop (SIGTERM: the run is finalised, later steps stay not_run)
+                    stopping = True
+                    proc.send_signal(signal.SIGTERM)
+            proc.wait()
+        finally:  # interrupted: the generator goes before its work folder does
+            stop_process(proc)
     if not (run_dir / "records.parquet").exists():
-        raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}): see {log_path}")
+        lines = [ln for ln in log_path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        last = f": {lines[-1].strip()[:300]}" if lines else ""
+        raise RunError(f"calibration run {ramp.name!r} wrote no records (exit {proc.returncode}){last}")
     return run_dir, sampler
 
 
@@ -406,9 +412,17 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     processes = max(1, processes)
     ramps = QUICK_RAMPS if quick else RAMPS
     work = Path(tempfile.mkdtemp(prefix="llmload-calibrate-"))
+    try:
+        return _calibrate(processes=processes, target=target, out=out, quick=quick, ramps=ramps, work=work)
+    finally:  # the work folder (runs, sim log) goes, whatever happened: success, failure or Ctrl-C
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _calibrate(*, processes: int, target: str | None, out: Path | None, quick: bool, ramps: tuple,
+               work: Path) -> int:
     total_s = sum(len(r.rates) * (r.warmup_s + r.duration_s + 1.5) + 8 for r in ramps)
     print(f"llmload calibrate: {processes} worker process(es), {len(ramps)} ramp(s), about {total_s:.0f} s; "
-          f"work folder {work}", flush=True)
+          f"work folder {work} (removed at the end)", flush=True)
     sim = None
     try:
         if target is None:
@@ -432,7 +446,7 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     finally:
         if sim is not None:
             stop_process(sim)
-    envelope = _envelope_document(steps, processes=processes, target=target, quick=quick, work=work)
+    envelope = _envelope_document(steps, processes=processes, target=target, quick=quick)
     path = Path(out) if out is not None else ENVELOPE_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
@@ -453,8 +467,8 @@ def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick
     return 0
 
 
-def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: str | None, quick: bool,
-                       work: Path) -> dict[str, Any]:
+def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: str | None,
+                       quick: bool) -> dict[str, Any]:
     from llmload import __version__
 
     return {
@@ -473,7 +487,6 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
         **envelope_from_steps(steps),
         "ttft_error_p99_s": _error_at_envelope(steps),
         "steps": [asdict(s) for s in steps],
-        "work_dir": str(work),
     }
 
 

@@ -4,10 +4,15 @@ No timing is asserted: the figures depend on the machine (bench/README.md has th
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+from support import free_port
 from typer.testing import CliRunner
 
 import llmload.calibrate
@@ -121,3 +126,55 @@ def test_quick_calibration_against_the_builtin_sim_writes_an_envelope(tmp_path):
     for key in ("max_rate_per_process", "max_streams_per_process"):
         assert envelope[key] is None or envelope[key] > 0
     assert "safe envelope" in proc.stdout or "no step held" in proc.stdout
+
+
+def _calibrate_folders(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("llmload-calibrate-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_calibrate_removes_its_work_folder_after_a_run_against_a_dead_target(tmp_path):
+    """Issue 17: `llmload calibrate` left `/tmp/llmload-calibrate-*` behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dead = f"http://127.0.0.1:{free_port()}"
+    proc = subprocess.run([sys.executable, "-m", "llmload.cli", "calibrate", "--quick", "--target", dead,
+                           "--out", str(tmp_path / "e.json")], capture_output=True, text=True, timeout=140,
+                          env={**os.environ, "TMPDIR": str(tmp)})
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "llmload-calibrate-" in proc.stdout  # it did make one
+    assert _calibrate_folders(tmp) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_calibrate_interrupted_removes_its_work_folder_and_its_processes(tmp_path):
+    import psutil
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    log = tmp_path / "calibrate.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "calibrate", "--quick", "--out",
+                                 str(tmp_path / "e.json")], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 90
+        while "ramp 1/1" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert _calibrate_folders(tmp)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for p in alive:
+        p.kill()
+    assert not alive, alive
+    assert _calibrate_folders(tmp) == [], log.read_text()

@@ -210,7 +210,7 @@ class StepController:
                 self._record_lost_arrivals()
             except Exception:
                 log.exception("could not record the arrivals of lost workers")
-            self.plan.finish(now())
+            self.plan.finish(now(), **({"stopped": True} if self.stopped else {}))
             if self._master_file is not None:
                 self._master_file.close()
             if self._cpu_sink is not None:
@@ -323,11 +323,14 @@ class StepController:
         last_progress = now()
         last_count = -1
         event = self._events[spec.label]
-        while not self.stopped:
+        while True:
             pending = [(cid, n) for cid, n in workers
                        if n not in self.drained[spec.label] and not self.link.missing(cid)]
             if not pending:
                 return False
+            if self.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
+                self._cancel(spec, pending, why="the run was stopped")
+                return True
             t = now()
             count = len(self.rows[spec.label])
             if count != last_count:
@@ -342,10 +345,10 @@ class StepController:
                 self._progress(spec, start_at, row)
             event.clear()
             event.wait(timeout=min(0.5, max(0.01, deadline - t)))
-        return False
 
-    def _cancel(self, spec: StepSpec, pending: list) -> None:
-        self.out(f"  {spec.label}: drain timeout ({spec.drain_timeout_s:g}s): cancelling in-flight requests")
+    def _cancel(self, spec: StepSpec, pending: list, *, why: str = "") -> None:
+        why = why or f"drain timeout ({spec.drain_timeout_s:g}s)"
+        self.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
         for cid, _ in pending:
             self.link.send(CANCEL, {"label": spec.label}, cid)
         deadline = now() + CANCEL_GRACE_S
@@ -526,7 +529,9 @@ class StepController:
     def stop(self) -> None:
         """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`.
         A partial step's measurement window ends at the stop (its planned end is kept as
-        `planned_window_end`), so its rates divide by the time it ran, whichever process judges it."""
+        `planned_window_end`), so its rates divide by the time it ran, whichever process judges it. A step
+        the controller is waiting on has its queued and in-flight requests cancelled (recorded
+        `cancelled`), then the run ends as usual (`done`)."""
         self.mark_stopping()
         self.stopped = True
         for row in self.plan.steps:  # the current step, and undrained steps still finishing
@@ -549,6 +554,8 @@ class _JsonLines(RecordWriter):
     def write_row(self, row: dict) -> None:
         import json
 
+        if self._file.closed:  # a late batch after the run ended: the worker's own file has it
+            return
         self._file.write(redact_text(json.dumps(row, separators=(",", ":"))) + "\n")
         self._file.flush()
         self.count += 1

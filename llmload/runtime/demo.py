@@ -123,6 +123,8 @@ def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 
             path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
             print(f"\nllmload demo: {name} run ({path})", flush=True)
             codes[name] = run_config(path, out=folder / name)
+            if codes[name] >= 128:  # stopped by a signal (Ctrl-C): the rest of the demo is not wanted
+                break
     finally:
         stop_process(proc)
     print("\nllmload demo: done. Reports:")

@@ -5,22 +5,35 @@ The command line built here is what a user could type themselves:
     python -m locust -f <locustfiles/llm.py>,<shapes/llm.py> --headless --llmload-config CONFIG
         --llmload-run-dir RUN_DIR [--processes N | --master --expect-workers N | --worker --master-host H]
 
-Config errors are caught before Locust starts (one line, exit 2) and an unreachable target gives one
-line and exit 3. With `--processes N` the master and its local workers talk over a free loopback port
-(not Locust's fixed 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards is the run's verdict from `summary.json` (0 pass, 1 fail,
-3 invalid), or Locust's own code when no summary was written.
+(`llmload run` starts it as `python -c BOOT ...`, which is `python -m locust` with our packages imported
+before Locust puts the working directory first on the import path: a folder named `llmload` there, as
+in the parent of a clone, must not shadow the package.)
+
+Config errors, bad flag combinations and a run directory that cannot be written are caught before
+Locust starts (one line, exit 2) and an unreachable target gives one line and exit 3. With
+`--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
+5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
+is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or Locust's own code when no
+summary was written. SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
+directory is finalised, nothing outlives the command, and the exit code is 128 + the signal number.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["free_loopback_port", "locust_command", "run_config", "verdict_exit_code"]
+__all__ = ["BOOT", "free_loopback_port", "locust_command", "prepare_run_dir", "run_config", "verdict_exit_code"]
+
+#: the Locust child's entry point: `python -m locust`, with our packages imported first and without
+#: the working directory on the import path (see the module docstring)
+BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p != '']; import locust, llmload, shapes, analysis; "
+        "from locust.main import main; main()")
 
 REPO_FILES = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
@@ -41,7 +54,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
                    master_host: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`."""
-    cmd = [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--loglevel", "WARNING"]
+    cmd = [sys.executable, "-c", BOOT, "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--loglevel", "WARNING"]
     if worker:
         return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port or DEFAULT_PORT)]
     cmd += ["--llmload-config", str(config_path)]
@@ -75,15 +88,20 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
+    clash = _role_clash(master=master, worker=worker, processes=processes)
+    if clash:
+        print(f"llmload: error: {clash}", file=sys.stderr)
+        return 2
     if worker:
-        return _wait_locust(subprocess.Popen(locust_command(config_path, None, worker=True,
-                                                            master_host=master_host, master_port=master_port)))
+        return _wait_locust(locust_command(config_path, None, worker=True, master_host=master_host,
+                                           master_port=master_port), None)
     from llmload.config import load_config
     from llmload.errors import LLMLoadError
 
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
+    run_dir, made = None, False
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
         from llmload.runtime.preflight import check_reachable
@@ -91,10 +109,13 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
+        run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
+        made = prepare_run_dir(run_dir, where=("--out", None) if out is not None else ("output", str(config_path)))
         if not skip_preflight:
             check_reachable(config)
     except LLMLoadError as exc:
         print(f"llmload: error: {exc}", file=sys.stderr)
+        _remove_if_empty(run_dir if made else None)
         return exc.exit_code
     from llmload.calibrate import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
 
@@ -102,27 +123,80 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                                           base_dir=Path(config_path).resolve().parent)
     if warning:
         print(warning, file=sys.stderr)
-    run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
     cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
                          expect_workers=expect_workers, master_port=master_port)
     if skip_preflight:
         cmd.append("--llmload-skip-preflight")
     if web:
-        print("llmload: web UI at http://127.0.0.1:8089 (tab LLM: live charts, step table, verdict and "
+        port = os.environ.get("LOCUST_WEB_PORT", "8089")
+        print(f"llmload: web UI at http://127.0.0.1:{port} (tab LLM: live charts, step table, verdict and "
               "report link); press Start, then Ctrl-C here when done", flush=True)
-    code = _wait_locust(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
-    verdict = verdict_exit_code(run_dir)
-    return verdict if verdict is not None else (code if code in (2, 3) else 3)
+    return _wait_locust(cmd, run_dir, made=made)
 
 
-def _wait_locust(proc: subprocess.Popen) -> int:
-    """Wait for Locust; a Ctrl-C (which Locust also gets) waits for it to finalise the run directory."""
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            print("llmload: stopping: recording in-flight requests as cancelled and finishing the run "
-                  "directory (Ctrl-C again waits on)", file=sys.stderr, flush=True)
+def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
+    """Create `run_dir` and check that it takes files, before anything starts; a ConfigError naming
+    the flag or key (`where`: name, config file) when it cannot. Returns whether it was made here."""
+    from llmload.errors import ConfigError
+
+    made = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".llmload-write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"cannot write the run directory {run_dir}: {reason}", file=where[1],
+                          key=where[0]) from None
+    return made
+
+
+def _remove_if_empty(run_dir: Path | None) -> None:
+    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
+
+
+def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
+    """Which of --master, --worker and --processes cannot go together (None when they can)."""
+    if master and worker:
+        return "--master and --worker exclude each other: a process is one or the other"
+    if processes and (master or worker):
+        return f"--processes cannot be combined with --{'master' if master else 'worker'}: " \
+               "--processes starts a master and its local workers itself"
+    return None
+
+
+def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False) -> int:
+    """Run Locust in its own process group and wait for it; the stop signals go to it once
+    (`llmload.runtime.signals`). Returns the verdict's exit code, or 128 + the signal when stopped."""
+    from llmload.runtime.signals import (
+        LAUNCHED_ENV,
+        StopSignals,
+        end_process_group,
+        interrupted_exit_code,
+        say,
+    )
+
+    with StopSignals() as stops:
+        stops.child = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: str(os.getpid())},
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        stops.forward()  # a signal that came while it was starting
+        code = stops.child.wait()
+        end_process_group(stops.child.pid)
+        _remove_if_empty(run_dir if made else None)  # made for the run, never used (stopped or failed first)
+        verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
+    if stops.first is not None:
+        name, exit_code = signal.Signals(stops.first).name, interrupted_exit_code(stops.first)
+        done = (f"{run_dir} finalised with the steps that ran" if run_dir is not None
+                and (run_dir / "summary.json").exists() else "no summary was written")
+        say(f"llmload: interrupted by {name}: {done} (exit code {exit_code})")
+        return exit_code
+    if run_dir is None:  # a worker: Locust's own code
+        return code
+    if verdict is not None:
+        return verdict
+    return code if code in (2, 3) else 3
 
 
 def _output_dir(config, config_path: Path) -> Path:

@@ -6,7 +6,10 @@
 - worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel`;
 - master or local runner: the config named by `--llmload-config` is validated at init (a config error
   is one line and exit code 2), and on `test_start` a greenlet runs pre-flight, writes the manifest,
-  starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code.
+  starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code;
+- master or local runner: SIGINT, SIGTERM and SIGHUP stop the run (what is queued or in flight is
+  cancelled and recorded), finalise it and end Locust with 128 + the signal number; repeated signals
+  only say that finalisation goes on (docs/ARCHITECTURE.md "Signals and the process tree").
 
 Nothing here reads the worker's own options when a step arrives: the step message carries it all.
 """
@@ -14,12 +17,15 @@ Nothing here reads the worker's own options when a step arrives: the step messag
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 
 from llmload.clock import now
 from llmload.config import Config, load_config
@@ -27,6 +33,13 @@ from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.signals import (
+    LAUNCHED_ENV,
+    STOP_SIGNALS,
+    detach_hung_up_terminal,
+    follow_parent,
+    interrupted_exit_code,
+)
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
@@ -98,6 +111,15 @@ class Session:
         self.exit_code: int | None = None
         self.greenlet: gevent.Greenlet | None = None
         self._finalised = False
+        #: a stop from outside froze the controller (the run directory is finalised on test_stop)
+        self._interrupted = False
+        #: set while no run is under way or being finalised: a stop waits on it before Locust exits
+        self._settled = gevent.event.Event()
+        self._settled.set()
+        #: the first stop signal received (SIGINT, SIGTERM, SIGHUP), None while none came
+        self.stop_signal: int | None = None
+        self._signal_handles: list[Any] = []
+        self._quitting = False
 
     # ------------------------------------------------------------------ roles
 
@@ -131,13 +153,10 @@ class Session:
             runner.register_message(DRAINED, self._on_drained)
             self._load_config()
             self.env.events.test_start.add_listener(self._on_test_start)
+            self.env.events.test_stopping.add_listener(self._on_test_stopping)
             self.env.events.test_stop.add_listener(self._on_test_stop)
             self.env.events.quitting.add_listener(self._on_quitting)
-            # Locust 2.47 installs its SIGTERM handler only after a headless shape run has ended, so a
-            # SIGTERM during the run would kill the process outright and lose the finalisation
-            import signal
-
-            gevent.signal_handler(signal.SIGTERM, self._on_sigterm)
+            self._install_stop_signals()
             if getattr(self.env, "web_ui", None) is not None:
                 from llmload.runtime.webui import install_web_ui
 
@@ -169,6 +188,7 @@ class Session:
         self.exit_code = code
         self.env.process_exit_code = code
         self.finished = True
+        self._settled.set()
         runner = self.env.runner
         if runner is not None:
             gevent.spawn_later(0.05, runner.quit)
@@ -203,9 +223,17 @@ class Session:
             self.run_dir = Path(given)
         else:
             self.run_dir = new_run_dir(self.config)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._install_stop_signals()  # Locust put its own SIGTERM handler in place after init
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. `output:` names a file: one line, before anything runs
+            self.run_dir = None
+            self._fail(f"cannot write the run directory: {exc.strerror or exc}: {exc.filename or ''}", 2)
+            return
         self.finished = False
         self._finalised = False
+        self._interrupted = False
+        self._settled.clear()
         self.greenlet = gevent.spawn(self._run_guarded)
 
     def _run_guarded(self) -> None:
@@ -213,6 +241,8 @@ class Session:
         try:
             self._run()
         except gevent.GreenletExit:
+            if self.controller is None:  # stopped in pre-flight: nothing ran, nothing to finalise
+                self._settled.set()
             raise
         except Exception as exc:
             log.exception("the run failed")
@@ -276,6 +306,13 @@ class Session:
         if self._finalised or self.config is None or self.run_dir is None:
             return
         self._finalised = True
+        self._settled.clear()
+        try:
+            self._write_final()
+        finally:
+            self._settled.set()
+
+    def _write_final(self) -> None:
         if self.telemetry is not None:
             try:
                 # one last sample now, after the last step drained: the polling loop's latest may be an
@@ -293,35 +330,106 @@ class Session:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
             code = 3
+        if self.stop_signal is not None:  # stopped by a signal: the code says so (the summary has the verdict)
+            code = interrupted_exit_code(self.stop_signal)
         self.exit_code = code
         self.env.process_exit_code = code
+        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
         written = self.run_dir / ("report.html" if report else "summary.json")
-        print(f"llmload: {'report' if report else 'summary'} {written} (exit code {code})", flush=True)
+        print(f"llmload: {'report' if report else 'summary'} {written}{said}", flush=True)
         self.finished = True
 
-    def _on_sigterm(self) -> None:
-        print("llmload: SIGTERM: stopping the run (in-flight requests are recorded as cancelled)", flush=True)
+    # ------------------------------------------------------------------ stop signals
+
+    def _install_stop_signals(self) -> None:
+        """SIGINT, SIGTERM and SIGHUP stop the run and finalise it (`_on_stop_signal`). Installed at
+        init and again at test start: Locust puts its own SIGTERM handler in place after init (a
+        headless shape run reaches that line only when the run is over)."""
+        for handle in self._signal_handles:
+            handle.cancel()
+        self._signal_handles = [gevent.signal_handler(signo, self._on_stop_signal, signo) for signo in STOP_SIGNALS]
+
+    def _on_stop_signal(self, signo: int) -> None:
+        detach_hung_up_terminal(signo)
+        name = signal.Signals(signo).name
+        if self.stop_signal is not None:
+            print(f"llmload: {name} again: still finishing the run directory (it is written before Locust "
+                  "exits)", flush=True)
+            return
+        self.stop_signal = signo
         if self.controller is not None:  # first: workers that die of the same signal are a stop, not a loss
             self.controller.mark_stopping()
-        gevent.spawn(self.env.runner.stop)  # fires test_stop -> _on_test_stop finalises; then Locust quits
+        if not os.environ.get(LAUNCHED_ENV):  # `llmload run` said it already, naming the user's signal
+            print(f"llmload: {name}: stopping the run (in-flight requests are recorded as cancelled; the run "
+                  "directory is finalised)", flush=True)
+        gevent.spawn(self._stop_and_quit, signo)
+
+    def _stop_and_quit(self, signo: int) -> None:
+        """Stop the run (`StepController.stop`: what is queued or in flight is cancelled, the run then
+        finalises as usual), wait for the finalisation, then end Locust with 128 + the signal number."""
+        code = interrupted_exit_code(signo)
+        started = self.greenlet is not None
+        if started and self.controller is None:  # still in pre-flight: nothing ran, nothing to finalise
+            self.greenlet.kill(block=True, timeout=5)
+            self._settled.set()
+        elif started and not self._finalised and not self.controller.done.is_set():
+            # the controller cancels what is queued or in flight (recorded `cancelled`) and ends; the
+            # run finalises as usual and the shape ends. (Locust's runner.stop() would race its own
+            # quit on a master, which then waits 60 s for workers it has told to quit.)
+            self.controller.stop()
+        self._settled.wait()  # a finalisation under way (the run's own, or the stop's) ends first
+        self.exit_code = code
+        self.env.process_exit_code = code
+        self.finished = True
+        web_ui = getattr(self.env, "web_ui", None)
+        if web_ui is not None and not self._quitting:
+            web_ui.stop()  # Locust's main greenlet waits on the web UI: it returns and shuts down
+        elif not started:  # e.g. a master waiting for its workers: no shape will end this process
+            self.env.runner.quit()
+            gevent.get_hub().parent.throw(SystemExit(code))
+        # headless, run started: the shape's tick returns None now and Locust shuts down by itself
 
     def _on_quitting(self, **kw: Any) -> None:
-        """Locust is shutting down (SIGTERM, Ctrl-C): stop the users first, so their in-flight requests
-        are recorded as cancelled, and finalise before Locust reads the exit code."""
-        if self.controller is not None and not self._finalised:
+        """Locust is shutting down (its SIGTERM handler, the end of a run): stop the users first, so
+        their in-flight requests are recorded as cancelled, and finalise (or wait for a finalisation
+        under way) before Locust reads the exit code."""
+        self._quitting = True
+        gevent.sleep(0)  # Locust's SIGTERM handler runs beside ours: let ours take the stop first
+        if self.stop_signal is not None:
+            pass  # `_stop_and_quit` is stopping the run; wait for it below
+        elif self.controller is not None and not self._finalised:
             self.env.runner.stop()  # fires test_stop -> _on_test_stop finalises
+        elif self.controller is None and self.greenlet is not None and not self.greenlet.dead:
+            self.greenlet.kill(block=True, timeout=5)  # in pre-flight: nothing ran, nothing to finalise
+            self._settled.set()
+        self._settled.wait()
 
-    def _on_test_stop(self, **kw: Any) -> None:
-        """Stopped from outside (Ctrl-C, the web UI, a lost last worker): keep what ran, finalise."""
+    def _on_test_stopping(self, **kw: Any) -> None:
+        """A stop from outside (the web UI, a lost last worker, Locust's own shutdown) begins: stop the
+        controller now, before the users are stopped (a master first waits for its workers' users):
+        the current step becomes `partial`, no later step starts, and the controller cancels what is
+        queued or in flight with `llmload:cancel` (so remote workers' records reach the master too)."""
         if self.controller is None or self.controller.done.is_set() or self._finalised:
             return
+        self._interrupted = True
         self.controller.stop()
+
+    def _on_test_stop(self, **kw: Any) -> None:
+        """The users are stopped (their in-flight requests recorded as cancelled): keep what ran, finalise
+        (unless the controller, stopped above, already ended and the run finalised itself)."""
+        if self.controller is None or self._finalised:
+            return
+        if not self._interrupted:
+            if self.controller.done.is_set():  # the run ended by itself: it finalises itself
+                return
+            self._interrupted = True  # a stop that did not announce itself
+            self.controller.stop()
         if self.greenlet is not None and self.greenlet is not gevent.getcurrent():
-            self.greenlet.kill(block=True, timeout=5)
-        if not self.is_master:
-            pass  # local runner: the users were killed synchronously, their records are on disk
-        else:
-            gevent.sleep(1.0)  # remote users record their cancellations; the worker files are flushed
+            self.greenlet.kill(block=True, timeout=5)  # never inside `_finalise`: that sets `_finalised` first
+        if self._finalised:
+            return
+        if self.is_master:
+            gevent.sleep(1.0)  # remote users' cancellations arrive; the worker files are flushed
         self.controller.plan.finish(now(), stopped=True)
         self._finalise()
 
@@ -342,6 +450,7 @@ def on_init(environment: Any) -> Session:
     global _SESSION
     _SESSION = Session(environment)
     _SESSION.setup()
+    follow_parent()  # started by `llmload run`: its death (even kill -9) stops this process too
     return _SESSION
 
 

@@ -1,0 +1,160 @@
+"""`llmload run`'s side of a stop: signals to the parent reach the Locust child, once, and nothing outlives it.
+
+The Locust child runs in its own session (process group), so a terminal's Ctrl-C reaches only the
+parent. The parent catches SIGINT, SIGTERM and SIGHUP while the child runs and sends the child one
+signal (SIGTERM; SIGHUP as SIGHUP, so the child lets go of the closing terminal too): the child
+cancels what is queued or in flight (recorded `cancelled`), marks the current step `partial` and the
+rest `not_run`, finalises the run directory and exits. Further signals only say that finalisation is
+under way: nothing abandons it. When the child has exited, whatever is left of its process group
+(the workers `--processes` forked) gets a grace period, then SIGTERM, then SIGKILL.
+
+The exit code of an interrupted run is 128 + the first signal's number (130 SIGINT, 143 SIGTERM,
+129 SIGHUP), whatever the verdict of the steps that ran (`summary.json` holds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+__all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
+           "follow_parent", "interrupted_exit_code", "say"]
+
+#: set in the Locust child's environment by `llmload run` to its PID (the child then leaves the first stop
+#: message to it, and follows it: `follow_parent`)
+LAUNCHED_ENV = "LLMLOAD_LAUNCHED"
+#: the signals that stop a run (and finalise it)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def interrupted_exit_code(signo: int) -> int:
+    """The exit code of a run stopped by signal `signo`: 128 + its number, as a shell reports it."""
+    return 128 + int(signo)
+
+
+class StopSignals:
+    """While active, the stop signals are caught: the first is forwarded to `child` (SIGTERM; SIGHUP as is).
+
+        with StopSignals() as stops:
+            stops.child = subprocess.Popen(cmd, start_new_session=True)
+            stops.child.wait()
+        if stops.first is not None: ...
+    """
+
+    def __init__(self, *, out=None) -> None:
+        self.received: list[int] = []
+        self.child: subprocess.Popen | None = None
+        self._forwarded = False
+        self._previous: dict[int, object] = {}
+        self._out = out or sys.stderr
+
+    @property
+    def first(self) -> int | None:
+        """The first stop signal received, or None."""
+        return self.received[0] if self.received else None
+
+    def __enter__(self) -> StopSignals:
+        for signo in STOP_SIGNALS:
+            self._previous[signo] = signal.signal(signo, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signo, handler in self._previous.items():
+            signal.signal(signo, handler)
+
+    def _on_signal(self, signo: int, frame: FrameType | None) -> None:
+        self.received.append(signo)
+        detach_hung_up_terminal(signo)
+        name = signal.Signals(signo).name
+        if len(self.received) == 1:
+            self._say(f"llmload: {name}: stopping the run: in-flight requests are recorded as cancelled, "
+                      "then the run directory is finalised")
+        else:
+            self._say(f"llmload: {name} again: still finishing the run directory (it is written before "
+                      "llmload exits)")
+        self.forward()
+
+    def forward(self) -> None:
+        """Send the child its one signal, if a stop signal came and the child runs (idempotent)."""
+        if self._forwarded or not self.received or self.child is None or self.child.poll() is not None:
+            return
+        self._forwarded = True
+        # SIGHUP stays SIGHUP (the child then lets go of the closing terminal too); SIGINT becomes
+        # SIGTERM, whose default action (before Locust's init) ends the child without a traceback
+        forwarded = signal.SIGHUP if self.received[0] == signal.SIGHUP else signal.SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.child.pid, forwarded)
+
+    def _say(self, line: str) -> None:
+        say(line, self._out)
+
+
+def follow_parent() -> None:
+    """In a Locust process started by `llmload run` (`LAUNCHED_ENV` holds the parent's PID): get
+    SIGTERM when that parent dies, even by SIGKILL (Linux `PR_SET_PDEATHSIG`), so the run still stops
+    and finalises instead of running on as an orphan; at once if the parent is already gone."""
+    parent = os.environ.get(LAUNCHED_ENV, "")
+    if not parent.isdigit() or os.getsid(0) != os.getpid():  # only the process `llmload run` started
+        return  # (it leads its own session; the workers Locust forks from it do not)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def say(line: str, out=None) -> None:
+    """Print a line; a closed terminal, or a signal arriving mid-print, must not break a stop."""
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        print(line, file=out or sys.stderr, flush=True)
+
+
+def detach_hung_up_terminal(signo: int) -> None:
+    """On SIGHUP the terminal is going away: stdout and stderr, where they are that terminal, go to
+    /dev/null so that writing the run's last lines cannot fail the finalisation."""
+    if signo != signal.SIGHUP:
+        return
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            if os.isatty(fd):
+                os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -> None:
+    """End what is left of process group `pgid` once its leader has exited (and been reaped): wait
+    `grace_s` for it to empty, then SIGTERM, wait `term_s`, then SIGKILL. Each leftover is signalled by
+    its PID (never the group: a new process could have been given the leader's number since)."""
+    for sig, wait_s in ((None, grace_s), (signal.SIGTERM, term_s), (signal.SIGKILL, 2.0)):
+        left = _group_members(pgid)
+        if not left:
+            return
+        for pid in left if sig is not None else ():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_members(pgid):
+            time.sleep(0.05)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of group `pgid` other than its (gone) leader; zombies, which only wait to
+    be reaped, do not count."""
+    import psutil  # a dependency of Locust
+
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.pid != pgid and proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return members

@@ -1,0 +1,274 @@
+"""Signals to `llmload run` (issue 19 items 7-8, issue 17 "Lifecycle"): real processes against the sim.
+
+Each test starts `llmload run` as a subprocess, waits until the first step has run a few seconds, sends
+signals to the parent process alone (never its group), and checks that every process of the tree is
+gone, the ports are free, the run directory is complete, the exit code is 128 + the signal and no
+output holds a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from runtime_helpers import base_config, plan, records, summary, write_config
+from support import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+FINAL_FILES = ("records.parquet", "summary.json", "report.html", "plan.json", "manifest.json")
+
+
+def _ladder(sim_url: str) -> dict:
+    config = base_config(sim_url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 4, "duration": "20s"},
+                                                        {"rate": 6, "duration": "20s"}]}},
+                         client={"max_concurrency": 32})
+    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 100}  # ~3 s streams: some in flight
+    return config
+
+
+def _start(tmp_path: Path, config: dict, *flags: str, env: dict | None = None,
+           cwd: Path | None = None) -> tuple[subprocess.Popen, Path, Path]:
+    run_dir, log = tmp_path / "run", tmp_path / "llmload.log"
+    cmd = [sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)), "--out", str(run_dir),
+           *flags]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                env={**os.environ, **(env or {})})
+    return proc, run_dir, log
+
+
+def _wait_step_running(proc: subprocess.Popen, run_dir: Path, *, after_s: float, timeout_s: float = 90.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert proc.poll() is None, "llmload run ended before its first step"
+        try:
+            start = json.loads((run_dir / "plan.json").read_text())["steps"][0]["start_at"]
+        except (OSError, ValueError, KeyError, IndexError):
+            start = None
+        if start is not None and time.time() >= start + after_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the first step did not start")
+
+
+def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+def _listening_ports(procs: list[psutil.Process]) -> set[int]:
+    ports = set()
+    for p in procs:
+        try:
+            ports |= {c.laddr.port for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            continue
+    return ports
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _signal_and_check(proc: subprocess.Popen, run_dir: Path, log: Path, signals: list[int], *,
+                      gap_s: float = 0.3, expect_children: int = 1) -> str:
+    """Send `signals` to the parent alone, then check what every test checks; returns the output."""
+    children = _tree(proc)
+    assert len(children) >= expect_children, children
+    ports = _listening_ports(children)
+    try:
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(gap_s)
+            proc.send_signal(sig)
+        code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            for p in [*_tree(proc), psutil.Process(proc.pid)]:
+                p.kill()
+            proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    for p in alive:
+        p.kill()
+    output = log.read_text(errors="replace")
+    assert not alive, f"processes outlived llmload run: {alive}\n{output[-3000:]}"
+    assert all(_port_free(port) for port in ports), (ports, output[-3000:])
+    assert code == 128 + signals[0], output[-3000:]
+    assert "Traceback" not in output, output[-5000:]
+    for name in FINAL_FILES:
+        assert (run_dir / name).exists(), (name, output[-3000:])
+    return output
+
+
+def _check_stopped_in_first_step(run_dir: Path) -> None:
+    steps = plan(run_dir)["steps"]
+    assert [s["status"] for s in steps] == ["partial", "not_run"]
+    assert plan(run_dir).get("stopped") is True
+    assert [s["verdict"] for s in summary(run_dir)["steps"]][1] == "not_run"
+    df = records(run_dir)
+    assert set(df["step"]) == {steps[0]["label"]}  # the second step never sent anything
+    assert (df["outcome"] == "cancelled").sum() >= 3  # ~12 streams were in flight
+    assert len(df) < steps[0]["planned_arrivals"]  # stopped: the rest of the step's arrivals never came
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_parent_stops_the_children_and_finalises_the_run(sim_factory, tmp_path, sig):
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url))
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    started = time.monotonic()
+    output = _signal_and_check(proc, run_dir, log, [sig])
+    assert time.monotonic() - started < 60  # not the 35 s left of the ladder, plus finalisation
+    _check_stopped_in_first_step(run_dir)
+    assert f"interrupted by {signal.Signals(sig).name}" in output
+
+
+def test_three_quick_sigints_never_break_finalisation(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url))
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    output = _signal_and_check(proc, run_dir, log, [signal.SIGINT] * 3)
+    _check_stopped_in_first_step(run_dir)
+    assert "still finishing the run directory" in output
+
+
+def test_a_signal_stops_a_run_with_local_worker_processes(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    _signal_and_check(proc, run_dir, log, [signal.SIGTERM, signal.SIGTERM], expect_children=3)
+    _check_stopped_in_first_step(run_dir)
+    steps = plan(run_dir)["steps"]
+    assert not steps[0].get("lost_workers")  # the workers were stopped, not lost
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_web_ui_run_and_frees_its_port(sim_factory, tmp_path, sig):
+    """Issue 17: `llmload run --web` then `kill $!` left Locust serving the UI with parent PID 1, and
+    SIGINT waited over 40 s."""
+    sim = sim_factory(flavor="vllm")
+    port = free_port()
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--web",
+                                env={"LOCUST_WEB_PORT": str(port), "LOCUST_AUTOSTART": "true"})
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    assert port in _listening_ports(_tree(proc))
+    started = time.monotonic()
+    _signal_and_check(proc, run_dir, log, [sig])
+    assert time.monotonic() - started < 40
+    assert _port_free(port)
+    _check_stopped_in_first_step(run_dir)
+
+
+@pytest.mark.timeout(120)
+def test_run_from_a_directory_holding_a_folder_named_llmload_writes_the_manifest(sim_factory, tmp_path):
+    """Issue 17: the Locust child put the working directory first on its import path, so a folder named
+    `llmload` there (the parent of a clone) shadowed the package and no manifest.json was written. An
+    empty folder shadows an editable install (a namespace package wins over it); one with an empty
+    `__init__.py` shadows any install."""
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 4, "duration": "2s"}]}})
+    cwd = tmp_path / "cwd"
+    (cwd / "llmload").mkdir(parents=True)
+    for shadow in ("empty", "package"):
+        if shadow == "package":
+            (cwd / "llmload" / "__init__.py").write_text("")
+        out = tmp_path / shadow
+        out.mkdir()
+        # the parent itself must not see the shadow either: run it the way the console script does
+        cmd = [sys.executable, "-c", "import sys; del sys.path[0]; from llmload.cli import main; sys.exit(main())",
+               "run", str(write_config(out, config)), "--out", str(out / "run")]
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=100)
+        output = done.stdout + done.stderr
+        assert done.returncode in (0, 1, 3), output[-3000:]  # the verdict is not the point (load decides it)
+        assert "Traceback" not in output and "cannot import" not in output, output[-3000:]
+        assert (out / "run" / "summary.json").exists(), output[-3000:]
+        manifest = json.loads((out / "run" / "manifest.json").read_text())
+        assert manifest["client"]["llmload"], manifest.get("client")
+
+
+def test_report_recovers_a_run_whose_master_was_killed(sim_factory, tmp_path):
+    """Issue 19 item 9: kill -9 of the Locust master left a directory `llmload report` refused."""
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    children = _tree(proc)
+    master = next(p for p in children if p.ppid() == proc.pid)
+    master.kill()
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=15)  # the forked workers do not outlive llmload run
+    for p in alive:
+        p.kill()
+    assert not alive, alive
+    assert not (run_dir / "records.parquet").exists()
+    files = sorted((run_dir / "records").glob("worker-*.jsonl"))
+    assert files
+    from llmload.records import read_record_files
+
+    written = {row["request_id"] for row in read_record_files(files)}
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "report", str(run_dir)], capture_output=True,
+                          text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode in (0, 1, 3), output[-3000:]
+    assert "recovered an unfinished run" in output and "Traceback" not in output, output[-3000:]
+    for name in ("records.parquet", "summary.json", "report.html"):
+        assert (run_dir / name).exists(), name
+    data = plan(run_dir)
+    assert [s["status"] for s in data["steps"]] == ["partial", "not_run"] and data["recovered"] is True
+    assert set(records(run_dir)["request_id"]) >= written  # every record a worker wrote is kept
+    assert [s["verdict"] for s in summary(run_dir)["steps"]][1] == "not_run"
+
+
+@pytest.mark.timeout(30)
+def test_what_outlives_the_group_leader_is_ended_even_when_it_ignores_sigterm():
+    from llmload.runtime.signals import _group_members, end_process_group
+
+    code = ("import os, signal, time\n"
+            "if os.fork() == 0:\n    signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\n"
+            "else:\n    time.sleep(0.5)\n")
+    leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    leader.wait(timeout=10)
+    assert len(_group_members(leader.pid)) == 1  # the forked child is left, as a forked worker would be
+    end_process_group(leader.pid, grace_s=0.5, term_s=0.5)
+    assert _group_members(leader.pid) == []
+
+
+def test_kill_9_of_the_parent_still_stops_and_finalises_the_run(sim_factory, tmp_path):
+    """Nothing can catch SIGKILL, but the Locust child follows its parent (PR_SET_PDEATHSIG): it stops,
+    finalises and exits instead of running the rest of the ladder as an orphan."""
+    sim = sim_factory(flavor="vllm")
+    proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
+    _wait_step_running(proc, run_dir, after_s=4.0)
+    children = _tree(proc)
+    assert len(children) >= 3
+    proc.kill()
+    proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=60)
+    for p in alive:
+        p.kill()
+    assert not alive, alive
+    output = log.read_text(errors="replace")
+    assert "Traceback" not in output, output[-3000:]
+    for name in FINAL_FILES:
+        assert (run_dir / name).exists(), (name, output[-3000:])
+    _check_stopped_in_first_step(run_dir)
