@@ -8,6 +8,7 @@ worker's CPU. Max events/s per worker process is the highest `events_per_s` of a
 
     python bench/calibration.py                 # one worker process
     python bench/calibration.py --processes 2
+    python bench/calibration.py --quick --out /tmp/c.json   # two short steps (the CI smoke test)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
 RESULTS = REPO / "bench" / "results"
 
 
@@ -26,16 +28,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="`llmload calibrate --quick`'s short ramp (smoke test)")
     args = parser.parse_args(argv)
+    from _common import machine
+
     from llmload.calibrate import run_calibrate
 
     out = args.out or RESULTS / f"calibration-p{args.processes}.json"
     load_before = os.getloadavg()[0]
-    code = run_calibrate(processes=args.processes, target=None, out=out, quick=False)
+    machine_before = machine()
+    code = run_calibrate(processes=args.processes, target=None, out=out, quick=args.quick)
     doc = json.loads(out.read_text())
     doc["command"] = "python bench/calibration.py " + " ".join(argv or sys.argv[1:])
     doc["loadavg_before"] = round(load_before, 2)
     doc["loadavg_after"] = round(os.getloadavg()[0], 2)
+    doc["machine_before"], doc["machine_after"] = machine_before, machine()
     holding = [s for s in doc["steps"] if s["holds"]]
     doc["max_events_per_s_holding"] = max((s["events_per_s"] for s in holding), default=None)
     doc["max_events_per_s_seen"] = max((s["events_per_s"] for s in doc["steps"]), default=None)

@@ -18,7 +18,17 @@
     demo        `llmload demo`
 """
 
-from llmload.runtime.demo import run_demo
-from llmload.runtime.launcher import run_config
-
 __all__ = ["run_config", "run_demo"]
+
+
+def __getattr__(name: str):
+    """`run_config` / `run_demo` on first use: importing a submodule (a worker's) loads neither."""
+    if name == "run_config":
+        from llmload.runtime.launcher import run_config
+
+        return run_config
+    if name == "run_demo":
+        from llmload.runtime.demo import run_demo
+
+        return run_demo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
