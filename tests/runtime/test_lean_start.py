@@ -15,11 +15,13 @@ from llmload.runtime import session as session_mod
 from llmload.runtime.launcher import VERDICT_EXIT_CODES
 
 HEAVY = ("pandas", "pyarrow", "matplotlib")
+#: also kept out of the launcher: it only validates, checks reachability and starts Locust
+LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
 
 
-def _loaded_after_import(code: str) -> list[str]:
+def _loaded_after_import(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     """The heavy modules in sys.modules after running `code` in a fresh interpreter."""
-    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -30,7 +32,8 @@ def test_launcher_imports_no_pandas():
         "from llmload.config import load_config\n"
         "from llmload.runtime.preflight import check_reachable\n"
         "from shapes.plan import build_plan\n"
-        "from llmload.calibrate import check_plan_against_envelope") == []
+        "from llmload.calibrate import check_plan_against_envelope\n"
+        "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
 
 
 def test_worker_side_modules_import_no_pandas():
