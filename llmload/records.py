@@ -14,8 +14,11 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from math import isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:  # imported where used: a worker that only sends never loads pandas / pyarrow
     import pandas as pd
@@ -83,7 +86,14 @@ class Record:
         return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), separators=(",", ":"), allow_nan=False, default=_jsonable)
+        """One compact JSON line. orjson (~8 us for a 32-token record against ~50 us for `json`); a
+        non-finite float, which orjson would write as null, goes through `json` and raises instead."""
+        data = self.as_dict()
+        for value in data.values():
+            if (type(value) is float and not isfinite(value)) or (
+                    type(value) is list and value and type(value[0]) is float and not isfinite(sum(value))):
+                return json.dumps(data, separators=(",", ":"), allow_nan=False, default=_jsonable)
+        return orjson.dumps(data, default=_jsonable).decode()
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))

@@ -26,6 +26,7 @@ TINY = {
     "analysis_bench.py": ["--records", "2000"],
     "sim_timing.py": ["--streams", "2", "--tokens", "5"],
     "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
+    "finalize.py": ["--records", "1000"],
 }
 
 

@@ -92,3 +92,24 @@ def test_a_256_user_pool_is_spawned_in_one_dispatch_and_sends_on_time(sim_factor
     start_at = plan(run_dir)["steps"][0]["start_at"]
     assert abs(first["scheduled_at"] - start_at) < 0.2  # the plan's first arrival ...
     assert first["sent_at"] - first["scheduled_at"] < 1.0  # ... is sent on time (generous: shared CI cores)
+
+
+def test_record_json_line_is_the_same_as_the_json_module_writes():
+    """Record.to_json (orjson) round-trips to exactly what `json.dumps` of the record gives."""
+    from llmload.records import Record
+
+    record = Record(request_id="q-1", step="r10", worker="w0", scheduled_at=1.7e9 + 0.123456789,
+                    sent_at=1.7e9 + 0.2, first_token_at=1.7e9 + 0.3, output_tokens=3,
+                    token_times=[1.7e9 + 0.3, 1.7e9 + 0.31, 1.7e9 + 1 / 3], token_counts=[1, 1, 1])
+    line = record.to_json()
+    assert "\n" not in line
+    assert json.loads(line) == json.loads(json.dumps(record.as_dict()))
+
+
+@pytest.mark.parametrize("field,value", [("sent_at", float("nan")), ("token_times", [1.0, float("inf")])])
+def test_record_json_refuses_non_finite_floats(field, value):
+    from llmload.records import Record
+
+    record = Record(request_id="q-1", step="r10", worker="w0", scheduled_at=1.0, **{field: value})
+    with pytest.raises(ValueError):
+        record.to_json()
