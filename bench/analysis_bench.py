@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -130,6 +129,9 @@ print(json.dumps(out))
 
 
 def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import machine
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "analysis.json")
@@ -152,8 +154,7 @@ def main() -> int:
               "load_average_1m": os.getloadavg()[0],
               "note": "CPU seconds (user + system) of the pinned child are the measure: the machine is shared "
                       "(2 cores), so wall time includes waiting for the CPU; both are recorded",
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "platform": platform.platform()},
+              "machine": machine(),
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -10,6 +10,7 @@ records the command's wall time.
 
     python bench/calibration.py                 # one worker process
     python bench/calibration.py --processes 2
+    python bench/calibration.py --quick --out /tmp/c.json   # two short steps (the CI smoke test)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
 RESULTS = REPO / "bench" / "results"
 
 
@@ -29,19 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="`llmload calibrate --quick`'s short ramp (smoke test)")
     args = parser.parse_args(argv)
+    from _common import machine
+
     from llmload.calibrate import run_calibrate
 
     out = args.out or RESULTS / f"calibration-p{args.processes}.json"
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    code = run_calibrate(processes=args.processes, target=None, out=out, quick=False)
+    machine_before = machine()
+    code = run_calibrate(processes=args.processes, target=None, out=out, quick=args.quick)
     wall_s = time.monotonic() - started
     doc = json.loads(out.read_text())
     doc["command"] = "python bench/calibration.py " + " ".join(argv or sys.argv[1:])
     doc["loadavg_before"] = round(load_before, 2)
     doc["loadavg_after"] = round(os.getloadavg()[0], 2)
     doc["wall_s"] = round(wall_s, 1)
+    doc["machine_before"], doc["machine_after"] = machine_before, machine()
     holding = [s for s in doc["steps"] if s["holds"]]
     doc["max_events_per_s_holding"] = max((s["events_per_s"] for s in holding), default=None)
     doc["max_events_per_s_seen"] = max((s["events_per_s"] for s in doc["steps"]), default=None)

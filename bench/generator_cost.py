@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 RESULTS = REPO / "bench" / "results"
 #: timing figures leave out each client's first second (connections opening, lazy imports)
@@ -166,21 +166,18 @@ def _config(url: str, args: argparse.Namespace, work: Path) -> dict:
 def run_locust(url: str, args: argparse.Namespace, work: Path, sim_pid: int) -> tuple[float, list[dict]]:
     import pandas as pd
     import yaml
+    from _common import ChildSampler
 
-    from llmload.calibrate import CpuSampler
     from llmload.runtime.launcher import locust_command
 
     config_path = work / "locust.yaml"
     config_path.write_text(yaml.safe_dump(_config(url, args, work)))
     run_dir = work / "locust"
     cmd = locust_command(config_path, run_dir) + ["--llmload-skip-preflight"]
-    with CpuSampler({sim_pid}) as sampler:
+    with ChildSampler(interval_s=0.2) as sampler:
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     step = json.loads((run_dir / "plan.json").read_text())["steps"][0]
-    t0, t1 = step["start_at"], step["drained_at"]
-    inside = [s for s in sampler.samples if t0 <= s[0] <= t1 and s[1]]
-    (ta, a), (tb, b) = inside[0], inside[-1]
-    cpu_s = sum(b[pid] - a.get(pid, b[pid]) for pid in b if pid != sim_pid) * (t1 - t0) / (tb - ta)
+    cpu_s = sampler.cpu_between(step["start_at"], step["drained_at"], exclude={sim_pid}) or 0.0
     rows = pd.read_parquet(run_dir / "records.parquet").to_dict("records")
     for row in rows:
         row["token_times"] = list(row["token_times"])
@@ -205,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         _core_child(args)
         return 0
 
-    from llmload.calibrate import _read_ground_truth, _stop, start_sim
+    from _common import machine, read_ground_truth, start_sim
 
     work = Path(tempfile.mkdtemp(prefix="llmload-bench-"))
-    proc, url, truth_path = start_sim(work / "sim")
+    sim, url, truth_path = start_sim(work / "sim")
+    proc = sim.proc
     rounds: dict[str, list[dict]] = {name: [] for name in args.clients.split(",")}
     try:
         for i in range(args.rounds):  # clients take turns, so a busy spell of the machine hits all of them
@@ -223,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
                     cpu_s, rows = run_core(url, args, folder)
                 else:
                     cpu_s, rows = run_locust(url, args, folder, proc.pid)
-                truth = _read_ground_truth(truth_path)
+                truth = read_ground_truth(truth_path)
                 rounds[name].append({**_cost(cpu_s, rows), **_errors(rows, truth),
                                      "wall_s": round(time.time() - started, 2), "loadavg_before": round(load0, 2)})
                 print(name, i, json.dumps(rounds[name][-1]), flush=True)
     finally:
-        _stop(proc)
+        sim.stop()
     results = {name: _median(runs) for name, runs in rounds.items()}
     ref = results.get("reference")
     ratios = {}
@@ -240,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"benchmark": "generator_cost", "command": "python bench/generator_cost.py " + " ".join(argv or sys.argv[1:]),
            "params": {"rate": args.rate, "requests": args.requests, "max_tokens": args.max_tokens,
                       "rounds": args.rounds},
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "host": platform.node()},
+           "machine": machine(),
            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": results, "ratio_to_reference": ratios, "rounds": rounds}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,21 +1,20 @@
 """A shared-prefix ladder against the vLLM sim, prefix caching on vs off (issue 18).
 
-    PYTHONPATH=. python bench/prefix_ladder.py [--step-s 8] [--out /tmp/prefix-ladder]
+    PYTHONPATH=. python bench/prefix_ladder.py [--step-s 8] [--rates 2,4,6,8,10] [--work /tmp/prefix-ladder]
+        [--out bench/results/prefix_ladder.json]
 
 Runs the same Poisson ladder (1,024-token system-like prefix shared by `ratio` of the requests, 1,280
 input / 32 output tokens) twice with `llmload run`, once per sim setting, and prints per rate the TTFT
 p50 (sim ground truth) and p95 (llmload's step), the step verdicts, the share of prompt tokens served
 from the cache (the sim's `cached_tokens` vs the prefix share the requests drew) and the
 `vllm:prefix_cache_hits_total / prefix_cache_queries_total` counters. Writes
-bench/results/prefix_ladder.json.
+bench/results/prefix_ladder.json (or `--out`), with the machine's load average and CPU-speed probe.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from _common import machine
 
 from llmload.sim.process import start_sim_process
 
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "bench" / "results" / "prefix_ladder.json"
 
 
-def _config(url: str, step_s: float) -> dict:
+def _config(url: str, step_s: float, rates: tuple[float, ...]) -> dict:
     return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
             "requests": {"input_tokens": {"dist": "fixed", "value": INPUT},
                          "output_tokens": {"dist": "fixed", "value": OUTPUT},
@@ -43,7 +43,7 @@ def _config(url: str, step_s: float) -> dict:
             "client": {"max_concurrency": 128, "max_send_lag_p99": "100ms"},
             "slo": {"ttft_p95": "500ms", "tpot_p95": "200ms", "max_reject_ratio": 0.0, "min_samples": 5},
             "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
-                                 "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in RATES]}},
+                                 "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates]}},
             "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
 
 
@@ -52,12 +52,12 @@ def _metric(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def run_one(folder: Path, caching: bool, step_s: float) -> dict:
+def run_one(folder: Path, caching: bool, step_s: float, rates: tuple[float, ...] = RATES) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     sim = start_sim_process(folder, settings={**SIM, "enable_prefix_caching": caching})
     try:
         cfg = folder / "run.yaml"
-        cfg.write_text(yaml.safe_dump(_config(sim.url, step_s)))
+        cfg.write_text(yaml.safe_dump(_config(sim.url, step_s, rates)))
         run_dir = folder / "run"
         subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(run_dir)],
                        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
@@ -89,13 +89,16 @@ def _p50(rows: list[dict], step: dict) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--step-s", type=float, default=8.0)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/prefix-ladder"))
+    ap.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="comma-separated req/s")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/prefix-ladder"), help="run directories")
+    ap.add_argument("--out", type=Path, default=RESULT, help="the result JSON")
     args = ap.parse_args()
+    rates = tuple(float(r) for r in args.rates.split(","))
     result = {"command": " ".join(sys.argv), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+              "machine": machine(),
               "sim": SIM, "mix": {"ratio": RATIO, "prefix_tokens": PREFIX, "input": INPUT, "output": OUTPUT}}
     for caching in (True, False):
-        res = run_one(args.out / ("on" if caching else "off"), caching, args.step_s)
+        res = run_one(args.work / ("on" if caching else "off"), caching, args.step_s, rates)
         result["caching_on" if caching else "caching_off"] = res
         # a prefix request finds (3 template + PREFIX) // 16 whole blocks once its prefix is cached
         expected = res["prefix_share"] * ((3 + PREFIX) // 16 * 16) / (INPUT)
@@ -108,9 +111,9 @@ def main() -> None:
             p50 = f"{st['ttft_p50_s'] * 1000:6.0f}" if st["ttft_p50_s"] is not None else "     -"
             print(f"  {st['rate']:>4g} req/s  TTFT p50 {p50} ms  p95 {st['ttft_p95_s'] * 1000:6.0f} ms  "
                   f"{st['verdict']} {','.join(st['failing'])}")
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {RESULT.relative_to(REPO)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import sys
 import tempfile
@@ -66,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(time_report(Path(folder)))
     for row in rows:
         print(json.dumps(row), flush=True)
+    from _common import machine
+
     doc = {"benchmark": "report_build", "command": "python bench/report_build.py " + " ".join(argv or sys.argv[1:]),
-           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "host": platform.node(),
-                       "loadavg": round(os.getloadavg()[0], 2)},
+           "machine": machine(),
            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

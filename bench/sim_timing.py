@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -106,8 +105,12 @@ def measure(streams: int, tokens: int, workdir: Path) -> dict:
 
 
 def main() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    from _common import machine
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 100, 1000])
+    parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--tokens", type=int, default=None,
                         help="tokens per stream (default: about 4,000 token writes per level, at least 20)")
     args = parser.parse_args()
@@ -125,11 +128,11 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     out = {"load_average_1m_at_end": load, "what": "token write time minus the engine's planned step end (sim ground truth), vLLM flavour, "
                    "sim pinned to one core, default step costs",
-           "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+           "machine": machine(),
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULT.relative_to(REPO)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

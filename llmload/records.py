@@ -14,17 +14,20 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from math import isfinite
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+import orjson
+
+if TYPE_CHECKING:  # imported where used: a worker that only sends never loads pandas / pyarrow
+    import pandas as pd
 
 from llmload.redaction import redact_text
 
 __all__ = [
     "OUTCOMES",
-    "RECORD_SCHEMA",
+    "RECORD_SCHEMA",  # noqa: F822 (module __getattr__: built on first use)
     "Record",
     "RecordWriter",
     "merge_records",
@@ -85,7 +88,14 @@ class Record:
         return {name: getattr(self, name) for name in _FIELD_NAMES}
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), separators=(",", ":"), allow_nan=False, default=_jsonable)
+        """One compact JSON line. orjson (~8 us for a 32-token record against ~50 us for `json`); a
+        non-finite float, which orjson would write as null, goes through `json` and raises instead."""
+        data = self.as_dict()
+        for value in data.values():
+            if (type(value) is float and not isfinite(value)) or (
+                    type(value) is list and value and type(value[0]) is float and not isfinite(sum(value))):
+                return json.dumps(data, separators=(",", ":"), allow_nan=False, default=_jsonable)
+        return orjson.dumps(data, default=_jsonable).decode()
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))
@@ -95,20 +105,36 @@ def _jsonable(value: object) -> object:
     raise TypeError(f"not JSON-serialisable in a record: {type(value).__name__}")
 
 
-_TYPES = {
-    "request_id": pa.string(), "step": pa.string(), "worker": pa.string(), "scheduled_at": pa.float64(),
-    "outcome": pa.string(), "sent_at": pa.float64(), "first_token_at": pa.float64(),
-    "last_token_at": pa.float64(), "closed_at": pa.float64(), "input_tokens": pa.int64(),
-    "output_tokens": pa.int64(), "tokens_estimated": pa.bool_(), "planned_input_tokens": pa.int64(),
-    "planned_output_tokens": pa.int64(), "http_status": pa.int64(), "error": pa.string(),
-    "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64()), "capped": pa.bool_(),
-    "dequeued_at": pa.float64(), "instance": pa.string(), "api": pa.string(),
-    "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
-    "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
-    "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
-    "quality_checked": pa.bool_(),
-}
-RECORD_SCHEMA = pa.schema([(f.name, _TYPES[f.name]) for f in fields(Record)])
+def _record_schema() -> Any:
+    """The Arrow schema of `records.parquet` (built on first use: pyarrow is heavy to import)."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        import pyarrow as pa
+
+        types = {
+            "request_id": pa.string(), "step": pa.string(), "worker": pa.string(), "scheduled_at": pa.float64(),
+            "outcome": pa.string(), "sent_at": pa.float64(), "first_token_at": pa.float64(),
+            "last_token_at": pa.float64(), "closed_at": pa.float64(), "input_tokens": pa.int64(),
+            "output_tokens": pa.int64(), "tokens_estimated": pa.bool_(), "planned_input_tokens": pa.int64(),
+            "planned_output_tokens": pa.int64(), "http_status": pa.int64(), "error": pa.string(),
+            "token_times": pa.list_(pa.float64()), "token_counts": pa.list_(pa.int64()), "capped": pa.bool_(),
+            "dequeued_at": pa.float64(), "instance": pa.string(), "api": pa.string(),
+            "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
+            "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
+            "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
+            "quality_checked": pa.bool_(),
+        }
+        _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
+    return _SCHEMA
+
+
+_SCHEMA: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RECORD_SCHEMA":  # `from llmload.records import RECORD_SCHEMA` still works
+        return _record_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RecordWriter:
@@ -157,7 +183,9 @@ def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
 
 def records_frame(rows: Iterable[dict]) -> pd.DataFrame:
     """A DataFrame with the record schema (missing keys become nulls), one row per request_id."""
-    table = pa.Table.from_pylist(list(rows), schema=RECORD_SCHEMA)
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(list(rows), schema=_record_schema())
     df = table.to_pandas()
     if len(df):
         # a record shipped to the master and also kept in the worker's file appears twice: keep one,
@@ -174,6 +202,9 @@ def records_frame(rows: Iterable[dict]) -> pd.DataFrame:
 def merge_records(sources: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     """Merge JSON-lines record files into one Parquet file with the record schema."""
     df = records_frame(read_record_files(sources))
-    table = pa.Table.from_pandas(df, schema=RECORD_SCHEMA, preserve_index=False)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, schema=_record_schema(), preserve_index=False)
     pq.write_table(table, out)
     return df

@@ -5,7 +5,6 @@ Nothing here imports Locust: `shapes/llm.py` (the LoadTestShape) and `llmload/ru
 
 from shapes.boundary import BoundaryAnswer, BoundarySearch
 from shapes.plan import boundary_search, build_plan, rate_label, refine_step
-from shapes.replay import Replay, prepare_replay
 from shapes.steps import PHASES, StepBounds, StepSpec, TraceArrivals, active_step, derive_seed, step_bounds
 
 __all__ = [
@@ -25,3 +24,12 @@ __all__ = [
     "refine_step",
     "step_bounds",
 ]
+
+
+def __getattr__(name: str):
+    """`Replay` and `prepare_replay` load pandas: imported on first use, not with the package."""
+    if name in ("Replay", "prepare_replay"):
+        from shapes import replay
+
+        return getattr(replay, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

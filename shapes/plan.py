@@ -22,7 +22,6 @@ from pathlib import Path
 from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
 from shapes.boundary import BoundarySearch
-from shapes.replay import loop_trace, prepare_replay, slice_trace, to_trace_arrivals, uniform_twin
 from shapes.steps import StepSpec, derive_seed
 
 __all__ = ["StepSpec", "boundary_search", "build_plan", "rate_label", "refine_step", "unique_label"]
@@ -114,6 +113,8 @@ def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:
 
 def _trace(shape: TraceShape, run_seed: int, base_dir: str | Path | None) -> list[StepSpec]:
     seed = run_seed if shape.seed is None else shape.seed
+    from shapes.replay import prepare_replay, to_trace_arrivals, uniform_twin  # pandas: only for traces
+
     replay = prepare_replay(shape, seed=seed, base_dir=base_dir)
     if shape.warmup >= replay.span_s:
         raise ConfigError(f"warmup {shape.warmup:g}s is not shorter than the trace ({replay.span_s:g}s)",
@@ -149,6 +150,8 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
         key = "uniform_twin" if soak.trace.uniform_twin else "warmup"
         raise ConfigError("does not apply to a soak (its slices run back to back)", key=f"shape.soak.trace.{key}")
     seed = run_seed if soak.trace.seed is None else soak.trace.seed
+    from shapes.replay import loop_trace, prepare_replay, slice_trace, to_trace_arrivals  # noqa: I001 (pandas)
+
     replay = prepare_replay(soak.trace, seed=seed, base_dir=base_dir, key="shape.soak.trace")
     looped = loop_trace(replay.frame, replay.span_s, soak.duration)
     steps = []

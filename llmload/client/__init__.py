@@ -28,17 +28,17 @@ Modules: `core` (send), `transport` (pools, `EndpointRouter`), `bodies` (request
 
 from __future__ import annotations
 
-from llmload.client.auth import Credentials
-from llmload.client.bodies import API_PATHS, PreparedRequest, build_body
-from llmload.client.checks import check_answer
-from llmload.client.core import COLD_LOAD_S, SendResult, send
-from llmload.client.dataset import DatasetEntry, load_dataset
-from llmload.client.lengths import LengthSampler
-from llmload.client.mix import RequestMix
-from llmload.client.outcomes import classify_error_text, classify_status, is_oom
-from llmload.client.prompts import calibrate_tokens_per_word
-from llmload.client.quality import QualityResult, case_request, quality_failure, run_quality_cases
-from llmload.client.transport import ConnectFailed, EndpointRouter, Transport
+from importlib import import_module
+
+#: public name -> submodule, imported on first use (`llmload run`'s reachability check needs only
+#: `auth`, not gevent, geventhttpclient and jsonschema)
+_LAZY = {"Credentials": "auth", "API_PATHS": "bodies", "PreparedRequest": "bodies", "build_body": "bodies",
+         "check_answer": "checks", "COLD_LOAD_S": "core", "SendResult": "core", "send": "core",
+         "DatasetEntry": "dataset", "load_dataset": "dataset", "LengthSampler": "lengths",
+         "RequestMix": "mix", "classify_error_text": "outcomes", "classify_status": "outcomes",
+         "is_oom": "outcomes", "calibrate_tokens_per_word": "prompts", "QualityResult": "quality",
+         "case_request": "quality", "quality_failure": "quality", "run_quality_cases": "quality",
+         "ConnectFailed": "transport", "EndpointRouter": "transport", "Transport": "transport"}
 
 __all__ = [
     "API_PATHS",
@@ -65,3 +65,9 @@ __all__ = [
     "run_quality_cases",
     "send",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f"llmload.client.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

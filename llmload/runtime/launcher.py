@@ -27,8 +27,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["BOOT", "free_loopback_port", "locust_command", "prepare_run_dir", "run_config", "verdict_exit_code"]
+if TYPE_CHECKING:
+    from llmload.config import Config
+
+__all__ = ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
+           "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -74,14 +79,30 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     return cmd
 
 
+#: `analysis.exit_code`'s mapping, here so that the launcher never imports pandas (a test keeps them equal)
+VERDICT_EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
+
+
 def verdict_exit_code(run_dir: Path) -> int | None:
     """0 pass, 1 fail, 3 invalid/insufficient, from `summary.json`; None if there is none."""
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return None
-    from analysis import exit_code
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    return VERDICT_EXIT_CODES.get(summary.get("verdict", "insufficient"), 3)
 
-    return int(exit_code(json.loads(path.read_text(encoding="utf-8"))))
+
+def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
+    """`<output>/<UTC timestamp>-<shape kind>/`, made unique if two runs start in the same second."""
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    root = Path(base if base is not None else config.output)
+    path = root / f"{stamp}-{config.shape.kind}"
+    n = 2
+    while path.exists():
+        path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
+    return path
 
 
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
@@ -105,7 +126,6 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
         from llmload.runtime.preflight import check_reachable
-        from llmload.runtime.session import new_run_dir
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
 from llmload.runtime.controller import StepController, WorkerLink
+from llmload.runtime.launcher import new_run_dir
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
 from llmload.runtime.signals import (
     LAUNCHED_ENV,
@@ -49,8 +49,22 @@ log = logging.getLogger("llmload.session")
 
 #: users in the pool when the client has no concurrency cap
 UNCAPPED_POOL = 512
-#: how fast Locust starts the pool's users (Locust warns above 100 per second; the controller waits for the pool)
-SPAWN_RATE = 100.0
+#: the pool's users start all at once (spawn rate = pool size): they are idle greenlets that take planned
+#: arrivals, so ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival by
+#: pool / 100 seconds. Locust's "spawn rate is very high" warning is filtered (`_QuietSpawnWarning`).
+
+
+class _QuietSpawnWarning(logging.Filter):
+    """Drops Locust's warning about a spawn rate above 100/s: our users start idle, all at once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+def _quiet_spawn_warning() -> None:
+    runners_log = logging.getLogger("locust.runners")
+    if not any(isinstance(f, _QuietSpawnWarning) for f in runners_log.filters):
+        runners_log.addFilter(_QuietSpawnWarning())
 
 
 def add_options(parser: Any) -> None:
@@ -67,17 +81,6 @@ def add_options(parser: Any) -> None:
     from llmload.runtime.webform import add_form_options
 
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
-
-
-def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
-    """`<output>/<UTC timestamp>-<shape kind>/`, made unique if two runs start in the same second."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    root = Path(base if base is not None else config.output)
-    path = root / f"{stamp}-{config.shape.kind}"
-    n = 2
-    while path.exists():
-        path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
-    return path
 
 
 def pool_size(config: Config) -> int:
@@ -140,6 +143,7 @@ class Session:
         if runner is None:
             return
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
+        _quiet_spawn_warning()
         if not self.is_master:
             from llmload.runtime.sending import build_sender
 
@@ -436,10 +440,12 @@ class Session:
     # ------------------------------------------------------------------ the shape's view
 
     def tick(self) -> tuple | None:
-        """(users, spawn rate, [user class]) while the run is on; None once it is finalised."""
+        """(users, spawn rate, [user class]) while the run is on; None once it is finalised. The spawn
+        rate is the pool size: Locust starts the whole pool in one dispatch, not a ramp."""
         if self.finished or self.config is None:
             return None
-        return pool_size(self.config), SPAWN_RATE, [user_class(self.config.target.api)]
+        users = pool_size(self.config)
+        return users, float(users), [user_class(self.config.target.api)]
 
 
 _SESSION: Session | None = None

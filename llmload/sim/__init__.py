@@ -21,9 +21,19 @@ Parts: `settings` (the sim YAML and its defaults), `engine` (pure continuous-bat
 `groundtruth` (the per-request JSONL log), `info` (models, props, slots, tags...), `server` (`serve`).
 """
 
-from llmload.sim.engine import Engine, EngineLimits, Sequence, StepResult
-from llmload.sim.server import SimServer, serve
-from llmload.sim.settings import FLAVORS, Faults, SimSettings, load_sim_settings
+from importlib import import_module
+
+#: public name -> submodule, imported on first use (`llmload.sim.process`, which `llmload run` loads to
+#: start a calibration sim, must not pull in the server, gevent and prometheus_client)
+_LAZY = {"Engine": "engine", "EngineLimits": "engine", "Sequence": "engine", "StepResult": "engine",
+         "SimServer": "server", "serve": "server", "FLAVORS": "settings", "Faults": "settings",
+         "SimSettings": "settings", "load_sim_settings": "settings"}
 
 __all__ = ["FLAVORS", "Engine", "EngineLimits", "Faults", "Sequence", "SimServer", "SimSettings", "StepResult",
            "load_sim_settings", "serve"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f"llmload.sim.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,120 @@
+"""What every bench script shares: the machine's state, the sim, its ground truth, CPU sampling.
+
+Only public names of `llmload` are used here (`llmload.sim.process`), so that refactors of
+private helpers (e.g. in `llmload.calibrate`) cannot break the benches again; the smoke test
+`tests/test_bench_smoke.py` runs each script on a tiny setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+
+#: the sim used by the benches: effectively unlimited batch, 20 ms per engine step, no load time
+BENCH_SIM = {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
+             "block_size": 16, "step_base_s": "20ms", "prefill_cost_s": "0ms", "decode_cost_s": "0ms",
+             "load_time_s": "0s", "max_model_len": 100000}
+
+#: iterations of the CPU-speed probe's fixed pure-Python loop
+PROBE_LOOPS = 2_000_000
+
+
+def cpu_probe_s(loops: int = PROBE_LOOPS) -> float:
+    """CPU seconds of a fixed pure-Python loop (best of 3): per-core speed, which varies ~2x within
+    an hour on shared VMs. Divide a bench's CPU figures by it to compare runs across machines."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.process_time()
+        x = 0
+        for i in range(loops):
+            x += i & 7
+        best = min(best, time.process_time() - t0)
+    return round(best, 4)
+
+
+def machine() -> dict:
+    """The machine and its state now: cores, Python, load averages (1, 5, 15 min) and the CPU probe."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "host": platform.node(),
+            "platform": platform.platform(), "loadavg": [round(x, 2) if x is not None else None for x in load],
+            "cpu_probe_s": cpu_probe_s(), "cpu_probe_loops": PROBE_LOOPS,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def start_sim(folder: Path, *, settings: dict | None = None):
+    """`llmload sim --flavor vllm` with a ground-truth log: returns (SimProcess, url, ground-truth path)."""
+    from llmload.sim.process import start_sim_process
+
+    sim = start_sim_process(folder, settings=settings or BENCH_SIM)
+    return sim, sim.url, sim.ground_truth
+
+
+def read_ground_truth(path: Path | None) -> dict[str, dict]:
+    """The sim's ground-truth rows by request_id (a torn line is skipped)."""
+    rows: dict[str, dict] = {}
+    if path is None or not Path(path).exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["request_id"]] = row
+    return rows
+
+
+class ChildSampler:
+    """Samples CPU seconds and RSS of this process's descendants every `interval_s` (psutil)."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.interval_s = interval_s
+        #: (wall time, {pid: cpu seconds})
+        self.samples: list[tuple[float, dict[int, float]]] = []
+        #: pid -> (peak RSS bytes, command line)
+        self.peak_rss: dict[int, tuple[int, str]] = {}
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> ChildSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        me = self._psutil.Process()
+        while not self._halt.wait(self.interval_s):
+            try:
+                children = me.children(recursive=True)
+            except self._psutil.Error:
+                continue
+            row: dict[int, float] = {}
+            for proc in children:
+                try:
+                    cpu = proc.cpu_times()
+                    rss = proc.memory_info().rss
+                    row[proc.pid] = cpu.user + cpu.system
+                    if rss > self.peak_rss.get(proc.pid, (0, ""))[0]:
+                        self.peak_rss[proc.pid] = (rss, " ".join(proc.cmdline()[:6]))
+                except self._psutil.Error:
+                    continue
+            self.samples.append((time.time(), row))
+
+    def cpu_between(self, t0: float, t1: float, exclude: set[int]) -> float | None:
+        """CPU seconds of the sampled children (less `exclude`) over [t0, t1], scaled to the window."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1 and s[1]]
+        if len(inside) < 2:
+            return None
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        used = sum(b[pid] - a.get(pid, b[pid]) for pid in b if pid not in exclude)
+        return used * (t1 - t0) / (tb - ta) if tb > ta else None

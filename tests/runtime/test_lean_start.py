@@ -1,0 +1,115 @@
+"""Lean start (issue 20): the user pool starts at once, and launcher / worker modules do not load pandas."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from runtime_helpers import base_config, plan, records, run_locust, write_config
+
+from llmload.config import parse_config
+from llmload.runtime import session as session_mod
+from llmload.runtime.launcher import VERDICT_EXIT_CODES
+
+HEAVY = ("pandas", "pyarrow", "matplotlib")
+#: also kept out of the launcher: it only validates, checks reachability and starts Locust
+LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
+
+
+def _loaded_after_import(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The heavy modules in sys.modules after running `code` in a fresh interpreter."""
+    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_launcher_imports_no_pandas():
+    assert _loaded_after_import(
+        "import llmload.runtime.launcher\n"
+        "from llmload.config import load_config\n"
+        "from llmload.runtime.preflight import check_reachable\n"
+        "from shapes.plan import build_plan\n"
+        "from llmload.calibrate import check_plan_against_envelope\n"
+        "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
+
+
+def test_worker_side_modules_import_no_pandas():
+    """What a Locust worker loads: the locustfile (session, worker runtime, sending, client) and the shape."""
+    assert _loaded_after_import(
+        "import importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "import shapes.llm, llmload.runtime.worker, llmload.runtime.sending, llmload.records") == []
+
+
+def test_record_schema_still_importable_and_complete():
+    from dataclasses import fields
+
+    from llmload.records import RECORD_SCHEMA, Record
+
+    assert RECORD_SCHEMA.names == [f.name for f in fields(Record)]
+
+
+def test_launcher_exit_codes_match_analysis():
+    from analysis.summary import exit_code
+
+    for verdict, code in VERDICT_EXIT_CODES.items():
+        assert exit_code({"verdict": verdict}) == code
+    assert exit_code({}) == 3
+
+
+def test_the_shape_starts_the_whole_pool_at_once(monkeypatch):
+    """tick() asks Locust for a spawn rate of at least the pool size: one dispatch, no 100/s ramp."""
+    config = parse_config(base_config("http://127.0.0.1:1", {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
+                                      client={"max_concurrency": 256}))
+    session = session_mod.Session(SimpleNamespace(runner=None))
+    session.config = config
+    monkeypatch.setitem(session_mod._USER_CLASSES, "openai-chat", object)
+    users, spawn_rate, _ = session.tick()
+    assert users == 256
+    assert spawn_rate >= users
+
+
+@pytest.mark.slow
+def test_a_256_user_pool_is_spawned_in_one_dispatch_and_sends_on_time(sim_factory, tmp_path):
+    """Locust's own log (INFO) shows the ramp: one dispatch of 256 users at >= 256/s, no spawn-rate
+    warning; the plan's first arrival is sent close to its scheduled time."""
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+                                              "steps": [{"rate": 10, "duration": "2s"}]}},
+                         client={"max_concurrency": 256})
+    run_dir = tmp_path / "run"
+    done = run_locust(write_config(tmp_path, config), run_dir, extra=["--loglevel", "INFO",
+                                                                      "--llmload-skip-preflight"])
+    log = done.stdout + done.stderr
+    assert "Ramping to 256 users at a rate of 256.00 per second" in log, log[-2000:]
+    assert "spawn rate is very high" not in log
+    df = records(run_dir)
+    first = df.sort_values("scheduled_at").iloc[0]
+    start_at = plan(run_dir)["steps"][0]["start_at"]
+    assert abs(first["scheduled_at"] - start_at) < 0.2  # the plan's first arrival ...
+    assert first["sent_at"] - first["scheduled_at"] < 1.0  # ... is sent on time (generous: shared CI cores)
+
+
+def test_record_json_line_is_the_same_as_the_json_module_writes():
+    """Record.to_json (orjson) round-trips to exactly what `json.dumps` of the record gives."""
+    from llmload.records import Record
+
+    record = Record(request_id="q-1", step="r10", worker="w0", scheduled_at=1.7e9 + 0.123456789,
+                    sent_at=1.7e9 + 0.2, first_token_at=1.7e9 + 0.3, output_tokens=3,
+                    token_times=[1.7e9 + 0.3, 1.7e9 + 0.31, 1.7e9 + 1 / 3], token_counts=[1, 1, 1])
+    line = record.to_json()
+    assert "\n" not in line
+    assert json.loads(line) == json.loads(json.dumps(record.as_dict()))
+
+
+@pytest.mark.parametrize("field,value", [("sent_at", float("nan")), ("token_times", [1.0, float("inf")])])
+def test_record_json_refuses_non_finite_floats(field, value):
+    from llmload.records import Record
+
+    record = Record(request_id="q-1", step="r10", worker="w0", scheduled_at=1.0, **{field: value})
+    with pytest.raises(ValueError):
+        record.to_json()

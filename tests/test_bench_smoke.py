@@ -1,0 +1,53 @@
+"""Every bench script runs at HEAD (issue 20): each on a tiny setting, output to a temporary folder.
+
+Nothing is timed here: the test checks that the script exits 0 and writes its JSON, with the machine's
+load average and CPU-speed probe in it, so that a refactor cannot silently break `bench/` again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: script -> arguments for a tiny run (small request counts, short steps)
+TINY = {
+    "generator_cost.py": ["--rate", "20", "--requests", "10", "--rounds", "1"],
+    "calibration.py": ["--quick"],
+    "report_build.py": ["--records", "500"],
+    "analysis_bench.py": ["--records", "2000"],
+    "sim_timing.py": ["--streams", "2", "--tokens", "5"],
+    "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
+    "finalize.py": ["--records", "1000"],
+    "prefix_ladder.py": ["--rates", "2", "--step-s", "2", "--work", "work"],
+}
+
+
+def test_every_bench_script_has_a_tiny_setting():
+    scripts = {p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_")}
+    assert scripts - {"reference_client.py"} == set(TINY)  # the reference client runs inside generator_cost
+
+
+def _machine(doc: dict) -> dict:
+    return doc.get("machine") or doc.get("machine_after") or {}
+
+
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_bench_script_runs_and_writes_its_json(script, tmp_path):
+    out = tmp_path / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *TINY[script], "--out", str(out)],
+                          capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    doc = json.loads(out.read_text())
+    machine = _machine(doc)
+    assert len(machine["loadavg"]) == 3
+    assert machine["cpu_probe_s"] > 0
