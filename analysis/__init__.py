@@ -9,12 +9,15 @@
 Definitions: METRICS.md; which requests each number uses: `analysis.metrics`.
 """
 
-from analysis.outputs import write_outputs
-from analysis.pipeline import Analysis, analyze
-from analysis.planning import plan_in_flight
-from analysis.run import Run, load_run
-from analysis.summary import exit_code
-from analysis.verdict import judge_step
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analysis.outputs import write_outputs
+    from analysis.pipeline import Analysis, analyze
+    from analysis.planning import plan_in_flight
+    from analysis.run import Run, load_run
+    from analysis.summary import exit_code
+    from analysis.verdict import judge_step
 
 __all__ = [
     "Analysis",
@@ -26,3 +29,17 @@ __all__ = [
     "plan_in_flight",
     "write_outputs",
 ]
+
+#: where each public name lives: imported on first use, so `import analysis` (the Locust child pins the
+#: installed package at start, `llmload.runtime.launcher.BOOT`) loads no pandas in a process that only sends
+_HOMES = {"Analysis": "pipeline", "analyze": "pipeline", "Run": "run", "load_run": "run",
+          "exit_code": "summary", "judge_step": "verdict", "plan_in_flight": "planning",
+          "write_outputs": "outputs"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"analysis.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")

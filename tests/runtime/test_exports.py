@@ -12,7 +12,7 @@ MODULES = {
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
     "judging": ["judge_rows", "live_judge"],
-    "launcher": ["BOOT", "free_loopback_port", "locust_command", "prepare_run_dir", "run_config",
+    "launcher": ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
                  "verdict_exit_code"],
     "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
     "planfile": ["PlanFile", "STEP_FIELDS"],

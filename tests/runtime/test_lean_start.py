@@ -45,6 +45,16 @@ def test_worker_side_modules_import_no_pandas():
         "import shapes.llm, llmload.runtime.worker, llmload.runtime.sending, llmload.records") == []
 
 
+def test_the_locust_childs_boot_imports_no_pandas():
+    """`llmload run` starts Locust as `python -c BOOT`, which imports our packages first (so a folder
+    named like one of them in the working directory cannot shadow it): that must stay cheap."""
+    from llmload.runtime.launcher import BOOT
+
+    pinned = BOOT.split("; from locust.main")[0]
+    assert "import locust, llmload, shapes, analysis" in pinned
+    assert _loaded_after_import(pinned) == []
+
+
 def test_record_schema_still_importable_and_complete():
     from dataclasses import fields
 
