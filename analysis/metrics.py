@@ -238,7 +238,7 @@ def _split(row: dict, req: pd.DataFrame, step: dict) -> None:
     the requests its served period's histogram observed; in-window only for undrained steps)."""
     done = req["finished"].to_numpy(dtype=bool)
     if step.get("drain") is False:
-        done &= req["in_window"].to_numpy(dtype=bool)
+        done = done & req["in_window"].to_numpy(dtype=bool)  # not in place: pandas' arrays are read-only
     hist = row["server_queue_mean_s"] if row["server_queue_basis"] == "histogram" else math.nan
     row["split"] = step_split(req[done], histogram_mean_s=hist) if done.any() else empty_split()
 
