@@ -191,7 +191,7 @@ def test_admission_never_precedes_arrival_under_load(sim_factory):
     whose `_sum` equals the logged queue times' sum."""
     sim = sim_factory(flavor="vllm", config={"step_base_s": 0.002, "decode_cost_s": 0.0001,
                                              "prefill_cost_s": 0.00001})
-    body = {"model": "m", "prompt": "hello " * 30, "max_tokens": 12, "ignore_eos": True, "stream": True}
+    body = {"model": "sim-model", "prompt": "hello " * 30, "max_tokens": 12, "ignore_eos": True, "stream": True}
     start = time.monotonic()
 
     def one(i: int) -> int:
