@@ -371,8 +371,8 @@ def engine_command(action: str, *, port: int = 8080, parallel: int = 4, threads:
         return 0
     if action == "serve":
         url, proc = start_llama_server(port=port, parallel=parallel, threads=threads)
-        _print(f"llama-server ({MODEL_ALIAS}, {parallel} slots) ready at {url}  (Ctrl-C stops it)")
-        try:
+        try:  # the announcement inside: a Ctrl-C right after it (a script reacting to it) still stops cleanly
+            _print(f"llama-server ({MODEL_ALIAS}, {parallel} slots) ready at {url}  (Ctrl-C stops it)")
             return proc.wait()
         except KeyboardInterrupt:
             stop_llama_server(proc)
