@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,23 @@ def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_
                           env={**os.environ, **(env or {})})
     Path(f"{run_dir}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     return done
+
+
+def wait_step_running(run_dir: Path, *, after_s: float, timeout_s: float = 90.0,
+                      proc: subprocess.Popen | None = None) -> None:
+    """Wait until the first step of the run in `run_dir` started `after_s` seconds ago (plan.json's
+    `start_at`); with `proc`, fail at once if that process ended first."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert proc is None or proc.poll() is None, "the run ended before its first step"
+        try:
+            start = json.loads((run_dir / "plan.json").read_text())["steps"][0]["start_at"]
+        except (OSError, ValueError, KeyError, IndexError):
+            start = None
+        if start is not None and time.time() >= start + after_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the first step did not start")
 
 
 def records(run_dir: Path) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from runtime_helpers import base_config, plan, records, summary, write_config
+from runtime_helpers import base_config, plan, records, summary, wait_step_running, write_config
 from support import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -45,20 +45,6 @@ def _start(tmp_path: Path, config: dict, *flags: str, env: dict | None = None,
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
                                 env={**os.environ, **(env or {})})
     return proc, run_dir, log
-
-
-def _wait_step_running(proc: subprocess.Popen, run_dir: Path, *, after_s: float, timeout_s: float = 90.0) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        assert proc.poll() is None, "llmload run ended before its first step"
-        try:
-            start = json.loads((run_dir / "plan.json").read_text())["steps"][0]["start_at"]
-        except (OSError, ValueError, KeyError, IndexError):
-            start = None
-        if start is not None and time.time() >= start + after_s:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the first step did not start")
 
 
 def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
@@ -130,7 +116,7 @@ def _check_stopped_in_first_step(run_dir: Path) -> None:
 def test_a_signal_to_the_parent_stops_the_children_and_finalises_the_run(sim_factory, tmp_path, sig):
     sim = sim_factory(flavor="vllm")
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url))
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     started = time.monotonic()
     output = _signal_and_check(proc, run_dir, log, [sig])
     assert time.monotonic() - started < 60  # not the 35 s left of the ladder, plus finalisation
@@ -141,7 +127,7 @@ def test_a_signal_to_the_parent_stops_the_children_and_finalises_the_run(sim_fac
 def test_three_quick_sigints_never_break_finalisation(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url))
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     output = _signal_and_check(proc, run_dir, log, [signal.SIGINT] * 3)
     _check_stopped_in_first_step(run_dir)
     assert "still finishing the run directory" in output
@@ -150,7 +136,7 @@ def test_three_quick_sigints_never_break_finalisation(sim_factory, tmp_path):
 def test_a_signal_stops_a_run_with_local_worker_processes(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     _signal_and_check(proc, run_dir, log, [signal.SIGTERM, signal.SIGTERM], expect_children=3)
     _check_stopped_in_first_step(run_dir)
     steps = plan(run_dir)["steps"]
@@ -165,7 +151,7 @@ def test_a_signal_stops_a_web_ui_run_and_frees_its_port(sim_factory, tmp_path, s
     port = free_port()
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--web",
                                 env={"LOCUST_WEB_PORT": str(port), "LOCUST_AUTOSTART": "true"})
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     assert port in _listening_ports(_tree(proc))
     started = time.monotonic()
     _signal_and_check(proc, run_dir, log, [sig])
@@ -206,7 +192,7 @@ def test_report_recovers_a_run_whose_master_was_killed(sim_factory, tmp_path):
     """Issue 19 item 9: kill -9 of the Locust master left a directory `llmload report` refused."""
     sim = sim_factory(flavor="vllm")
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     children = _tree(proc)
     master = next(p for p in children if p.ppid() == proc.pid)
     master.kill()
@@ -258,7 +244,7 @@ def test_kill_9_of_the_parent_still_stops_and_finalises_the_run(sim_factory, tmp
     finalises and exits instead of running the rest of the ladder as an orphan."""
     sim = sim_factory(flavor="vllm")
     proc, run_dir, log = _start(tmp_path, _ladder(sim.url), "--processes", "2")
-    _wait_step_running(proc, run_dir, after_s=4.0)
+    wait_step_running(run_dir, after_s=4.0, proc=proc)
     children = _tree(proc)
     assert len(children) >= 3
     proc.kill()

@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
-from runtime_helpers import base_config, plan, records, run_locust, summary, write_config
+from runtime_helpers import base_config, plan, records, run_locust, summary, wait_step_running, write_config
 from support import free_port
 
 from llmload.records import read_record_files
 from llmload.runtime.launcher import locust_command
 
 pytestmark = pytest.mark.slow
-
-
-def _wait_step_running(run_dir: Path, *, after_s: float, timeout_s: float = 60.0) -> None:
-    """Wait until the first step started `after_s` seconds ago."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            start = json.loads((run_dir / "plan.json").read_text())["steps"][0]["start_at"]
-        except (OSError, ValueError, KeyError, IndexError):
-            start = None
-        if start is not None and time.time() >= start + after_s:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the first step did not start")
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -50,7 +33,7 @@ def test_stopping_a_run_mid_stream_records_in_flight_requests_as_cancelled(sim_f
     cmd = locust_command(write_config(tmp_path, config), run_dir)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_step_running(run_dir, after_s=3.0)
+        wait_step_running(run_dir, after_s=3.0)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -78,7 +61,7 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     try:
-        _wait_step_running(run_dir, after_s=3.0)
+        wait_step_running(run_dir, after_s=3.0)
         os.kill(workers[1].pid, signal.SIGKILL)
         master.wait(timeout=90)
     finally:
@@ -153,7 +136,7 @@ def test_ctrl_c_mid_step_rates_use_the_time_it_ran_and_it_never_passes(sim_facto
     cmd = locust_command(write_config(tmp_path, config), run_dir, processes=processes)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_step_running(run_dir, after_s=10.4)
+        wait_step_running(run_dir, after_s=10.4)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=90)
     finally:
@@ -185,7 +168,7 @@ def test_a_server_that_dies_mid_step_fails_the_step_without_a_written_error_limi
     proc = subprocess.Popen(locust_command(write_config(tmp_path, config), run_dir), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_step_running(run_dir, after_s=3.0)
+        wait_step_running(run_dir, after_s=3.0)
         stop_process(sim.proc)
         out, _ = proc.communicate(timeout=90)
     finally:
