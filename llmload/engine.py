@@ -375,7 +375,8 @@ def engine_command(action: str, *, port: int = 8080, parallel: int = 4, threads:
             _print(f"llama-server ({MODEL_ALIAS}, {parallel} slots) ready at {url}  (Ctrl-C stops it)")
             return proc.wait()
         except KeyboardInterrupt:
-            stop_llama_server(proc)
             return 0
+        finally:  # whatever ends this command, the server it started never outlives it
+            stop_llama_server(proc)
     raise ConfigError(f'unknown action "{action}": expected build, model, serve or path',
                       key="engine")
