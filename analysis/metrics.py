@@ -58,6 +58,7 @@ from analysis.telemetry_stats import (
     histogram_queue_ranges,
     served_period,
 )
+from llmload import slo as slo_dims
 from llmload.config import SLO
 
 __all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
@@ -282,7 +283,8 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
         key = f"{t.key}_s"
         if key in row:
             continue
-        column = LATENCIES.get(t.metric)
+        # a registered dimension without its own p50/p95/p99 columns reads its per-request column
+        column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
         if t.metric == "itl":
             values = itl
         elif t.metric == "server_queue" and row["server_queue_basis"] == "per-request":

@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llmload import slo as slo_dims
 from llmload.config import SLO
 from llmload.latency import latencies
 
@@ -47,20 +48,16 @@ __all__ = [
 #: outcomes whose answer streamed to the end: their latencies are samples of the step's tail
 FINISHED = ("ok", "quality_fail")
 
-#: 1 ns: differences of float wall-clock seconds carry rounding below the clock's resolution, so a
-#: value equal to its threshold must not fail by 1e-16
-TOLERANCE_S = 1e-9
+#: 1 ns: a value equal to its threshold must not fail by float rounding (declared in `llmload.slo`)
+TOLERANCE_S = slo_dims.TOLERANCE_S
 
 #: above this many output events, per-event gaps are stored as float32: resolution under 1 us for
 #: gaps under 10 s (the float64 wall clock itself resolves ~0.2 us) at half the memory of float64;
 #: smaller runs keep float64
 FLOAT32_GAPS_ABOVE = 16_000_000
 
-#: SLO metric -> per-request column it is judged on
-PER_REQUEST_COLUMNS = {
-    "ttft": "ttft_s", "user_ttft": "user_ttft_s", "tpot": "tpot_s", "e2e": "e2e_s",
-    "user_e2e": "user_e2e_s", "client_wait": "client_wait_s", "server_queue": "server_queue_s",
-}
+#: SLO metric -> per-request column it is judged on (`llmload.slo`; ITL is step-level only)
+PER_REQUEST_COLUMNS = {d.name: d.request_column for d in slo_dims.LATENCY if d.request_column}
 
 
 def _float(df: pd.DataFrame, name: str) -> pd.Series:

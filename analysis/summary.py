@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.conditions import retest_triggers
+from llmload import slo as slo_dims
 from llmload.config import SLO
 
 __all__ = [
@@ -49,8 +50,8 @@ _EXTRA_STEP_KEYS = (
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples",
 )
 _SUSTAINED = ("ladder", "refine", "soak")
-_STANDARD_SLO = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
-                 "max_error_ratio", "allow_oom", "queue_growth")
+#: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)
+_STANDARD_SLO = slo_dims.standard_keys()
 _EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
 
 
@@ -103,9 +104,9 @@ def ladder_result(steps: pd.DataFrame) -> dict:
 
 def _thresholds(slo: SLO) -> dict:
     out: dict[str, Any] = {f"{t.key}_s": t.value_s for t in slo.thresholds}
-    for key in ("max_reject_ratio", "max_error_ratio", "allow_oom", "queue_growth"):
-        if getattr(slo, key) is not None:
-            out[key] = getattr(slo, key)
+    for dim in slo_dims.LIMITS:
+        if slo.setting(dim) is not None:
+            out[dim.setting] = slo.setting(dim)
     out["min_samples"] = slo.min_samples
     return out
 

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import math
 
+from llmload import slo as slo_dims
 from llmload.config import SLO, Client
 
 __all__ = ["LAG_SENSITIVE", "generator_checks", "send_lag_limit", "suggested_processes"]
 
 #: latency thresholds a late generator can shift by its lag (TPOT divides a delay over the whole
 #: answer; the server queue is the server's own figure)
-LAG_SENSITIVE = ("ttft", "user_ttft", "itl", "e2e", "user_e2e", "client_wait")
+LAG_SENSITIVE = tuple(d.name for d in slo_dims.LATENCY if d.lag_sensitive)
 
 
 def _nan(value: object) -> bool:

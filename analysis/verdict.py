@@ -1,6 +1,7 @@
 """The verdict of a step (METRICS.md "Verdict of a step") and `judge_step`, the same rules run live.
 
-Order of the rules:
+Every SLO dimension (the figure it reads, its setting, how it is compared) is declared once, in
+`llmload.slo`. Order of the rules:
 1. `not_run`: the step never started; no other rule applies (its cells stay blank, never "pass").
 2. `invalid`: the generator's deviation could have changed the server's load or a judged number
    (`analysis.validity`): `rate_shortfall`, `send_lag` (p99 over a limit from the step's inter-arrival
@@ -37,9 +38,10 @@ import math
 import pandas as pd
 
 from analysis.metrics import empty_metrics, step_metrics
-from analysis.requests import TOLERANCE_S, derive_requests
+from analysis.requests import derive_requests
 from analysis.telemetry_stats import TelemetryIndex
 from analysis.validity import generator_checks
+from llmload import slo as slo_dims
 from llmload.config import SLO, Client
 
 __all__ = ["VERDICTS", "judge", "judge_step"]
@@ -47,14 +49,13 @@ __all__ = ["VERDICTS", "judge", "judge_step"]
 VERDICTS = ("pass", "fail", "invalid", "insufficient", "not_run")
 
 
+#: the ratio and flag dimensions in rule order: an event that must not happen at all (OOM) first, then
+#: the others as `llmload.slo` declares them (a tie in `failing` keeps this order)
+_LIMITS_IN_RULE_ORDER = sorted(slo_dims.LIMITS, key=lambda d: d.compare != "none_unless_allowed")
+
+
 def _float(value: object) -> float:
     return math.nan if value is None else float(value)  # type: ignore[arg-type]
-
-
-def _excess(value: float, limit: float) -> float:
-    if limit > 0:
-        return value / limit
-    return math.inf
 
 
 def _straddles(metrics: dict, key: str, value: float, limit: float) -> bool:
@@ -79,32 +80,33 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
 
     partial = step.get("status") == "partial"
     excess: dict[str, float] = {}
-    if metrics["oom"] and metrics["oom"] > 0 and slo.allow_oom is False:
-        excess["oom"] = math.inf
-    for key, limit in (("reject_ratio", slo.max_reject_ratio), ("error_ratio", slo.max_error_ratio)):
-        value = metrics[key]
-        if key == "error_ratio" and partial:
+    for dim in _LIMITS_IN_RULE_ORDER:
+        value = metrics.get(dim.figure_of())
+        if dim.name == "error_ratio" and partial:
             value = _error_ratio_without_cancelled(metrics)
-        if limit is not None and not math.isnan(value) and value > limit:
-            excess[key] = _excess(value, limit)
-    if slo.queue_growth == "forbid" and metrics["queue_growth"]:
-        excess["queue_growth"] = 1.0
+        over = dim.excess(value, slo.setting(dim))
+        if over is not None:
+            excess[dim.name] = over
     unmeasured: list[str] = []
     undecided: list[str] = []
     over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
     for t in slo.thresholds:
-        value = metrics.get(f"{t.key}_s", math.nan)
+        dim = slo_dims.by_name(t.metric)
+        value = metrics.get(dim.figure_of(t.percentile), math.nan)
         if value is None or math.isnan(value):
             if enough:
                 unmeasured.append(t.key)
-        elif value > t.value_s + TOLERANCE_S:
-            if not enough:
-                over_on_few.append(t.key)
-            elif _straddles(metrics, t.key, value, t.value_s):
-                undecided.append(t.key)
-            else:
-                excess[t.key] = _excess(value, t.value_s)
+            continue
+        over = dim.excess(value, t.value_s)
+        if over is None:
+            continue
+        if not enough:
+            over_on_few.append(t.key)
+        elif _straddles(metrics, t.key, value, t.value_s):
+            undecided.append(t.key)
+        else:
+            excess[t.key] = over
     details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided,
                "over_on_few_samples": over_on_few, "invalid": []}
     if excess:

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from llmload import slo as slo_dims
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
 from llmload.yamlfile import line_index as _line_index
@@ -62,7 +63,8 @@ __all__ = [
 ]
 
 API_KINDS = ("openai-chat", "openai-completions", "ollama-chat", "ollama-generate")
-SLO_METRICS = ("ttft", "user_ttft", "tpot", "itl", "e2e", "user_e2e", "client_wait", "server_queue")
+#: the latency metrics an SLO threshold can name (`llmload.slo`, the registry of SLO dimensions)
+SLO_METRICS = slo_dims.latency_names()
 
 
 #: upper bounds (docs/CONFIG.md "Limits"): beyond them a value is a typo, not a test plan
@@ -378,19 +380,43 @@ class Shape(Model):
 
 # --------------------------------------------------------------------------- SLO
 
+def _threshold_seconds(value: object) -> float:
+    """A threshold's seconds: a duration more than 0."""
+    negative = isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+    if negative or not parse_duration(value) > 0:
+        raise ValueError(f"expected a duration more than 0, got {_shown(value)}")
+    return parse_duration(value)
+
+
 class Threshold(Model):
-    """`metric` at `percentile` must stay at or under `value_s` (seconds)."""
+    """`metric` at `percentile` must stay at or under `value_s` (seconds): `metric` one of the registered
+    latency dimensions (`llmload.slo.LATENCY`), `percentile` strictly between 0 and 100, `value_s` more
+    than 0."""
 
     metric: str
     percentile: float
-    value_s: float
+    value_s: Duration
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        slo_dims.check_threshold(v, 50.0, 1.0)
+        return v
+
+    @field_validator("percentile")
+    @classmethod
+    def _percentile(cls, v: float) -> float:
+        slo_dims.check_threshold(SLO_METRICS[0], v, 1.0)
+        return v
+
+    @field_validator("value_s", mode="before")
+    @classmethod
+    def _value(cls, v: object) -> float:
+        return _threshold_seconds(v)
 
     @property
     def key(self) -> str:
-        return f"{self.metric}_p{self.percentile:g}"
-
-
-_THRESHOLD_KEY = re.compile(r"^(" + "|".join(SLO_METRICS) + r")_p(\d{1,2}(?:\.\d+)?)$")
+        return slo_dims.threshold_key(self.metric, self.percentile)
 
 
 #: the error-ratio limit when the SLO writes none (`max_error_ratio: null` turns the check off): a step
@@ -420,29 +446,40 @@ class SLO(Model):
         out: dict[str, Any] = {}
         thresholds = list(data.get("thresholds", []))
         for key, value in data.items():
-            match = _THRESHOLD_KEY.match(str(key))
-            if match:
+            parsed = slo_dims.parse_threshold_key(str(key))
+            if parsed:
                 try:
-                    seconds = parse_duration(value)
+                    seconds = _threshold_seconds(value)
+                    slo_dims.check_threshold(*parsed, seconds)
                 except ValueError as exc:
                     raise ValueError(f"{key}: {exc}") from None
-                thresholds.append({"metric": match.group(1), "percentile": float(match.group(2)),
-                                   "value_s": seconds})
+                thresholds.append({"metric": parsed[0], "percentile": parsed[1], "value_s": seconds})
             elif key != "thresholds":
                 out[key] = value
         out["thresholds"] = thresholds
         return out
 
+    @model_validator(mode="after")
+    def _once_each(self) -> SLO:
+        seen: set[str] = set()
+        for t in self.thresholds:
+            if t.key in seen:
+                raise ValueError(f"thresholds: {t.key} is given twice")
+            seen.add(t.key)
+        return self
+
     def threshold(self, metric: str) -> Threshold | None:
         return next((t for t in self.thresholds if t.metric == metric), None)
+
+    def setting(self, dim: slo_dims.Dimension) -> Any:
+        """This SLO's setting of a ratio or flag dimension (None: not checked)."""
+        return getattr(self, dim.setting)
 
     @property
     def checked(self) -> list[str]:
         """Names of what this SLO checks, for reports ("not checked" is everything else)."""
         names = [t.key for t in self.thresholds]
-        for key in ("max_reject_ratio", "max_error_ratio", "allow_oom", "queue_growth"):
-            if getattr(self, key) is not None:
-                names.append(key)
+        names += [d.setting for d in slo_dims.LIMITS if self.setting(d) is not None]
         return names
 
 

@@ -9,11 +9,11 @@ keys not checked) are added here so no report goes out without them.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pandas as pd
 
+from llmload import slo as slo_dims
 from llmload.report.html import cell_text, is_blank
 from llmload.report.manifest_view import conditions_of
 from llmload.report.plots import RATE_PHASES
@@ -37,9 +37,8 @@ __all__ = [
 QUESTION = ("With this model and this server configuration fixed, at what sustained arrival rate does "
             "the service stop meeting its response targets, and which target breaks first?")
 
-#: the SLO keys of CONFIG.md; any of them absent from the SLO file is reported as "not checked"
-SLO_KEYS = ("ttft_p95", "tpot_p95", "e2e_p95", "client_wait_p95", "server_queue_p95", "max_reject_ratio",
-            "allow_oom", "queue_growth")
+#: the SLO keys of CONFIG.md (`llmload.slo`); any of them absent from the SLO file is reported as "not checked"
+SLO_KEYS = slo_dims.standard_keys()
 
 
 def rate_of(step: pd.Series) -> float | None:
@@ -92,8 +91,8 @@ def failing_detail(step: pd.Series, slo: Any, names: list | None = None) -> list
     limits = {t.key: t.value_s for t in getattr(slo, "thresholds", []) or []}
     out = []
     for name in names:
-        match = re.match(r"^(\w+?)_p(\d+(?:\.\d+)?)$", str(name))
-        column = f"{match.group(1)}_p{match.group(2)}_s" if match else None
+        found = slo_dims.dimension_of(str(name))
+        column = found[0].figure_of(found[1]) if found and found[0].kind == "latency" else None
         value = step.get(column) if column else None
         if column and not is_blank(value) and name in limits:
             out.append(f"{name} ({float(value) * 1000:.0f} ms > {limits[name] * 1000:g} ms)")
@@ -213,7 +212,8 @@ def burst_sentences(burst: pd.DataFrame | None) -> list[str]:
     for (b_step, u_step), rows in burst.groupby(["burst_step", "uniform_step"], sort=False):
         first = rows.iloc[0]
         parts = []
-        for metric, name in (("ttft_p95_s", "TTFT p95"), ("e2e_p95_s", "E2E p95")):
+        for dim in (slo_dims.by_name("ttft"), slo_dims.by_name("e2e")):
+            metric, name = dim.figure_of(95), f"{dim.display} p95"
             row = rows[rows["metric"] == metric]
             if len(row) and not is_blank(row.iloc[0]["burst"]) and not is_blank(row.iloc[0]["uniform"]):
                 parts.append(f"{name} {float(row.iloc[0]['burst']) * 1000:.0f} ms vs "
