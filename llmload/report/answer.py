@@ -29,7 +29,9 @@ __all__ = [
     "fixed_conditions_text",
     "over_on_few_samples",
     "HEADLINE_CONDITIONS",
+    "REALISED_RATE_TOLERANCE",
     "rate_of",
+    "realised_rate_note",
     "soak_sentences",
     "thresholds_of",
 ]
@@ -48,6 +50,31 @@ def rate_of(step: pd.Series) -> float | None:
         if not is_blank(value):
             return float(value)
     return None
+
+
+#: a step whose realised offered rate is more than this share off its target (a short Poisson step
+#: draws fewer or more arrivals than the rate times the window) is stated with the realised rate, so that
+#: a target label is never read as the load the server carried
+REALISED_RATE_TOLERANCE = 0.10
+
+
+def realised_rate_note(steps: pd.DataFrame, rate: Any) -> str:
+    """` (offered 4.1 req/s realised)` when the passing sustained steps at target `rate` (the ladder
+    result's last passing rate, a target) offered a rate more than `REALISED_RATE_TOLERANCE` off it,
+    else "". Rates are the analysis' own: `target_rate` and `offered_rate` (METRICS.md)."""
+    if is_blank(rate) or steps is None or steps.empty or "target_rate" not in steps or "offered_rate" not in steps:
+        return ""
+    target = float(rate)
+    blank = pd.Series("", index=steps.index)
+    phase = steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
+    verdict = steps.get("verdict", blank).astype(str)
+    at = steps[phase.isin(("ladder", "refine", "soak")) & (verdict == "pass")
+               & ((pd.to_numeric(steps["target_rate"], errors="coerce") - target).abs() < 1e-9)]
+    offered = pd.to_numeric(at["offered_rate"], errors="coerce").dropna()
+    off = [float(v) for v in offered if abs(float(v) - target) > REALISED_RATE_TOLERANCE * target]
+    if not off:
+        return ""
+    return f" (offered {', '.join(f'{v:.3g}' for v in off)} req/s realised)"
 
 
 def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +192,7 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
     last = summary.get("last_passing_rate")
     failing = first_failing_step(steps, summary)
     if not is_blank(last):
-        out.append(f"Last passing sustained rate: {float(last):g} req/s.")
+        out.append(f"Last passing sustained rate: {float(last):g} req/s{realised_rate_note(steps, last)}.")
     elif failing is not None:
         out.append("No tested rate passed: the lowest failing rate already broke the targets.")
     if failing is not None:

@@ -65,7 +65,9 @@ def verdict_table(steps: pd.DataFrame, summary: dict) -> str:
                      "" if unrun else failing])
     table = text_table(["step", "target/s", "offered/s", "goodput/s", "TTFT p95 ms", "TPOT p95 ms",
                         "E2E p95 ms", "verdict", "failing"], rows)
+    from llmload.report.answer import realised_rate_note  # answer draws plots: loaded only here
+
     last = summary.get("last_passing_rate")
     tail = (f"verdict: {summary.get('verdict', '')}; last passing sustained rate: "
-            f"{cell_text(last) + ' req/s' if cell_text(last) else 'none'}")
+            f"{cell_text(last) + ' req/s' + realised_rate_note(steps, last) if cell_text(last) else 'none'}")
     return f"{table}\n{tail}"

@@ -90,7 +90,13 @@ def answer_lines(folder: Path) -> list[str]:
     lines = []
     ladder, burst = _summary(folder, "ladder"), _summary(folder, "burst")
     if ladder is not None:
-        lines.append(f"llmload demo: knee: last passing rate {_fmt(ladder.get('last_passing_rate'), ' req/s')}, "
+        import pandas as pd
+
+        from llmload.report.answer import realised_rate_note  # the target label is not the load carried
+
+        realised = realised_rate_note(pd.DataFrame(ladder.get("steps") or []), ladder.get("last_passing_rate"))
+        lines.append(f"llmload demo: knee: last passing rate {_fmt(ladder.get('last_passing_rate'), ' req/s')}"
+                     f"{realised}, "
                      f"first failing rate {_fmt(ladder.get('first_failing_rate'), ' req/s')} "
                      f"({', '.join(ladder.get('failed_first') or []) or 'nothing failed'})")
     if burst is not None:

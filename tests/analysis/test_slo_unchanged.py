@@ -45,9 +45,9 @@ def _rows() -> tuple[list[dict], list[dict]]:
                                                    ("r5", 0.9, 2.5, "error")]):
         start = i * 100.0
         steps.append(plan_step(label, i, rate=float(i + 1), start=start, length=60.0))
-        for k in range(60):
+        for k in range(60 * (i + 1)):  # the target rate, exactly (offered = target)
             jitter = (k % 10) / 10
-            rows.append(request(f"{label}-{k}", label, start + k, ttft=ttft * (0.6 + 0.8 * jitter),
+            rows.append(request(f"{label}-{k}", label, start + k / (i + 1), ttft=ttft * (0.6 + 0.8 * jitter),
                                 e2e=e2e * (0.6 + 0.8 * jitter), wait=0.01 * jitter, out=8 + k % 5))
         if extra == "reject":
             rows += [request(f"{label}-x{k}", label, start + k + 0.5, ttft=None, e2e=None, outcome="rejected")
@@ -59,7 +59,7 @@ def _rows() -> tuple[list[dict], list[dict]]:
                      for k in range(2)]
         if extra == "error":
             rows += [request(f"{label}-x{k}", label, start + k + 0.5, ttft=None, e2e=None, outcome="http_error")
-                     for k in range(6)]
+                     for k in range(30)]
     return rows, steps
 
 
