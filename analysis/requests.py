@@ -94,7 +94,8 @@ def meets_thresholds(requests: pd.DataFrame, slo: SLO) -> pd.Series:
     """True where every per-request threshold is met (a NaN value is not judged)."""
     good = pd.Series(True, index=requests.index)
     for t in slo.thresholds:
-        column = PER_REQUEST_COLUMNS.get(t.metric)
+        dim = slo_dims.by_name(t.metric)  # the registry, read at each call
+        column = dim.request_column if dim is not None else None
         if column is None or column not in requests:
             continue
         value = requests[column]

@@ -4,7 +4,8 @@ The summaries the workers shipped become a records frame (`llmload.records.recor
 telemetry comes from the collector's recent samples in memory (`TelemetryCollector.recent`; reading
 the growing `telemetry.jsonl` back after every step held up the master's loop, and its pollers, for
 seconds), and `analysis.judge_step` gives the verdict, the failing dimensions and the step's numbers.
-Runs between steps, when no load is in flight. Without a collector, the files are read.
+Runs between steps, when no load is in flight. Without a collector, the files are read. The dimensions
+judged, and how, are those of the SLO registry (`llmload.slo`), through `analysis.verdict`.
 """
 
 from __future__ import annotations
