@@ -9,15 +9,16 @@ caching on and off, or read `vllm:prefix_cache_hits_total`.
 
 The arrival times, timing, outcomes and records are the runtime's, as for the built-in users: only
 the request body is built here. The first turn of a conversation has the arrival's planned prompt
-length (`requests.input_tokens`), each later turn adds `turn_tokens` words; every turn asks for the
-arrival's planned output (`requests.output_tokens`). A conversation starts over after `max_turns`
-turns. The records' `prefix_id` names the conversation for turns that extend one (so
-`prefix_share_ratio` is the share of such turns); `planned_input_tokens` is the whole history's size.
+length (`requests.input_tokens`, chat template included); each later turn adds the answer and a user
+message of `turn_tokens` tokens; every turn asks for the arrival's planned output
+(`requests.output_tokens`). A conversation starts over after `max_turns` turns. The records'
+`prefix_id` names the conversation for the turns that extend one (so `prefix_share_ratio` is the
+share of such turns); `planned_input_tokens` is the whole history's size.
 
 Run it (any chat config; `target.api` must be a chat API: openai-chat or ollama-chat):
 
-    llmload run examples/sim/multiturn.yaml --locustfile examples/locustfiles/multiturn.py
-    locust -f examples/locustfiles/multiturn.py,shapes/llm.py --headless --llmload-config examples/sim/multiturn.yaml
+    llmload run examples/multiturn.yaml --locustfile examples/locustfiles/multiturn.py
+    locust -f examples/locustfiles/multiturn.py,shapes/llm.py --headless --llmload-config examples/multiturn.yaml
 
 (this file replaces `locustfiles/llm.py` in `-f`: it imports `LLMUser` from there.)
 """
@@ -29,6 +30,7 @@ import zlib
 
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
 
+from llmload.client.mix import CHAT_TOKENS_PER_MESSAGE
 from llmload.client.spec import RequestSpec
 from llmload.runtime.sending import PlannedArrival
 from locustfiles.llm import LLMUser
@@ -64,7 +66,9 @@ class MultiTurnChatUser(LLMUser):
             chat[0] = zlib.crc32(f"{arrival.worker}/{next(_conversation_numbers)}".encode())
         history = chat[1]
         first = not history
-        turn = {"role": "user", "content": arrival.text(arrival.input_tokens if first else self.turn_tokens)}
+        # a first turn is the arrival's planned prompt length, template tokens included (as the mix's)
+        content_tokens = max(1, arrival.input_tokens - CHAT_TOKENS_PER_MESSAGE) if first else self.turn_tokens
+        turn = {"role": "user", "content": arrival.text(content_tokens)}
         self.pending[arrival.request_id] = (number, turn)
         return RequestSpec(messages=[*history, turn], max_tokens=arrival.output_tokens,
                            prefix_id=None if first else chat[0])
