@@ -54,11 +54,11 @@ def wait_until(at: float) -> None:
 class PlannedArrival:
     """What a user's `build_request` gets: one planned arrival of the run, and what the mix would send.
 
-    `request_id`, `step` (label), `index` (the arrival's number in its step and shard), `seed` (the
+    `request_id`, `step` (label), `index` (the arrival's number in its step), `seed` (the
     step's), `scheduled_at` (wall seconds), `worker`, `prefix_id` (a trace's), `config` (the run's
     `Config`). `input_tokens` / `output_tokens`: the trace's sizes, else drawn from `requests.input_tokens`
-    / `output_tokens` with `random`, a `random.Random` seeded by the run's `requests.seed`, the step's
-    seed and `index` (the same in every process and every run with that seed).
+    / `output_tokens`. `random`: the arrival's own `random.Random`. Both are seeded by the run's
+    `requests.seed`, the step's seed and `index`: the same in every process and every run with that seed.
     """
 
     __slots__ = ("request_id", "step", "index", "seed", "scheduled_at", "worker", "prefix_id", "config",
@@ -81,9 +81,10 @@ class PlannedArrival:
         return self._random
 
     def _draw(self) -> tuple[int, int]:
-        if self._lengths is None:
-            mix = self._sender.mix
-            drawn = (mix.input_lengths.draw(self.random), mix.output_lengths.draw(self.random))
+        if self._lengths is None:  # their own generator: the same lengths whatever the hook drew before
+            mix, rng = self._sender.mix, random.Random(f"llmload-user-lengths/{self.config.requests.seed}/"
+                                                       f"{self.seed}/{self.index}")
+            drawn = (mix.input_lengths.draw(rng), mix.output_lengths.draw(rng))
             self._lengths = (self._arrival.input_tokens or drawn[0], self._arrival.output_tokens or drawn[1])
         return self._lengths
 
