@@ -65,13 +65,16 @@ def run(
     master_host: Annotated[str, typer.Option(help="Worker: the master's address.")] = "127.0.0.1",
     master_port: Annotated[Optional[int], typer.Option(
         min=1, max=65535, help="Master's port (default 5557; with --processes a free loopback port).")] = None,
+    locustfile: Annotated[Optional[Path], typer.Option(
+        help="Your own locustfile (an LLMUser subclass, e.g. examples/locustfiles/multiturn.py) instead of "
+             "llmload's.")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     from llmload.runtime.launcher import run_config
 
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
                                 expect_workers=expect_workers, worker=worker, master_host=master_host,
-                                master_port=master_port))
+                                master_port=master_port, locustfile=locustfile))
 
 
 @app.command()

@@ -24,12 +24,22 @@ TPOT are not Locust entries (Locust would add them to its totals): the LLM tab c
 from the shipped summaries, and the run directory has them from the raw records.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
 from locust import User, events, task
 
 from llmload.latency import latencies
 from llmload.records import Record
 from llmload.runtime import console, session
+
+if TYPE_CHECKING:  # the master never sends: it does not import the sending path
+    from llmload.client.bodies import PreparedRequest
+    from llmload.client.core import SendResult
+    from llmload.client.spec import RequestSpec
+    from llmload.runtime.sending import PlannedArrival
 
 __all__ = ["LLMUser", "OllamaChatUser", "OllamaGenerateUser", "OpenAIChatUser", "OpenAICompletionsUser"]
 
@@ -50,7 +60,16 @@ def _init(environment, **kwargs) -> None:
 
 
 class LLMUser(User):
-    """One slot of the client's concurrency: takes planned arrivals off the queue and streams them."""
+    """One slot of the client's concurrency: takes planned arrivals off the queue and streams them.
+
+    Your own requests: subclass it in your locustfile and override `build_request` (what each planned
+    arrival asks: messages, `max_tokens`, sampling and extra body fields, as a `RequestSpec`) and, for
+    state that follows the answers (a multi-turn chat), `on_result`. The subclass takes the arrivals
+    exactly as this class does, so timing, outcomes and records stay the runtime's. Run it with
+    `llmload run CONFIG --locustfile yours.py` or `locust -f yours.py,shapes/llm.py --llmload-config
+    CONFIG` (your file replaces this one: import `LLMUser` from `locustfiles.llm`); example:
+    `examples/locustfiles/multiturn.py`.
+    """
 
     abstract = True
     #: the `target.api` this class speaks (the request body and stream format come from the client library)
@@ -73,7 +92,26 @@ class LLMUser(User):
         """Send the arrival taken in `wait_time` (the first run, before any wait, has none)."""
         job, self._job = self._job, None
         if job is not None:
-            session.current().worker.run(job, on_record=self._fire_events)
+            session.current().worker.run(job, on_record=self._fire_events, user=self)
+
+    def build_request(self, arrival: PlannedArrival) -> RequestSpec | PreparedRequest:
+        """The request to send for `arrival` (a `llmload.runtime.sending.PlannedArrival`: its request id,
+        step, index, `scheduled_at`, planned `input_tokens` / `output_tokens`, a seeded `random`, `text(n)`
+        and the run's `config`). Return a `llmload.client.spec.RequestSpec` (body built for `target.api`)
+        or a `PreparedRequest` carrying `arrival.request_id`. The default is the config's request mix.
+
+        It runs in the user's greenlet just before the arrival's time (as the mix did), so keep it fast:
+        its time past the queue's few ms of lead shows as client wait. A sampled quality case
+        (`quality.sample_under_load`) is sent instead of it. An exception here is recorded as a
+        `client_error` for this arrival (nothing is sent) and the user goes on with the next one.
+        """
+        return arrival.default_request()
+
+    def on_result(self, arrival: PlannedArrival, request: RequestSpec | PreparedRequest,
+                  result: SendResult) -> None:
+        """Called after the request `build_request` returned was answered (any outcome but
+        `cancelled`): `result.record` is its record (outcome, counts), `result.text` the answer text
+        (never stored). An exception here turns the request's record into a `client_error`."""
 
     def _fire_events(self, record: Record) -> None:
         """One Locust request event per request (E2E): TTFT and TPOT live in the LLM tab, not in Locust's totals."""

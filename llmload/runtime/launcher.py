@@ -5,6 +5,9 @@ The command line built here is what a user could type themselves:
     python -m locust -f <locustfiles/llm.py>,<shapes/llm.py> --headless --llmload-config CONFIG
         --llmload-run-dir RUN_DIR [--processes N | --master --expect-workers N | --worker --master-host H]
 
+(`--locustfile PATH`: the user's own locustfile, with their `LLMUser` subclass, instead of
+`locustfiles/llm.py`.)
+
 (`llmload run` starts it as `python -c BOOT ...`, which is `python -m locust` with our packages imported
 before Locust puts the working directory first on the import path: a folder named `llmload` there, as
 in the parent of a clone, must not shadow the package.)
@@ -56,10 +59,13 @@ def free_loopback_port() -> int:
 
 def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False, processes: int = 0,
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
-                   master_host: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
+                   master_host: str = "127.0.0.1", master_port: int | None = None,
+                   locustfile: Path | None = None) -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
-    5557 for `master` / `worker`, a free loopback port for `processes`."""
-    cmd = [sys.executable, "-c", BOOT, "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--loglevel", "WARNING"]
+    5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
+    instead of ours."""
+    users = Path(locustfile).resolve() if locustfile is not None else LOCUSTFILE
+    cmd = [sys.executable, "-c", BOOT, "-f", f"{users},{SHAPEFILE}", "--loglevel", "WARNING"]
     if worker:
         return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port or DEFAULT_PORT)]
     cmd += ["--llmload-config", str(config_path)]
@@ -107,15 +113,16 @@ def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
 
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
-               master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False) -> int:
+               master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
+               locustfile: Path | None = None) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
-    clash = _role_clash(master=master, worker=worker, processes=processes)
+    clash = _role_clash(master=master, worker=worker, processes=processes) or _bad_locustfile(locustfile)
     if clash:
         print(f"llmload: error: {clash}", file=sys.stderr)
         return 2
     if worker:
         return _wait_locust(locust_command(config_path, None, worker=True, master_host=master_host,
-                                           master_port=master_port), None)
+                                           master_port=master_port, locustfile=locustfile), None)
     from llmload.config import load_config
     from llmload.errors import LLMLoadError
 
@@ -144,7 +151,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if warning:
         print(warning, file=sys.stderr)
     cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
-                         expect_workers=expect_workers, master_port=master_port)
+                         expect_workers=expect_workers, master_port=master_port, locustfile=locustfile)
     if skip_preflight:
         cmd.append("--llmload-skip-preflight")
     if web:
@@ -184,6 +191,17 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
     if processes and (master or worker):
         return f"--processes cannot be combined with --{'master' if master else 'worker'}: " \
                "--processes starts a master and its local workers itself"
+    return None
+
+
+def _bad_locustfile(locustfile: Path | None) -> str | None:
+    """Why `--locustfile` cannot be loaded (None when it can, or none was given)."""
+    if locustfile is None:
+        return None
+    if Path(locustfile).suffix != ".py":
+        return f"--locustfile {locustfile}: expected a Python file (.py)"
+    if not Path(locustfile).is_file():
+        return f"--locustfile {locustfile}: no such file"
     return None
 
 

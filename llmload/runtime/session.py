@@ -43,7 +43,7 @@ from llmload.runtime.signals import (
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
-           "new_shape_run", "register_user_classes", "user_class"]
+           "new_shape_run", "pool_user_classes", "register_user_classes", "user_class"]
 
 log = logging.getLogger("llmload.session")
 
@@ -445,7 +445,7 @@ class Session:
         if self.finished or self.config is None:
             return None
         users = pool_size(self.config)
-        return users, float(users), [user_class(self.config.target.api)]
+        return users, float(users), pool_user_classes(self.env, self.config.target.api)
 
 
 _SESSION: Session | None = None
@@ -481,6 +481,16 @@ _USER_CLASSES: dict[str, type] = {}
 def register_user_classes(classes: dict[str, type]) -> None:
     """The locustfile's user class per `target.api` (registered at import: Locust loads it by path)."""
     _USER_CLASSES.update(classes)
+
+
+def pool_user_classes(environment: Any, api: str) -> list[type]:
+    """The classes the pool runs: the user's own `LLMUser` subclasses when Locust loaded any (from their
+    locustfile; several share the pool by `weight`, or name one on Locust's command line), else the
+    class registered for `api`."""
+    registered = set(_USER_CLASSES.values())
+    own = [cls for cls in getattr(environment, "user_classes", None) or ()
+           if cls not in registered and callable(getattr(cls, "build_request", None))]
+    return own or [user_class(api)]
 
 
 def user_class(api: str) -> type:

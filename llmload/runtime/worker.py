@@ -179,15 +179,16 @@ class WorkerRuntime:
 
     # ------------------------------------------------------------------ running one request
 
-    def run(self, job: Job, *, on_record: Callable[[Record], None] | None = None) -> Record:
-        """Send one job in a child greenlet (so a drain timeout can cancel it) and wait for it.
+    def run(self, job: Job, *, on_record: Callable[[Record], None] | None = None, user: Any = None) -> Record:
+        """Send one job in a child greenlet (so a drain timeout can cancel it) and wait for it. `user`
+        (an `LLMUser`) builds the request with its `build_request` hook (`llmload.runtime.sending`).
 
         If the calling user is killed (test stopped), the request is killed too and recorded as
         `cancelled` before the exit propagates.
         """
         state = self.steps.get(job.label)
         record = job.record(self.worker)
-        child = gevent.spawn(self._send, job, record, on_record)
+        child = gevent.spawn(self._send, job, record, on_record, user)
         if state is not None:
             state.inflight.add(child)
         try:
@@ -200,9 +201,9 @@ class WorkerRuntime:
                 state.inflight.discard(child)
         return record
 
-    def _send(self, job: Job, record: Record, on_record: Callable[[Record], None] | None) -> None:
+    def _send(self, job: Job, record: Record, on_record: Callable[[Record], None] | None, user: Any = None) -> None:
         try:
-            self.sender.send(record, job)
+            self.sender.send(record, job, user=user)
         except gevent.GreenletExit:
             record.outcome = "cancelled"
             raise
