@@ -32,7 +32,7 @@ from locust import LoadTestShape
 
 from llmload.config import SHAPE_KINDS
 from llmload.errors import ConfigError
-from llmload.runtime.session import new_shape_run, pool_size, pool_tick
+from llmload.runtime.session import UNCAPPED_POOL, new_shape_run, pool_tick
 from shapes.plan import STEP_BUILDERS, boundary_search, refine_step
 from shapes.steps import StepSpec
 
@@ -99,8 +99,9 @@ class LLMLoadShape(LoadTestShape):
         raise NotImplementedError(f"{type(self).__name__} has no search steps")
 
     def users(self, config: Config) -> int:
-        """Users in the pool (split across workers): the client cap, or the largest closed-loop level."""
-        return pool_size(config)
+        """Users in the pool (split across workers by Locust): the client concurrency cap (512 without
+        one). Idle users cost nothing; an arrival put when no user is free is recorded `capped`."""
+        return config.client.max_concurrency or UNCAPPED_POOL
 
     # ------------------------------------------------------------------ Locust
 
@@ -183,6 +184,10 @@ class ConcurrencyLoadShape(_ConfigShape):
 
     abstract = True
     kind = "concurrency"
+
+    def users(self, config: Config) -> int:
+        """The largest level: every closed-loop user needs its own (the client cap does not apply)."""
+        return max(config.shape.concurrency.levels)
 
 
 @register_shape

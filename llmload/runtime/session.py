@@ -84,11 +84,11 @@ def add_options(parser: Any) -> None:
 
 
 def pool_size(config: Config) -> int:
-    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
-    cap = config.client.max_concurrency or UNCAPPED_POOL
-    if config.shape.kind == "concurrency":
-        return max(config.shape.concurrency.levels)
-    return cap
+    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level
+    (`users()` of the config's shape class)."""
+    from shapes.loadshapes import shape_for_config
+
+    return shape_for_config(config).users(config)
 
 
 class Session:
