@@ -32,8 +32,8 @@ from locust import LoadTestShape
 
 from llmload.config import SHAPE_KINDS
 from llmload.errors import ConfigError
-from llmload.runtime.session import UNCAPPED_POOL, new_shape_run, pool_tick
-from shapes.plan import STEP_BUILDERS, boundary_search, refine_step
+from llmload.runtime.session import new_shape_run, pool_size, pool_tick
+from shapes.plan import STEP_BUILDERS, ConfigSearch
 from shapes.steps import StepSpec
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ class LLMLoadShape(LoadTestShape):
         raise NotImplementedError(f"{type(self).__name__} has no search steps")
 
     def users(self, config: Config) -> int:
-        """Users in the pool (split across workers by Locust): the client concurrency cap (512 without
-        one). Idle users cost nothing; an arrival put when no user is free is recorded `capped`."""
-        return config.client.max_concurrency or UNCAPPED_POOL
+        """Users in the pool (split across workers by Locust): the client concurrency cap, or the largest
+        closed-loop level of the config's shape (`llmload.runtime.session.pool_size`). Idle users cost
+        nothing; an arrival put when no user is free is recorded `capped`."""
+        return pool_size(config)
 
     # ------------------------------------------------------------------ Locust
 
@@ -159,7 +160,7 @@ class LadderLoadShape(_ConfigShape):
 
 
 @register_shape
-class BoundarySearchShape(LadderLoadShape):
+class BoundarySearchShape(ConfigSearch, LadderLoadShape):
     """A ladder with `refine:`: after the ladder, `refine` steps bisect between the highest passing and
     the lowest failing rate (`shapes.boundary.BoundarySearch`) until `resolution` or `max_steps`."""
 
@@ -169,13 +170,6 @@ class BoundarySearchShape(LadderLoadShape):
     def serves(cls, config: Config) -> bool:
         return super().serves(config) and config.shape.ladder.refine is not None
 
-    def search(self, config: Config, results: Iterable[tuple]) -> BoundarySearch | None:
-        return boundary_search(config, results)
-
-    def search_step(self, config: Config, rate: float, *, index: int, seed: int,
-                    taken: Iterable[str]) -> StepSpec:
-        return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)
-
 
 @register_shape
 class ConcurrencyLoadShape(_ConfigShape):
@@ -184,10 +178,6 @@ class ConcurrencyLoadShape(_ConfigShape):
 
     abstract = True
     kind = "concurrency"
-
-    def users(self, config: Config) -> int:
-        """The largest level: every closed-loop user needs its own (the client cap does not apply)."""
-        return max(config.shape.concurrency.levels)
 
 
 @register_shape

@@ -25,7 +25,7 @@ from shapes.boundary import BoundarySearch
 from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
 
-__all__ = ["STEP_BUILDERS", "StepSpec", "boundary_search", "build_plan", "concurrency_steps", "ladder_steps",
+__all__ = ["STEP_BUILDERS", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
            "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
 
 
@@ -52,6 +52,13 @@ def trace_steps(config: Config, base_dir: str | Path | None = None) -> list[Step
 def soak_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
     """`shape.soak`'s slices."""
     return _soak(config.shape.soak, config.requests.seed, base_dir)
+
+
+def closed_loop_levels(config: Config) -> list[int]:
+    """The closed-loop user counts the config's shape asks for ([] for open-loop shapes): the pool of
+    users and connections holds the largest (the client cap does not apply to a closed loop)."""
+    shape = config.shape
+    return list(shape.concurrency.levels) if shape.concurrency is not None else []
 
 
 #: the steps of each `shape:` kind of the config (`shapes.loadshapes` has the LoadTestShape classes)
@@ -115,6 +122,17 @@ def boundary_search(config: Config, results: Iterable[tuple] = ()) -> BoundarySe
     if ladder is None or ladder.refine is None:
         return None
     return BoundarySearch(results, resolution=ladder.refine.resolution, max_steps=ladder.refine.max_steps)
+
+
+class ConfigSearch:
+    """The steps a config's boundary search adds after the plan, as a shape offers them (`search`,
+    `search_step`: `shapes.loadshapes.BoundarySearchShape`); pure, for a controller given no shape."""
+
+    def search(self, config: Config, results: Iterable[tuple] = ()) -> BoundarySearch | None:
+        return boundary_search(config, results)
+
+    def search_step(self, config: Config, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
+        return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)
 
 
 def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:

@@ -498,10 +498,10 @@ class StepController:
 
     def _refine(self) -> None:
         """The shape's search (a ladder with `refine:`: bisect between the last pass and the first fail)."""
-        if self.shape is None:
-            from shapes.loadshapes import shape_for_config
+        if self.shape is None:  # made without the shape that planned: the config's boundary search
+            from shapes.plan import ConfigSearch
 
-            self.shape = shape_for_config(self.config)
+            self.shape = ConfigSearch()
         search = self.shape.search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
                                                  for r in self.results if r["target_rate"] is not None])
         if search is None:

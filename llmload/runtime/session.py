@@ -84,11 +84,11 @@ def add_options(parser: Any) -> None:
 
 
 def pool_size(config: Config) -> int:
-    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level
-    (`users()` of the config's shape class)."""
-    from shapes.loadshapes import shape_for_config
+    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
+    from shapes.plan import closed_loop_levels
 
-    return shape_for_config(config).users(config)
+    levels = closed_loop_levels(config)
+    return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
 
 
 class Session:
