@@ -27,7 +27,7 @@ from shapes.loadshapes import (
     planning_shape,
     shape_for_config,
 )
-from shapes.plan import build_plan
+from shapes.plan import STEP_BUILDERS, build_plan
 from shapes.steps import StepSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def _kind_plans_as_before(name):
 
 
 def test_every_kind_has_a_class_and_only_the_boundary_search_adds_steps():
-    assert set(SHAPES) == set(SHAPE_KINDS)
+    assert set(SHAPES) == set(STEP_BUILDERS) == set(SHAPE_KINDS)
     ladder = config(SHAPES_BY_KIND["ladder"][0])
     assert shape_for_config(ladder).search(ladder, [(1.0, "pass", 10)]) is None
     refine = config(SHAPES_BY_KIND["refine"][0])
