@@ -13,6 +13,8 @@ import math
 
 import pandas as pd
 
+from shapes.phases import phases_where
+
 __all__ = ["BURST_METRICS", "burst_vs_uniform"]
 
 BURST_METRICS = (
@@ -35,8 +37,8 @@ def burst_vs_uniform(steps: pd.DataFrame) -> pd.DataFrame | None:
     if steps.empty:
         return None
     ran = steps[steps["verdict"] != "not_run"]
-    bursts = ran[ran["phase"] == "burst"]
-    uniforms = ran[ran["phase"] == "uniform"]
+    bursts = ran[ran["phase"].isin(phases_where(burst_pair="burst"))]
+    uniforms = ran[ran["phase"].isin(phases_where(burst_pair="uniform"))]
     if bursts.empty or uniforms.empty:
         return None
     rows = []

@@ -60,6 +60,7 @@ from analysis.telemetry_stats import (
 )
 from llmload import slo as slo_dims
 from llmload.config import SLO
+from shapes.phases import is_closed_loop
 
 __all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
 
@@ -120,7 +121,7 @@ def _f(value: object) -> float:
 
 
 def _closed_loop(step: dict) -> bool:
-    return step.get("phase") == "concurrency" or (step.get("concurrency") is not None
+    return is_closed_loop(step.get("phase")) or (step.get("concurrency") is not None
                                                    and step.get("target_rate") is None)
 
 

@@ -25,6 +25,7 @@ from analysis.telemetry_stats import TelemetryIndex
 from analysis.timeline import timeline
 from analysis.worksheet import worksheet
 from llmload.config import SLO, Client, Conditions
+from shapes.phases import is_closed_loop
 
 __all__ = ["Analysis", "analyze"]
 
@@ -94,7 +95,7 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
                        "its offered and achieved rates are understated")
         if r.get("server_queue_note"):
             out.append(f"step {r['label']}: {r['server_queue_note']}")
-        if r["phase"] == "concurrency" and r["verdict"] != "not_run":
+        if is_closed_loop(r["phase"]) and r["verdict"] != "not_run":
             out.append(f"step {r['label']} is closed-loop: no offered rate, no rate-shortfall check")
     missing = not_checked(slo)
     if missing:

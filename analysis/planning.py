@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from shapes.phases import sustained_phases
+
 if TYPE_CHECKING:
     from analysis.pipeline import Analysis
 
@@ -28,7 +30,7 @@ def plan_in_flight(analysis: Analysis, users: int, think_time_s: float) -> dict[
     if users < 1 or think_time_s < 0:
         raise ValueError("users must be >= 1 and think_time_s >= 0")
     steps = analysis.steps
-    passing = steps[(steps["verdict"] == "pass") & steps["phase"].isin(("ladder", "refine", "soak"))
+    passing = steps[(steps["verdict"] == "pass") & steps["phase"].isin(sustained_phases())
                     & steps["target_rate"].notna()].sort_values("target_rate")
     out: dict[str, Any] = {"users": users, "think_time_s": think_time_s, "assumption": _ASSUMPTION,
                            "reference_step": None, "response_time_s": math.nan, "arrival_rate": math.nan,

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats import binomial_sf, mann_kendall, sen_slope
+from shapes.phases import phases_where
 
 __all__ = ["DRIFT_MIN", "SLICE_COLUMNS", "soak_slices"]
 
@@ -60,7 +61,7 @@ def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05) -> tuple[pd.DataFra
     {slices, slice_s, alpha, trends, drifting, memory_growth, error_bursts})."""
     if steps.empty:
         return None, None
-    soak = steps[(steps["phase"] == "soak") & (steps["verdict"] != "not_run")]
+    soak = steps[(steps["phase"].isin(phases_where(slices=True))) & (steps["verdict"] != "not_run")]
     if soak.empty:
         return None, None
     errors = soak["outcomes"].map(_errors).astype(int)

@@ -22,6 +22,7 @@ import pandas as pd
 from analysis.conditions import retest_triggers
 from llmload import slo as slo_dims
 from llmload.config import SLO
+from shapes.phases import closed_loop_phases, sustained_phases
 
 __all__ = [
     "DEFINITIONS_VERSION",
@@ -49,7 +50,7 @@ _EXTRA_STEP_KEYS = (
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples",
 )
-_SUSTAINED = ("ladder", "refine", "soak")
+_SUSTAINED = sustained_phases()
 #: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)
 _STANDARD_SLO = slo_dims.standard_keys()
 _EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
@@ -97,7 +98,7 @@ def _first_failing(steps: pd.DataFrame, phases: tuple[str, ...], key: str) -> tu
 def ladder_result(steps: pd.DataFrame) -> dict:
     """last_passing_rate, first_failing_rate, failed_first (+ the same for closed-loop concurrency)."""
     last, first, failed = _first_failing(steps, _SUSTAINED, "target_rate")
-    last_c, first_c, failed_c = _first_failing(steps, ("concurrency",), "concurrency")
+    last_c, first_c, failed_c = _first_failing(steps, closed_loop_phases(), "concurrency")
     return {"last_passing_rate": last, "first_failing_rate": first, "failed_first": failed or failed_c,
             "last_passing_concurrency": last_c, "first_failing_concurrency": first_c}
 

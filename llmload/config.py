@@ -45,6 +45,7 @@ __all__ = [
     "MAX_CONCURRENCY",
     "MAX_RATE",
     "MAX_TOKENS",
+    "SHAPE_KINDS",
     "QualityCase",
     "Quality",
     "Requests",
@@ -354,6 +355,10 @@ class SoakShape(Model):
         return self
 
 
+#: the `shape:` kinds, in the order they are named; each has a LoadTestShape class (`shapes.loadshapes`)
+SHAPE_KINDS = ("ladder", "concurrency", "trace", "soak")
+
+
 class Shape(Model):
     """Exactly one of ladder, concurrency, trace, soak."""
 
@@ -364,14 +369,14 @@ class Shape(Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Shape:
-        given = [k for k in ("ladder", "concurrency", "trace", "soak") if getattr(self, k) is not None]
+        given = [k for k in SHAPE_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of ladder, concurrency, trace, soak (got {given or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(SHAPE_KINDS)} (got {given or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("ladder", "concurrency", "trace", "soak") if getattr(self, k) is not None)
+        return next(k for k in SHAPE_KINDS if getattr(self, k) is not None)
 
     @property
     def spec(self) -> LadderShape | ConcurrencyShape | TraceShape | SoakShape:

@@ -1,6 +1,7 @@
-"""Pure planning for the load shapes: steps, plans, trace replay options, boundary search.
+"""Pure planning for the load shapes: steps, plans, trace replay options, boundary search, phases.
 
-Nothing here imports Locust: `shapes/llm.py` (the LoadTestShape) and `llmload/runtime/` call these.
+Nothing imported here imports Locust: `shapes/loadshapes.py` (the LoadTestShape classes, which do),
+`shapes/llm.py` and `llmload/runtime/` call these; `shapes/phases.py` declares each phase's traits.
 """
 
 from shapes.boundary import BoundaryAnswer, BoundarySearch

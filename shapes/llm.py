@@ -1,6 +1,11 @@
-"""The Locust shape for llmload runs: keeps the user pool alive while the step controller works.
+"""The Locust shape for llmload runs: plans what `shape:` in `--llmload-config` says.
 
 Load with the users: `locust -f locustfiles/llm.py,shapes/llm.py --llmload-config run.yaml`.
+
+`LLMShape` follows the config: `config.shape.kind` picks the class that plans the steps
+(`shapes.loadshapes.shape_for_config`: ladder, boundary search, concurrency, trace replay, soak). To
+run a shape of your own, load your locustfile with a subclass of `shapes.loadshapes.LLMLoadShape`
+instead of (or beside) this file: a shape of your own plans the run in place of the config's kind.
 
 Arrival times never come from `tick()` (ticks run about once a second and can be seconds late,
 NOTES.md): the master's step controller (`llmload.runtime.controller`) sends each worker its plan.
@@ -9,22 +14,37 @@ class chosen by `target.api`) and None once the controller has drained the last 
 the run directory, so no late result is lost when Locust quits.
 """
 
-from locust import LoadTestShape
+from __future__ import annotations
 
-from llmload.runtime.session import new_shape_run, pool_tick
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shapes.loadshapes import LLMLoadShape, shape_for_config
+
+if TYPE_CHECKING:
+    from llmload.config import Config
+    from shapes.boundary import BoundarySearch
+    from shapes.steps import StepSpec
 
 __all__ = ["LLMShape"]
 
 
-class LLMShape(LoadTestShape):
+class LLMShape(LLMLoadShape):
     """Ladder, concurrency, trace, soak: whatever `shape:` in `--llmload-config` says."""
 
-    use_common_options = False
+    #: plans with the class of the config's kind; a user's own shape, if loaded, goes first
+    follows_config = True
 
-    def reset_time(self):
-        """Locust calls this when a shaped run starts (again, from the web UI): a new run directory."""
-        super().reset_time()
-        new_shape_run()
+    def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+        return shape_for_config(config).steps(config, base_dir)
 
-    def tick(self):
-        return pool_tick()
+    def search(self, config: Config, results: Iterable[tuple]) -> BoundarySearch | None:
+        return shape_for_config(config).search(config, results)
+
+    def search_step(self, config: Config, rate: float, *, index: int, seed: int,
+                    taken: Iterable[str]) -> StepSpec:
+        return shape_for_config(config).search_step(config, rate, index=index, seed=seed, taken=taken)
+
+    def users(self, config: Config) -> int:
+        return shape_for_config(config).users(config)

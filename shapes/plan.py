@@ -22,24 +22,48 @@ from pathlib import Path
 from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
 from shapes.boundary import BoundarySearch
+from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
 
-__all__ = ["StepSpec", "boundary_search", "build_plan", "rate_label", "refine_step", "unique_label"]
+__all__ = ["STEP_BUILDERS", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
+           "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
 
 
 def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[StepSpec]:
     """The steps of `config.shape`, in run order. `base_dir` resolves a relative trace file first."""
+    return STEP_BUILDERS[config.shape.kind](config, base_dir)
+
+
+def ladder_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+    """`shape.ladder`'s steps (the boundary search's `refine` steps come later, `refine_step`)."""
+    return _ladder(config.shape.ladder, config.requests.seed)
+
+
+def concurrency_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+    """`shape.concurrency`'s closed-loop levels."""
+    return _concurrency(config.shape.concurrency, config.requests.seed)
+
+
+def trace_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+    """`shape.trace`'s replay (and its uniform twin). Loads pandas."""
+    return _trace(config.shape.trace, config.requests.seed, base_dir)
+
+
+def soak_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+    """`shape.soak`'s slices."""
+    return _soak(config.shape.soak, config.requests.seed, base_dir)
+
+
+def closed_loop_levels(config: Config) -> list[int]:
+    """The closed-loop user counts the config's shape asks for ([] for open-loop shapes): the pool of
+    users and connections holds the largest (the client cap does not apply to a closed loop)."""
     shape = config.shape
-    seed = config.requests.seed
-    if shape.ladder is not None:
-        return _ladder(shape.ladder, seed)
-    if shape.concurrency is not None:
-        return _concurrency(shape.concurrency, seed)
-    if shape.trace is not None:
-        return _trace(shape.trace, seed, base_dir)
-    if shape.soak is not None:
-        return _soak(shape.soak, seed, base_dir)
-    raise ValueError("config.shape has no shape kind")  # unreachable: Shape validates exactly one
+    return list(shape.concurrency.levels) if shape.concurrency is not None else []
+
+
+#: the steps of each `shape:` kind of the config (`shapes.loadshapes` has the LoadTestShape classes)
+STEP_BUILDERS = {"ladder": ladder_steps, "concurrency": concurrency_steps, "trace": trace_steps,
+                 "soak": soak_steps}
 
 
 def rate_label(rate: float) -> str:
@@ -100,6 +124,17 @@ def boundary_search(config: Config, results: Iterable[tuple] = ()) -> BoundarySe
     return BoundarySearch(results, resolution=ladder.refine.resolution, max_steps=ladder.refine.max_steps)
 
 
+class ConfigSearch:
+    """The steps a config's boundary search adds after the plan, as a shape offers them (`search`,
+    `search_step`: `shapes.loadshapes.BoundarySearchShape`); pure, for a controller given no shape."""
+
+    def search(self, config: Config, results: Iterable[tuple] = ()) -> BoundarySearch | None:
+        return boundary_search(config, results)
+
+    def search_step(self, config: Config, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
+        return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)
+
+
 def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:
     steps: list[StepSpec] = []
     for i, level in enumerate(shape.levels):
@@ -131,6 +166,10 @@ def _trace(shape: TraceShape, run_seed: int, base_dir: str | Path | None) -> lis
     ]
 
 
+#: soak slices run back to back (`Phase.drained`); the last one drains
+_SOAK_DRAINED = PHASES["soak"].drained
+
+
 def _soak_slices(soak: SoakShape) -> list[tuple[float, float]]:
     count = max(1, math.ceil(soak.duration / soak.slice - 1e-9))
     return [(i * soak.slice, min(soak.slice, soak.duration - i * soak.slice)) for i in range(count)]
@@ -142,7 +181,7 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
     if soak.trace is None:
         return [
             StepSpec(label=f"soak-{i:03d}", index=i, phase="soak", arrival=soak.arrival, target_rate=soak.rate,
-                     burstiness=soak.burstiness, duration_s=length, drain=i == last,
+                     burstiness=soak.burstiness, duration_s=length, drain=_SOAK_DRAINED or i == last,
                      drain_timeout_s=soak.drain_timeout, seed=derive_seed(run_seed, i))
             for i, (_, length) in enumerate(slices)
         ]
@@ -159,7 +198,7 @@ def _soak(soak: SoakShape, run_seed: int, base_dir: str | Path | None) -> list[S
         part = slice_trace(looped, start, start + length)
         steps.append(StepSpec(
             label=f"soak-{i:03d}", index=i, phase="soak", arrival="trace", target_rate=len(part) / length,
-            duration_s=length, drain=i == last, drain_timeout_s=soak.drain_timeout,
+            duration_s=length, drain=_SOAK_DRAINED or i == last, drain_timeout_s=soak.drain_timeout,
             trace=to_trace_arrivals(part, use_sizes=soak.trace.use_sizes), seed=derive_seed(seed, i),
             failed_in_source=replay.failed_in_source if i == 0 else 0))
     return steps

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from shapes.phases import PHASES as _PHASES
+
 __all__ = [
     "ARRIVALS",
     "PHASES",
@@ -30,7 +32,8 @@ __all__ = [
     "step_bounds",
 ]
 
-PHASES = ("ladder", "refine", "concurrency", "burst", "uniform", "soak")
+#: the phase names a step may carry (their traits: `shapes.phases.PHASES`)
+PHASES = tuple(_PHASES)
 #: how a step's arrivals are made: a process of `llmload.arrivals`, a trace, or a closed loop
 ARRIVALS = ("constant", "poisson", "gamma", "trace", "closed")
 

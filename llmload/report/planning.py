@@ -24,13 +24,14 @@ import pandas as pd
 from llmload.errors import ConfigError
 from llmload.report.html import esc, kv_table
 from llmload.units import parse_duration
+from shapes.phases import sustained_phases
 
 __all__ = ["LITTLE_LAW", "plan_lines", "plan_run", "planning_html"]
 
 LITTLE_LAW = ("Little's law, L = λW: in a steady state the mean number of requests in flight equals the "
               "arrival rate times the mean time each spends in the system. A population of N users, each "
               "thinking Z seconds between requests that take R seconds, offers about N ÷ (Z + R) req/s.")
-_SUSTAINED = ("ladder", "refine", "soak")
+_SUSTAINED = sustained_phases()
 
 
 def _num(value: float, unit: str = "", digits: int = 3) -> str:

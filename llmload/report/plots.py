@@ -18,6 +18,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from shapes.phases import closed_loop_phases, rate_phases
+
 __all__ = [
     "RATE_PHASES",
     "bridge_gaps",
@@ -34,7 +36,7 @@ __all__ = [
     "tokens_plot",
 ]
 
-RATE_PHASES = ("ladder", "refine")
+RATE_PHASES = rate_phases()
 _VERDICT_COLOURS = {"pass": "#1b7f3b", "fail": "#b3261e", "invalid": "#8a4b00",
                     "insufficient": "#5a4fb3"}
 _SPLIT_ORDER = ("client_wait", "server_queue", "prefill_to_first_token", "prefill", "decode")
@@ -74,8 +76,9 @@ def rate_axis(steps: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     run = steps[steps.get("status", pd.Series("run", index=steps.index)).astype(str) != "not_run"]
     phase = run.get("phase", pd.Series("ladder", index=run.index)).astype(str)
     rated = run[phase.isin(RATE_PHASES)]
-    if rated.empty and (phase == "concurrency").any():
-        conc = run[phase == "concurrency"].assign(_x=lambda d: _col(d, "concurrency"))
+    closed = phase.isin(closed_loop_phases())
+    if rated.empty and closed.any():
+        conc = run[closed].assign(_x=lambda d: _col(d, "concurrency"))
         return conc.sort_values("_x"), "_x", "concurrency (closed loop, users)"
     if rated.empty:
         rated = run

@@ -82,8 +82,10 @@ class StepController:
 
     def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
                  judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
-                 wait_ready: Callable[[], bool] | None = None, base_dir: str = ".") -> None:
+                 wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None) -> None:
         self.config = config
+        #: the shape that planned the steps (`shapes.loadshapes`): it may add steps (`_refine`)
+        self.shape = shape
         self.config_dict = config.model_dump(mode="json")
         self.run_dir = Path(run_dir)
         self.link = link
@@ -495,17 +497,18 @@ class StepController:
             writer.close()
 
     def _refine(self) -> None:
-        """After a ladder with `refine:`, bisect between the last pass and the first fail."""
-        shape = self.config.shape
-        if shape.kind != "ladder" or shape.ladder.refine is None:
-            return
-        from shapes.plan import boundary_search, refine_step
+        """The shape's search (a ladder with `refine:`: bisect between the last pass and the first fail)."""
+        if self.shape is None:  # made without the shape that planned: the config's boundary search
+            from shapes.plan import ConfigSearch
 
-        search = boundary_search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
-                                               for r in self.results if r["target_rate"] is not None])
+            self.shape = ConfigSearch()
+        search = self.shape.search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
+                                                 for r in self.results if r["target_rate"] is not None])
+        if search is None:
+            return
         while not self.stopping and (rate := search.next_rate()) is not None:
-            spec = refine_step(shape.ladder, rate, index=len(self.plan.steps), seed=self.seed,
-                               taken=[s["label"] for s in self.plan.steps])
+            spec = self.shape.search_step(self.config, rate, index=len(self.plan.steps), seed=self.seed,
+                                          taken=[s["label"] for s in self.plan.steps])
             row = self.plan.add(spec.to_dict() | _plan_fields(spec))
             verdict, _, stats = self.run_step(spec, row)
             search.record(rate, verdict, stats.get("completed", stats.get("ok")))

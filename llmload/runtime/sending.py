@@ -196,8 +196,11 @@ def build_sender(config: dict, *, worker: str, shard: int, shards: int, seed: in
     cfg = Config.model_validate(config)
     cap = cfg.client.max_concurrency
     concurrency = max(1, -(-cap // shards)) if cap else 512
-    if cfg.shape.kind == "concurrency":
-        concurrency = max(concurrency, -(-max(cfg.shape.concurrency.levels) // shards))
+    from shapes.plan import closed_loop_levels
+
+    levels = closed_loop_levels(cfg)
+    if levels:
+        concurrency = max(concurrency, -(-max(levels) // shards))
     return Sender(cfg, concurrency=concurrency, seed=seed + shard, base_dir=base_dir)
 
 

@@ -85,10 +85,10 @@ def add_options(parser: Any) -> None:
 
 def pool_size(config: Config) -> int:
     """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
-    cap = config.client.max_concurrency or UNCAPPED_POOL
-    if config.shape.kind == "concurrency":
-        return max(config.shape.concurrency.levels)
-    return cap
+    from shapes.plan import closed_loop_levels
+
+    levels = closed_loop_levels(config)
+    return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
 
 
 class Session:
@@ -113,6 +113,8 @@ class Session:
         self.finished = False
         self.exit_code: int | None = None
         self.greenlet: gevent.Greenlet | None = None
+        #: the shape that plans the run (`shapes.loadshapes.planning_shape`), once planned
+        self.shape: Any = None
         self._finalised = False
         #: a stop from outside froze the controller (the run directory is finalised on test_stop)
         self._interrupted = False
@@ -279,11 +281,12 @@ class Session:
         except Exception as exc:  # the run can go on; the report will say the manifest is missing
             log.exception("manifest not written")
             print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
-        from shapes.plan import build_plan
+        from shapes.loadshapes import planning_shape
 
         base_dir = Path(self.config_path).resolve().parent
         try:
-            steps = build_plan(config, base_dir=base_dir)
+            self.shape = planning_shape(self.env, config)
+            steps = self.shape.plan(config, base_dir=base_dir)
         except LLMLoadError as exc:
             self._fail(str(exc), exc.exit_code)
             return
@@ -293,7 +296,8 @@ class Session:
         recent = getattr(self.telemetry, "recent", None)
         self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
                                          judge=live_judge(run_dir, recent), telemetry=self.telemetry,
-                                         wait_ready=self._wait_pool, base_dir=str(base_dir))
+                                         wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape)
+        self.controller.plan.data["shape"] = type(self.shape).__name__
         self.controller.run()
         self._finalise()
 
@@ -439,12 +443,14 @@ class Session:
 
     # ------------------------------------------------------------------ the shape's view
 
-    def tick(self) -> tuple | None:
+    def tick(self, shape: Any = None) -> tuple | None:
         """(users, spawn rate, [user class]) while the run is on; None once it is finalised. The spawn
-        rate is the pool size: Locust starts the whole pool in one dispatch, not a ramp."""
+        rate is the pool size: Locust starts the whole pool in one dispatch, not a ramp. The users are
+        those of the shape that plans the run (else of the ticking `shape`, else `pool_size`)."""
         if self.finished or self.config is None:
             return None
-        users = pool_size(self.config)
+        planner = self.shape or shape
+        users = planner.users(self.config) if planner is not None else pool_size(self.config)
         return users, float(users), pool_user_classes(self.env, self.config.target.api)
 
 
@@ -470,9 +476,9 @@ def new_shape_run() -> None:
         _SESSION.finished = False
 
 
-def pool_tick() -> tuple | None:
+def pool_tick(shape: Any = None) -> tuple | None:
     """The shape's tick: the user pool while the run is on, None when it is done."""
-    return _SESSION.tick() if _SESSION is not None else None
+    return _SESSION.tick(shape) if _SESSION is not None else None
 
 
 _USER_CLASSES: dict[str, type] = {}
