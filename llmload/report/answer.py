@@ -17,6 +17,7 @@ from llmload import slo as slo_dims
 from llmload.report.html import cell_text, is_blank
 from llmload.report.manifest_view import conditions_of
 from llmload.report.plots import RATE_PHASES
+from shapes.phases import sustained_phases
 
 __all__ = [
     "QUESTION",
@@ -68,7 +69,7 @@ def realised_rate_note(steps: pd.DataFrame, rate: Any) -> str:
     blank = pd.Series("", index=steps.index)
     phase = steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
     verdict = steps.get("verdict", blank).astype(str)
-    at = steps[phase.isin(("ladder", "refine", "soak")) & (verdict == "pass")
+    at = steps[phase.isin(sustained_phases()) & (verdict == "pass")
                & ((pd.to_numeric(steps["target_rate"], errors="coerce") - target).abs() < 1e-9)]
     offered = pd.to_numeric(at["offered_rate"], errors="coerce").dropna()
     off = [float(v) for v in offered if abs(float(v) - target) > REALISED_RATE_TOLERANCE * target]
