@@ -191,7 +191,10 @@ class SimServer:
                 body = sglang_as_common(body)
         except _Refusal as refusal:
             row.input_tokens = refusal.input_tokens
-            reject(refusal.status, refusal.message, "http_error", refusal.body)
+            if kind == "sglang_generate" and refusal.status == 400 and _streamed(req):
+                self._stream_refusal(conn, row, refusal.message, echo)
+            else:
+                reject(refusal.status, refusal.message, "http_error", refusal.body)
             return
         row.input_tokens = n_prompt
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
@@ -319,6 +322,17 @@ class SimServer:
                            input_tokens=n_prompt)
         return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt)), eos_at
 
+    def _stream_refusal(self, conn: Connection, row: GroundTruthRow, message: str, echo: dict) -> None:
+        """SGLang validates a `/generate` request inside its stream generator: the ValueError becomes a
+        200 stream of one `{"error": {"message": ...}}` event and `[DONE]` (http_server.py)."""
+        row.http_status, row.outcome, row.finished_at = 200, "http_error", now()
+        self.gt.write(row)
+        renderer = renderer_for("sglang_generate")
+        conn.start_stream(200, renderer.content_type, echo)
+        conn.write_event(renderer.sse({"error": {"message": message}}))
+        conn.write_event(renderer.done)
+        conn.end_stream()
+
     def _load_only(self, body: dict, kind: str, row: GroundTruthRow, conn: Connection, load_s: float,
                    keep_alive: object) -> None:
         """Ollama's load / unload idiom: see `residency.load_only_answer`."""
@@ -385,6 +399,14 @@ def _not_found(flavor: str, status: int) -> object:
         return b"404 page not found" if status == 404 else b"405 method not allowed"
     return {"error": {"code": status, "message": "File Not Found" if status == 404 else text,
                       "type": "not_found_error" if status == 404 else "invalid_request_error"}}
+
+
+def _streamed(req: Request) -> bool:
+    try:
+        body = req.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and bool(body.get("stream"))
 
 
 def _banner(flavor: str, host: str, port: int) -> str:

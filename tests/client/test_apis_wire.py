@@ -36,3 +36,13 @@ def test_each_spec_builds_a_body_the_sim_accepts(sim_factory, flavor: str) -> No
             assert rec.output_tokens == row["output_tokens"] == 6 and not rec.tokens_estimated, spec.name
             assert rec.input_tokens == row["input_tokens"]
             assert len(rec.token_times) == len(row["token_times"])
+
+
+@pytest.mark.slow
+def test_sglang_in_stream_refusal_is_an_http_error(sim_factory) -> None:
+    """SGLang refuses a too-long prompt inside a 200 stream (an error event, then `[DONE]`): a failure
+    with the server's message, no output, never ok."""
+    sim = sim_factory(flavor="sglang", config={"load_time_s": "0.1s", "max_model_len": 64})
+    (rec,) = send_batch(sim_target(sim.url, "sglang-generate", "sglang"), fixed_requests(100, 4), 1)
+    assert rec.outcome == "http_error" and rec.http_status == 200 and rec.output_tokens == 0
+    assert "is longer than the model's context length (64 tokens)" in rec.error
