@@ -37,9 +37,8 @@ class StreamDecoder:
     @classmethod
     def for_api(cls, api: str) -> StreamDecoder:
         """The decoder for a `target.api` value (its `ApiSpec`'s framing and parser)."""
-        from llmload.apis import get_api  # the registry imports the parsers: no import-time cycle
-
-        return get_api(api).decoder()
+        spec = _specs().get(api) or _get_api(api)  # _get_api: the one-line error of an unknown name
+        return cls(ndjson=spec.framing == "ndjson", parser=spec.parser())
 
     def feed(self, chunk: bytes) -> list[StreamChunk]:
         if self._ndjson is not None:
@@ -68,6 +67,25 @@ class StreamDecoder:
                 out.append(StreamChunk(error=error_message(obj.get("error", obj) if isinstance(obj, dict)
                                                            else obj)))
         return out
+
+
+def _specs() -> dict:
+    """The API registry, imported on first use (it imports the parsers: no import-time cycle)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        from llmload.apis import all_apis
+
+        _REGISTRY = {spec.name: spec for spec in all_apis()}
+    return _REGISTRY
+
+
+def _get_api(api: str):
+    from llmload.apis import get_api
+
+    return get_api(api)
+
+
+_REGISTRY: dict | None = None
 
 
 def _not_utf8(raw: bytes) -> StreamChunk:
