@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from llmload.protocols.events import StreamChunk
+from llmload.protocols.stream import StreamDecoder
 
 __all__ = ["ApiSpec", "BodyBuilder", "ChunkParser"]
 
@@ -58,8 +59,6 @@ class ApiSpec:
     servers: tuple[str, ...] = ()
     sim_flavors: tuple[str, ...] = ()
 
-    def decoder(self):
+    def decoder(self) -> StreamDecoder:
         """A new stream decoder for one response body (framing plus this API's parser)."""
-        from llmload.protocols.stream import StreamDecoder
-
         return StreamDecoder(ndjson=self.framing == "ndjson", parser=self.parser())
