@@ -37,7 +37,7 @@ app = FlagsApp(
 
 @app.command()
 def sim(
-    flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama or llamacpp.")] = "vllm",
+    flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama, llamacpp or sglang.")] = "vllm",
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one and prints it.")] = 8000,
     seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed for EOS draws and faults.")] = 0,
@@ -45,7 +45,7 @@ def sim(
     ground_truth: Annotated[Optional[Path], typer.Option(help="Write one JSON line per request here.")] = None,
     model: Annotated[str, typer.Option(help="Model name the server reports.")] = "sim-model",
 ) -> None:
-    """Run the simulated inference server (vLLM, Ollama or llama.cpp wire formats)."""
+    """Run the simulated inference server (vLLM, Ollama, llama.cpp or SGLang wire formats)."""
     from llmload.sim.server import serve
 
     serve(flavor=flavor, host=host, port=port, seed=seed, config_path=config,

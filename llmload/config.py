@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from llmload import slo as slo_dims
+from llmload.apis import api_names, unknown_api_message
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
 from llmload.yamlfile import line_index as _line_index
@@ -63,7 +64,8 @@ __all__ = [
     "parse_config",
 ]
 
-API_KINDS = ("openai-chat", "openai-completions", "ollama-chat", "ollama-generate")
+#: every `target.api` value: the modules of `llmload.apis` (one per server API)
+API_KINDS = api_names()
 #: the latency metrics an SLO threshold can name (`llmload.slo`, the registry of SLO dimensions)
 SLO_METRICS = slo_dims.latency_names()
 
@@ -159,7 +161,8 @@ class Target(Model):
     url: Url | None = None
     urls: list[Url] | None = None
     routing: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
-    api: Literal["openai-chat", "openai-completions", "ollama-chat", "ollama-generate"] = "openai-chat"
+    #: one of `llmload.apis.api_names()`
+    api: str = "openai-chat"
     model: str = "default"
     api_key_env: str | None = None
     api_key_file: str | None = None
@@ -168,6 +171,13 @@ class Target(Model):
     idle_timeout: Positive = 30.0
     connect_timeout: Positive = 10.0
     server: Literal["vllm", "ollama", "llamacpp", "sglang", "tgi", "generic"] | None = None
+
+    @field_validator("api")
+    @classmethod
+    def _known_api(cls, value: str) -> str:
+        if value not in API_KINDS:
+            raise ValueError(unknown_api_message(value))
+        return value
 
     @model_validator(mode="after")
     def _one_url(self) -> Target:

@@ -1,4 +1,4 @@
-"""Locust users for LLM servers: OpenAI chat/completions and Ollama chat/generate, open loop.
+"""The Locust user for LLM servers (every API of `llmload.apis`: OpenAI, Ollama, SGLang), open loop.
 
 Run it through `llmload run CONFIG.yaml`, or with Locust's own command line (always with the shape):
 
@@ -14,7 +14,8 @@ DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`
 and `--llmload-no-locust-stats` (`llmload run` passes it: its output ends with its own summary rather
 than Locust's request tables).
 
-The user class is chosen by `target.api` (the shape names it). Users never pace themselves: each one
+One user class, `LLMUser`, for every `target.api`: the API (path, body, stream format) is the
+`llmload.apis` spec that `target.api` names, read by the client library. Users never pace themselves: each one
 blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
 it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires exactly one Locust
 request event, `E2E` (type `LLM`, response time = E2E from `llmload.latency.latencies`, as the
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 import locust  # noqa: F401  (first: it patches the standard library with gevent)
 from locust import User, events, task
 
+from llmload.apis import api_names, get_api
 from llmload.latency import latencies
 from llmload.records import Record
 from llmload.runtime import console, session
@@ -41,7 +43,7 @@ if TYPE_CHECKING:  # the master never sends: it does not import the sending path
     from llmload.client.spec import RequestSpec
     from llmload.runtime.sending import PlannedArrival
 
-__all__ = ["LLMUser", "OllamaChatUser", "OllamaGenerateUser", "OpenAIChatUser", "OpenAICompletionsUser"]
+__all__ = ["LLMUser"]
 
 
 @events.init_command_line_parser.add_listener
@@ -71,11 +73,16 @@ class LLMUser(User):
     `examples/locustfiles/multiturn.py`.
     """
 
-    abstract = True
-    #: the `target.api` this class speaks (the request body and stream format come from the client library)
+    #: the `target.api` this class speaks; empty: the run's `target.api` (see `spec`)
     api: str = ""
     #: Locust's name for the request entries
     request_type: str = "LLM"
+
+    @property
+    def spec(self):
+        """The `llmload.apis.ApiSpec` this user speaks: `api`, else the run's `target.api`."""
+        run = session.current()
+        return get_api(self.api or (run.config.target.api if run and run.config else "openai-chat"))
 
     def __init__(self, environment) -> None:
         super().__init__(environment)
@@ -126,29 +133,4 @@ class LLMUser(User):
             response_length=record.output_tokens or 0, exception=error, context={"step": record.step})
 
 
-class OpenAIChatUser(LLMUser):
-    """`POST /v1/chat/completions` with `stream: true` (vLLM, llama.cpp, SGLang, any OpenAI-compatible)."""
-
-    api = "openai-chat"
-
-
-class OpenAICompletionsUser(LLMUser):
-    """`POST /v1/completions` with `stream: true`."""
-
-    api = "openai-completions"
-
-
-class OllamaChatUser(LLMUser):
-    """Ollama `POST /api/chat` (NDJSON stream)."""
-
-    api = "ollama-chat"
-
-
-class OllamaGenerateUser(LLMUser):
-    """Ollama `POST /api/generate` (NDJSON stream)."""
-
-    api = "ollama-generate"
-
-
-session.register_user_classes({cls.api: cls for cls in
-                               (OpenAIChatUser, OpenAICompletionsUser, OllamaChatUser, OllamaGenerateUser)})
+session.register_user_classes({name: LLMUser for name in api_names()})

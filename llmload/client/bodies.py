@@ -1,32 +1,30 @@
 """Request bodies for each `target.api`, always streaming, asking for usage where the API has it.
 
+Each API's path and body builder are declared once, in its `llmload.apis` module (`ApiSpec`):
+
 | api | path | length cap | usage |
 |---|---|---|---|
 | openai-chat | /v1/chat/completions | `max_tokens` | `stream_options.include_usage` |
 | openai-completions | /v1/completions | `max_tokens` | `stream_options.include_usage` |
 | ollama-chat | /api/chat | `options.num_predict` | final object's counts |
 | ollama-generate | /api/generate | `options.num_predict` | final object's counts |
+| sglang-generate | /generate | `sampling_params.max_new_tokens` | `meta_info` on every event |
 
-`stream_options.continuous_usage_stats` (tokens per event) is added only for vLLM, the server that has
-it. `ignore_eos` (exact output lengths) is an extra top-level field that vLLM, llama.cpp and SGLang
-accept; it is sent only when `target.server` is one of those, because the OpenAI API rejects unknown
-fields. Ollama has no ignore-EOS option (`num_predict` is a cap only), so Ollama answers may end
-early: the served `output_tokens` is recorded next to the planned one.
+`build_body` turns `prompt` or `messages` into both (a chat API wraps a prompt as one user message, a
+completion API joins the messages' contents) and asks the spec for the body.
 """
 
 from __future__ import annotations
 
 import json
 
+from llmload.apis import all_apis, get_api
+from llmload.apis.openai_chat import IGNORE_EOS_SERVERS
+
 __all__ = ["API_PATHS", "IGNORE_EOS_SERVERS", "PreparedRequest", "build_body"]
 
-API_PATHS = {
-    "openai-chat": "/v1/chat/completions",
-    "openai-completions": "/v1/completions",
-    "ollama-chat": "/api/chat",
-    "ollama-generate": "/api/generate",
-}
-IGNORE_EOS_SERVERS = ("vllm", "llamacpp", "sglang")
+#: path per api (read from the registry; kept for callers of the old table)
+API_PATHS = {spec.name: spec.path for spec in all_apis()}
 
 
 def _as_prompt(messages: list[dict]) -> str:
@@ -36,34 +34,15 @@ def _as_prompt(messages: list[dict]) -> str:
 def build_body(api: str, *, model: str, max_tokens: int, prompt: str | None = None,
                messages: list[dict] | None = None, temperature: float = 0.0, ignore_eos: bool = False,
                server: str | None = None) -> bytes:
-    """The JSON body (bytes) of one streaming request. Give `prompt` or `messages`; a chat API wraps a
-    prompt as one user message, a completion API joins the messages' contents."""
-    if api not in API_PATHS:
-        raise ValueError(f"unknown api {api!r}")
+    """The JSON body (bytes) of one streaming request. Give `prompt` or `messages`. An unknown `api`
+    raises `llmload.apis.UnknownApi` (a ValueError)."""
+    spec = get_api(api)
     if messages is None:
         messages = [{"role": "user", "content": prompt or ""}]
     elif prompt is None:
         prompt = _as_prompt(messages)
-    if api.startswith("openai"):
-        body: dict = {"model": model}
-        if api == "openai-chat":
-            body["messages"] = messages
-        else:
-            body["prompt"] = prompt
-        body.update(max_tokens=max_tokens, temperature=temperature, stream=True)
-        options = {"include_usage": True}
-        if server == "vllm":
-            options["continuous_usage_stats"] = True
-        body["stream_options"] = options
-        if ignore_eos and server in IGNORE_EOS_SERVERS:
-            body["ignore_eos"] = True
-    else:
-        body = {"model": model}
-        if api == "ollama-chat":
-            body["messages"] = messages
-        else:
-            body["prompt"] = prompt
-        body.update(stream=True, options={"num_predict": max_tokens, "temperature": temperature})
+    body = spec.build(messages=messages, prompt=prompt, model=model, max_tokens=max_tokens,
+                      temperature=temperature, ignore_eos=ignore_eos, server=server)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
@@ -78,7 +57,7 @@ class PreparedRequest:
                  planned_output_tokens: int | None = None, prefix_id: int | None = None) -> None:
         self.request_id = request_id
         self.api = api
-        self.path = API_PATHS[api]
+        self.path = get_api(api).path
         self.body = body
         self.headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
         self.planned_input_tokens = planned_input_tokens

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from llmload.apis import get_api
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.dataset import DatasetEntry, load_dataset
 from llmload.client.lengths import LengthSampler
@@ -46,7 +47,7 @@ class RequestMix:
         self.model = target.model
         self.server = target.server
         self.tokens_per_word = tokens_per_word or 1.0
-        self.chat = self.api in ("openai-chat", "ollama-chat")
+        self.chat = get_api(self.api).chat
         self.input_lengths = LengthSampler.from_dist(requests.input_tokens, base_dir=base_dir)
         self.output_lengths = LengthSampler.from_dist(requests.output_tokens, base_dir=base_dir)
         self.dataset: list[DatasetEntry] | None = None

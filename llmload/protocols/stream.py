@@ -1,12 +1,16 @@
 """Framing plus interpretation for one API: bytes of a response body in, `StreamChunk`s out.
 
-OpenAI-style APIs frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
+The framing and the payload parser come from the API's `llmload.apis.ApiSpec` (`spec.decoder()`, or
+`StreamDecoder.for_api(name)`); this module knows no API by name. SSE APIs (OpenAI-style, SGLang's
+`/generate`) frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
 are payloads; other event names are ignored; a line that is not valid UTF-8 is a malformed chunk (an
 error), as it is in NDJSON. Ollama's native APIs frame with NDJSON. The streaming
 core feeds each `readline()` result to `feed` and calls `flush` when the body ends.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from llmload.protocols.events import StreamChunk, loads_json
 from llmload.protocols.lines import NDJSONDecoder
@@ -16,28 +20,29 @@ from llmload.protocols.sse import SSEDecoder, SSEEvent
 
 __all__ = ["StreamDecoder"]
 
-_OLLAMA_APIS = ("ollama-chat", "ollama-generate")
-
 
 class StreamDecoder:
-    """One request's body decoder: `feed(bytes) -> list[StreamChunk]`, `flush() -> list[StreamChunk]`."""
+    """One request's body decoder: `feed(bytes) -> list[StreamChunk]`, `flush() -> list[StreamChunk]`.
+    `parser` (one per request) reads each payload; without one, OpenAI's for SSE, Ollama's for NDJSON."""
 
-    __slots__ = ("_ndjson", "_sse", "_openai", "_ollama")
+    __slots__ = ("_ndjson", "_sse", "_parse")
 
-    def __init__(self, *, ndjson: bool) -> None:
+    def __init__(self, *, ndjson: bool, parser: Any = None) -> None:
         self._ndjson = NDJSONDecoder() if ndjson else None
         self._sse = None if ndjson else SSEDecoder()
-        self._openai = OpenAIStreamParser()
-        self._ollama = OllamaStreamParser()
+        if parser is None:
+            parser = OllamaStreamParser() if ndjson else OpenAIStreamParser()
+        self._parse = parser.parse
 
     @classmethod
     def for_api(cls, api: str) -> StreamDecoder:
-        """The decoder for a `target.api` value."""
-        return cls(ndjson=api in _OLLAMA_APIS)
+        """The decoder for a `target.api` value (its `ApiSpec`'s framing and parser)."""
+        spec = _specs().get(api) or _get_api(api)  # _get_api: the one-line error of an unknown name
+        return cls(ndjson=spec.framing == "ndjson", parser=spec.parser())
 
     def feed(self, chunk: bytes) -> list[StreamChunk]:
         if self._ndjson is not None:
-            return [self._ollama.parse(line) for line in self._ndjson.feed(chunk)]
+            return [self._parse(line) for line in self._ndjson.feed(chunk)]
         sse = self._sse
         events = sse.feed(chunk)
         if sse.invalid is not None:
@@ -46,14 +51,14 @@ class StreamDecoder:
 
     def flush(self) -> list[StreamChunk]:
         if self._ndjson is not None:
-            return [self._ollama.parse(line) for line in self._ndjson.flush()]
+            return [self._parse(line) for line in self._ndjson.flush()]
         return self._events(self._sse.flush())
 
     def _events(self, events: list[SSEEvent]) -> list[StreamChunk]:
         out = []
         for ev in events:
             if ev.event == "message":
-                out.append(self._openai.parse(ev.data))
+                out.append(self._parse(ev.data))
             elif ev.event == "error":
                 try:
                     obj = loads_json(ev.data)
@@ -62,6 +67,25 @@ class StreamDecoder:
                 out.append(StreamChunk(error=error_message(obj.get("error", obj) if isinstance(obj, dict)
                                                            else obj)))
         return out
+
+
+def _specs() -> dict:
+    """The API registry, imported on first use (it imports the parsers: no import-time cycle)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        from llmload.apis import all_apis
+
+        _REGISTRY = {spec.name: spec for spec in all_apis()}
+    return _REGISTRY
+
+
+def _get_api(api: str):
+    from llmload.apis import get_api
+
+    return get_api(api)
+
+
+_REGISTRY: dict | None = None
 
 
 def _not_utf8(raw: bytes) -> StreamChunk:

@@ -2,7 +2,8 @@
 
 - reachable: each endpoint answers HTTP at all (a refused connection or a timeout stops the run with
   one line and exit code 3; any HTTP status counts as reachable);
-- model: listed by `/v1/models` (OpenAI) or `/api/tags` (Ollama); a missing model is a warning, since
+- model: listed by the API's probe path (`ApiSpec.probe_path`: `/v1/models` for OpenAI and SGLang,
+  `/api/tags` for Ollama); a missing model is a warning, since
   llama.cpp serves whatever it loaded under any name;
 - cold load: one tiny request, timed and recorded apart (`preflight.json`), never in the records;
 - quality cases (`quality.cases`) through the client library: a failure stops the run unless
@@ -20,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from llmload.apis import get_api
 from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import RunError
@@ -28,9 +30,6 @@ from llmload.redaction import redact
 __all__ = ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
 
 log = logging.getLogger("llmload.preflight")
-
-_PROBE_PATHS = {"openai-chat": "/v1/models", "openai-completions": "/v1/models", "ollama-chat": "/api/tags",
-                "ollama-generate": "/api/tags"}
 
 
 class PreflightFailed(RunError):
@@ -56,7 +55,7 @@ def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[s
     from llmload.client.auth import Credentials
 
     headers = Credentials.from_target(config.target).headers()
-    path = _PROBE_PATHS[config.target.api]
+    path = get_api(config.target.api).probe_path
     timeout = timeout_s if timeout_s is not None else min(config.target.connect_timeout, 10.0)
     found: dict[str, Any] = {}
     for base in config.target.endpoints:
@@ -128,6 +127,8 @@ def _tokens_per_word(config: Config) -> float | None:
     """Server tokens per synthesised word via `/tokenize`, so prompts get their planned token length on
     a real tokenizer; None when the config gives it, prompts come from a dataset, or the server has none."""
     if config.requests.tokens_per_word is not None or config.requests.dataset:
+        return None
+    if get_api(config.target.api).tokenize_path is None:  # the API's server has no /tokenize
         return None
     from llmload.client import calibrate_tokens_per_word
     from llmload.client.auth import Credentials

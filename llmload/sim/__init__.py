@@ -1,4 +1,4 @@
-"""The simulated inference server: vLLM, Ollama or llama.cpp wire formats over a batching engine model.
+"""The simulated inference server: vLLM, Ollama, llama.cpp or SGLang wire formats over a batching engine model.
 
 Start one and talk to it as to the real server (it binds 127.0.0.1 by default and says so)::
 
@@ -10,6 +10,9 @@ Start one and talk to it as to the real server (it binds 127.0.0.1 by default an
 
     llmload sim --flavor ollama --port 11434
     curl -N http://127.0.0.1:11434/api/generate -d '{"model":"sim-model","prompt":"Hi","options":{"num_predict":5}}'
+
+    llmload sim --flavor sglang --port 30000
+    curl -N http://127.0.0.1:30000/generate -d '{"text":"Hi","sampling_params":{"max_new_tokens":5},"stream":true}'
 
     llmload sim --flavor llamacpp --port 8080 --config examples/sim/default.yaml
     curl -N http://127.0.0.1:8080/completion -d '{"prompt":"Hi","n_predict":5,"stream":true}'

@@ -75,6 +75,21 @@ class InfoPages:
             ids = token_ids(str(body.get("prompt", "")))
         return {"count": len(ids), "max_model_len": self.settings.max_model_len, "tokens": ids}
 
+    # ------------------------------------------------------------ SGLang
+    def sglang_models(self) -> dict:
+        """`/v1/models` (`ModelCard`: id, object, created, owned_by, root, max_model_len)."""
+        return {"object": "list", "data": [{"id": self.model, "object": "model", "created": int(self.started_at),
+                                            "owned_by": "sglang", "root": self.model, "parent": None,
+                                            "max_model_len": self.settings.max_model_len}]}
+
+    def sglang_model_info(self) -> dict:
+        return {"model_path": self.model, "tokenizer_path": self.model, "is_generation": True,
+                "preferred_sampling_params": None, "weight_version": "default"}
+
+    def sglang_tokenize(self, body: dict) -> dict:
+        """`/tokenize` (`TokenizeRequest` {model, prompt} -> {tokens, count, max_model_len}), as vLLM's."""
+        return self.vllm_tokenize({"prompt": body.get("prompt", "")})
+
     # ------------------------------------------------------------ Ollama
     def _ollama_model(self) -> dict:
         return {"name": self.model, "model": self.model, "modified_at": rfc3339(self.started_at),

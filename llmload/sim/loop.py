@@ -196,6 +196,10 @@ def error_body(flavor: str, kind: str, message: str, code: int, err_type: str | 
         return {"error": {"message": message, "type": err_type or default, "param": None, "code": None}}
     if flavor == "llamacpp":
         return {"error": {"code": code, "message": message, "type": err_type or "server_error"}}
+    if flavor == "sglang":  # http_server.py: _create_error_response natively, ErrorResponse on /v1
+        if kind == "sglang_generate":
+            return {"error": {"message": message}}
+        return {"object": "error", "message": message, "type": err_type or str(code), "param": None, "code": code}
     names = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError",
              500: "InternalServerError", 503: "ServiceUnavailableError"}
     return {"error": {"message": message, "type": err_type or names.get(code, "InternalServerError"),

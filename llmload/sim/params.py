@@ -11,7 +11,8 @@ completion model. docs/SIM.md has the table.
 
 from __future__ import annotations
 
-__all__ = ["EMBEDDINGS", "ParamRefusal", "check_model", "check_params", "embeddings_refusal", "stop_strings"]
+__all__ = ["EMBEDDINGS", "SGLANG_DEFAULT_MAX_NEW_TOKENS", "ParamRefusal", "check_model", "check_params",
+           "embeddings_refusal", "sglang_as_common", "stop_strings"]
 
 #: embedding endpoints: 501 (llama.cpp without `--embeddings`, server.cpp handle_embeddings_impl;
 #: Ollama for a completion-only model, issue 18 item 7)
@@ -102,6 +103,23 @@ def check_params(flavor: str, kind: str, body: dict, model: str) -> None:
 
 def _tagged(model: str) -> str:
     return model if ":" in model else model + ":latest"
+
+
+#: SGLang `SamplingParams.max_new_tokens` default (a `/generate` request that names no cap)
+SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def sglang_as_common(body: dict) -> dict:
+    """A `/generate` body (`GenerateReqInput`: `text`, `sampling_params`) in the keys the other
+    endpoints use (`prompt`, `max_tokens`, `ignore_eos`, `stop`), so one admission path serves it."""
+    sp = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+    out = {k: v for k, v in body.items() if k not in ("text", "sampling_params")}
+    out["prompt"] = body.get("text", "")
+    out["max_tokens"] = sp.get("max_new_tokens", SGLANG_DEFAULT_MAX_NEW_TOKENS)
+    for key in ("ignore_eos", "stop", "temperature"):
+        if key in sp:
+            out[key] = sp[key]
+    return out
 
 
 def stop_strings(body: dict, kind: str) -> list[str]:

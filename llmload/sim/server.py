@@ -33,6 +33,7 @@ from llmload.sim.params import (
     check_model,
     check_params,
     embeddings_refusal,
+    sglang_as_common,
     stop_strings,
 )
 from llmload.sim.prefix import block_hashes
@@ -50,6 +51,7 @@ _GENERATE = {
                "/v1/chat/completions": "chat", "/v1/completions": "completions"},
     "llamacpp": {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions",
                  "/completions": "completions", "/completion": "llamacpp_completion"},
+    "sglang": {"/generate": "sglang_generate", "/v1/chat/completions": "chat", "/v1/completions": "completions"},
 }
 _LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
 
@@ -70,7 +72,7 @@ class SimServer:
         self.flavor, self.settings, self.seed, self.model = flavor, settings, seed, model
         self.gt = ground_truth
         s = settings
-        slots = s.max_num_seqs if flavor == "vllm" else s.num_parallel
+        slots = s.max_num_seqs if flavor in ("vllm", "sglang") else s.num_parallel
         self.engine = Engine(EngineLimits(
             max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens, num_blocks=s.num_blocks,
             block_size=s.block_size, step_base_s=s.step_base_s, prefill_cost_s=s.prefill_cost_s,
@@ -118,6 +120,11 @@ class SimServer:
                      "/v1/models": info.vllm_models, "/metrics": lambda: self.vllm_metrics.render()}
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, info.vllm_tokenize)
+        elif flavor == "sglang":  # entrypoints/http_server.py; /metrics only with --enable-metrics
+            pages = {"/health": lambda: b"", "/health_generate": lambda: b"",
+                     "/get_model_info": info.sglang_model_info, "/v1/models": info.sglang_models}
+            if path == "/tokenize" and req.method == "POST":
+                return self._json_call(req, info.sglang_tokenize)
         elif flavor == "ollama":
             r = self.residency
             pages = {"/": lambda: b"Ollama is running", "/api/version": lambda: {"version": OLLAMA_VERSION},
@@ -180,9 +187,14 @@ class SimServer:
 
         try:
             body, n_prompt, max_tokens, eos_at = self._parse(req, kind)
+            if kind == "sglang_generate":
+                body = sglang_as_common(body)
         except _Refusal as refusal:
             row.input_tokens = refusal.input_tokens
-            reject(refusal.status, refusal.message, "http_error", refusal.body)
+            if kind == "sglang_generate" and refusal.status == 400 and _streamed(req):
+                self._stream_refusal(conn, row, refusal.message, echo)
+            else:
+                reject(refusal.status, refusal.message, "http_error", refusal.body)
             return
         row.input_tokens = n_prompt
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
@@ -270,6 +282,8 @@ class SimServer:
             check_params(flavor, kind, body, self.model)
         except ParamRefusal as exc:
             raise _Refusal(exc.status, exc.message, body=exc.body) from None
+        if kind == "sglang_generate":
+            body = sglang_as_common(body)
         opts = body.get("options") if isinstance(body.get("options"), dict) else {}
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         if messages is not None and not isinstance(messages, list):
@@ -282,7 +296,10 @@ class SimServer:
         capped = isinstance(requested, int) and requested > 0
         max_tokens = requested if capped else 1 << 62
         eos_at = None if capped else s.default_max_tokens
-        if flavor == "vllm":
+        if flavor in ("vllm", "sglang"):  # SGLang: its own wording, the same rule (see docs/SIM.md)
+            if n_prompt >= s.max_model_len and flavor == "sglang":
+                raise _Refusal(400, f"The input ({n_prompt} tokens) is longer than the model's context length "
+                               f"({s.max_model_len} tokens).", input_tokens=n_prompt)
             if n_prompt >= s.max_model_len:
                 raise _Refusal(400, f"This model's maximum context length is {s.max_model_len} tokens. However, "
                                f"your request has {n_prompt} input tokens. Please reduce the length of the input "
@@ -304,6 +321,17 @@ class SimServer:
             raise _Refusal(400, f"prompt of {n_prompt} tokens does not fit the KV cache ({capacity} tokens)",
                            input_tokens=n_prompt)
         return body, n_prompt, max(1, min(max_tokens, capacity - n_prompt)), eos_at
+
+    def _stream_refusal(self, conn: Connection, row: GroundTruthRow, message: str, echo: dict) -> None:
+        """SGLang validates a `/generate` request inside its stream generator: the ValueError becomes a
+        200 stream of one `{"error": {"message": ...}}` event and `[DONE]` (http_server.py)."""
+        row.http_status, row.outcome, row.finished_at = 200, "http_error", now()
+        self.gt.write(row)
+        renderer = renderer_for("sglang_generate")
+        conn.start_stream(200, renderer.content_type, echo)
+        conn.write_event(renderer.sse({"error": {"message": message}}))
+        conn.write_event(renderer.done)
+        conn.end_stream()
 
     def _load_only(self, body: dict, kind: str, row: GroundTruthRow, conn: Connection, load_s: float,
                    keep_alive: object) -> None:
@@ -365,12 +393,20 @@ class SimServer:
 def _not_found(flavor: str, status: int) -> object:
     """Unknown route (404) or wrong method (405), as FastAPI (vLLM), Gin (Ollama), llama.cpp answer."""
     text = "Not Found" if status == 404 else "Method Not Allowed"
-    if flavor == "vllm":
+    if flavor in ("vllm", "sglang"):  # FastAPI
         return {"detail": text}
     if flavor == "ollama":
         return b"404 page not found" if status == 404 else b"405 method not allowed"
     return {"error": {"code": status, "message": "File Not Found" if status == 404 else text,
                       "type": "not_found_error" if status == 404 else "invalid_request_error"}}
+
+
+def _streamed(req: Request) -> bool:
+    try:
+        body = req.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and bool(body.get("stream"))
 
 
 def _banner(flavor: str, host: str, port: int) -> str:
@@ -385,8 +421,8 @@ async def _main(server: SimServer, host: str, port: int) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if server.flavor == "vllm" and server.settings.load_time_s > 0:
-        await asyncio.sleep(server.settings.load_time_s)  # vLLM listens only once the model is loaded
+    if server.flavor in ("vllm", "sglang") and server.settings.load_time_s > 0:
+        await asyncio.sleep(server.settings.load_time_s)  # vLLM, SGLang listen once the model is loaded
     try:
         http = await start_http_server(server.handle, host, port)
     except OSError as exc:

@@ -6,7 +6,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 
 | key | default | meaning |
 |---|---|---|
-| `max_num_seqs` | 256 | vLLM: most sequences running in one engine step (continuous batching) |
+| `max_num_seqs` | 256 | vLLM (SGLang `--max-running-requests`): most sequences running in one engine step (continuous batching) |
 | `max_num_batched_tokens` | 2048 | tokens per step (prefill chunks + one per decoding sequence): chunked prefill |
 | `num_blocks` | 4096 | KV cache blocks; a request holds blocks for its prompt plus generated tokens |
 | `block_size` | 16 | tokens per KV block (4096 x 16 = 65,536 tokens of KV cache) |
@@ -14,7 +14,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `prefill_cost_s` | 0.2ms | cost per prompt token computed in a step |
 | `decode_cost_s` | 0.25ms | cost per sequence in a step (batch 64: 24 + 16 = 40 ms per step) |
 | `max_num_queued_reqs` | null | vLLM `--max-num-queued-reqs`: requests in flight (waiting + running) before 503; null = none |
-| `max_model_len` | 8192 | vLLM context: prompt + max_tokens; a longer prompt is a 400, max_tokens is capped |
+| `max_model_len` | 8192 | vLLM and SGLang context: prompt + max_tokens; a longer prompt is a 400, max_tokens is capped |
 | `num_parallel` | 4 | Ollama `OLLAMA_NUM_PARALLEL` / llama.cpp `--parallel`: slots running at once |
 | `ctx_size` | 4096 | llama.cpp `--ctx-size` (split across slots) and Ollama's context length |
 | `max_queue` | 512 | Ollama `OLLAMA_MAX_QUEUE`: requests waiting for a model load before 503 |
@@ -57,7 +57,7 @@ from llmload.units import parse_duration
 
 __all__ = ["FAULT_NAMES", "FLAVORS", "FaultWindow", "Faults", "SimSettings", "load_sim_settings"]
 
-FLAVORS = ("vllm", "ollama", "llamacpp")
+FLAVORS = ("vllm", "ollama", "llamacpp", "sglang")
 
 Seconds = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(float)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]

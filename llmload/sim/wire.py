@@ -9,6 +9,8 @@ OpenAI-compatible SSE (`data: {...}\\n\\n`, ending `data: [DONE]`):
 - Ollama chat: every delta says `role`; a finish chunk with empty content.
 Completions use `text` instead of `delta`. Ollama native is NDJSON with integer-nanosecond durations;
 llama.cpp `/completion` is SSE without `[DONE]`, with `timings` on the `stop: true` event.
+SGLang's OpenAI endpoints are rendered as vLLM's; its native `/generate` is SSE with the whole answer so
+far in `text` and the counts in `meta_info` on every event, ending `data: [DONE]` (docs/SIM.md).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from llmload.clock import now
 from llmload.sim.text import AnswerText
 
 __all__ = ["Exchange", "Renderer", "renderer_for", "rfc3339"]
+
+#: flavours whose OpenAI-compatible streams are written as vLLM writes them
+_VLLM_LIKE = ("vllm", "sglang")
 
 
 def _dumps(obj: object) -> bytes:
@@ -116,7 +122,7 @@ class Renderer:
 
 class OpenAIChat(Renderer):
     def _chunk(self, ex: Exchange, delta: dict, finish: str | None, **extra) -> dict:
-        if ex.flavor == "vllm":  # vLLM dumps set fields only: stop_reason comes with the finish
+        if ex.flavor in _VLLM_LIKE:  # vLLM dumps set fields only: stop_reason comes with the finish
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             if finish is not None:
                 choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
@@ -124,7 +130,7 @@ class OpenAIChat(Renderer):
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
                "model": ex.model, "choices": [choice]}
-        if ex.flavor != "vllm":
+        if ex.flavor not in _VLLM_LIKE:
             obj["system_fingerprint"] = "fp_ollama" if ex.flavor == "ollama" else "b6500-llmload-sim"
         if ex.continuous_usage:
             obj["usage"] = ex.usage()
@@ -134,14 +140,14 @@ class OpenAIChat(Renderer):
     def before_first(self, ex: Exchange) -> list[bytes]:
         if ex.flavor == "ollama":
             return []
-        role = {"role": "assistant", "content": "" if ex.flavor == "vllm" else None}
+        role = {"role": "assistant", "content": "" if ex.flavor in _VLLM_LIKE else None}
         return [self.sse(self._chunk(ex, role, None))]
 
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
         delta = {"content": ex.answer.delta(k)}
         if ex.flavor == "ollama":
             delta = {"role": "assistant", **delta}
-        if ex.flavor == "vllm":
+        if ex.flavor in _VLLM_LIKE:
             return [self.sse(self._chunk(ex, delta, finish))]
         return [self.sse(self._chunk(ex, delta, None))]
 
@@ -177,7 +183,7 @@ class OpenAIChat(Renderer):
 class OpenAICompletions(OpenAIChat):
     def _text_chunk(self, ex: Exchange, text: str, finish: str | None, **extra) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        if ex.flavor == "vllm":
+        if ex.flavor in _VLLM_LIKE:
             choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
                "model": ex.model, "choices": [choice]}
@@ -190,12 +196,12 @@ class OpenAICompletions(OpenAIChat):
         return []
 
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
-        return [self.sse(self._text_chunk(ex, ex.answer.delta(k), finish if ex.flavor == "vllm" else None))]
+        return [self.sse(self._text_chunk(ex, ex.answer.delta(k), finish if ex.flavor in _VLLM_LIKE else None))]
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
         timed = ex.flavor == "llamacpp"  # timings on the usage chunk when there is one (as chat)
-        if ex.flavor != "vllm":
+        if ex.flavor not in _VLLM_LIKE:
             extra = {"timings": ex.timings()} if timed and not ex.include_usage else {}
             out.append(self.sse(self._text_chunk(ex, "", reason, **extra)))
         if ex.include_usage:
@@ -282,8 +288,45 @@ class LlamaCppCompletion(Renderer):
         return self._final(ex, ex.answer.text(ex.sent), reason)
 
 
+class SGLangGenerate(Renderer):
+    """SGLang's native `/generate` (`entrypoints/http_server.py` `generate_request`): one
+    `data: {"text", "output_ids", "meta_info"}` event per token with the whole answer so far (SGLang's
+    default, without `--incremental-streaming-output`), `finish_reason` and `e2e_latency` on the last
+    one, then `data: [DONE]`. `output_ids` are placeholders (the sim has no vocabulary)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+
+    def _meta(self, ex: Exchange, n: int, reason: str | None) -> dict:
+        meta: dict = {"id": ex.completion_id, "finish_reason": None, "prompt_tokens": ex.prompt_tokens,
+                      "weight_version": "default", "total_retractions": 0, "completion_tokens": n,
+                      "cached_tokens": 0}
+        if reason is not None:  # schedule_batch.py FINISH_LENGTH / FINISH_MATCHED_TOKEN `to_json()`
+            meta["finish_reason"] = {"type": "length", "length": n} if reason == "length" else \
+                {"type": "stop", "matched": 2}
+            meta["e2e_latency"] = now() - ex.received_at
+        return meta
+
+    def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
+        if len(self._text) != k:
+            self._text = [ex.answer.text(k)]
+        self._text.append(ex.answer.delta(k))
+        return [self.sse({"text": "".join(self._text), "output_ids": list(range(1, k + 2)),
+                          "meta_info": self._meta(ex, k + 1, finish)})]
+
+    def error_event(self, ex: Exchange, message: str, code: int = 500) -> bytes:
+        return self.sse({"error": {"message": message}})
+
+    def malformed(self, ex: Exchange) -> bytes:
+        return b'data: {"text":"' + ex.answer.text(ex.sent).encode() + b'\n\n'
+
+    def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
+        return {"text": ex.answer.text(ex.sent), "output_ids": list(range(1, ex.sent + 1)),
+                "meta_info": self._meta(ex, ex.sent, reason)}
+
+
 def renderer_for(kind: str) -> Renderer:
     """The renderer of an endpoint kind."""
     return {"chat": OpenAIChat, "completions": OpenAICompletions,
             "ollama_chat": lambda: OllamaNative(chat=True), "ollama_generate": lambda: OllamaNative(chat=False),
-            "llamacpp_completion": LlamaCppCompletion}[kind]()
+            "llamacpp_completion": LlamaCppCompletion, "sglang_generate": SGLangGenerate}[kind]()

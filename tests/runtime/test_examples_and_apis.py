@@ -13,6 +13,7 @@ import pytest
 from runtime_helpers import base_config, plan, records, run_locust, start_web_run, summary, write_config
 from support import REPO, free_port
 
+from llmload.apis import api_names
 from llmload.config import load_config
 from llmload.runtime.launcher import locust_command
 from shapes.plan import build_plan
@@ -28,7 +29,7 @@ def test_example_configs_validate_and_plan(path: Path):
 
 def test_every_api_has_an_example():
     apis = {load_config(p).target.api for p in EXAMPLES}
-    assert apis == {"openai-chat", "openai-completions", "ollama-chat", "ollama-generate"}
+    assert apis == set(api_names())
 
 
 @pytest.mark.slow

@@ -80,14 +80,14 @@ import json
 import locust
 from locust.env import Environment
 from llmload.records import Record
-from locustfiles.llm import OpenAIChatUser
+from locustfiles.llm import LLMUser
 
 T0 = 1_000_000.0
-env = Environment(user_classes=[OpenAIChatUser])
+env = Environment(user_classes=[LLMUser])
 fired = []
 env.events.request.add_listener(lambda **kw: fired.append(
     [kw["name"], kw["exception"] is None, kw["response_time"], kw["response_length"]]))
-user = OpenAIChatUser(env)
+user = LLMUser(env)
 user._fire_events(Record(request_id="a", step="r1.00", worker="0", scheduled_at=T0, outcome="ok", sent_at=T0,
                          first_token_at=T0 + 0.1, last_token_at=T0 + 1.1, output_tokens=11))
 user._fire_events(Record(request_id="b", step="r1.00", worker="0", scheduled_at=T0, outcome="rejected",
