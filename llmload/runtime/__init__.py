@@ -1,10 +1,10 @@
 """Locust glue shared by `locustfiles/` and `shapes/`: the open-loop runtime.
 
     messages    the step / results / drained / cancel messages between master and workers
-    planning    a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
+    jobs        a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
     worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
     controller  the master's step controller: steps, drain, cancel, live judging, boundary search
-    planfile    plan.json as it goes
+    plan_json   plan.json as it goes
     table       the live terminal table and progress line
     console     one output style for log lines; Locust's request tables dropped under `llmload run`
     sending     the client library behind a worker (mix, transport, send)

@@ -34,7 +34,7 @@ from llmload.config import Config
 from llmload.records import RecordWriter
 from llmload.redaction import redact_text
 from llmload.runtime.messages import CANCEL, STEP, step_message, unpack_record
-from llmload.runtime.planfile import PlanFile
+from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, step_row
 from shapes.steps import StepSpec, step_bounds
 
@@ -297,7 +297,7 @@ class StepController:
         """Rows of lost workers that the master was never shipped, as `_record_lost_arrivals` and the
         merge will write them: their record files' rows of this step, then their unrecorded arrivals."""
         from llmload.records import read_record_files
-        from llmload.runtime.planning import plan_jobs
+        from llmload.runtime.jobs import plan_jobs
 
         known = {r.get("request_id") for r in self.rows[spec.label]}
         extra: list[dict] = []
@@ -464,7 +464,7 @@ class StepController:
             return
         import json
 
-        from llmload.runtime.planning import plan_jobs
+        from llmload.runtime.jobs import plan_jobs
 
         known: set[str] = set()
         for path in sorted((self.run_dir / "records").glob("*.jsonl")):

@@ -33,6 +33,7 @@ from llmload.redaction import install_console_redaction
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.launcher import new_run_dir
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
 from llmload.runtime.signals import (
     LAUNCHED_ENV,
     STOP_SIGNALS,
@@ -46,13 +47,6 @@ __all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_
            "new_shape_run", "register_user_classes", "user_class"]
 
 log = logging.getLogger("llmload.session")
-
-#: users in the pool when the client has no concurrency cap
-UNCAPPED_POOL = 512
-#: the pool's users start all at once (spawn rate = pool size): they are idle greenlets that take planned
-#: arrivals, so ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival by
-#: pool / 100 seconds. Locust's "spawn rate is very high" warning is filtered (`_QuietSpawnWarning`).
-
 
 class _QuietSpawnWarning(logging.Filter):
     """Drops Locust's warning about a spawn rate above 100/s: our users start idle, all at once."""
@@ -81,14 +75,6 @@ def add_options(parser: Any) -> None:
     from llmload.runtime.webform import add_form_options
 
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
-
-
-def pool_size(config: Config) -> int:
-    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
-    cap = config.client.max_concurrency or UNCAPPED_POOL
-    if config.shape.kind == "concurrency":
-        return max(config.shape.concurrency.levels)
-    return cap
 
 
 class Session:

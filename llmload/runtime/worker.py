@@ -31,8 +31,8 @@ from gevent.greenlet import Greenlet
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.records import Record, RecordWriter
+from llmload.runtime.jobs import ClosedLoop, Job, plan_jobs
 from llmload.runtime.messages import DRAINED, RESULTS, pack_record
-from llmload.runtime.planning import ClosedLoop, Job, plan_jobs
 from shapes.steps import StepSpec, step_bounds
 
 __all__ = ["StepState", "WorkerRuntime"]

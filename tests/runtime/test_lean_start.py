@@ -32,7 +32,7 @@ def test_launcher_imports_no_pandas():
         "from llmload.config import load_config\n"
         "from llmload.runtime.preflight import check_reachable\n"
         "from shapes.plan import build_plan\n"
-        "from llmload.calibrate import check_plan_against_envelope\n"
+        "from llmload.envelope import check_plan_against_envelope\n"
         "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
 
 
