@@ -64,7 +64,7 @@ class LLMUser(User):
 
     def wait_time(self) -> float:
         """Block until this worker's scheduler queues an arrival (Locust kills idle waiting users on stop)."""
-        runtime = session.current().worker
+        runtime = session.session_of(self.environment).worker
         self._job = runtime.take()
         return 0.0
 
@@ -73,7 +73,7 @@ class LLMUser(User):
         """Send the arrival taken in `wait_time` (the first run, before any wait, has none)."""
         job, self._job = self._job, None
         if job is not None:
-            session.current().worker.run(job, on_record=self._fire_events)
+            session.session_of(self.environment).worker.run(job, on_record=self._fire_events)
 
     def _fire_events(self, record: Record) -> None:
         """One Locust request event per request (E2E): TTFT and TPOT live in the LLM tab, not in Locust's totals."""

@@ -7,11 +7,13 @@ NOTES.md): the master's step controller (`llmload.runtime.controller`) sends eac
 `tick()` only returns the pool (size = client concurrency cap, or the largest closed-loop level; the
 class chosen by `target.api`) and None once the controller has drained the last step and finalised
 the run directory, so no late result is lost when Locust quits.
+
+The shape reaches the run's session through the Locust environment (`environment.llmload_session`,
+put there by the locustfile's `init` listener); it imports nothing from `llmload.runtime`, which
+imports `shapes` (the plans it runs).
 """
 
 from locust import LoadTestShape
-
-from llmload.runtime.session import new_shape_run, pool_tick
 
 __all__ = ["LLMShape"]
 
@@ -24,7 +26,15 @@ class LLMShape(LoadTestShape):
     def reset_time(self):
         """Locust calls this when a shaped run starts (again, from the web UI): a new run directory."""
         super().reset_time()
-        new_shape_run()
+        session = self._session()
+        if session is not None:
+            session.new_shape_run()
 
     def tick(self):
-        return pool_tick()
+        session = self._session()
+        return session.tick() if session is not None else None
+
+    def _session(self):
+        """The run's session on the Locust environment (None before the locustfile's init ran)."""
+        runner = getattr(self, "runner", None)
+        return getattr(getattr(runner, "environment", None), "llmload_session", None)

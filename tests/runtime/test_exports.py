@@ -25,6 +25,13 @@ MODULES = {
     "webform": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
                 "format_seconds", "shape_summary", "target_text"],
     "live": ["KEEP_S", "LiveSeries", "request_values"],
+    "steps_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "StepRun", "plan_fields"],
+    "tally": ["CPU_WARN", "StepTally"],
+    "lost": ["LostStep", "LostWorkers"],
+    "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],
+    "pool": ["UNCAPPED_POOL", "pool_size"],
+    "session": ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "new_shape_run", "on_init",
+                "pool_size", "pool_tick", "register_user_classes", "session_of", "user_class"],
 }
 
 
