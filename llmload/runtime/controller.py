@@ -19,6 +19,10 @@ sent so that it starts exactly when this one's arrivals end, and this one's in-f
 process also runs the users (local runner), such a step gets only its quick numbers live, verdict
 `unjudged`: pandas here would hold up the next step's arrivals (send lag); the report judges it.
 
+A greenlet of the run that fails (a worker's scheduler, reported in its `llmload:drained`; a background
+drain-and-judge greenlet) ends the run after the step under way with one line (`fail`), also written
+into plan.json as `error`.
+
 When it is done it finalises the run directory (`llmload.runtime.finish`) and sets `done`, which
 makes the shape's `tick()` return None (after a short drain phase so late results are not lost).
 """
@@ -38,9 +42,9 @@ from llmload.config import Config
 from llmload.runtime.lost import LostWorkers
 from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
-from llmload.runtime.steps_run import CANCEL_GRACE_S, PROGRESS_EVERY_S, StepRun, plan_fields
+from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepRun, plan_fields
 from llmload.runtime.table import format_header
-from llmload.runtime.tally import CPU_WARN, StepTally
+from llmload.runtime.tally import StepTally
 from shapes.steps import StepSpec
 
 __all__ = ["StepController", "WorkerLink"]
@@ -49,7 +53,6 @@ log = logging.getLogger("llmload.controller")
 
 #: lead time between sending a step and its first arrival (messages, clock skew, pool start)
 LEAD_S = 0.6
-_KEPT = (CANCEL_GRACE_S, PROGRESS_EVERY_S, CPU_WARN)  # still importable from here
 
 
 class WorkerLink:
