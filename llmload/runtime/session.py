@@ -360,6 +360,8 @@ class Session:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
             code = 3
+        if getattr(self.controller, "error", None) is not None:  # ended early on an error of ours (said then)
+            code = 3
         if self.stop_signal is not None:  # stopped by a signal: the code says so (the summary has the verdict)
             code = interrupted_exit_code(self.stop_signal)
         self.exit_code = code

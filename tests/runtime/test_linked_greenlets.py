@@ -156,3 +156,28 @@ def test_the_session_ends_the_run_when_its_greenlet_fails(capsys):
     gevent.sleep(0)
     assert session.state is RunState.FAILED and session.exit_code == 3 and env.process_exit_code == 3
     assert capsys.readouterr().err.strip().splitlines()[-1] == "llmload: error: the run failed: RuntimeError: boom"
+
+
+def test_a_run_ended_by_a_failed_greenlet_exits_3_whatever_the_verdict(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from llmload.runtime import finish
+    from llmload.runtime.session import Session
+    from llmload.runtime.states import RunState
+
+    monkeypatch.setattr(finish, "finalize_run", lambda *a, **k: 0)  # the steps that ran passed
+    env = SimpleNamespace(runner=None, parsed_options=None, process_exit_code=None)
+    session = Session(env)
+    session.config = parse_config({"target": {"url": "http://127.0.0.1:9"},
+                                   "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}})
+    session.run_dir = tmp_path
+    session._to(RunState.PREFLIGHT)
+    session.controller = SimpleNamespace(error="worker 0: the scheduler of step r1.00 failed (RuntimeError: x)")
+    session._to(RunState.RUNNING)
+    session._finalise()
+    assert session.state is RunState.DONE and session.exit_code == env.process_exit_code == 3
+    session.controller.error = None
+    session._to(RunState.PREFLIGHT)
+    session._to(RunState.RUNNING)
+    session._finalise()
+    assert session.exit_code == 0
