@@ -15,7 +15,8 @@ rate shortfall, worker CPU under its limit) and no request failed. The TTFT erro
 it (it is what a latency target must leave room for), not a condition. The **envelope** per worker
 process is the highest rate (and the most mean in-flight streams) of the steps that hold, counting only
 from the bottom of the ramp up to its first step that does not. It is printed and saved as JSON
-(default `~/.cache/llmload/envelope.json`); `check_plan_against_envelope` is what `llmload run` calls.
+(default `~/.cache/llmload/envelope.json`); `llmload.envelope.check_plan_against_envelope` is what
+`llmload run` calls (re-exported here).
 
 `--quick` runs two steps (10 and 50 req/s per process): a smoke test, not a figure.
 """
@@ -43,6 +44,14 @@ from typing import Any
 import yaml
 
 from llmload.clock import now
+from llmload.envelope import (  # re-exported: the envelope's file and the check `llmload run` makes
+    ENVELOPE_PATH,
+    ENVELOPE_VERSION,
+    RULE,
+    UNCALIBRATED,  # noqa: F401 (tests and callers import it from here)
+    check_plan_against_envelope,
+    load_envelope,
+)
 from llmload.errors import RunError
 from llmload.sim.process import start_sim_process, stop_process
 
@@ -57,10 +66,6 @@ __all__ = [
     "run_calibrate",
     "start_sim",
 ]
-
-#: where the envelope is saved and read by default
-ENVELOPE_PATH = Path.home() / ".cache" / "llmload" / "envelope.json"
-ENVELOPE_VERSION = 2
 
 #: the sim used for calibration: effectively unlimited batch, 20 ms per engine step, no load time
 CALIBRATION_SIM = {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
@@ -356,11 +361,6 @@ def _judge(step: CalibrationStep, processes: int) -> None:
     step.holds, step.why_not = not why, ", ".join(why)
 
 
-#: how a step is judged, in words (printed and saved with the envelope)
-RULE = ("valid by the step rule: send lag p99 under the mean gap between arrivals, achieved rate within 2%, "
-        "worker CPU under 90%, no failed request")
-
-
 def _error_at_envelope(steps: list[CalibrationStep]) -> float | None:
     """The TTFT measurement error p99 of the highest step that held (None: none held, or no ground truth)."""
     held = [s for s in steps if s.holds and s.ramp == "rates"]
@@ -488,66 +488,3 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
         "ttft_error_p99_s": _error_at_envelope(steps),
         "steps": [asdict(s) for s in steps],
     }
-
-
-# --------------------------------------------------------------------------- used by `llmload run`
-
-def load_envelope(path: Path | None = None) -> dict | None:
-    """The saved envelope, or None when there is none (or it cannot be read)."""
-    path = Path(path) if path is not None else ENVELOPE_PATH
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("version") != ENVELOPE_VERSION:
-        return None
-    return data
-
-
-def _peak_rate(step: Any) -> float:
-    """A step's highest arrival rate: its target rate, or a trace's busiest one-second window."""
-    rate = float(step.target_rate or 0.0)
-    trace = getattr(step, "trace", None)
-    if trace is not None and len(trace):
-        import numpy as np
-
-        offsets = np.sort(np.asarray(trace.offsets_s, dtype=float))
-        in_one_s = np.searchsorted(offsets, offsets + 1.0, side="left") - np.arange(len(offsets))
-        rate = max(rate, float(in_one_s.max()))
-    return rate
-
-
-UNCALIBRATED = ("llmload: note: this machine's generator envelope is not measured (`llmload calibrate`, "
-                "under 30 s); each step's own send lag, rate and CPU are judged as it runs")
-
-
-def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict | None = None,
-                                base_dir: str | Path | None = None) -> str | None:
-    """One line about the plan and this machine's measured envelope, else None.
-
-    Compares the plan's peak arrival rate (a trace's busiest second) and its closed-loop concurrency,
-    divided by the worker processes, with the envelope's measured maxima: a warning only beyond a
-    measured figure. No envelope, or one in which no step held: one informational line (`UNCALIBRATED`).
-    """
-    envelope = envelope if envelope is not None else load_envelope()
-    if not envelope or envelope.get("max_rate_per_process") is None:
-        return UNCALIBRATED
-    from shapes.plan import build_plan
-
-    try:
-        steps = build_plan(config, base_dir=base_dir)
-    except Exception:  # noqa: BLE001 - the launcher reports plan errors itself
-        return None
-    workers = max(1, processes)
-    rate = max((_peak_rate(s) for s in steps), default=0.0) / workers
-    streams = max((s.concurrency or 0 for s in steps), default=0) / workers
-    over = []
-    max_rate, max_streams = envelope.get("max_rate_per_process"), envelope.get("max_streams_per_process")
-    if rate and max_rate is not None and rate > max_rate:
-        over.append(f"{rate:g} req/s per process (calibrated: {max_rate:g})")
-    if streams and max_streams is not None and streams > max_streams:
-        over.append(f"{streams:g} streams per process (calibrated: {max_streams:.0f})")
-    if not over:
-        return None
-    return (f"llmload: warning: the plan asks {' and '.join(over)}, beyond this machine's calibrated envelope "
-            f"({RULE}): add --processes or expect invalid steps")

@@ -81,7 +81,7 @@ class LLMUser(User):
     @property
     def spec(self):
         """The `llmload.apis.ApiSpec` this user speaks: `api`, else the run's `target.api`."""
-        run = session.current()
+        run = session.session_of(self.environment)
         return get_api(self.api or (run.config.target.api if run and run.config else "openai-chat"))
 
     def __init__(self, environment) -> None:
@@ -90,7 +90,7 @@ class LLMUser(User):
 
     def wait_time(self) -> float:
         """Block until this worker's scheduler queues an arrival (Locust kills idle waiting users on stop)."""
-        runtime = session.current().worker
+        runtime = session.session_of(self.environment).worker
         self._job = runtime.take()
         return 0.0
 
@@ -99,7 +99,7 @@ class LLMUser(User):
         """Send the arrival taken in `wait_time` (the first run, before any wait, has none)."""
         job, self._job = self._job, None
         if job is not None:
-            session.current().worker.run(job, on_record=self._fire_events, user=self)
+            session.session_of(self.environment).worker.run(job, on_record=self._fire_events, user=self)
 
     def build_request(self, arrival: PlannedArrival) -> RequestSpec | PreparedRequest:
         """The request to send for `arrival` (a `llmload.runtime.sending.PlannedArrival`: its request id,

@@ -12,6 +12,10 @@ NOTES.md): the master's step controller (`llmload.runtime.controller`) sends eac
 `tick()` only returns the pool (size = client concurrency cap, or the largest closed-loop level; the
 class chosen by `target.api`) and None once the controller has drained the last step and finalised
 the run directory, so no late result is lost when Locust quits.
+
+The shape reaches the run's session through the Locust environment (`environment.llmload_session`,
+put there by the locustfile's `init` listener: `LLMLoadShape._session`); it imports nothing from
+`llmload.runtime`, which imports `shapes` (the plans it runs).
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ from locust import LoadTestShape
 
 from llmload.config import SHAPE_KINDS
 from llmload.errors import ConfigError
-from llmload.runtime.session import new_shape_run, pool_size, pool_tick
-from shapes.plan import STEP_BUILDERS, ConfigSearch
+from shapes.plan import STEP_BUILDERS, ConfigSearch, pool_size
 from shapes.steps import StepSpec
 
 if TYPE_CHECKING:
@@ -100,7 +99,7 @@ class LLMLoadShape(LoadTestShape):
 
     def users(self, config: Config) -> int:
         """Users in the pool (split across workers by Locust): the client concurrency cap, or the largest
-        closed-loop level of the config's shape (`llmload.runtime.session.pool_size`). Idle users cost
+        closed-loop level of the config's shape (`shapes.plan.pool_size`). Idle users cost
         nothing; an arrival put when no user is free is recorded `capped`."""
         return pool_size(config)
 
@@ -109,11 +108,21 @@ class LLMLoadShape(LoadTestShape):
     def reset_time(self) -> None:
         """Locust calls this when a shaped run starts (again, from the web UI): a new run directory."""
         super().reset_time()
-        new_shape_run()
+        session = self._session()
+        if session is not None:
+            session.new_shape_run()
 
     def tick(self) -> tuple | None:
         """(users, spawn rate, [user class]) while the run is on; None once it is finalised."""
-        return pool_tick(self)
+        session = self._session()
+        return session.tick(self) if session is not None else None
+
+    def _session(self) -> Any:
+        """The run's session on the Locust environment (`environment.llmload_session`, put there by the
+        locustfile's init listener; None before it ran). Reached this way, not by importing
+        `llmload.runtime`, which imports `shapes` (the plans it runs)."""
+        runner = getattr(self, "runner", None)
+        return getattr(getattr(runner, "environment", None), "llmload_session", None)
 
 
 #: the class for each `shape:` kind; `register_shape` adds one (most recent first within a kind)

@@ -25,7 +25,7 @@ from shapes.boundary import BoundarySearch
 from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
 
-__all__ = ["STEP_BUILDERS", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
+__all__ = ["STEP_BUILDERS", "UNCAPPED_POOL", "pool_size", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
            "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
 
 
@@ -64,6 +64,18 @@ def closed_loop_levels(config: Config) -> list[int]:
 #: the steps of each `shape:` kind of the config (`shapes.loadshapes` has the LoadTestShape classes)
 STEP_BUILDERS = {"ladder": ladder_steps, "concurrency": concurrency_steps, "trace": trace_steps,
                  "soak": soak_steps}
+
+
+#: users in the pool when the client has no concurrency cap
+UNCAPPED_POOL = 512
+
+
+def pool_size(config: Config) -> int:
+    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level.
+    Users are idle slots that take planned arrivals; the pool's users start all at once (spawn rate =
+    pool size): ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival."""
+    levels = closed_loop_levels(config)
+    return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
 
 
 def rate_label(rate: float) -> str:

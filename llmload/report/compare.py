@@ -31,7 +31,7 @@ from llmload.report import plots
 from llmload.report.answer import rate_of
 from llmload.report.html import cell_text, esc, figure, is_blank, kv_table, page, section, table
 from llmload.report.manifest_view import conditions_of, flatten
-from llmload.report.rereport import check_run_dir, client_from_manifest, slo_from_manifest
+from llmload.report.run_inputs import check_run_dir, client_from_manifest, slo_from_manifest
 from llmload.report.text import text_table
 
 __all__ = [

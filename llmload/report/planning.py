@@ -109,7 +109,7 @@ def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str 
         think_time_s = parse_duration(think_time)
     except ValueError as exc:
         raise ConfigError(str(exc), key="--think-time") from None
-    from llmload.report.rereport import check_run_dir, client_from_manifest, current_slo, reanalysis_slo
+    from llmload.report.run_inputs import check_run_dir, client_from_manifest, current_slo, reanalysis_slo
 
     root = check_run_dir(run_dir)
     import analysis

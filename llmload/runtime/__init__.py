@@ -1,17 +1,23 @@
 """Locust glue shared by `locustfiles/` and `shapes/`: the open-loop runtime.
 
     messages    the step / results / drained / cancel messages between master and workers
-    planning    a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
+    jobs        a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
     worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
-    controller  the master's step controller: steps, drain, cancel, live judging, boundary search
-    planfile    plan.json as it goes
+    controller  the master's step controller: runs the plan's steps, then the boundary search's
+    steps_run   one step on every worker: send, drain, cancel at the deadline, judge live
+    tally       what the workers shipped per step; the live table's rows
+    lost        arrivals of workers lost mid-step, recorded `cancelled` (worker lost)
+    states      the named states of a run and of its steps, and their transitions
+    pool        the user pool's size
+    plan_json   plan.json as it goes
     table       the live terminal table and progress line
     console     one output style for log lines; Locust's request tables dropped under `llmload run`
     sending     the client library behind a worker (mix, transport, send)
     preflight   reachability, model, cold load, quality cases, manifest, telemetry start
     judging     live verdicts with analysis.judge_step
     finish      merge records, telemetry, analysis, report, exit code
-    session     the Locust glue of one process (options, init, test start/stop, the shape's tick)
+    session     the Locust glue of one process, kept on the Locust environment (options, init, test
+                start/stop, the shape's tick)
     webui       the web UI's LLM tab (charts, status, verdict, report link), header box, start form values
     webform     the start form's rates and SLO options -> the config as run
     live        the LLM tab's per-second series (percentiles, rates, server samples)

@@ -52,7 +52,7 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     if not report:
         return int(analysis.exit_code(result.summary))
     try:
-        from llmload.report import write_report
+        from llmload.report.page import write_report
 
         write_report(result, run_dir)
     except Exception as exc:  # the summary is the contract; a report bug must not lose it

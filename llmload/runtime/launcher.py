@@ -144,7 +144,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         print(f"llmload: error: {exc}", file=sys.stderr)
         _remove_if_empty(run_dir if made else None)
         return exc.exit_code
-    from llmload.calibrate import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
+    from llmload.envelope import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
 
     warning = check_plan_against_envelope(config, expect_workers if master else processes,
                                           base_dir=Path(config_path).resolve().parent)

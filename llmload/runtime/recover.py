@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from llmload.errors import ConfigError
-from llmload.runtime.planfile import PlanFile
+from llmload.runtime.plan_json import PlanFile
 
 __all__ = ["recover_run", "unfinished"]
 

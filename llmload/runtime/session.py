@@ -1,7 +1,10 @@
 """The glue between Locust and the runtime, for one Locust process (master, worker or local).
 
-`locustfiles/llm.py` calls `add_options` from `init_command_line_parser` and `on_init` from `init`;
-`shapes/llm.py` asks `pool_tick()` for the user pool. What happens where:
+`locustfiles/llm.py` calls `add_options` from `init_command_line_parser` and `on_init` from `init`,
+which puts this process's `Session` on the Locust environment (`environment.llmload_session`; read it
+with `session_of(environment)`): users reach it as `self.environment`, the shape as
+`self.runner.environment`. The run's named states (`RunState`) change only in `Session._to`. What
+happens where:
 
 - worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel`;
 - master or local runner: the config named by `--llmload-config` is validated at init (a config error
@@ -20,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from llmload.redaction import install_console_redaction
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.launcher import new_run_dir
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
 from llmload.runtime.signals import (
     LAUNCHED_ENV,
     STOP_SIGNALS,
@@ -40,19 +45,16 @@ from llmload.runtime.signals import (
     follow_parent,
     interrupted_exit_code,
 )
+from llmload.runtime.states import RUN_TRANSITIONS, RunState, StateMachine
 from llmload.runtime.worker import WorkerRuntime
 
-__all__ = ["Session", "add_options", "current", "new_run_dir", "on_init", "pool_size", "pool_tick",
-           "new_shape_run", "pool_user_classes", "register_user_classes", "user_class"]
+__all__ = ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "on_init", "pool_size",
+           "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class"]
+
+#: the Locust environment's attribute that holds this process's session
+SESSION_ATTR = "llmload_session"
 
 log = logging.getLogger("llmload.session")
-
-#: users in the pool when the client has no concurrency cap
-UNCAPPED_POOL = 512
-#: the pool's users start all at once (spawn rate = pool size): they are idle greenlets that take planned
-#: arrivals, so ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival by
-#: pool / 100 seconds. Locust's "spawn rate is very high" warning is filtered (`_QuietSpawnWarning`).
-
 
 class _QuietSpawnWarning(logging.Filter):
     """Drops Locust's warning about a spawn rate above 100/s: our users start idle, all at once."""
@@ -83,14 +85,6 @@ def add_options(parser: Any) -> None:
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
 
 
-def pool_size(config: Config) -> int:
-    """Total users (split across workers by Locust): the client cap, or the largest closed-loop level."""
-    from shapes.plan import closed_loop_levels
-
-    levels = closed_loop_levels(config)
-    return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
-
-
 class Session:
     """The runtime state of this Locust process."""
 
@@ -110,14 +104,11 @@ class Session:
         self.worker: WorkerRuntime | None = None
         self.controller: StepController | None = None
         self.telemetry: Any = None
-        self.finished = False
+        self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
         self.exit_code: int | None = None
         self.greenlet: gevent.Greenlet | None = None
         #: the shape that plans the run (`shapes.loadshapes.planning_shape`), once planned
         self.shape: Any = None
-        self._finalised = False
-        #: a stop from outside froze the controller (the run directory is finalised on test_stop)
-        self._interrupted = False
         #: set while no run is under way or being finalised: a stop waits on it before Locust exits
         self._settled = gevent.event.Event()
         self._settled.set()
@@ -125,6 +116,42 @@ class Session:
         self.stop_signal: int | None = None
         self._signal_handles: list[Any] = []
         self._quitting = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def state(self) -> RunState:
+        return self._machine.state
+
+    def _to(self, state: RunState) -> None:
+        """The one place the run's state changes (`llmload.runtime.states`)."""
+        self._machine.to(state)
+
+    @property
+    def finished(self) -> bool:
+        """The run is over (DONE or FAILED): the shape's tick returns None and Locust ends."""
+        return self.state.over
+
+    @property
+    def _finalised(self) -> bool:
+        """Finalisation began (or the run ended without one): nothing may finalise it again."""
+        return self.state in (RunState.FINALISING, RunState.DONE, RunState.FAILED) or self._old_run
+
+    @property
+    def _old_run(self) -> bool:
+        """IDLE after a finished run (a new shaped run is starting): the controller is the last run's."""
+        return self.state is RunState.IDLE and self.controller is not None
+
+    def _link(self, greenlet: gevent.Greenlet, what: str) -> gevent.Greenlet:
+        """`greenlet` failing ends the run with one line naming `what` (never a run left waiting)."""
+        greenlet.link_exception(lambda g: self._greenlet_failed(what, g))
+        return greenlet
+
+    def _greenlet_failed(self, what: str, greenlet: gevent.Greenlet) -> None:
+        exc = greenlet.exception
+        log.error("%s failed", what, exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None)
+        if not self.finished:
+            self._fail(f"{what} failed: {type(exc).__name__}: {exc}", 3)
 
     # ------------------------------------------------------------------ roles
 
@@ -193,7 +220,7 @@ class Session:
         print(f"llmload: error: {message}", file=sys.stderr, flush=True)
         self.exit_code = code
         self.env.process_exit_code = code
-        self.finished = True
+        self._to(RunState.FAILED)
         self._settled.set()
         runner = self.env.runner
         if runner is not None:
@@ -236,11 +263,9 @@ class Session:
             self.run_dir = None
             self._fail(f"cannot write the run directory: {exc.strerror or exc}: {exc.filename or ''}", 2)
             return
-        self.finished = False
-        self._finalised = False
-        self._interrupted = False
+        self._to(RunState.PREFLIGHT)
         self._settled.clear()
-        self.greenlet = gevent.spawn(self._run_guarded)
+        self.greenlet = self._link(gevent.spawn(self._run_guarded), "the run")
 
     def _run_guarded(self) -> None:
         """`_run`, with any unexpected error ending the run (never a hung shape waiting forever)."""
@@ -298,6 +323,7 @@ class Session:
                                          judge=live_judge(run_dir, recent), telemetry=self.telemetry,
                                          wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape)
         self.controller.plan.data["shape"] = type(self.shape).__name__
+        self._to(RunState.RUNNING)
         self.controller.run()
         self._finalise()
 
@@ -313,7 +339,7 @@ class Session:
     def _finalise(self) -> None:
         if self._finalised or self.config is None or self.run_dir is None:
             return
-        self._finalised = True
+        self._to(RunState.FINALISING)
         self._settled.clear()
         try:
             self._write_final()
@@ -338,6 +364,8 @@ class Session:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
             code = 3
+        if getattr(self.controller, "error", None) is not None:  # ended early on an error of ours (said then)
+            code = 3
         if self.stop_signal is not None:  # stopped by a signal: the code says so (the summary has the verdict)
             code = interrupted_exit_code(self.stop_signal)
         self.exit_code = code
@@ -345,7 +373,7 @@ class Session:
         said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
         written = self.run_dir / ("report.html" if report else "summary.json")
         print(f"llmload: {'report' if report else 'summary'} {written}{said}", flush=True)
-        self.finished = True
+        self._to(RunState.DONE)
 
     # ------------------------------------------------------------------ stop signals
 
@@ -370,7 +398,7 @@ class Session:
         if not os.environ.get(LAUNCHED_ENV):  # `llmload run` said it already, naming the user's signal
             print(f"llmload: {name}: stopping the run (in-flight requests are recorded as cancelled; the run "
                   "directory is finalised)", flush=True)
-        gevent.spawn(self._stop_and_quit, signo)
+        self._link(gevent.spawn(self._stop_and_quit, signo), "stopping the run")
 
     def _stop_and_quit(self, signo: int) -> None:
         """Stop the run (`StepController.stop`: what is queued or in flight is cancelled, the run then
@@ -388,7 +416,8 @@ class Session:
         self._settled.wait()  # a finalisation under way (the run's own, or the stop's) ends first
         self.exit_code = code
         self.env.process_exit_code = code
-        self.finished = True
+        if not self.finished:  # stopped before anything ran (or in pre-flight): nothing to finalise
+            self._to(RunState.DONE)
         web_ui = getattr(self.env, "web_ui", None)
         if web_ui is not None and not self._quitting:
             web_ui.stop()  # Locust's main greenlet waits on the web UI: it returns and shuts down
@@ -419,7 +448,7 @@ class Session:
         queued or in flight with `llmload:cancel` (so remote workers' records reach the master too)."""
         if self.controller is None or self.controller.done.is_set() or self._finalised:
             return
-        self._interrupted = True
+        self._to(RunState.STOPPING)
         self.controller.stop()
 
     def _on_test_stop(self, **kw: Any) -> None:
@@ -427,10 +456,10 @@ class Session:
         (unless the controller, stopped above, already ended and the run finalised itself)."""
         if self.controller is None or self._finalised:
             return
-        if not self._interrupted:
+        if self.state is not RunState.STOPPING:
             if self.controller.done.is_set():  # the run ended by itself: it finalises itself
                 return
-            self._interrupted = True  # a stop that did not announce itself
+            self._to(RunState.STOPPING)  # a stop that did not announce itself
             self.controller.stop()
         if self.greenlet is not None and self.greenlet is not gevent.getcurrent():
             self.greenlet.kill(block=True, timeout=5)  # never inside `_finalise`: that sets `_finalised` first
@@ -451,55 +480,92 @@ class Session:
             return None
         planner = self.shape or shape
         users = planner.users(self.config) if planner is not None else pool_size(self.config)
-        return users, float(users), pool_user_classes(self.env, self.config.target.api)
+        return users, float(users), self.user_classes(self.config.target.api)
+
+    def new_shape_run(self) -> None:
+        """A shaped run is starting: a finished earlier run (web UI: Stop, then Start) must not end it."""
+        if self.state is RunState.DONE and self.config is not None:
+            self._to(RunState.IDLE)
+
+    def user_classes(self, api: str) -> list[type]:
+        """The classes the pool runs: the environment's `LLMUser` classes (as Locust found them in the
+        locustfiles) that speak `api` (their `api`, or empty: the run's), of a class and its subclass the
+        subclass (a user's own, next to the imported base). Several share the pool by Locust `weight`."""
+        found = [cls for cls in getattr(self.env, "user_classes", None) or []
+                 if callable(getattr(cls, "build_request", None)) and _api_name(cls) in ("", api)]
+        leaves = [cls for cls in found if not any(o is not cls and issubclass(o, cls) for o in found)]
+        if not leaves:
+            raise LLMLoadError(f"no user class for api {api!r}: load locustfiles/llm.py (or a locustfile "
+                               "with an LLMUser subclass) with -f")
+        return leaves
+
+    def user_class(self, api: str) -> type:
+        """The one class the pool runs for `api` (`user_classes`; the first by name when several share it)."""
+        return sorted(self.user_classes(api), key=lambda cls: cls.__name__)[0]
 
 
-_SESSION: Session | None = None
+def _api_name(cls: type) -> str | None:
+    api = getattr(cls, "api", None)
+    return api if isinstance(api, str) or api is None else getattr(api, "name", None)
+
+
+#: the last session made in this process: only for `current()` called with no environment in reach
+_LAST: weakref.ref | None = None
 
 
 def on_init(environment: Any) -> Session:
-    """Create this process's session (called from the locustfile's `init` listener)."""
-    global _SESSION
-    _SESSION = Session(environment)
-    _SESSION.setup()
+    """Create this process's session on `environment` (called from the locustfile's `init` listener)."""
+    global _LAST
+    session = Session(environment)
+    setattr(environment, SESSION_ATTR, session)
+    _LAST = weakref.ref(session)
+    session.setup()
     follow_parent()  # started by `llmload run`: its death (even kill -9) stops this process too
-    return _SESSION
+    return session
 
 
-def current() -> Session | None:
-    return _SESSION
+def session_of(environment: Any) -> Session | None:
+    """The session `on_init` put on this Locust environment (None before init, or for another locustfile)."""
+    return getattr(environment, SESSION_ATTR, None)
 
 
-def new_shape_run() -> None:
+def current(environment: Any = None) -> Session | None:
+    """The session of `environment`; without one, the last session made in this process (a fallback for
+    code with no environment in reach: users have `self.environment`, shapes `self.runner.environment`)."""
+    if environment is not None:
+        return session_of(environment)
+    return _LAST() if _LAST is not None else None
+
+
+def new_shape_run(environment: Any = None) -> None:
     """A shaped run is starting: a finished earlier run (web UI: Stop, then Start) must not end it."""
-    if _SESSION is not None and _SESSION._finalised and _SESSION.config is not None:
-        _SESSION.finished = False
+    session = current(environment)
+    if session is not None:
+        session.new_shape_run()
 
 
-def pool_tick(shape: Any = None) -> tuple | None:
+def pool_tick(environment: Any = None) -> tuple | None:
     """The shape's tick: the user pool while the run is on, None when it is done."""
-    return _SESSION.tick(shape) if _SESSION is not None else None
-
-
-_USER_CLASSES: dict[str, type] = {}
+    session = current(environment)
+    return session.tick() if session is not None else None
 
 
 def register_user_classes(classes: dict[str, type]) -> None:
-    """The locustfile's user class per `target.api` (registered at import: Locust loads it by path)."""
-    _USER_CLASSES.update(classes)
+    """Kept for locustfiles written for earlier versions; nothing needs registering now: the session
+    finds the user class for `target.api` among the Locust environment's user classes."""
 
 
 def pool_user_classes(environment: Any, api: str) -> list[type]:
-    """The classes the pool runs: the user's own `LLMUser` subclasses when Locust loaded any (from their
-    locustfile; several share the pool by `weight`, or name one on Locust's command line), else the
-    class registered for `api`."""
-    registered = set(_USER_CLASSES.values())
-    own = [cls for cls in getattr(environment, "user_classes", None) or ()
-           if cls not in registered and callable(getattr(cls, "build_request", None))]
-    return own or [user_class(api)]
-
-
-def user_class(api: str) -> type:
-    if api not in _USER_CLASSES:
+    """The classes the pool runs for `api` (`Session.user_classes`)."""
+    session = current(environment)
+    if session is None:
         raise LLMLoadError(f"no user class for api {api!r}: load locustfiles/llm.py with -f")
-    return _USER_CLASSES[api]
+    return session.user_classes(api)
+
+
+def user_class(api: str, environment: Any = None) -> type:
+    """The user class for `api` among the environment's user classes (`Session.user_class`)."""
+    session = current(environment)
+    if session is None:
+        raise LLMLoadError(f"no user class for api {api!r}: load locustfiles/llm.py with -f")
+    return session.user_class(api)

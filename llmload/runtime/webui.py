@@ -166,7 +166,7 @@ def live_state(session: Any, live: LiveSeries) -> dict:
         result = {"verdict": session.outcome.get("verdict"), "sentences": session.outcome.get("sentences", []),
                   "exit_code": session.exit_code, "run_dir": str(session.run_dir),
                   "report_url": "./llmload/report" if report is not None and report.exists() else None}
-    from llmload.runtime.session import pool_size
+    from llmload.runtime.pool import pool_size
 
     return {"state": state, "series": series, "steps": _plan_steps(session, series.get("t0")),
             "current": _current_step(session), "slo": _slo_lines(config), "result": result,

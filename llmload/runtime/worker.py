@@ -13,6 +13,10 @@ Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and 
 queued for the master, with the process's CPU while it sends a step's arrivals (`sample_cpu`). When a step's arrivals are over and every job of it has finished, the worker
 flushes its summaries and sends `llmload:drained`. On `llmload:cancel` (drain timeout) the in-flight
 requests of that step are killed, which records them as `cancelled`.
+
+The scheduler and shipper greenlets are linked (`link_exception`): a scheduler that fails records the
+step's arrivals it never queued as `client_error` (a failure of the generator) and the step drains at
+once, its drained message carrying the error, which ends the run on the master with that one line.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from gevent.greenlet import Greenlet
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.records import Record, RecordWriter
+from llmload.runtime.jobs import ClosedLoop, Job, plan_jobs
 from llmload.runtime.messages import DRAINED, RESULTS, pack_record
-from llmload.runtime.planning import ClosedLoop, Job, plan_jobs
 from shapes.steps import StepSpec, step_bounds
 
 __all__ = ["StepState", "WorkerRuntime"]
@@ -69,6 +73,10 @@ class StepState:
     cancelled: bool = False
     inflight: set = field(default_factory=set)
     scheduler: Greenlet | None = None
+    #: planned jobs the scheduler has queued so far
+    scheduled: int = 0
+    #: why this step ended early on this worker (a greenlet of ours failed), sent with `llmload:drained`
+    error: str | None = None
 
 
 class WorkerRuntime:
@@ -118,7 +126,9 @@ class WorkerRuntime:
         self.steps[state.label] = state
         if self._shipper is None:
             self._shipper = gevent.spawn(self._ship_loop)
+            self._shipper.link_exception(self._shipper_failed)
         state.scheduler = gevent.spawn(self._schedule, state, jobs)
+        state.scheduler.link_exception(lambda g: self._scheduler_failed(state, jobs, g))
 
     def on_cancel(self, data: dict) -> None:
         """The drain timed out: cancel this step's in-flight requests and its queued arrivals."""
@@ -143,8 +153,38 @@ class WorkerRuntime:
             if delay > 0:
                 gevent.sleep(delay)
             self._put(state, job)
+            state.scheduled += 1
         state.initial_done = True
         self._maybe_drained(state)
+
+    def _scheduler_failed(self, state: StepState, jobs: list[Job], greenlet: Greenlet) -> None:
+        """The step's scheduler died: its arrivals not queued yet are recorded `client_error` (the
+        generator failed them), and the step drains now with the error (the master ends the run)."""
+        exc = greenlet.exception
+        state.error = (f"worker {self.worker}: the scheduler of step {state.label} failed "
+                       f"({type(exc).__name__}: {exc})")
+        log.error("%s", state.error, exc_info=(type(exc), exc, exc.__traceback__))
+        if state.loop is not None:
+            state.loop.stopped = True
+        for job in jobs[state.scheduled:]:
+            record = job.record(self.worker)
+            record.outcome, record.error = "client_error", trim(state.error)
+            state.put += 1  # recorded as it would have been sent: the step's counts stay whole
+            self.finish(job, record)
+        state.initial_done = True
+        self._maybe_drained(state)
+
+    def _shipper_failed(self, greenlet: Greenlet) -> None:
+        """Shipping summaries failed: every step under way ends with the error (their drained messages
+        still flush what is queued); the next step starts a new shipper."""
+        exc = greenlet.exception
+        error = f"worker {self.worker}: shipping results to the master failed ({type(exc).__name__}: {exc})"
+        log.error("%s", error, exc_info=(type(exc), exc, exc.__traceback__))
+        for state in self.steps.values():
+            if not state.drained_sent and state.error is None:
+                state.error = error
+        if self._shipper is greenlet:
+            self._shipper = None
 
     def _put(self, state: StepState, job: Job) -> None:
         job.capped = self.free_users <= 0
@@ -246,7 +286,7 @@ class WorkerRuntime:
             self.flush()
             self._send_message(DRAINED, {"worker": self.worker, "label": state.label, "put": state.put,
                                          "finished": state.finished, "cancelled": state.cancelled,
-                                         "at": now()})
+                                         "at": now(), "error": state.error})
 
     def flush(self) -> None:
         """Ship the queued summaries now (with this process's CPU use, even when there are none)."""

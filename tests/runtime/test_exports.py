@@ -15,8 +15,8 @@ MODULES = {
     "launcher": ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
                  "verdict_exit_code"],
     "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
-    "planfile": ["PlanFile", "STEP_FIELDS"],
-    "planning": ["ClosedLoop", "Job", "plan_jobs"],
+    "plan_json": ["PlanFile", "STEP_FIELDS"],
+    "jobs": ["ClosedLoop", "Job", "plan_jobs"],
     "recover": ["recover_run", "unfinished"],
     "signals": ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
                 "follow_parent", "interrupted_exit_code", "say"],
@@ -25,6 +25,13 @@ MODULES = {
     "webform": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
                 "format_seconds", "shape_summary", "target_text"],
     "live": ["KEEP_S", "LiveSeries", "request_values"],
+    "steps_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "StepRun", "plan_fields"],
+    "tally": ["CPU_WARN", "StepTally"],
+    "lost": ["LostStep", "LostWorkers"],
+    "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],
+    "pool": ["UNCAPPED_POOL", "pool_size"],
+    "session": ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "new_shape_run", "on_init",
+                "pool_size", "pool_tick", "register_user_classes", "session_of", "user_class"],
 }
 
 

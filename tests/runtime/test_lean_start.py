@@ -32,7 +32,7 @@ def test_launcher_imports_no_pandas():
         "from llmload.config import load_config\n"
         "from llmload.runtime.preflight import check_reachable\n"
         "from shapes.plan import build_plan\n"
-        "from llmload.calibrate import check_plan_against_envelope\n"
+        "from llmload.envelope import check_plan_against_envelope\n"
         "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
 
 
@@ -71,13 +71,16 @@ def test_launcher_exit_codes_match_analysis():
     assert exit_code({}) == 3
 
 
-def test_the_shape_starts_the_whole_pool_at_once(monkeypatch):
+class _ChatUser:
+    api = "openai-chat"
+
+
+def test_the_shape_starts_the_whole_pool_at_once():
     """tick() asks Locust for a spawn rate of at least the pool size: one dispatch, no 100/s ramp."""
     config = parse_config(base_config("http://127.0.0.1:1", {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
                                       client={"max_concurrency": 256}))
-    session = session_mod.Session(SimpleNamespace(runner=None))
+    session = session_mod.Session(SimpleNamespace(runner=None, user_classes=[_ChatUser]))
     session.config = config
-    monkeypatch.setitem(session_mod._USER_CLASSES, "openai-chat", object)
     users, spawn_rate, _ = session.tick()
     assert users == 256
     assert spawn_rate >= users

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from llmload.records import Record
+from llmload.runtime.jobs import plan_jobs
 from llmload.runtime.messages import pack_record, step_message, unpack_record
-from llmload.runtime.planfile import PlanFile
-from llmload.runtime.planning import plan_jobs
+from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.table import format_header, format_row, quick_stats, step_row
 from shapes.steps import StepSpec, TraceArrivals
 

@@ -1,0 +1,136 @@
+"""The run's session lives on the Locust environment: the shape and the users reach it there, two
+environments in one process never share one, and the run's named states change in one place."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from llmload.config import parse_config
+from llmload.errors import LLMLoadError
+from llmload.runtime import session as session_mod
+from llmload.runtime.states import RunState, StateMachine, StepsState
+
+CONFIG = {"target": {"url": "http://127.0.0.1:9", "api": "openai-chat"}, "client": {"max_concurrency": 8},
+          "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}}
+
+
+class OpenAIChatUser:  # stand-ins for the locustfile's users (importing Locust here would patch too late)
+    api = "openai-chat"
+
+
+class OpenAICompletionsUser:
+    api = "openai-completions"
+
+
+class OllamaChatUser:
+    api = "ollama-chat"
+
+
+def _env(user_classes=(OpenAIChatUser, OpenAICompletionsUser, OllamaChatUser)):
+    return SimpleNamespace(runner=None, user_classes=list(user_classes), parsed_options=None)
+
+
+class _Shape:
+    """`shapes.llm.LLMShape`'s tick and reset_time, run in a subprocess (it imports Locust)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+
+    def tick(self):
+        return self.env.llmload_session.tick() if hasattr(self.env, "llmload_session") else None
+
+    def reset_time(self) -> None:
+        self.env.llmload_session.new_shape_run()
+
+
+_shape = _Shape
+
+_SHAPE_SCRIPT = """
+import json
+from types import SimpleNamespace
+import locust
+from llmload.config import parse_config
+from llmload.runtime import session
+from locustfiles.llm import OpenAIChatUser, OllamaChatUser
+from shapes.llm import LLMShape
+
+def shape_of(env):
+    shape = LLMShape()
+    shape.runner = SimpleNamespace(environment=env)
+    return shape
+
+env = SimpleNamespace(runner=None, user_classes=[OpenAIChatUser, OllamaChatUser], parsed_options=None)
+before = shape_of(env).tick()
+s = session.on_init(env)
+s.config = parse_config(CONFIG)
+users, rate, classes = shape_of(env).tick()
+other = shape_of(SimpleNamespace(runner=None, user_classes=[OpenAIChatUser])).tick()
+print(json.dumps([before, users, rate, [c.__name__ for c in classes], other]))
+"""
+
+
+def test_the_locust_shape_ticks_through_its_environment():
+    done = subprocess.run([sys.executable, "-c", f"CONFIG = {CONFIG!r}\n" + _SHAPE_SCRIPT], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [None, 8, 8.0, ["OpenAIChatUser"], None]
+
+
+def test_each_environment_has_its_own_session():
+    first, second = _env(), _env()
+    a, b = session_mod.on_init(first), session_mod.on_init(second)
+    assert a is not b
+    assert session_mod.session_of(first) is a and first.llmload_session is a
+    assert session_mod.current(second) is b and session_mod.session_of(second) is b
+    assert session_mod.session_of(SimpleNamespace()) is None
+
+
+def test_the_shape_ticks_through_the_environment():
+    env = _env()
+    shape = _shape(env)
+    assert shape.tick() is None  # before the locustfile's init: no session, no pool
+    session = session_mod.on_init(env)
+    session.config = parse_config(CONFIG)
+    assert shape.tick() == (8, 8.0, [OpenAIChatUser])
+    other = _shape(_env())  # another environment's shape sees nothing of this run
+    assert other.tick() is None
+
+
+def test_a_user_subclass_is_chosen_over_the_class_it_extends():
+    class MyChatUser(OpenAIChatUser):
+        pass
+
+    session = session_mod.Session(_env((OpenAIChatUser, MyChatUser, OllamaChatUser)))
+    assert session.user_class("openai-chat") is MyChatUser
+    assert session.user_class("ollama-chat") is OllamaChatUser
+
+    class OtherChatUser(OpenAIChatUser):
+        pass
+
+    with pytest.raises(LLMLoadError, match="more than one user class for api 'openai-chat'"):
+        session_mod.Session(_env((MyChatUser, OtherChatUser))).user_class("openai-chat")
+    with pytest.raises(LLMLoadError, match="no user class for api 'ollama-generate'"):
+        session.user_class("ollama-generate")
+
+
+def test_a_new_shaped_run_after_a_finished_one_keeps_the_pool():
+    env = _env()
+    session = session_mod.on_init(env)
+    session.config = parse_config(CONFIG)
+    for state in (RunState.PREFLIGHT, RunState.RUNNING, RunState.FINALISING, RunState.DONE):
+        session._to(state)
+    assert session.finished and _shape(env).tick() is None
+    _shape(env).reset_time()  # web UI: Start again
+    assert session.state is RunState.IDLE and not session.finished
+    assert _shape(env).tick() is not None
+
+
+def test_an_unexpected_transition_is_refused_and_logged(caplog):
+    machine = StateMachine(StepsState.DONE, {StepsState.DONE: set()}, name="steps")
+    assert machine.to(StepsState.RUNNING) is False
+    assert machine.state is StepsState.DONE
+    assert "no transition DONE -> RUNNING" in caplog.text
