@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import gevent
 from geventhttpclient.response import HTTPConnectionClosed
 
+from llmload.apis import get_api
 from llmload.client.bodies import PreparedRequest
 from llmload.client.checks import check_answer
 from llmload.client.outcomes import (
@@ -63,7 +64,7 @@ from llmload.client.transport import (
 )
 from llmload.clock import now
 from llmload.config import Expect
-from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
+from llmload.protocols import ServerTimings, StreamChunk
 from llmload.records import Record
 from llmload.tokens import count_tokens
 
@@ -159,7 +160,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
         client = transport.client(base)
         headers = {**credentials.headers(), **request.headers}
         path = transport.prefix(base) + request.path
-        decoder = StreamDecoder.for_api(request.api)
+        decoder = get_api(request.api).decoder()
         resp = _post(client, path, request.body, headers, record, attempts=transport.concurrency + 1)
         status = record.http_status = resp.status_code
         if status != 200:

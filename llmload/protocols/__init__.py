@@ -5,8 +5,8 @@
 - `OpenAIStreamParser` (chat and completions chunks) and `OllamaStreamParser` (Ollama NDJSON objects)
   turn one payload into a `StreamChunk`: output text, token counts, usage, server timings, errors, and
   whether it is the final event.
-- `StreamDecoder` joins the two layers for an API kind: `StreamDecoder.for_api("ollama-chat")` (the
-  framing and parser come from the API's `llmload.apis` spec).
+- `StreamDecoder` joins the two layers; an API's `llmload.apis` spec picks both:
+  `llmload.apis.get_api("ollama-chat").decoder()`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Framing plus interpretation for one API: bytes of a response body in, `StreamChunk`s out.
 
 The framing and the payload parser come from the API's `llmload.apis.ApiSpec` (`spec.decoder()`, or
-`StreamDecoder.for_api(name)`); this module knows no API by name. SSE APIs (OpenAI-style, SGLang's
+`llmload.apis.get_api(name).decoder()`); this module knows no API by name. SSE APIs (OpenAI-style, SGLang's
 `/generate`) frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
 are payloads; other event names are ignored; a line that is not valid UTF-8 is a malformed chunk (an
 error), as it is in NDJSON. Ollama's native APIs frame with NDJSON. The streaming
@@ -34,12 +34,6 @@ class StreamDecoder:
             parser = OllamaStreamParser() if ndjson else OpenAIStreamParser()
         self._parse = parser.parse
 
-    @classmethod
-    def for_api(cls, api: str) -> StreamDecoder:
-        """The decoder for a `target.api` value (its `ApiSpec`'s framing and parser)."""
-        spec = _specs().get(api) or _get_api(api)  # _get_api: the one-line error of an unknown name
-        return cls(ndjson=spec.framing == "ndjson", parser=spec.parser())
-
     def feed(self, chunk: bytes) -> list[StreamChunk]:
         if self._ndjson is not None:
             return [self._parse(line) for line in self._ndjson.feed(chunk)]
@@ -67,25 +61,6 @@ class StreamDecoder:
                 out.append(StreamChunk(error=error_message(obj.get("error", obj) if isinstance(obj, dict)
                                                            else obj)))
         return out
-
-
-def _specs() -> dict:
-    """The API registry, imported on first use (it imports the parsers: no import-time cycle)."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        from llmload.apis import all_apis
-
-        _REGISTRY = {spec.name: spec for spec in all_apis()}
-    return _REGISTRY
-
-
-def _get_api(api: str):
-    from llmload.apis import get_api
-
-    return get_api(api)
-
-
-_REGISTRY: dict | None = None
 
 
 def _not_utf8(raw: bytes) -> StreamChunk:

@@ -86,9 +86,12 @@ def test_preflight_probe_and_tokenize_come_from_the_spec(sim_factory) -> None:
 
 
 def test_one_user_class_for_every_api() -> None:
-    code = ("from locustfiles.llm import LLMUser\nfrom llmload.runtime import session\n"
+    code = ("from types import SimpleNamespace\nimport locust\n"
+            "from locustfiles.llm import LLMUser\nfrom llmload.runtime import session\n"
             "from llmload.apis import api_names\n"
-            "assert all(session.user_class(n) is LLMUser for n in api_names())\n"
+            "env = SimpleNamespace(user_classes=[LLMUser], runner=None, parsed_options=None)\n"
+            "s = session.Session(env)\n"
+            "assert all(s.user_classes(n) == [LLMUser] for n in api_names())\n"
             "assert not LLMUser.abstract\nprint('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]

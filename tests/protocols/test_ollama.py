@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from llmload.protocols import OllamaStreamParser, StreamDecoder
+from llmload.apis import get_api
+from llmload.protocols import OllamaStreamParser
 
 FINAL = {"model": "m", "created_at": "2025-01-01T00:00:00Z", "message": {"role": "assistant", "content": ""},
          "done_reason": "stop", "done": True, "total_duration": 2_500_000_000,
@@ -50,7 +51,7 @@ def test_stream_decoder_ndjson_split_everywhere() -> None:
     body = (json.dumps({"message": {"role": "assistant", "content": "\u00e9t\u00e9"}, "done": False}) + "\n"
             + json.dumps(FINAL) + "\n").encode()
     for i in range(len(body) + 1):
-        dec = StreamDecoder.for_api("ollama-chat")
+        dec = get_api("ollama-chat").decoder()
         chunks = dec.feed(body[:i]) + dec.feed(body[i:]) + dec.flush()
         assert [c.text for c in chunks] == ["\u00e9t\u00e9", ""] and chunks[-1].final
 

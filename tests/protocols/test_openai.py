@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from llmload.protocols import OpenAIStreamParser, ServerTimings, StreamDecoder
+from llmload.apis import get_api
+from llmload.protocols import OpenAIStreamParser, ServerTimings
 
 
 def chat(delta: dict, finish: str | None = None, **extra) -> str:
@@ -88,7 +89,7 @@ def test_stream_decoder_end_to_end_with_llamacpp_error_event() -> None:
             b"data: " + chat({"content": "Hel"}).encode() + b"\n\n"
             b"event: other\ndata: ignored\n\n"
             b'error: {"code": 500, "message": "slot died", "type": "server_error"}\n\n')
-    dec = StreamDecoder.for_api("openai-chat")
+    dec = get_api("openai-chat").decoder()
     chunks = [c for i in range(len(body)) for c in dec.feed(body[i:i + 1])] + dec.flush()
     assert [c.output for c in chunks] == [False, True, False]
     assert chunks[-1].error == "slot died"

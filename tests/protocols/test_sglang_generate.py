@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from llmload.apis import get_api
 from llmload.apis.sglang_generate import SGLangGenerateParser
-from llmload.protocols import StreamDecoder
 
 
 def event(text: str, n: int, finish: dict | None = None, **meta) -> bytes:
@@ -24,7 +24,7 @@ BODY = (event("Hi", 1) + event("Hi", 2) + event("Hi \u00e9t\u00e9", 3) + event("
 
 def test_cumulative_text_becomes_new_text_at_every_split() -> None:
     for i in range(len(BODY) + 1):
-        dec = StreamDecoder.for_api("sglang-generate")
+        dec = get_api("sglang-generate").decoder()
         chunks = dec.feed(BODY[:i]) + dec.feed(BODY[i:]) + dec.flush()
         assert [c.text for c in chunks] == ["Hi", "", " \u00e9t\u00e9", "!", " Bye", ""], i
         assert [c.output for c in chunks] == [True, False, True, True, True, False]

@@ -74,6 +74,9 @@ def test_launcher_exit_codes_match_analysis():
 class _ChatUser:
     api = "openai-chat"
 
+    def build_request(self, arrival):
+        return arrival.default_request()
+
 
 def test_the_shape_starts_the_whole_pool_at_once():
     """tick() asks Locust for a spawn rate of at least the pool size: one dispatch, no 100/s ramp."""

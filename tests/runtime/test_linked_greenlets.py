@@ -25,7 +25,7 @@ DRAIN_TIMEOUT_S = 20.0
 
 
 class FakeSender:
-    def send(self, record, job) -> None:
+    def send(self, record, job, user=None) -> None:
         t = now()
         record.sent_at, record.first_token_at, record.last_token_at = t, t + 0.001, t + 0.002
         record.output_tokens, record.token_times, record.outcome, record.http_status = 2, [t + 0.001, t + 0.002], "ok", 200

@@ -19,15 +19,20 @@ CONFIG = {"target": {"url": "http://127.0.0.1:9", "api": "openai-chat"}, "client
           "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}}
 
 
-class OpenAIChatUser:  # stand-ins for the locustfile's users (importing Locust here would patch too late)
+class _StandIn:  # stand-ins for the locustfile's users (importing Locust here would patch too late)
+    def build_request(self, arrival):
+        return arrival.default_request()
+
+
+class OpenAIChatUser(_StandIn):
     api = "openai-chat"
 
 
-class OpenAICompletionsUser:
+class OpenAICompletionsUser(_StandIn):
     api = "openai-completions"
 
 
-class OllamaChatUser:
+class OllamaChatUser(_StandIn):
     api = "ollama-chat"
 
 
@@ -42,7 +47,7 @@ class _Shape:
         self.env = env
 
     def tick(self):
-        return self.env.llmload_session.tick() if hasattr(self.env, "llmload_session") else None
+        return self.env.llmload_session.tick(None) if hasattr(self.env, "llmload_session") else None
 
     def reset_time(self) -> None:
         self.env.llmload_session.new_shape_run()
@@ -56,20 +61,23 @@ from types import SimpleNamespace
 import locust
 from llmload.config import parse_config
 from llmload.runtime import session
-from locustfiles.llm import OpenAIChatUser, OllamaChatUser
+from locustfiles.llm import LLMUser
 from shapes.llm import LLMShape
+
+class OllamaChatUser(LLMUser):
+    api = "ollama-chat"
 
 def shape_of(env):
     shape = LLMShape()
     shape.runner = SimpleNamespace(environment=env)
     return shape
 
-env = SimpleNamespace(runner=None, user_classes=[OpenAIChatUser, OllamaChatUser], parsed_options=None)
+env = SimpleNamespace(runner=None, user_classes=[LLMUser, OllamaChatUser], parsed_options=None)
 before = shape_of(env).tick()
 s = session.on_init(env)
 s.config = parse_config(CONFIG)
 users, rate, classes = shape_of(env).tick()
-other = shape_of(SimpleNamespace(runner=None, user_classes=[OpenAIChatUser])).tick()
+other = shape_of(SimpleNamespace(runner=None, user_classes=[LLMUser])).tick()
 print(json.dumps([before, users, rate, [c.__name__ for c in classes], other]))
 """
 
@@ -77,7 +85,7 @@ print(json.dumps([before, users, rate, [c.__name__ for c in classes], other]))
 def test_the_locust_shape_ticks_through_its_environment():
     done = subprocess.run([sys.executable, "-c", f"CONFIG = {CONFIG!r}\n" + _SHAPE_SCRIPT], capture_output=True,
                           text=True, timeout=120, check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [None, 8, 8.0, ["OpenAIChatUser"], None]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [None, 8, 8.0, ["LLMUser"], None]
 
 
 def test_each_environment_has_its_own_session():
@@ -111,8 +119,9 @@ def test_a_user_subclass_is_chosen_over_the_class_it_extends():
     class OtherChatUser(OpenAIChatUser):
         pass
 
-    with pytest.raises(LLMLoadError, match="more than one user class for api 'openai-chat'"):
-        session_mod.Session(_env((MyChatUser, OtherChatUser))).user_class("openai-chat")
+    # two of a user's own classes share the pool (by Locust weight)
+    assert session_mod.Session(_env((OpenAIChatUser, MyChatUser, OtherChatUser))).user_classes("openai-chat") == [
+        MyChatUser, OtherChatUser]
     with pytest.raises(LLMLoadError, match="no user class for api 'ollama-generate'"):
         session.user_class("ollama-generate")
 

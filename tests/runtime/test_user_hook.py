@@ -21,10 +21,11 @@ from llmload.client.bodies import PreparedRequest
 from llmload.client.spec import RequestSpec
 from llmload.clock import now
 from llmload.config import parse_config
+from llmload.errors import LLMLoadError
 from llmload.records import RecordWriter
 from llmload.runtime import session as session_mod
+from llmload.runtime.jobs import Job
 from llmload.runtime.launcher import locust_command
-from llmload.runtime.planning import Job
 from llmload.runtime.sending import PlannedArrival, Sender
 from llmload.runtime.worker import WorkerRuntime
 
@@ -127,8 +128,10 @@ def test_a_failing_on_result_makes_the_sent_request_a_client_error(sim_factory, 
     assert "s-000001" in {r["request_id"] for r in sim.ground_truth_rows()}
 
 
-def test_the_pool_runs_the_users_own_classes(monkeypatch):
+def test_the_pool_runs_the_users_own_classes():
     class Builtin:
+        api = ""
+
         def build_request(self, arrival): ...
 
     class Mine(Builtin):
@@ -137,11 +140,15 @@ def test_the_pool_runs_the_users_own_classes(monkeypatch):
     class Other:  # not an LLM user
         pass
 
-    monkeypatch.setattr(session_mod, "_USER_CLASSES", {"openai-chat": Builtin})
-    assert session_mod.pool_user_classes(SimpleNamespace(user_classes=[Builtin]), "openai-chat") == [Builtin]
-    assert session_mod.pool_user_classes(SimpleNamespace(user_classes=[Builtin, Mine, Other]),
-                                         "openai-chat") == [Mine]
-    assert session_mod.pool_user_classes(SimpleNamespace(runner=None), "openai-chat") == [Builtin]
+    def env(*classes):
+        e = SimpleNamespace(user_classes=list(classes), runner=None, parsed_options=None)
+        setattr(e, session_mod.SESSION_ATTR, session_mod.Session(e))
+        return e
+
+    assert session_mod.pool_user_classes(env(Builtin), "openai-chat") == [Builtin]
+    assert session_mod.pool_user_classes(env(Builtin, Mine, Other), "openai-chat") == [Mine]
+    with pytest.raises(LLMLoadError, match="no user class"):
+        session_mod.pool_user_classes(env(Other), "openai-chat")
 
 
 def test_locustfile_option(tmp_path, capsys):
