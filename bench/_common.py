@@ -78,10 +78,13 @@ class ChildSampler(CpuSampler):
         super().__init__(exclude=set(), interval_s=interval_s)
         #: pid -> (peak RSS bytes, command line)
         self.peak_rss: dict[int, tuple[int, str]] = {}
+        #: (time, pid, RSS bytes) of every sample
+        self.rss: list[tuple[float, int, int]] = []
 
     def _sample(self, proc: Any) -> float:
         cpu = super()._sample(proc)
         rss = proc.memory_info().rss
+        self.rss.append((time.time(), proc.pid, rss))
         if rss > self.peak_rss.get(proc.pid, (0, ""))[0]:
             self.peak_rss[proc.pid] = (rss, " ".join(proc.cmdline()[:6]))
         return cpu

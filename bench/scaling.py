@@ -153,7 +153,9 @@ def run_workers(url: str, work: Path, *, workers: int, rates: list[float], token
                      "held": held, "valid_by_run_rule": step.holds, "why_not_valid": step.why_not})
     return {"workers": workers, "exit_code": proc.returncode, "records_written": (run_dir / "records.parquet").exists(),
             "pinning": pinning, "cores": cores,
-            "pin_plan": plan, "pinned": pinned, "held_rate": held_rate, "steps": rows}
+            "pin_plan": plan, "pinned": pinned, "held_rate": held_rate,
+            "highest_held_rate": max((r["offered_rate"] for r in rows if r["held"]), default=None),  # breaks allowed
+            "steps": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                               sim_pid=sim.proc.pid, truth_path=truth)
             row["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
             runs.append(row)
-            print(json.dumps({k: row[k] for k in ("workers", "held_rate", "pinning", "loadavg_after")}), flush=True)
+            print(json.dumps({k: row[k] for k in ("workers", "held_rate", "highest_held_rate", "pinning",
+                                                  "loadavg_after")}), flush=True)
     finally:
         sim.stop()
     base = next((r["held_rate"] for r in runs if r["workers"] == 1), None)

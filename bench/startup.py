@@ -8,7 +8,8 @@ step, and measures from the launch (just before `Popen`) to:
 - `first_sent_s`: the first record's `sent_at` (what the server sees);
 - CPU seconds of the launcher and Locust processes before the first send (psutil, sampled every 0.1 s);
 - peak RSS of the launcher (`llmload run`, the parent that only launches) and of each Locust process
-  (local runner, or master and workers with `--processes`), the sim apart.
+  (local runner, or master and workers with `--processes`), the sim apart; and the Locust processes'
+  peak while sending (up to the last step's `drained_at`, before the finalisation loads pandas).
 
 Wall figures are only meaningful on an idle machine: the JSON keeps the load average and a CPU-speed
 probe (`bench/_common.py`) next to them.
@@ -92,6 +93,10 @@ def launch(url: str, work: Path, *, users: int, rate: float, duration: float, to
     for pid, (peak, cmdline) in sampler.peak_rss.items():
         if pid != sim_pid:
             rss.setdefault(_role(cmdline), []).append(peak)
+    # the Locust processes' peak RSS while sending (to the last step's drain), before the finalisation
+    drained = max((s.get("drained_at") or 0 for s in plan["steps"]), default=0)
+    sending = [rss for t, pid, rss in sampler.rss if t <= drained and pid != sim_pid
+               and _role(sampler.peak_rss.get(pid, (0, ""))[1]) == "locust"]
     cpu_before = None
     if first_sent is not None:
         before = [s for s in sampler.samples if s[0] <= first_sent]
@@ -106,6 +111,7 @@ def launch(url: str, work: Path, *, users: int, rate: float, duration: float, to
             "wall_total_s": round(ended - t0, 2),
             "peak_rss_launcher_mb": round(max(rss.get("launcher", [0])) * mb, 1),
             "peak_rss_locust_mb": sorted(round(x * mb, 1) for x in rss.get("locust", [])),
+            "peak_rss_locust_sending_mb": round(max(sending) * mb, 1) if sending else None,
             "loadavg_after": round(os.getloadavg()[0], 2),
             "output_tail": proc.stdout[-400:] if first_sent is None else ""}
 
