@@ -47,6 +47,18 @@ def machine() -> dict:
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def write_result(out: Path, benchmark: str, argv: list[str] | None, machine_before: dict, **fields) -> dict:
+    """Write a bench's JSON document: its name, command, the machine before and now, then `fields`."""
+    import sys
+
+    doc = {"benchmark": benchmark, "command": f"python bench/{benchmark}.py " + " ".join(argv or sys.argv[1:]),
+           "machine_before": machine_before, "machine": machine(),
+           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 def start_sim(folder: Path, *, settings: dict | None = None):
     """`llmload sim --flavor vllm` with a ground-truth log: returns (SimProcess, url, ground-truth path)."""
     from llmload.sim.process import start_sim_process

@@ -169,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=512, help="user pool per worker")
     parser.add_argument("--out", type=Path, default=RESULTS / "scaling.json")
     args = parser.parse_args(argv)
-    from _common import machine, start_sim
+    from _common import machine, start_sim, write_result
 
-    machine_before = machine()
-    work = Path(tempfile.mkdtemp(prefix="llmload-scaling-"))
+    before, work = machine(), Path(tempfile.mkdtemp(prefix="llmload-scaling-"))
     sim, url, truth = start_sim(work / "sim")
     runs = []
     try:
@@ -189,15 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     base = next((r["held_rate"] for r in runs if r["workers"] == 1), None)
     scaling = {str(r["workers"]): (round(r["held_rate"] / base, 2) if base and r["held_rate"] else None)
                for r in runs}
-    doc = {"benchmark": "scaling", "command": "python bench/scaling.py " + " ".join(argv or sys.argv[1:]),
-           "held": f"achieved >= {MIN_ACHIEVED:.0%} of offered, TTFT error p99 < {MAX_TTFT_ERROR_S * 1000:g} ms, "
-                   "no failed request; held rate = top of the unbroken run of held steps",
-           "target_ratio_2_workers": 1.9, "ratio_to_1_worker": scaling,
-           "machine_before": machine_before, "machine": machine(),
-           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
     print(json.dumps({"ratio_to_1_worker": scaling}), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.out, "scaling", argv, before,
+                 held=f"achieved >= {MIN_ACHIEVED:.0%} of offered, TTFT error p99 < {MAX_TTFT_ERROR_S * 1000:g} ms, "
+                      "no failed request; held rate = top of the unbroken run of held steps",
+                 target_ratio_2_workers=1.9, ratio_to_1_worker=scaling, runs=runs)
     shutil.rmtree(work, ignore_errors=True)
     return 0 if runs and all(r["records_written"] for r in runs) else 1
 

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
     args = parser.parse_args(argv)
-    from _common import machine, start_sim
+    from _common import machine, start_sim, write_result
 
     machine_before = machine()
     work = Path(tempfile.mkdtemp(prefix="llmload-startup-"))
@@ -139,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     finally:
         sim.stop()
-    doc = {"benchmark": "startup", "command": "python bench/startup.py " + " ".join(argv or sys.argv[1:]),
-           "machine_before": machine_before, "machine": machine(),
-           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.out, "startup", argv, machine_before, results=rows)
     return 0 if all(r["first_sent_s"] is not None for r in rows) else 1  # a short step may be "insufficient"
 
 
