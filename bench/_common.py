@@ -1,7 +1,7 @@
 """What every bench script shares: the machine's state, the sim, its ground truth, CPU sampling.
 
-Only public names of `llmload` are used here (`llmload.sim.process`), so that refactors of
-private helpers (e.g. in `llmload.calibrate`) cannot break the benches again; the smoke test
+Only public names of `llmload` are used here (`llmload.sim.process`, `llmload.calibrate.CpuSampler`),
+so that refactors of private helpers (e.g. in `llmload.calibrate`) cannot break the benches again; the smoke test
 `tests/test_bench_smoke.py` runs each script on a tiny setting.
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import threading
 import time
 from pathlib import Path
+from typing import Any
+
+from llmload.calibrate import CpuSampler
 
 #: the sim used by the benches: effectively unlimited batch, 20 ms per engine step, no load time
 BENCH_SIM = {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
@@ -45,6 +47,18 @@ def machine() -> dict:
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def write_result(out: Path, benchmark: str, argv: list[str] | None, machine_before: dict, **fields) -> dict:
+    """Write a bench's JSON document: its name, command, the machine before and now, then `fields`."""
+    import sys
+
+    doc = {"benchmark": benchmark, "command": f"python bench/{benchmark}.py " + " ".join(argv or sys.argv[1:]),
+           "machine_before": machine_before, "machine": machine(),
+           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 def start_sim(folder: Path, *, settings: dict | None = None):
     """`llmload sim --flavor vllm` with a ground-truth log: returns (SimProcess, url, ground-truth path)."""
     from llmload.sim.process import start_sim_process
@@ -68,47 +82,24 @@ def read_ground_truth(path: Path | None) -> dict[str, dict]:
     return rows
 
 
-class ChildSampler:
-    """Samples CPU seconds and RSS of this process's descendants every `interval_s` (psutil)."""
+class ChildSampler(CpuSampler):
+    """`llmload.calibrate.CpuSampler` (CPU seconds of this process's descendants every `interval_s`),
+    which also keeps each process's peak RSS."""
 
     def __init__(self, interval_s: float = 0.1) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self.interval_s = interval_s
-        #: (wall time, {pid: cpu seconds})
-        self.samples: list[tuple[float, dict[int, float]]] = []
+        super().__init__(exclude=set(), interval_s=interval_s)
         #: pid -> (peak RSS bytes, command line)
         self.peak_rss: dict[int, tuple[int, str]] = {}
-        self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        #: (time, pid, RSS bytes) of every sample
+        self.rss: list[tuple[float, int, int]] = []
 
-    def __enter__(self) -> ChildSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._halt.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        me = self._psutil.Process()
-        while not self._halt.wait(self.interval_s):
-            try:
-                children = me.children(recursive=True)
-            except self._psutil.Error:
-                continue
-            row: dict[int, float] = {}
-            for proc in children:
-                try:
-                    cpu = proc.cpu_times()
-                    rss = proc.memory_info().rss
-                    row[proc.pid] = cpu.user + cpu.system
-                    if rss > self.peak_rss.get(proc.pid, (0, ""))[0]:
-                        self.peak_rss[proc.pid] = (rss, " ".join(proc.cmdline()[:6]))
-                except self._psutil.Error:
-                    continue
-            self.samples.append((time.time(), row))
+    def _sample(self, proc: Any) -> float:
+        cpu = super()._sample(proc)
+        rss = proc.memory_info().rss
+        self.rss.append((time.time(), proc.pid, rss))
+        if rss > self.peak_rss.get(proc.pid, (0, ""))[0]:
+            self.peak_rss[proc.pid] = (rss, " ".join(proc.cmdline()[:6]))
+        return cpu
 
     def cpu_between(self, t0: float, t1: float, exclude: set[int]) -> float | None:
         """CPU seconds of the sampled children (less `exclude`) over [t0, t1], scaled to the window."""

@@ -8,7 +8,8 @@ step, and measures from the launch (just before `Popen`) to:
 - `first_sent_s`: the first record's `sent_at` (what the server sees);
 - CPU seconds of the launcher and Locust processes before the first send (psutil, sampled every 0.1 s);
 - peak RSS of the launcher (`llmload run`, the parent that only launches) and of each Locust process
-  (local runner, or master and workers with `--processes`), the sim apart.
+  (local runner, or master and workers with `--processes`), the sim apart; and the Locust processes'
+  peak while sending (up to the last step's `drained_at`, before the finalisation loads pandas).
 
 Wall figures are only meaningful on an idle machine: the JSON keeps the load average and a CPU-speed
 probe (`bench/_common.py`) next to them.
@@ -43,14 +44,20 @@ def _config(url: str, users: int, rate: float, duration: float, tokens: int) -> 
             "telemetry": {"metrics_url": "off", "gpu": "off"}}
 
 
-def _first_sent(run_dir: Path) -> float | None:
+def _first_sent(run_dir: Path) -> tuple[float | None, float | None]:
+    """The first `sent_at`, and the worst send lag (`sent_at - scheduled_at`) of the first 10 arrivals:
+    a lead (`controller.LEAD_S`) too short for the pool start shows as lag here."""
     import pyarrow.parquet as pq
 
     path = run_dir / "records.parquet"
     if not path.exists():
-        return None
-    sent = [x for x in pq.read_table(path, columns=["sent_at"]).column("sent_at").to_pylist() if x is not None]
-    return min(sent) if sent else None
+        return None, None
+    rows = pq.read_table(path, columns=["scheduled_at", "sent_at"]).to_pylist()
+    rows = sorted((r for r in rows if r["sent_at"] is not None and r["scheduled_at"] is not None),
+                  key=lambda r: r["scheduled_at"])
+    if not rows:
+        return None, None
+    return min(r["sent_at"] for r in rows), max(r["sent_at"] - r["scheduled_at"] for r in rows[:10])
 
 
 def _role(cmdline: str) -> str:
@@ -81,11 +88,15 @@ def launch(url: str, work: Path, *, users: int, rate: float, duration: float, to
         ended = time.time()
     plan = json.loads((run_dir / "plan.json").read_text()) if (run_dir / "plan.json").exists() else {"steps": []}
     start_at = plan["steps"][0].get("start_at") if plan["steps"] else None
-    first_sent = _first_sent(run_dir)
+    first_sent, first_lag = _first_sent(run_dir)
     rss: dict[str, list[int]] = {}
     for pid, (peak, cmdline) in sampler.peak_rss.items():
         if pid != sim_pid:
             rss.setdefault(_role(cmdline), []).append(peak)
+    # the Locust processes' peak RSS while sending (to the last step's drain), before the finalisation
+    drained = max((s.get("drained_at") or 0 for s in plan["steps"]), default=0)
+    sending = [rss for t, pid, rss in sampler.rss if t <= drained and pid != sim_pid
+               and _role(sampler.peak_rss.get(pid, (0, ""))[1]) == "locust"]
     cpu_before = None
     if first_sent is not None:
         before = [s for s in sampler.samples if s[0] <= first_sent]
@@ -95,10 +106,12 @@ def launch(url: str, work: Path, *, users: int, rate: float, duration: float, to
     return {"users": users, "rate": rate, "duration_s": duration, "processes": processes, "exit_code": proc.returncode,
             "first_planned_s": round(start_at - t0, 3) if start_at else None,
             "first_sent_s": round(first_sent - t0, 3) if first_sent else None,
+            "first_10_send_lag_max_ms": round(first_lag * 1000, 2) if first_lag is not None else None,
             "cpu_before_first_send_s": round(cpu_before, 3) if cpu_before is not None else None,
             "wall_total_s": round(ended - t0, 2),
             "peak_rss_launcher_mb": round(max(rss.get("launcher", [0])) * mb, 1),
             "peak_rss_locust_mb": sorted(round(x * mb, 1) for x in rss.get("locust", [])),
+            "peak_rss_locust_sending_mb": round(max(sending) * mb, 1) if sending else None,
             "loadavg_after": round(os.getloadavg()[0], 2),
             "output_tail": proc.stdout[-400:] if first_sent is None else ""}
 
@@ -112,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
     args = parser.parse_args(argv)
-    from _common import machine, start_sim
+    from _common import machine, start_sim, write_result
 
     machine_before = machine()
     work = Path(tempfile.mkdtemp(prefix="llmload-startup-"))
@@ -126,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     finally:
         sim.stop()
-    doc = {"benchmark": "startup", "command": "python bench/startup.py " + " ".join(argv or sys.argv[1:]),
-           "machine_before": machine_before, "machine": machine(),
-           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.out, "startup", argv, machine_before, results=rows)
     return 0 if all(r["first_sent_s"] is not None for r in rows) else 1  # a short step may be "insufficient"
 
 

@@ -149,12 +149,13 @@ def _target_model(url: str) -> str:
 class CpuSampler:
     """Samples the CPU seconds of this process's descendants (the Locust processes) every 0.2 s."""
 
-    def __init__(self, exclude: set[int]) -> None:
+    def __init__(self, exclude: set[int], interval_s: float = 0.2) -> None:
         import psutil
 
         self._psutil = psutil
         #: sampled too, but never counted as a Locust process (the sim)
         self.exclude = exclude
+        self.interval_s = interval_s
         self.samples: list[tuple[float, dict[int, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -169,7 +170,7 @@ class CpuSampler:
 
     def _loop(self) -> None:
         me = self._psutil.Process()
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(self.interval_s):
             row: dict[int, float] = {}
             try:
                 children = me.children(recursive=True)
@@ -177,11 +178,15 @@ class CpuSampler:
                 continue
             for proc in children:
                 try:
-                    cpu = proc.cpu_times()
-                    row[proc.pid] = cpu.user + cpu.system
+                    row[proc.pid] = self._sample(proc)
                 except self._psutil.Error:
                     continue
             self.samples.append((now(), row))
+
+    def _sample(self, proc: Any) -> float:
+        """CPU seconds (user + system) of one process; a subclass may read more of it (bench/: RSS)."""
+        cpu = proc.cpu_times()
+        return cpu.user + cpu.system
 
     def worker_cpu(self, t0: float, t1: float) -> float | None:
         """The busiest Locust process's CPU (fraction of one core) over [t0, t1]: the local runner, or

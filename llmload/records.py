@@ -169,15 +169,18 @@ def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
     """Rows from JSON-lines record files. A torn last line (a killed writer) is skipped."""
     rows: list[dict] = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+                    rows.append(orjson.loads(line))  # ~5x json's speed: most of the merge's CPU
+                except orjson.JSONDecodeError:
+                    try:  # what orjson refuses and json reads (NaN, integers over 64 bits)
+                        rows.append(json.loads(line))
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        continue
     return rows
 
 

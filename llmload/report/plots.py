@@ -16,7 +16,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import AutoLocator, FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from shapes.phases import closed_loop_phases, rate_phases
 
@@ -46,7 +46,19 @@ _SPLIT_COLOURS = {"client_wait": "#e0a040", "server_queue": "#c0504d", "prefill_
 _SPLIT_TOTALS = ("user_e2e",)
 
 
+#: at most this many major ticks per linear axis (matplotlib's default asks for up to ~10 on a wide axis,
+#: and every tick is two marker lines and a text: the ticks were the plots' biggest CPU item)
+MAX_TICKS = 6
+
+
 def _svg(fig: Figure, salt: str) -> str:
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            locator = axis.get_major_locator()
+            if isinstance(locator, AutoLocator):
+                locator.set_params(nbins=MAX_TICKS)
+            if not isinstance(locator, FixedLocator):
+                axis.set_minor_locator(NullLocator())
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -54,10 +66,29 @@ def _svg(fig: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
-def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(width, height), layout="constrained")
+#: margins (inches) around the axes: left, right, bottom, top; gaps between panels (inches)
+_MARGINS = (0.75, 0.2, 0.55, 0.35)
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1, *,
+            margins: tuple[float, float, float, float] = _MARGINS, wgap: float = 0.7, hgap: float = 0.15,
+            **kw) -> tuple[Figure, np.ndarray]:
+    """A figure with fixed margins in inches. No layout engine: constrained layout drew every figure a
+    second time to measure its text (about 40% of the report's CPU); labels here have known lengths."""
+    fig = Figure(figsize=(width, height))
+    left, right, bottom, top = margins
+    inner_w = max(width - left - right, 0.5)
+    inner_h = max(height - bottom - top, 0.3)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=wgap * cols / max(inner_w - wgap * (cols - 1), 0.1),
+                        hspace=hgap * rows / max(inner_h - hgap * (rows - 1), 0.1))
     axes = fig.subplots(rows, cols, squeeze=False, **kw)
     return fig, axes
+
+
+def _text_inches(labels: Sequence[str], fontsize: float) -> float:
+    """About how wide the longest label is (inches) at `fontsize` points (0.55 em per character)."""
+    return max((len(str(x)) for x in labels), default=0) * fontsize * 0.55 / 72
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:
@@ -91,52 +122,56 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
-    fig, axes = _figure(11.5, 3.5, 1, 3)
+    fig, axes = _figure(11.5, 3.5, 1, 3, margins=(0.7, 1.05, 0.55, 0.35), wgap=0.75)
     drew = False
+    legend: dict[str, object] = {}  # one legend for the three panels (the same lines and colours)
     for ax, metric, title in zip(axes[0], ("ttft", "tpot", "e2e"), ("TTFT", "TPOT", "E2E"), strict=True):
         for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
             y = _col(data, f"{metric}_{q}_s") * 1000
             if y.notna().any():
-                ax.plot(data[x], y, style, marker="o", markersize=3, label=q, color="#33414e")
+                legend[q] = ax.plot(data[x], y, style, marker="o", markersize=3, color="#33414e")[0]
                 drew = True
         p95 = _col(data, f"{metric}_p95_s") * 1000
         verdicts = data.get("verdict", pd.Series("", index=data.index)).astype(str)
         for verdict, colour in _VERDICT_COLOURS.items():
             mask = (verdicts == verdict) & p95.notna()
             if mask.any():
-                ax.scatter(data[x][mask], p95[mask], s=36, color=colour, zorder=3, label=verdict)
-        if metric in thresholds:
+                legend[verdict] = ax.scatter(data[x][mask], p95[mask], s=36, color=colour, zorder=3)
+        if metric in thresholds:  # its value in the panel's title: the legend is shared
             pct, value_s = thresholds[metric]
-            ax.axhline(value_s * 1000, color="#b3261e", linestyle="--", linewidth=1.2,
-                       label=f"SLO p{pct:g} ≤ {value_s * 1000:g} ms")
-        ax.set_title(title)
+            legend["SLO threshold"] = ax.axhline(value_s * 1000, color="#b3261e", linestyle="--", linewidth=1.2)
+            title = f"{title} (SLO p{pct:g} ≤ {value_s * 1000:g} ms)"
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("ms")
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    if legend:
+        fig.legend(list(legend.values()), list(legend), fontsize=7, loc="upper right")
     return _svg(fig, "latency") if drew else None
 
 
-def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | None:
-    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal.
-
-    The last passing rate (a target rate) is marked at its step's offered rate on this axis."""
+def _rate_lines_plot(steps: pd.DataFrame, series: Sequence[tuple[str, str, str]], ylabel: str, height: float,
+                     salt: str, *, diagonal: bool = False, last_passing_rate: float | None = None) -> str | None:
+    """Lines of `series` (column, label, line style) against the steps' offered rate, from 0; with
+    `diagonal`, the y = x line of the offered rate; the last passing rate (a target rate) is marked at
+    its step's offered rate on this axis. None when no column has a value."""
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
-    fig, axes = _figure(7.5, 4.2)
+    fig, axes = _figure(7.5, height, margins=(0.75, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     xs = data[x].astype(float)
-    if xlabel.startswith("offered"):
+    if diagonal and xlabel.startswith("offered"):
         top = float(np.nanmax(xs)) if len(xs) else 1.0
         ax.plot([0, top], [0, top], color="#999", linestyle=":", label="offered (y = x)")
-    for column, label, style in (("completion_throughput", "completion throughput", "-"),
-                                 ("goodput", "goodput (met every threshold)", "-"),
-                                 ("achieved_rate", "achieved send rate", "--")):
+    drew = False
+    for column, label, style in series:
         y = _col(data, column)
         if y.notna().any():
             ax.plot(xs, y, style, marker="o", markersize=4, label=label)
+            drew = True
+    if not drew and not diagonal:
+        return None
     if last_passing_rate is not None and not pd.isna(last_passing_rate):
         target = _col(data, "target_rate")
         at = data[x][(target - float(last_passing_rate)).abs() < 1e-9]
@@ -144,12 +179,22 @@ def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | 
         ax.axvline(where, color="#1b7f3b", linestyle="--", linewidth=1,
                    label=f"last passing rate {float(last_passing_rate):g} req/s (target)")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("requests per second")
+    ax.set_ylabel(ylabel)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _svg(fig, "goodput")
+    return _svg(fig, salt)
+
+
+def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | None:
+    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal.
+
+    The last passing rate (a target rate) is marked at its step's offered rate on this axis."""
+    return _rate_lines_plot(steps, (("completion_throughput", "completion throughput", "-"),
+                                    ("goodput", "goodput (met every threshold)", "-"),
+                                    ("achieved_rate", "achieved send rate", "--")),
+                            "requests per second", 4.2, "goodput", diagonal=True, last_passing_rate=last_passing_rate)
 
 
 _TIMELINE_PANELS = (
@@ -193,7 +238,9 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
     ran = steps[steps.get("status", pd.Series("run", index=steps.index)).astype(str) != "not_run"]
     starts = _col(ran, "window_start")
     t0 = float(np.nanmin([t.min(), starts.min()])) if starts.notna().any() else float(t.min())
-    fig, axes = _figure(11.5, 1.55 * len(panels) + 0.6, len(panels), 1, sharex=True)
+    left = _text_inches([p[1] for p in panels], 7) + 0.55  # horizontal panel labels, then tick labels
+    fig, axes = _figure(11.5, 1.55 * len(panels) + 0.6, len(panels), 1, margins=(left, 0.2, 0.5, 0.1),
+                        sharex=True)
     for i, (columns, label, scale) in enumerate(panels):
         ax = axes[i][0]
         for _, step in ran.iterrows():
@@ -271,27 +318,10 @@ def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None
 
 def tokens_plot(steps: pd.DataFrame) -> str | None:
     """Output, total and good output tokens per second against offered rate (ladder/refine steps)."""
-    data, x, xlabel = rate_axis(steps)
-    if data.empty:
-        return None
-    fig, axes = _figure(7.5, 4.0)
-    ax = axes[0][0]
-    xs = data[x].astype(float)
-    for column, label, style in (("total_tokens_per_s", "total tokens/s (input + output)", "--"),
-                                 ("output_tokens_per_s", "output tokens/s", "-"),
-                                 ("good_output_tokens_per_s", "good output tokens/s (goodput requests)", "-")):
-        y = _col(data, column)
-        if y.notna().any():
-            ax.plot(xs, y, style, marker="o", markersize=4, label=label)
-    if not ax.lines:
-        return None
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("tokens per second")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _svg(fig, "tokens")
+    return _rate_lines_plot(steps, (("total_tokens_per_s", "total tokens/s (input + output)", "--"),
+                                    ("output_tokens_per_s", "output tokens/s", "-"),
+                                    ("good_output_tokens_per_s", "good output tokens/s (goodput requests)", "-")),
+                            "tokens per second", 4.0, "tokens")
 
 
 def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
@@ -306,7 +336,11 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
         [c for c in table.columns if c not in _SPLIT_ORDER and c not in _SPLIT_TOTALS]
     if table.empty or not components or table[components].isna().all().all():
         return None
-    fig, axes = _figure(max(6.0, 0.55 * len(table) + 3), 3.8)
+    names = [c.replace("_", " ") for c in components] + [f"{t.replace('_', ' ')} (total)" for t in _SPLIT_TOTALS]
+    right = _text_inches(names, 7) + 0.6  # the legend sits right of the axes
+    bottom = _text_inches([str(s) for s in table.index], 7) * 0.71 + 0.3  # tick labels at 45 degrees
+    fig, axes = _figure(max(6.0, 0.55 * len(table) + 3) + right - 0.2, 3.8 + bottom - 0.55,
+                        margins=(0.75, right, bottom, 0.15))
     ax = axes[0][0]
     bottom = np.zeros(len(table))
     for component in components:
@@ -351,7 +385,8 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
     if data.empty:
         return None
-    fig, axes = _figure(7.5, 0.35 * len(data) + 1.4)
+    fig, axes = _figure(7.5, 0.35 * len(data) + 1.4,
+                        margins=(_text_inches(data["metric"].astype(str), 7) + 0.25, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float))
     ax.barh(range(len(data)), data["_r"], color=colours)
@@ -379,7 +414,10 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
         [(c.replace("_bytes", " (GiB)"), [c], 1.0 / 2 ** 30 if c.endswith("_bytes") else 1.0) for c in other]
     if not panels:
         return None
-    fig, axes = _figure(11.5, 1.6 * len(panels) + 0.8, len(panels), 1, sharex=True)
+    names = slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs]
+    bottom = _text_inches(names, 7) * 0.71 + 0.5  # slice names at 45 degrees, then the axis label
+    fig, axes = _figure(11.5, 1.6 * len(panels) + 0.8 + bottom - 0.55, len(panels), 1,
+                        margins=(0.85, 0.2, bottom, 0.1), sharex=True)
     for ax, (label, columns, scale) in zip(axes[:, 0], panels, strict=True):
         for column in columns:
             ax.plot(xs, _col(slices, column) * scale, marker="o", markersize=3, label=column)
@@ -388,7 +426,6 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
         ax.grid(alpha=0.3)
         if len(columns) > 1:
             ax.legend(fontsize=6)
-    names = slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs]
     step = max(1, len(names) // 16)
     axes[-1][0].set_xticks(xs[::step], names[::step], rotation=45, ha="right", fontsize=7)
     axes[-1][0].set_xlabel("slice")
@@ -398,7 +435,7 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
 def rates_overlay_plot(runs: Sequence[tuple[str, pd.DataFrame]], column: str, ylabel: str,
                        scale: float = 1.0, salt: str = "overlay") -> str | None:
     """One line per run of `column` against offered rate (for `llmload compare`)."""
-    fig, axes = _figure(7.5, 3.8)
+    fig, axes = _figure(7.5, 3.8, margins=(0.75, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     for name, steps in runs:
         data, x, xlabel = rate_axis(steps)

@@ -51,8 +51,11 @@ __all__ = ["StepController", "WorkerLink"]
 
 log = logging.getLogger("llmload.controller")
 
-#: lead time between sending a step and its first arrival (messages, clock skew, pool start)
-LEAD_S = 0.6
+#: lead time between sending a step and its first arrival (messages, clock skew, pool start). Measured
+#: (bench/startup.py, bench/README.md): the step message reaches a worker and `on_step` has scheduled
+#: its arrivals 1-11 ms after sending (2 processes, 512 users); planning a 36,000-arrival step takes
+#: 0.15-0.2 s on a slow 2-core VM. It is wall time before every run's first request.
+LEAD_S = 0.25
 
 
 class WorkerLink:

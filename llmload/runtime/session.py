@@ -359,7 +359,11 @@ class Session:
 
         report = not bool(getattr(self.env.parsed_options, "llmload_no_report", False))
         try:
-            code = finalize_run(self.run_dir, self.config, report=report, outcome=self.outcome)
+            if getattr(self.env, "web_ui", None) is not None:  # in a thread: the web UI answers meanwhile
+                code = gevent.get_hub().threadpool.apply(finalize_run, (self.run_dir, self.config),
+                                                         {"report": report, "outcome": self.outcome})
+            else:
+                code = finalize_run(self.run_dir, self.config, report=report, outcome=self.outcome)
         except Exception as exc:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)

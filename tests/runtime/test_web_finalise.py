@@ -1,0 +1,53 @@
+"""A web run's finalisation (merge, analysis, matplotlib report: seconds of CPU) runs off the gevent loop,
+so the web UI's greenlets keep answering meanwhile (issue 20; a test of a second web run timed out
+under load while the report was drawn). Headless runs finalise in place, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import gevent
+import pytest
+
+import llmload.runtime.finish as finish
+from llmload.runtime.session import Session
+
+
+def _busy_finalise(ticks: list[int]):
+    def finalize_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
+        seen = len(ticks)
+        deadline = time.perf_counter() + 0.4
+        while time.perf_counter() < deadline:  # CPU-bound, never yields to gevent (like matplotlib)
+            pass
+        return 7 if len(ticks) > seen else 0  # 7: the loop ran while this worked
+    return finalize_run
+
+
+def _session(tmp_path, *, web: bool) -> SimpleNamespace:
+    env = SimpleNamespace(web_ui=object() if web else None, parsed_options=SimpleNamespace(llmload_no_report=True),
+                          process_exit_code=None)
+    return SimpleNamespace(telemetry=None, env=env, run_dir=tmp_path, config=object(), outcome={},
+                           stop_signal=None, exit_code=None, finished=False)
+
+
+@pytest.mark.parametrize("web, loop_ran", [(True, True), (False, False)])
+def test_web_finalisation_leaves_the_gevent_loop_running(tmp_path, monkeypatch, web, loop_ran):
+    ticks: list[int] = []
+    monkeypatch.setattr(finish, "finalize_run", _busy_finalise(ticks))
+
+    def ticker():
+        while True:
+            ticks.append(1)
+            gevent.sleep(0.01)
+
+    other = gevent.spawn(ticker)
+    gevent.sleep(0.02)
+    try:
+        session = _session(tmp_path, web=web)
+        Session._write_final(session)
+    finally:
+        other.kill()
+    assert (session.exit_code == 7) is loop_ran
+    assert session.finished
