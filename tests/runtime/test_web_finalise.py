@@ -13,6 +13,7 @@ import pytest
 
 import llmload.runtime.finish as finish
 from llmload.runtime.session import Session
+from llmload.runtime.states import RunState
 
 
 def _busy_finalise(ticks: list[int]):
@@ -28,8 +29,9 @@ def _busy_finalise(ticks: list[int]):
 def _session(tmp_path, *, web: bool) -> SimpleNamespace:
     env = SimpleNamespace(web_ui=object() if web else None, parsed_options=SimpleNamespace(llmload_no_report=True),
                           process_exit_code=None)
+    states: list = []
     return SimpleNamespace(telemetry=None, env=env, run_dir=tmp_path, config=object(), outcome={},
-                           stop_signal=None, exit_code=None, finished=False)
+                           stop_signal=None, exit_code=None, controller=None, states=states, _to=states.append)
 
 
 @pytest.mark.parametrize("web, loop_ran", [(True, True), (False, False)])
@@ -50,4 +52,4 @@ def test_web_finalisation_leaves_the_gevent_loop_running(tmp_path, monkeypatch, 
     finally:
         other.kill()
     assert (session.exit_code == 7) is loop_ran
-    assert session.finished
+    assert session.states == [RunState.DONE]
