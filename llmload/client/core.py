@@ -54,13 +54,7 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import (
-    Transport,
-    socket_pool_wait_s,
-    socket_ready_at,
-    socket_stage,
-    socket_was_reused,
-)
+from llmload.client.transport import SocketTiming, Transport
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
@@ -152,15 +146,14 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     stream = _Stream(record)
     resp = None
     got_200 = False
+    timing = SocketTiming()
     timer = gevent.Timeout(transport.total_timeout_s)
     started = now()
     timer.start()
     try:
-        client = transport.client(base)
         headers = {**credentials.headers(), **request.headers}
-        path = transport.prefix(base) + request.path
         decoder = StreamDecoder.for_api(request.api)
-        resp = _post(client, path, request.body, headers, record, attempts=transport.concurrency + 1)
+        resp = _post(transport, base, request, headers, record, timing, attempts=transport.concurrency + 1)
         status = record.http_status = resp.status_code
         if status != 200:
             message = body_message(resp.read())
@@ -189,7 +182,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _drain(resp)
     except BaseException as exc:  # every failure, one classifier (llmload.client.outcomes)
         failure = classify_exception(exc, SendContext(
-            answered=got_200, stage=socket_stage(), pool_wait_s=socket_pool_wait_s(), own_timer=timer,
+            answered=got_200, stage=timing.stage, pool_wait_s=timing.pool_wait_s, own_timer=timer,
             elapsed_s=now() - started,
             total_timeout_s=transport.total_timeout_s, idle_timeout_s=transport.idle_timeout_s))
         if failure.outcome == "disconnect":
@@ -214,23 +207,24 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     return SendResult(record, text)
 
 
-def _post(client: object, path: str, body: bytes, headers: dict, record: Record, *, attempts: int) -> object:
+def _post(transport: Transport, base: str, request: PreparedRequest, headers: dict, record: Record,
+          timing: SocketTiming, *, attempts: int) -> object:
     """POST and return the response once its headers are in. A kept-alive connection that the server
     had already closed (llama-server closes after each stream while announcing keep-alive) fails before
     any response byte: that request never reached a live handler, so it is sent again on the next pooled
     (or a new) connection, and `sent_at` is the time of the send that got through. A failure on a new
-    connection is never retried."""
+    connection is never retried. `timing` is the transport's account of the last attempt."""
     for attempt in range(1, attempts + 1):
-        socket_ready_at(reset=True)
+        timing.reset()
         record.sent_at = now()  # replaced by the time the connection was ready, once known
         try:
-            resp = client.request("POST", path, body=body, headers=headers)
+            resp = transport.post(base, request.path, request.body, headers, timing)
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
-            if attempt == attempts or not socket_was_reused():
-                record.sent_at = socket_ready_at() or record.sent_at
+            if attempt == attempts or not timing.reused:
+                record.sent_at = timing.ready_at or record.sent_at
                 raise
             continue
-        record.sent_at = socket_ready_at() or record.sent_at
+        record.sent_at = timing.ready_at or record.sent_at
         return resp
     raise AssertionError("unreachable")
 
