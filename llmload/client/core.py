@@ -17,7 +17,7 @@ Timestamps (METRICS.md), all from `llmload.clock.now()`:
 
 Outcomes: `ok` (at least one output-bearing event, then the final event, or a finish_reason then a
 cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
-`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the socket's network timeout),
+`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the transport's `IdleTimer`, between lines),
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
 `connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it), `client_error`
 (a failure of llmload itself, never the server's). Every exception is mapped by one classifier,
@@ -54,7 +54,7 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import SocketTiming, Transport
+from llmload.client.transport import IdleTimer, SocketTiming, Transport
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk, StreamDecoder
@@ -147,13 +147,15 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     resp = None
     got_200 = False
     timing = SocketTiming()
+    idle = IdleTimer(transport.idle_timeout_s)
     timer = gevent.Timeout(transport.total_timeout_s)
     started = now()
     timer.start()
     try:
         headers = {**credentials.headers(), **request.headers}
         decoder = StreamDecoder.for_api(request.api)
-        resp = _post(transport, base, request, headers, record, timing, attempts=transport.concurrency + 1)
+        resp = _post(transport, base, request, headers, record, timing, idle,
+                     attempts=transport.concurrency + 1)
         status = record.http_status = resp.status_code
         if status != 200:
             message = body_message(resp.read())
@@ -161,11 +163,12 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _fail(record, classify_status(status, message), f"HTTP {status}: {message}", transport)
             return SendResult(record, "")
         got_200 = True
-        readline, apply, feed = resp.readline, stream.apply, decoder.feed
+        readline, apply, feed, touch = resp.readline, stream.apply, decoder.feed, idle.touch
         done = False
         while not done:
             line = readline(b"\n")
             t = now()
+            touch()
             if not line:
                 for chunk in decoder.flush():
                     if apply(chunk, t):
@@ -193,6 +196,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             raise
     finally:
         timer.close()
+        idle.close()
         if resp is not None:
             resp.release()
         transport.router.release(base)
@@ -208,7 +212,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
 
 
 def _post(transport: Transport, base: str, request: PreparedRequest, headers: dict, record: Record,
-          timing: SocketTiming, *, attempts: int) -> object:
+          timing: SocketTiming, idle: IdleTimer, *, attempts: int) -> object:
     """POST and return the response once its headers are in. A kept-alive connection that the server
     had already closed (llama-server closes after each stream while announcing keep-alive) fails before
     any response byte: that request never reached a live handler, so it is sent again on the next pooled
@@ -218,7 +222,7 @@ def _post(transport: Transport, base: str, request: PreparedRequest, headers: di
         timing.reset()
         record.sent_at = now()  # replaced by the time the connection was ready, once known
         try:
-            resp = transport.post(base, request.path, request.body, headers, timing)
+            resp = transport.post(base, request.path, request.body, headers, timing, idle)
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
             if attempt == attempts or not timing.reused:
                 record.sent_at = timing.ready_at or record.sent_at

@@ -11,8 +11,10 @@ contract against the installed geventhttpclient (pinned in pyproject.toml).
 
 Timeouts:
 - `connect_timeout_s`: TCP connect;
-- `idle_timeout_s`: the socket's network timeout, i.e. the longest silence allowed between bytes
-  (waiting for the headers included) — a stalled stream ends as `timeout`;
+- `idle_timeout_s`: the longest silence allowed between stream lines, and between writing the request
+  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each line;
+  a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per event) — a stalled
+  stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
 - `total_timeout_s`: the whole request, enforced by the streaming core with `gevent.Timeout`.
 Sockets get TCP_NODELAY. What happened while getting the socket travels with the request in a
 `SocketTiming` (the caller's, filled as it goes, so a failure half way still says where it got to; the
@@ -40,7 +42,8 @@ from llmload.client.auth import Credentials
 from llmload.clock import now
 from llmload.config import Target
 
-__all__ = ["ConnectFailed", "Endpoint", "EndpointRouter", "SocketTiming", "StreamResponse", "Transport"]
+__all__ = ["ConnectFailed", "Endpoint", "EndpointRouter", "IdleTimer", "SocketTiming", "StreamResponse",
+           "Transport"]
 
 ROUTING_POLICIES = ("round_robin", "least_outstanding", "random")
 #: bytes asked of the socket per read (geventhttpclient's default)
@@ -81,6 +84,27 @@ class SocketTiming:
     def pool_wait_s(self) -> float:
         """Time waited for a free pooled connection (still waiting: so far)."""
         return now() - self.pool_since if self.stage == "pool" else self._pool_wait_s
+
+
+class IdleTimer:
+    """One request's idle timeout: a libev timer that throws `TimeoutError` into the greenlet that
+    made it unless `touch()`ed within `seconds` (made and touched by that greenlet; `close()` at the end)."""
+
+    __slots__ = ("seconds", "_timer", "_throw", "_exc")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._timer = gevent.get_hub().loop.timer(seconds, seconds)
+        self._throw = gevent.getcurrent().throw
+        self._exc = TimeoutError("timed out")
+
+    def touch(self) -> None:
+        """(Re)start: the next `seconds` may pass in silence."""
+        self._timer.again(self._throw, self._exc)
+
+    def close(self) -> None:
+        self._timer.stop()
+        self._timer.close()
 
 
 class _Timed:
@@ -165,15 +189,15 @@ class StreamResponse(HTTPSocketPoolResponse):
 class Endpoint:
     """One base URL: its pool and how a POST goes out on it."""
 
-    def __init__(self, base_url: str, *, concurrency: int, connect_timeout_s: float,
-                 idle_timeout_s: float) -> None:
+    def __init__(self, base_url: str, *, concurrency: int, connect_timeout_s: float) -> None:
         parts = urlsplit(base_url)
         secure = parts.scheme == "https"
         host = parts.hostname or "127.0.0.1"
         port = parts.port or (443 if secure else 80)
         pool_class = _TLSPool if secure else _Pool
+        # no socket timeout once connected: the idle timeout is the request's `IdleTimer`
         self.pool = pool_class(host, port, size=concurrency, connection_timeout=connect_timeout_s,
-                               network_timeout=idle_timeout_s)
+                               network_timeout=None)
         self.prefix = parts.path.rstrip("/")
         name = f"[{host}]" if ":" in host else host
         self._host = name if port == (443 if secure else 80) else f"{name}:{port}"
@@ -190,11 +214,14 @@ class Endpoint:
         lines.append(f"Content-Length: {length}\r\n\r\n")
         return "\r\n".join(lines).encode("latin-1")
 
-    def post(self, path: str, body: bytes, headers: dict[str, str], timing: SocketTiming) -> StreamResponse:
-        """POST and return the response once its headers are in; `timing` is filled as it goes."""
+    def post(self, path: str, body: bytes, headers: dict[str, str], timing: SocketTiming,
+             idle: IdleTimer) -> StreamResponse:
+        """POST and return the response once its headers are in; `timing` is filled as it goes, `idle`
+        starts once the socket is connected (the connect has its own timeout)."""
         data = self.head(path, headers, len(body)) + body
         pool = self.pool
         sock = pool.get_socket(timing)
+        idle.touch()
         try:
             sock.sendall(data)
         except OSError as exc:
@@ -279,15 +306,14 @@ class Transport:
         endpoint = self._endpoints.get(base_url)
         if endpoint is None:
             endpoint = self._endpoints[base_url] = Endpoint(
-                base_url, concurrency=self.concurrency, connect_timeout_s=self.connect_timeout_s,
-                idle_timeout_s=self.idle_timeout_s)
+                base_url, concurrency=self.concurrency, connect_timeout_s=self.connect_timeout_s)
         return endpoint
 
-    def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str],
-             timing: SocketTiming) -> StreamResponse:
+    def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str], timing: SocketTiming,
+             idle: IdleTimer) -> StreamResponse:
         """POST `path` (the base URL's path prefix is prepended) on the pool of `base_url`."""
         endpoint = self.endpoint(base_url)
-        return endpoint.post(endpoint.prefix + path, body, headers, timing)
+        return endpoint.post(endpoint.prefix + path, body, headers, timing, idle)
 
     def reused_connections(self, base_url: str) -> int:
         """Connections of `base_url` handed back to its pool for reuse so far (0 if none made)."""
