@@ -17,7 +17,7 @@ Timestamps (METRICS.md), all from `llmload.clock.now()`:
 
 Outcomes: `ok` (at least one output-bearing event, then the final event, or a finish_reason then a
 cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
-`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the socket's network timeout),
+`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the transport's `IdleTimer`, between lines),
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
 `connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it), `client_error`
 (a failure of llmload itself, never the server's). Every exception is mapped by one classifier,
@@ -55,13 +55,7 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import (
-    Transport,
-    socket_pool_wait_s,
-    socket_ready_at,
-    socket_stage,
-    socket_was_reused,
-)
+from llmload.client.transport import IdleTimer, SocketTiming, Transport
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk
@@ -153,15 +147,16 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     stream = _Stream(record)
     resp = None
     got_200 = False
+    timing = SocketTiming()
+    idle = IdleTimer(transport.idle_timeout_s)
     timer = gevent.Timeout(transport.total_timeout_s)
     started = now()
     timer.start()
     try:
-        client = transport.client(base)
         headers = {**credentials.headers(), **request.headers}
-        path = transport.prefix(base) + request.path
         decoder = get_api(request.api).decoder()
-        resp = _post(client, path, request.body, headers, record, attempts=transport.concurrency + 1)
+        resp = _post(transport, base, request, headers, record, timing, idle,
+                     attempts=transport.concurrency + 1)
         status = record.http_status = resp.status_code
         if status != 200:
             message = body_message(resp.read())
@@ -169,11 +164,12 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _fail(record, classify_status(status, message), f"HTTP {status}: {message}", transport)
             return SendResult(record, "")
         got_200 = True
-        readline, apply, feed = resp.readline, stream.apply, decoder.feed
+        readline, apply, feed, touch = resp.readline, stream.apply, decoder.feed, idle.touch
         done = False
         while not done:
             line = readline(b"\n")
             t = now()
+            touch()
             if not line:
                 for chunk in decoder.flush():
                     if apply(chunk, t):
@@ -190,7 +186,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _drain(resp)
     except BaseException as exc:  # every failure, one classifier (llmload.client.outcomes)
         failure = classify_exception(exc, SendContext(
-            answered=got_200, stage=socket_stage(), pool_wait_s=socket_pool_wait_s(), own_timer=timer,
+            answered=got_200, stage=timing.stage, pool_wait_s=timing.pool_wait_s, own_timer=timer,
             elapsed_s=now() - started,
             total_timeout_s=transport.total_timeout_s, idle_timeout_s=transport.idle_timeout_s))
         if failure.outcome == "disconnect":
@@ -201,6 +197,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             raise
     finally:
         timer.close()
+        idle.close()
         if resp is not None:
             resp.release()
         transport.router.release(base)
@@ -215,23 +212,24 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
     return SendResult(record, text)
 
 
-def _post(client: object, path: str, body: bytes, headers: dict, record: Record, *, attempts: int) -> object:
+def _post(transport: Transport, base: str, request: PreparedRequest, headers: dict, record: Record,
+          timing: SocketTiming, idle: IdleTimer, *, attempts: int) -> object:
     """POST and return the response once its headers are in. A kept-alive connection that the server
     had already closed (llama-server closes after each stream while announcing keep-alive) fails before
     any response byte: that request never reached a live handler, so it is sent again on the next pooled
     (or a new) connection, and `sent_at` is the time of the send that got through. A failure on a new
-    connection is never retried."""
+    connection is never retried. `timing` is the transport's account of the last attempt."""
     for attempt in range(1, attempts + 1):
-        socket_ready_at(reset=True)
+        timing.reset()
         record.sent_at = now()  # replaced by the time the connection was ready, once known
         try:
-            resp = client.request("POST", path, body=body, headers=headers)
+            resp = transport.post(base, request.path, request.body, headers, timing, idle)
         except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
-            if attempt == attempts or not socket_was_reused():
-                record.sent_at = socket_ready_at() or record.sent_at
+            if attempt == attempts or not timing.reused:
+                record.sent_at = timing.ready_at or record.sent_at
                 raise
             continue
-        record.sent_at = socket_ready_at() or record.sent_at
+        record.sent_at = timing.ready_at or record.sent_at
         return resp
     raise AssertionError("unreachable")
 

@@ -97,10 +97,10 @@ class SendContext:
 
     #: a 200 status line was read (the stream had begun)
     answered: bool = False
-    #: the transport's stage (`llmload.client.transport.socket_stage`): "pool" (waiting for a pooled
+    #: the transport's stage (`llmload.client.transport.SocketTiming.stage`): "pool" (waiting for a pooled
     #: connection), "connect", "ready" (a socket was handed out), or None
     stage: str | None = None
-    #: how long the request waited for a free connection of our own pool (`socket_pool_wait_s`)
+    #: how long the request waited for a free connection of our own pool (`SocketTiming.pool_wait_s`)
     pool_wait_s: float = 0.0
     #: the request's own total-timeout `gevent.Timeout` (any other one is somebody else's: cancelled)
     own_timer: object = None

@@ -1,111 +1,243 @@
 """HTTP transport for streaming requests under gevent, and routing over several endpoints.
 
-geventhttpclient is the client Locust's FastHttpUser uses; its `readline()` returns as soon as one line
-has arrived, which is what makes per-event timestamps true (its `iter_content`/`iter_lines` wait for
-the whole body). One `HTTPClient` (one connection pool) per base URL, sized to the concurrency so no
-request waits for a connection inside the client. Timeouts:
+Built on geventhttpclient's public pieces, the ones Locust's FastHttpUser builds on: a `ConnectionPool`
+(`SSLConnectionPool` for https) subclass per base URL, sized to the concurrency so no request waits for
+a connection inside the client, and `HTTPSocketPoolResponse`, whose `readline()` returns as soon as one
+line has arrived, which is what makes per-event timestamps true (its `iter_content`/`iter_lines` wait
+for the whole body). The request head is written here (`Endpoint.post`), so the moment between getting
+a connected socket and writing the bytes is ours to stamp. The pool subclass uses only the pool's
+public methods and its documented `after_connect` hook; `tests/client/test_transport.py` checks that
+contract against the installed geventhttpclient (pinned in pyproject.toml).
+
+Timeouts:
 - `connect_timeout_s`: TCP connect;
-- `idle_timeout_s`: the socket's network timeout, i.e. the longest silence allowed between bytes
-  (waiting for the headers included) — a stalled stream ends as `timeout`;
+- `idle_timeout_s`: the longest silence allowed between stream lines, and between writing the request
+  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each line;
+  a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per event) — a stalled
+  stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
 - `total_timeout_s`: the whole request, enforced by the streaming core with `gevent.Timeout`.
-Sockets get TCP_NODELAY; the moment a socket is handed out is kept per greenlet (`socket_ready_at`),
-because `HTTPClient.request` connects and writes in one call. A connect failure (TLS handshake
-included) is raised as `ConnectFailed` so the core can tell it from a read failure (`connect_error` vs
-`disconnect` / `timeout`). A request waiting for a free pooled connection waits before its `sent_at`.
+Sockets get TCP_NODELAY. What happened while getting the socket travels with the request in a
+`SocketTiming` (the caller's, filled as it goes, so a failure half way still says where it got to; the
+response carries it as `resp.timing`): `ready_at` when a connected socket was handed over, right
+before the request bytes are written (METRICS.md `sent_at`), `reused`, `pool_wait_s` and `stage`.
+A connect failure (TLS handshake included) is raised as `ConnectFailed` so the core can tell it from a
+read failure (`connect_error` vs `disconnect` / `timeout`). A request waiting for a free pooled
+connection waits before its `sent_at`.
 """
 
 from __future__ import annotations
 
+import errno
 import random
+import re
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import gevent.local
-from geventhttpclient import HTTPClient
-from geventhttpclient.connectionpool import ConnectionPool
+import gevent.lock
+from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.client.auth import Credentials
 from llmload.clock import now
 from llmload.config import Target
 
-__all__ = ["ConnectFailed", "EndpointRouter", "Transport", "socket_pool_wait_s", "socket_ready_at", "socket_stage",
-           "socket_was_reused"]
+__all__ = ["ConnectFailed", "Endpoint", "EndpointRouter", "IdleTimer", "SocketTiming", "StreamResponse",
+           "Transport"]
 
 ROUTING_POLICIES = ("round_robin", "least_outstanding", "random")
+#: bytes asked of the socket per read (geventhttpclient's default)
+BLOCK_SIZE = 4096
+_USER_AGENT = "llmload"
+#: a header name (RFC 9110 token) and a value without control characters (no header injection)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
 
 
 class ConnectFailed(OSError):
     """The TCP connection to the target could not be made (refused, unreachable, connect timeout)."""
 
 
-#: per greenlet: when the pool last handed this greenlet a connected socket (see `socket_ready_at`)
-_ready = gevent.local.local()
+class SocketTiming:
+    """What getting a connection took, for one request (one per attempt: `reset()` between).
+
+    `stage`: "pool" (waiting for a free connection of our own pool: it is exhausted), "connect"
+    (connecting), "ready" (handed out), None (not asked yet). `ready_at`: when the connected socket was
+    handed out, the moment just before the request bytes are written (METRICS.md `sent_at`: a new
+    connection's connect time is not in it). `reused`: the socket was a kept-alive one. `pool_wait_s`:
+    time spent waiting for a free connection of our own pool, the generator's time, never the server's.
+    """
+
+    __slots__ = ("stage", "ready_at", "reused", "pool_since", "_pool_wait_s")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.stage: str | None = None
+        self.ready_at: float | None = None
+        self.reused = False
+        self.pool_since = 0.0
+        self._pool_wait_s = 0.0
+
+    @property
+    def pool_wait_s(self) -> float:
+        """Time waited for a free pooled connection (still waiting: so far)."""
+        return now() - self.pool_since if self.stage == "pool" else self._pool_wait_s
 
 
-def socket_was_reused() -> bool:
-    """Whether the socket the current greenlet last got from a pool was a kept-alive one (not new)."""
-    return not getattr(_ready, "new", True)
+class IdleTimer:
+    """One request's idle timeout: a libev timer that throws `TimeoutError` into the greenlet that
+    made it unless `touch()`ed within `seconds` (made and touched by that greenlet; `close()` at the end)."""
+
+    __slots__ = ("seconds", "_timer", "_throw", "_exc")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._timer = gevent.get_hub().loop.timer(seconds, seconds)
+        self._throw = gevent.getcurrent().throw
+        self._exc = TimeoutError("timed out")
+
+    def touch(self) -> None:
+        """(Re)start: the next `seconds` may pass in silence."""
+        self._timer.again(self._throw, self._exc)
+
+    def close(self) -> None:
+        self._timer.stop()
+        self._timer.close()
 
 
-def socket_ready_at(reset: bool = False) -> float | None:
-    """When the current greenlet last got a connected socket from a pool, i.e. the moment just before
-    the request bytes are written (METRICS.md `sent_at`: a new connection's connect time is not in it).
-    `reset=True` clears it (and `socket_stage`) before a request."""
-    at = getattr(_ready, "at", None)
-    if reset:
-        _ready.at = None
-        _ready.stage = None
-        _ready.pool_wait_s = 0.0
-    return at
+class _Timed:
+    """Mixin over geventhttpclient's pool: `get_socket(timing)` notes the stages in `timing`, new
+    sockets get TCP_NODELAY (`after_connect`, the pool's documented hook), and a connect failure is
+    raised as `ConnectFailed`. Our own gate (a semaphore of the pool's size, held from `get_socket` to
+    `return_socket` / `release_socket`) makes the wait for a free connection visible; the pool's own
+    semaphore then never waits."""
 
+    def __init__(self, host: str, port: int, **kw: object) -> None:
+        super().__init__(host, port, host, port, **kw)
+        self.where = f"{host}:{port}"
+        self._gate = gevent.lock.Semaphore(self.size)
+        self._new: set[socket.socket] = set()
+        #: connections opened, and connections handed back for reuse (counters, for checks)
+        self.opened = 0
+        self.returned = 0
 
-def socket_pool_wait_s() -> float:
-    """How long the current greenlet's last socket request waited for a free connection of our own pool
-    (still waiting: so far). Time spent there is the generator's, never the server's."""
-    if getattr(_ready, "stage", None) == "pool":
-        return now() - getattr(_ready, "pool_since", now())
-    return getattr(_ready, "pool_wait_s", 0.0)
-
-
-def socket_stage() -> str | None:
-    """Where the current greenlet's last socket request got to: "pool" (waiting for a free pooled
-    connection: our own pool exhausted), "connect" (connecting), "ready" (handed out), None (not asked)."""
-    return getattr(_ready, "stage", None)
-
-
-def _instrument(pool: ConnectionPool) -> None:
-    """Wrap one pool's socket hooks (plain or TLS alike): TCP_NODELAY on new connections, connect
-    failures (refused, unreachable, timeout, TLS handshake) raised as `ConnectFailed`, and the time each
-    socket is handed out kept for `socket_ready_at`. `get_socket` and `_create_socket` are the pool's
-    only hooks between connecting and writing; instance attributes so TLS pools keep their own class."""
-    get_socket, create_socket = pool.get_socket, pool._create_socket
-    where = f"{pool._connection_host}:{pool._connection_port}"
-
-    def create() -> socket.socket:
-        if getattr(_ready, "stage", None) == "pool":
-            _ready.pool_wait_s = now() - _ready.pool_since
-        _ready.stage = "connect"
-        try:
-            sock = create_socket()
-        except OSError as exc:
-            raise ConnectFailed(f"cannot connect to {where}: {exc.strerror or exc}") from exc
+    def after_connect(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _ready.new = True
+        self._new.add(sock)
+        self.opened += 1
+
+    def get_socket(self, timing: SocketTiming | None = None) -> socket.socket:
+        if timing is None:
+            timing = SocketTiming()
+        gate = self._gate
+        if gate.locked():
+            timing.stage, timing.pool_since = "pool", now()
+            gate.acquire()
+            timing._pool_wait_s = now() - timing.pool_since
+        else:
+            gate.acquire()
+        timing.stage = "connect"
+        try:
+            sock = super().get_socket()
+        except OSError as exc:
+            gate.release()
+            raise ConnectFailed(f"cannot connect to {self.where}: {exc.strerror or exc}") from exc
+        except BaseException:
+            gate.release()
+            raise
+        timing.ready_at = now()
+        timing.stage = "ready"
+        if sock in self._new:
+            self._new.discard(sock)
+        else:
+            timing.reused = True
         return sock
 
-    def get() -> socket.socket:
-        _ready.new = False
-        _ready.stage, _ready.pool_since = "pool", now()
-        sock = get_socket()
-        _ready.at = now()
-        if _ready.stage == "pool":  # a kept-alive socket: no connect in between
-            _ready.pool_wait_s = _ready.at - _ready.pool_since
-        _ready.stage = "ready"
-        return sock
+    def return_socket(self, sock: socket.socket) -> None:
+        try:
+            super().return_socket(sock)
+            self.returned += 1
+        finally:
+            self._gate.release()
 
-    pool._create_socket = create
-    pool.get_socket = get
+    def release_socket(self, sock: socket.socket) -> None:
+        try:
+            super().release_socket(sock)
+        finally:
+            self._gate.release()
+
+
+class _Pool(_Timed, ConnectionPool):
+    """Plain TCP pool."""
+
+
+class _TLSPool(_Timed, SSLConnectionPool):
+    """TLS pool (the handshake is part of connecting)."""
+
+
+class StreamResponse(HTTPSocketPoolResponse):
+    """geventhttpclient's pooled response (headers read on construction) with the request's
+    `SocketTiming` on it."""
+
+    def __init__(self, sock: socket.socket, pool: ConnectionPool, timing: SocketTiming) -> None:
+        self.timing = timing
+        super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+
+
+class Endpoint:
+    """One base URL: its pool and how a POST goes out on it."""
+
+    def __init__(self, base_url: str, *, concurrency: int, connect_timeout_s: float) -> None:
+        parts = urlsplit(base_url)
+        secure = parts.scheme == "https"
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if secure else 80)
+        pool_class = _TLSPool if secure else _Pool
+        # no socket timeout once connected: the idle timeout is the request's `IdleTimer`
+        self.pool = pool_class(host, port, size=concurrency, connection_timeout=connect_timeout_s,
+                               network_timeout=None)
+        self.prefix = parts.path.rstrip("/")
+        name = f"[{host}]" if ":" in host else host
+        self._host = name if port == (443 if secure else 80) else f"{name}:{port}"
+
+    def head(self, path: str, headers: dict[str, str], length: int) -> bytes:
+        """The request line and headers of a POST of `length` body bytes (latin-1, like HTTP/1.1)."""
+        if not path.startswith("/") or path.startswith("//") or not _VALUE.fullmatch(path) or " " in path:
+            raise ValueError(f"invalid request path {path!r}")
+        lines = [f"POST {path} HTTP/1.1", f"Host: {self._host}", f"User-Agent: {_USER_AGENT}"]
+        for name, value in headers.items():
+            if not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
+                raise ValueError(f"invalid header {name!r}")
+            lines.append(f"{name}: {value}")
+        lines.append(f"Content-Length: {length}\r\n\r\n")
+        return "\r\n".join(lines).encode("latin-1")
+
+    def post(self, path: str, body: bytes, headers: dict[str, str], timing: SocketTiming,
+             idle: IdleTimer) -> StreamResponse:
+        """POST and return the response once its headers are in; `timing` is filled as it goes, `idle`
+        starts once the socket is connected (the connect has its own timeout)."""
+        data = self.head(path, headers, len(body)) + body
+        pool = self.pool
+        sock = pool.get_socket(timing)
+        idle.touch()
+        try:
+            sock.sendall(data)
+        except OSError as exc:
+            if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+                # the server may have answered (401 on a large body, say) before closing: read that
+                # answer; the response releases the socket itself either way
+                try:
+                    return StreamResponse(sock, pool, timing)
+                except (OSError, HTTPParseError):
+                    raise exc from None
+            pool.release_socket(sock)
+            raise
+        except BaseException:
+            pool.release_socket(sock)
+            raise
+        return StreamResponse(sock, pool, timing)
 
 
 @dataclass
@@ -158,7 +290,7 @@ class Transport:
         self.total_timeout_s = total_timeout_s
         self.router = EndpointRouter(self.endpoints, routing, seed)
         self.credentials = credentials or Credentials()
-        self._clients: dict[str, HTTPClient] = {}
+        self._endpoints: dict[str, Endpoint] = {}
 
     @classmethod
     def from_target(cls, target: Target, *, concurrency: int = 64, seed: int = 0,
@@ -169,33 +301,38 @@ class Transport:
                    routing=target.routing, seed=seed,
                    credentials=Credentials.from_target(target, base_dir=base_dir))
 
-    def client(self, base_url: str) -> HTTPClient:
-        """The pooled client for one base URL (made on first use)."""
-        client = self._clients.get(base_url)
-        if client is None:
-            parts = urlsplit(base_url)
-            secure = parts.scheme == "https"
-            client = HTTPClient(parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80),
-                                ssl=secure, concurrency=self.concurrency,
-                                connection_timeout=self.connect_timeout_s,
-                                network_timeout=self.idle_timeout_s)
-            _instrument(client._connection_pool)
-            self._clients[base_url] = client
-        return client
+    def endpoint(self, base_url: str) -> Endpoint:
+        """The pooled endpoint for one base URL (made on first use)."""
+        endpoint = self._endpoints.get(base_url)
+        if endpoint is None:
+            endpoint = self._endpoints[base_url] = Endpoint(
+                base_url, concurrency=self.concurrency, connect_timeout_s=self.connect_timeout_s)
+        return endpoint
 
-    def idle_connections(self, base_url: str) -> int:
-        """Kept-alive connections waiting in the pool of `base_url` (reuse check; 0 if none made)."""
-        client = self._clients.get(base_url)
-        return client._connection_pool._socket_queue.qsize() if client is not None else 0
+    def post(self, base_url: str, path: str, body: bytes, headers: dict[str, str], timing: SocketTiming,
+             idle: IdleTimer) -> StreamResponse:
+        """POST `path` (the base URL's path prefix is prepended) on the pool of `base_url`."""
+        endpoint = self.endpoint(base_url)
+        return endpoint.post(endpoint.prefix + path, body, headers, timing, idle)
+
+    def reused_connections(self, base_url: str) -> int:
+        """Connections of `base_url` handed back to its pool for reuse so far (0 if none made)."""
+        endpoint = self._endpoints.get(base_url)
+        return endpoint.pool.returned if endpoint is not None else 0
+
+    def opened_connections(self, base_url: str) -> int:
+        """Connections opened to `base_url` so far."""
+        endpoint = self._endpoints.get(base_url)
+        return endpoint.pool.opened if endpoint is not None else 0
 
     def prefix(self, base_url: str) -> str:
         """The path prefix of a base URL (`http://h/proxy` -> `/proxy`), prepended to API paths."""
         return urlsplit(base_url).path.rstrip("/")
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        for endpoint in self._endpoints.values():
+            endpoint.pool.close()
+        self._endpoints.clear()
 
     def __repr__(self) -> str:
         return (f"Transport({self.endpoints}, concurrency={self.concurrency}, "

@@ -56,6 +56,16 @@ class SSEDecoder:
         """Events completed by `chunk` (possibly none)."""
         if not self._buf and not self._skip_lf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
             # fast path: exactly one LF-terminated line, as `readline()` hands them over
+            if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch
+                return []
+            if self._started and chunk.startswith(b"data: "):  # the usual payload line (same rules)
+                try:
+                    self._data.append(chunk[6:-1].decode("utf-8"))
+                except UnicodeDecodeError:
+                    pass  # the general path records it as invalid
+                else:
+                    self._pending = True
+                    return []
             events: list[SSEEvent] = []
             self._line(chunk[:-1], events)
             return events
@@ -143,5 +153,5 @@ class SSEDecoder:
         self._data, self._event, self._pending = [], "", False
         if not data:
             return
-        events.append(SSEEvent(data="\n".join(data), event=name or "message", id=self._last_id,
-                               retry=self._retry))
+        events.append(SSEEvent(data[0] if len(data) == 1 else "\n".join(data), name or "message", self._last_id,
+                               self._retry))

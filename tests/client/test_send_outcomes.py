@@ -86,7 +86,8 @@ def test_total_timeout_and_one_token_answers(sim_factory) -> None:
     target = sim_target(sim.url, "openai-completions", "vllm")
     transport = Transport.from_target(target, concurrency=4)
     one = send_batch(target, fixed_requests(16, 1), 3, transport=transport)
-    assert transport.idle_connections(sim.url) == 1  # the body is read to its end: one kept-alive connection
+    # each body is read to its end: one connection, handed back for reuse after each of the three
+    assert transport.opened_connections(sim.url) == 1 and transport.reused_connections(sim.url) == 3
     transport.close()
     for rec in one:
         assert rec.outcome == "ok" and rec.output_tokens == 1 and len(rec.token_times) == 1

@@ -88,29 +88,91 @@ def test_public_surface_is_pinned() -> None:
             assert getattr(module, name) is not None
 
 
-def test_pool_sockets_have_nodelay_and_ready_time() -> None:
+def test_pool_sockets_have_nodelay_timing_and_reuse() -> None:
     import socket
 
     import gevent.server
 
     from llmload.client import ConnectFailed, Transport
-    from llmload.client.transport import socket_ready_at
+    from llmload.client.transport import SocketTiming
 
     server = gevent.server.StreamServer(("127.0.0.1", 0), lambda sock, addr: sock.recv(1))
     server.start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
         transport = Transport([url], concurrency=2)
-        socket_ready_at(reset=True)
-        pool = transport.client(url)._connection_pool
-        sock = pool.get_socket()
+        pool = transport.endpoint(url).pool
+        first, second = SocketTiming(), SocketTiming()
+        sock = pool.get_socket(first)
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
-        assert socket_ready_at(reset=True) is not None
-        assert socket_ready_at() is None
+        assert first.stage == "ready" and first.ready_at is not None and not first.reused
+        pool.return_socket(sock)
+        assert pool.get_socket(second) is sock and second.reused and second.ready_at > first.ready_at
+        assert not first.reused  # each request's timing is its own, not the greenlet's
         pool.release_socket(sock)
+        assert transport.opened_connections(url) == 1 and transport.reused_connections(url) == 1
         transport.close()
     finally:
         server.stop()
     closed = Transport([url], connect_timeout_s=1.0)
+    timing = SocketTiming()
     with pytest.raises(ConnectFailed, match="cannot connect to 127.0.0.1"):
-        closed.client(url)._connection_pool.get_socket()
+        closed.endpoint(url).pool.get_socket(timing)
+    assert timing.stage == "connect" and timing.ready_at is None
+
+
+def test_pool_wait_is_seen_on_the_request_timing() -> None:
+    import gevent
+    import gevent.server
+
+    from llmload.client import Transport
+    from llmload.client.transport import SocketTiming
+
+    server = gevent.server.StreamServer(("127.0.0.1", 0), lambda sock, addr: sock.recv(1))
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        pool = Transport([url], concurrency=1).endpoint(url).pool
+        held = pool.get_socket(SocketTiming())
+        timing = SocketTiming()
+        waiter = gevent.spawn(pool.get_socket, timing)
+        gevent.sleep(0.05)
+        assert timing.stage == "pool" and timing.pool_wait_s >= 0.04  # still waiting: so far
+        pool.return_socket(held)
+        assert waiter.get(timeout=2) is held
+        assert timing.stage == "ready" and timing.reused and 0.04 <= timing.pool_wait_s < 1.0
+        pool.close()
+    finally:
+        server.stop()
+
+
+def test_geventhttpclient_contract() -> None:
+    """The pieces of geventhttpclient the transport subclasses, and the version range pyproject pins:
+    fails when an upgrade changes them (then re-read its connectionpool.py / response.py)."""
+    import inspect
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+    from geventhttpclient.response import HTTPSocketPoolResponse
+
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    low, high = re.search(r'"geventhttpclient>=([\d.]+),<([\d.]+)"', pyproject).groups()
+    installed = tuple(int(x) for x in version("geventhttpclient").split(".")[:2])
+    assert tuple(int(x) for x in low.split(".")[:2]) <= installed < tuple(int(x) for x in high.split("."))
+    for cls in (ConnectionPool, SSLConnectionPool):
+        params = list(inspect.signature(cls.__init__).parameters)
+        assert params[1:5] == ["connection_host", "connection_port", "request_host", "request_port"]
+        # the SSL pool hands its other keywords to ConnectionPool's
+        assert {"size", "connection_timeout", "network_timeout"} <= set(params) or "kw" in params
+        for name, arity in (("get_socket", 1), ("return_socket", 2), ("release_socket", 2),
+                            ("after_connect", 2), ("close", 1)):
+            assert len(inspect.signature(getattr(cls, name)).parameters) == arity, name
+    # after_connect is the hook for every new connection; get_socket makes one when none is idle
+    assert "self.after_connect(sock)" in inspect.getsource(ConnectionPool._create_socket)
+    assert "self._create_socket()" in inspect.getsource(ConnectionPool.get_socket)
+    params = inspect.signature(HTTPSocketPoolResponse.__init__).parameters
+    assert list(params)[1:3] == ["sock", "pool"]
+    for name in ("readline", "read", "release", "status_code", "should_close"):
+        assert hasattr(HTTPSocketPoolResponse, name), name

@@ -86,3 +86,18 @@ def test_llamacpp_error_field_becomes_error_event() -> None:
 
 def test_id_with_nul_is_ignored_and_unknown_fields_skipped() -> None:
     assert decode([b"id: 1\nid: a\x00b\nfoo: bar\ndata: x\n\n"]) == [SSEEvent(data="x", id="1")]
+
+
+def test_line_at_a_time_as_readline_hands_them_over() -> None:
+    # the streaming core feeds one LF-terminated line per call (its fast path): same events as one
+    # chunk, a BOM before the first `data:` dropped, a non-UTF-8 data line replaced and kept as invalid
+    stream = STREAM.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    for lines in (stream, b"\xef\xbb\xbfdata: first\n\n" + stream[3:], b"data: \xff\xfe\ndata: ok\n\n\n"):
+        whole = SSEDecoder()
+        expected = whole.feed(lines) + whole.flush()
+        one = SSEDecoder()
+        got = [ev for line in lines.splitlines(keepends=True) for ev in one.feed(line)] + one.flush()
+        assert got == expected and one.invalid == whole.invalid
+    assert expected == [SSEEvent(data="\ufffd\ufffd\nok")] and one.invalid == b"data: \xff\xfe"
+    first = SSEDecoder()
+    assert first.feed(b"\xef\xbb\xbfdata: x\n") == [] and first.feed(b"\n") == [SSEEvent(data="x")]
