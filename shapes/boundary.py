@@ -21,7 +21,20 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BoundaryAnswer", "BoundarySearch"]
+__all__ = ["REALISED_RATE_TOLERANCE", "BoundaryAnswer", "BoundarySearch", "realised_rate_note"]
+
+#: a step whose realised offered rate is more than this share off its target (a short Poisson step
+#: draws fewer or more arrivals than the rate times the window) is stated with the realised rate, so that
+#: a target label is never read as the load the server carried
+REALISED_RATE_TOLERANCE = 0.10
+
+
+def realised_rate_note(target: float, offered: Iterable[float | None]) -> str:
+    """` (offered 4.1 req/s realised)` for the realised offered rates (METRICS.md `offered_rate`) of the
+    passing steps at `target` that are more than `REALISED_RATE_TOLERANCE` off it, else ""."""
+    off = [float(v) for v in offered
+           if v is not None and not math.isnan(float(v)) and abs(float(v) - target) > REALISED_RATE_TOLERANCE * target]
+    return f" (offered {', '.join(f'{v:.3g}' for v in off)} req/s realised)" if off else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from llmload import slo as slo_dims
 from llmload.report.html import cell_text, is_blank
 from llmload.report.manifest_view import conditions_of
 from llmload.report.plots import RATE_PHASES
+from shapes.boundary import REALISED_RATE_TOLERANCE
+from shapes.boundary import realised_rate_note as rate_note
 from shapes.phases import sustained_phases
 
 __all__ = [
@@ -53,12 +55,6 @@ def rate_of(step: pd.Series) -> float | None:
     return None
 
 
-#: a step whose realised offered rate is more than this share off its target (a short Poisson step
-#: draws fewer or more arrivals than the rate times the window) is stated with the realised rate, so that
-#: a target label is never read as the load the server carried
-REALISED_RATE_TOLERANCE = 0.10
-
-
 def realised_rate_note(steps: pd.DataFrame, rate: Any) -> str:
     """` (offered 4.1 req/s realised)` when the passing sustained steps at target `rate` (the ladder
     result's last passing rate, a target) offered a rate more than `REALISED_RATE_TOLERANCE` off it,
@@ -71,11 +67,7 @@ def realised_rate_note(steps: pd.DataFrame, rate: Any) -> str:
     verdict = steps.get("verdict", blank).astype(str)
     at = steps[phase.isin(sustained_phases()) & (verdict == "pass")
                & ((pd.to_numeric(steps["target_rate"], errors="coerce") - target).abs() < 1e-9)]
-    offered = pd.to_numeric(at["offered_rate"], errors="coerce").dropna()
-    off = [float(v) for v in offered if abs(float(v) - target) > REALISED_RATE_TOLERANCE * target]
-    if not off:
-        return ""
-    return f" (offered {', '.join(f'{v:.3g}' for v in off)} req/s realised)"
+    return rate_note(target, pd.to_numeric(at["offered_rate"], errors="coerce").dropna())
 
 
 def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:

@@ -45,6 +45,7 @@ from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
 from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepRun, plan_fields
 from llmload.runtime.table import format_header
 from llmload.runtime.tally import StepTally
+from shapes.boundary import realised_rate_note
 from shapes.steps import StepSpec
 
 __all__ = ["StepController", "WorkerLink"]
@@ -304,7 +305,10 @@ class StepController:
         answer = search.answer
         self.plan.data["boundary"] = {"rate": answer.rate, "samples": answer.samples,
                                       "failing_rate": answer.failing_rate, "stopped": answer.stopped}
-        self.out(f"  boundary search: highest passing rate {answer.rate} req/s "
+        realised = "" if answer.rate is None else realised_rate_note(answer.rate, [
+            r.get("offered_rate") for r in self.results
+            if r["verdict"] == "pass" and r["target_rate"] is not None and abs(r["target_rate"] - answer.rate) < 1e-9])
+        self.out(f"  boundary search: highest passing rate {answer.rate} req/s{realised} "
                  f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
 
     # ------------------------------------------------------------------ stops from outside

@@ -166,7 +166,8 @@ class StepTally:
         """A judged step: its table row (printed), its result, its invalid reasons."""
         table_row = step_row(label, stats, verdict, list(failing), self.step_waiting(row))
         self.results.append({"label": label, "target_rate": target_rate, "verdict": verdict,
-                             "failing": list(failing), "samples": stats.get("completed", stats.get("ok"))})
+                             "failing": list(failing), "samples": stats.get("completed", stats.get("ok")),
+                             "offered_rate": stats.get("offered_rate")})
         self.table_rows.append({**stats, **table_row})
         self.out(format_row(table_row))
         for reason in stats.get("invalid_reasons") or []:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shapes.boundary import BoundarySearch
+from shapes.boundary import BoundarySearch, realised_rate_note
 
 
 def judge(capacity: float):
@@ -82,3 +82,10 @@ def test_bad_inputs_are_refused():
         BoundarySearch([(1, None)], resolution=0.1)
     with pytest.raises(ValueError, match="resolution"):
         BoundarySearch([], resolution=0)
+
+
+def test_the_realised_rate_is_stated_when_a_short_step_drew_far_from_its_target():
+    """The demo's r5.50 step offered 4.10 req/s (a -1.9 sd Poisson draw): the answer must say so."""
+    assert realised_rate_note(5.5, [4.1]) == " (offered 4.1 req/s realised)"
+    assert realised_rate_note(5.5, [5.2, None, float("nan")]) == ""  # within 10%: the label stands
+    assert realised_rate_note(5.5, [6.2, 5.4]) == " (offered 6.2 req/s realised)"
