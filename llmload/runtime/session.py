@@ -360,6 +360,10 @@ class Session:
         report = not bool(getattr(self.env.parsed_options, "llmload_no_report", False))
         try:
             if getattr(self.env, "web_ui", None) is not None:  # in a thread: the web UI answers meanwhile
+                if report:  # matplotlib's first import lists the fonts with a subprocess, which gevent's
+                    # patched subprocess can only start on the loop's own thread: import it here
+                    import matplotlib.font_manager  # noqa: F401
+
                 code = gevent.get_hub().threadpool.apply(finalize_run, (self.run_dir, self.config),
                                                          {"report": report, "outcome": self.outcome})
             else:
@@ -375,8 +379,10 @@ class Session:
         self.exit_code = code
         self.env.process_exit_code = code
         said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
-        written = self.run_dir / ("report.html" if report else "summary.json")
-        print(f"llmload: {'report' if report else 'summary'} {written}{said}", flush=True)
+        written = self.run_dir / "report.html"
+        if not (report and written.exists()):  # say the file that is there (a failed report was warned of)
+            written = self.run_dir / "summary.json"
+        print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
         self._to(RunState.DONE)
 
     # ------------------------------------------------------------------ stop signals

@@ -53,3 +53,41 @@ def test_web_finalisation_leaves_the_gevent_loop_running(tmp_path, monkeypatch, 
         other.kill()
     assert (session.exit_code == 7) is loop_ran
     assert session.states == [RunState.DONE]
+
+
+_FRESH_FONTS = """
+from gevent import monkey
+monkey.patch_all()
+import sys
+from types import SimpleNamespace
+import llmload.runtime.finish as finish
+from llmload.runtime.session import Session
+
+def finalize_run(run_dir, config, *, report=True, outcome=None):
+    from matplotlib.figure import Figure  # the report's first matplotlib import, as in a fresh container
+    Figure()
+    (run_dir / "report.html").write_text("ok")
+    return 0
+
+finish.finalize_run = finalize_run
+env = SimpleNamespace(web_ui=object(), parsed_options=SimpleNamespace(llmload_no_report=False), process_exit_code=None)
+states = []
+session = SimpleNamespace(telemetry=None, env=env, run_dir=__import__("pathlib").Path(sys.argv[1]), config=object(),
+                          outcome={}, stop_signal=None, exit_code=None, controller=None, _to=states.append)
+Session._write_final(session)
+print("exit", session.exit_code)
+"""
+
+
+def test_a_web_run_reports_with_an_empty_font_cache(tmp_path):
+    """matplotlib's first import lists the system fonts with a subprocess; gevent's patched subprocess
+    cannot start one from the finalisation thread (a fresh container's web run lost its report so)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    done = subprocess.run([sys.executable, "-c", _FRESH_FONTS, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert "exit 0" in done.stdout, done.stderr[-2000:]
+    assert f"llmload: report {tmp_path / 'report.html'}" in done.stdout
