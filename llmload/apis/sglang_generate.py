@@ -45,8 +45,6 @@ class SGLangGenerateParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        if data == "[DONE]":
-            return StreamChunk(final=True)
         obj = load_payload(data)
         if isinstance(obj, StreamChunk):
             return obj

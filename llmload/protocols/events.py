@@ -74,16 +74,19 @@ def error_message(obj: Any) -> str:
     return str(obj)
 
 
-def load_payload(data: str | bytes, unit: str = "chunk") -> dict[str, Any] | StreamChunk:
-    """One stream payload (an SSE `data:` payload, an NDJSON line) as its JSON object, or the chunk that
-    ends the stream instead: one not a JSON object is malformed (`malformed stream {unit}: ...`), and an
-    `{"error": ...}` object is an in-stream error (its message). Every parser starts here."""
+def load_payload(data: str | bytes, *, ndjson: bool = False) -> dict[str, Any] | StreamChunk:
+    """One stream payload (an SSE `data:` payload; `ndjson`: one NDJSON line) as its JSON object, or the
+    chunk that stands for it instead: SSE's `[DONE]` is the final chunk, a payload that is not a JSON
+    object is malformed (`malformed stream chunk: ...` / `line: ...`), and an `{"error": ...}` object is
+    an in-stream error (its message). Every parser starts here."""
+    if not ndjson and data == "[DONE]":
+        return StreamChunk(final=True)
     try:
         obj = loads_json(data)
     except ValueError:
         obj = None
     if not isinstance(obj, dict):
-        return StreamChunk(error=f"malformed stream {unit}: {data[:120]!r}")
+        return StreamChunk(error=f"malformed stream {'line' if ndjson else 'chunk'}: {data[:120]!r}")
     err = obj.get("error")
     if err is not None:
         return StreamChunk(error=error_message(err))

@@ -34,7 +34,7 @@ class OllamaStreamParser:
     __slots__ = ()
 
     def parse(self, line: bytes | str) -> StreamChunk:
-        obj = load_payload(line, "line")
+        obj = load_payload(line, ndjson=True)
         if isinstance(obj, StreamChunk):
             return obj
 

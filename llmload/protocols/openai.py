@@ -33,8 +33,6 @@ class OpenAIStreamParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        if data == "[DONE]":
-            return StreamChunk(final=True)
         obj = load_payload(data)
         if isinstance(obj, StreamChunk):
             return obj
