@@ -1,4 +1,5 @@
-"""What every bench script shares: the machine's state, the sim, its ground truth, CPU sampling.
+"""What every bench script shares: the machine's state, the sim, CPU sampling (the sim's ground truth is
+`llmload.sim.groundtruth.read_ground_truth`).
 
 Only public names of `llmload` are used here (`llmload.sim.process`, `llmload.calibrate.CpuSampler`),
 so that refactors of private helpers (e.g. in `llmload.calibrate`) cannot break the benches again; the smoke test
@@ -65,21 +66,6 @@ def start_sim(folder: Path, *, settings: dict | None = None):
 
     sim = start_sim_process(folder, settings=settings or BENCH_SIM)
     return sim, sim.url, sim.ground_truth
-
-
-def read_ground_truth(path: Path | None) -> dict[str, dict]:
-    """The sim's ground-truth rows by request_id (a torn line is skipped)."""
-    rows: dict[str, dict] = {}
-    if path is None or not Path(path).exists():
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows[row["request_id"]] = row
-    return rows
 
 
 class ChildSampler(CpuSampler):

@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         _core_child(args)
         return 0
 
-    from _common import machine, read_ground_truth, start_sim
+    from _common import machine, start_sim
+
+    from llmload.sim.groundtruth import read_ground_truth
 
     work = Path(tempfile.mkdtemp(prefix="llmload-bench-"))
     sim, url, truth_path = start_sim(work / "sim")

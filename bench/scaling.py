@@ -109,10 +109,11 @@ def _locust_processes(master_pid: int, workers: int, timeout_s: float = 15.0) ->
 def run_workers(url: str, work: Path, *, workers: int, rates: list[float], tokens: int, warmup_s: float,
                 step_s: float, users: int, sim_pid: int, truth_path: Path) -> dict:
     import yaml
-    from _common import ChildSampler, read_ground_truth
+    from _common import ChildSampler
 
     from llmload.calibrate import measure_steps
     from llmload.runtime.launcher import locust_command
+    from llmload.sim.groundtruth import read_ground_truth
 
     work.mkdir(parents=True, exist_ok=True)
     config_path = work / "run.yaml"

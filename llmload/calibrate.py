@@ -53,6 +53,7 @@ from llmload.envelope import (  # re-exported: the envelope's file and the check
     load_envelope,
 )
 from llmload.errors import RunError
+from llmload.sim.groundtruth import read_ground_truth
 from llmload.sim.process import start_sim_process, stop_process
 
 __all__ = [
@@ -270,20 +271,6 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
 
 # --------------------------------------------------------------------------- measuring
 
-def _read_ground_truth(path: Path | None) -> dict[str, dict]:
-    rows: dict[str, dict] = {}
-    if path is None or not path.exists():
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows[row["request_id"]] = row
-    return rows
-
-
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -445,7 +432,7 @@ def _calibrate(*, processes: int, target: str | None, out: Path | None, quick: b
                   f"{ramp.output_tokens}-token outputs", flush=True)
             exclude = {sim.pid} if sim is not None else set()
             run_dir, cpu = _run_ramp(ramp, url=url, model=model, processes=processes, work=work, exclude=exclude)
-            truth = _read_ground_truth(truth_path) if truth_path is not None else None
+            truth = read_ground_truth(truth_path) if truth_path is not None else None
             steps += measure_steps(run_dir, ramp=ramp.name, processes=processes, ground_truth=truth, cpu=cpu,
                                    sim_pid=sim.pid if sim is not None else None)
     finally:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -140,6 +141,17 @@ class Model(BaseModel):
         return data
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _one_of(model: _M, *names: str, given: Callable[[Any], bool] = lambda v: v is not None) -> _M:
+    """`model` when exactly one of its fields `names` is given (by default: not None); else the error
+    `give exactly one of a or b` (more names: `a, b, c`)."""
+    if sum(given(getattr(model, name)) for name in names) != 1:
+        raise ValueError(f"give exactly one of {' or '.join(names) if len(names) == 2 else ', '.join(names)}")
+    return model
+
+
 @functools.cache
 def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
     """Names of `model`'s fields that hold numbers (or lists of numbers), optional or not."""
@@ -181,9 +193,7 @@ class Target(Model):
 
     @model_validator(mode="after")
     def _one_url(self) -> Target:
-        if bool(self.url) == bool(self.urls):
-            raise ValueError("give exactly one of url or urls")
-        return self
+        return _one_of(self, "url", "urls", given=bool)
 
     @property
     def endpoints(self) -> list[str]:
@@ -242,9 +252,7 @@ class EmpiricalDist(Model):
 
     @model_validator(mode="after")
     def _source(self) -> EmpiricalDist:
-        if bool(self.values) == bool(self.file):
-            raise ValueError("give exactly one of values or file")
-        return self
+        return _one_of(self, "values", "file", given=bool)
 
 
 Dist = Annotated[
@@ -360,9 +368,7 @@ class SoakShape(Model):
 
     @model_validator(mode="after")
     def _rate_or_trace(self) -> SoakShape:
-        if (self.rate is None) == (self.trace is None):
-            raise ValueError("give exactly one of rate or trace")
-        return self
+        return _one_of(self, "rate", "trace")
 
 
 #: the `shape:` kinds, in the order they are named; each has a LoadTestShape class (`shapes.loadshapes`)
@@ -508,8 +514,7 @@ class Expect(Model):
 
     @model_validator(mode="after")
     def _one(self) -> Expect:
-        if sum(v is not None for v in (self.contains, self.regex, self.exact, self.json_schema)) != 1:
-            raise ValueError("give exactly one of contains, regex, exact, json_schema")
+        _one_of(self, "contains", "regex", "exact", "json_schema")
         if self.regex is not None:
             try:
                 re.compile(self.regex)
@@ -526,9 +531,7 @@ class QualityCase(Model):
 
     @model_validator(mode="after")
     def _prompt(self) -> QualityCase:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of prompt or messages")
-        return self
+        return _one_of(self, "prompt", "messages")
 
 
 class Quality(Model):

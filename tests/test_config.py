@@ -121,3 +121,25 @@ def test_bare_off_is_the_word_off(tmp_path):
     cfg = load_config(write(tmp_path, BASE + "telemetry:\n  gpu: off\n  metrics_url: off\n"))
     assert cfg.telemetry.gpu == "off"
     assert cfg.telemetry.metrics_url == "off"
+
+
+@pytest.mark.parametrize("block, key, message", [
+    ("target:\n  api: openai-chat\n", "target", "give exactly one of url or urls"),
+    ("target:\n  urls: []\n", "target", "give exactly one of url or urls"),
+    ("requests:\n  input_tokens: {dist: empirical, values: []}\n", "requests.input_tokens",
+     "give exactly one of values or file"),
+    ("shape:\n  soak: {duration: 10m}\n", "shape.soak", "give exactly one of rate or trace"),
+    ("quality:\n  cases:\n    - {prompt: hi, messages: [], expect: {contains: a}}\n", "quality.cases[0]",
+     "give exactly one of prompt or messages"),
+    ("quality:\n  cases:\n    - {prompt: hi, expect: {contains: a, exact: b}}\n", "quality.cases[0].expect",
+     "give exactly one of contains, regex, exact, json_schema"),
+])
+def test_exactly_one_of_names_the_choices(tmp_path, block, key, message):
+    """Each "exactly one of" block (one check, `config._one_of`) names its choices; empty counts as absent
+    where the field is a list or text (urls, values)."""
+    top = block.split(":", 1)[0]
+    blocks = [b for b in BASE.replace("\nshape:", "\n\nshape:").replace("\nslo:", "\n\nslo:").split("\n\n")
+              if not b.startswith(top + ":")]
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "\n".join(blocks) + block))
+    assert f"{key}: {message}" in str(err.value)

@@ -22,8 +22,7 @@ next text). `finish_reason` `abort` is an error (its message). `e2e_latency` is 
 from __future__ import annotations
 
 from llmload.apis.spec import ApiSpec
-from llmload.protocols.events import ServerTimings, StreamChunk, loads_json
-from llmload.protocols.openai import error_message
+from llmload.protocols.events import ServerTimings, StreamChunk, load_payload
 
 __all__ = ["SPEC", "SGLangGenerateParser", "build"]
 
@@ -46,17 +45,9 @@ class SGLangGenerateParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        if data == "[DONE]":
-            return StreamChunk(final=True)
-        try:
-            obj = loads_json(data)
-        except ValueError:
-            return StreamChunk(error=f"malformed stream chunk: {data[:120]!r}")
-        if not isinstance(obj, dict):
-            return StreamChunk(error=f"malformed stream chunk: {data[:120]!r}")
-        err = obj.get("error")
-        if err is not None:
-            return StreamChunk(error=error_message(err))
+        obj = load_payload(data)
+        if isinstance(obj, StreamChunk):
+            return obj
         chunk = StreamChunk()
         text = obj.get("text")
         if isinstance(text, str) and text:

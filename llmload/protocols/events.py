@@ -19,7 +19,7 @@ try:  # orjson is about 3x faster on stream chunks; optional
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-__all__ = ["ServerTimings", "StreamChunk", "loads_json"]
+__all__ = ["ServerTimings", "StreamChunk", "error_message", "load_payload", "loads_json"]
 
 
 #: decode JSON (orjson when installed); raises ValueError on malformed input. Bound directly, no
@@ -59,3 +59,35 @@ class StreamChunk:
     error: str | None = None
     #: the stream's final event: `[DONE]` or Ollama's `done: true`
     final: bool = False
+
+
+def error_message(obj: Any) -> str:
+    """The human message of an error value: `{"message": ...}`, a string, or the JSON as text."""
+    if isinstance(obj, dict):
+        msg = obj.get("message") or obj.get("error") or obj.get("detail")
+        if isinstance(msg, (dict, list)):
+            return error_message(msg)
+        if msg:
+            return str(msg)
+    elif isinstance(obj, list) and obj:
+        return error_message(obj[0])
+    return str(obj)
+
+
+def load_payload(data: str | bytes, *, ndjson: bool = False) -> dict[str, Any] | StreamChunk:
+    """One stream payload (an SSE `data:` payload; `ndjson`: one NDJSON line) as its JSON object, or the
+    chunk that stands for it instead: SSE's `[DONE]` is the final chunk, a payload that is not a JSON
+    object is malformed (`malformed stream chunk: ...` / `line: ...`), and an `{"error": ...}` object is
+    an in-stream error (its message). Every parser starts here."""
+    if not ndjson and data == "[DONE]":
+        return StreamChunk(final=True)
+    try:
+        obj = loads_json(data)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        return StreamChunk(error=f"malformed stream {'line' if ndjson else 'chunk'}: {data[:120]!r}")
+    err = obj.get("error")
+    if err is not None:
+        return StreamChunk(error=error_message(err))
+    return obj

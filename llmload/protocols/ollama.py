@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import json
 
-from llmload.protocols.events import ServerTimings, StreamChunk, loads_json
-from llmload.protocols.openai import error_message
+from llmload.protocols.events import ServerTimings, StreamChunk, load_payload
 
 __all__ = ["OllamaStreamParser"]
 
@@ -35,15 +34,9 @@ class OllamaStreamParser:
     __slots__ = ()
 
     def parse(self, line: bytes | str) -> StreamChunk:
-        try:
-            obj = loads_json(line)
-        except ValueError:
-            return StreamChunk(error=f"malformed stream line: {line[:120]!r}")
-        if not isinstance(obj, dict):
-            return StreamChunk(error=f"malformed stream line: {line[:120]!r}")
-        err = obj.get("error")
-        if err is not None:
-            return StreamChunk(error=error_message(err))
+        obj = load_payload(line, ndjson=True)
+        if isinstance(obj, StreamChunk):
+            return obj
 
         chunk = StreamChunk()
         message = obj.get("message")

@@ -19,24 +19,9 @@ The parser keeps one integer of state (`completion_tokens` at the last output ch
 
 from __future__ import annotations
 
-from typing import Any
-
-from llmload.protocols.events import ServerTimings, StreamChunk, loads_json
+from llmload.protocols.events import ServerTimings, StreamChunk, error_message, load_payload
 
 __all__ = ["OpenAIStreamParser", "error_message"]
-
-
-def error_message(obj: Any) -> str:
-    """The human message of an error value: `{"message": ...}`, a string, or the JSON as text."""
-    if isinstance(obj, dict):
-        msg = obj.get("message") or obj.get("error") or obj.get("detail")
-        if isinstance(msg, (dict, list)):
-            return error_message(msg)
-        if msg:
-            return str(msg)
-    elif isinstance(obj, list) and obj:
-        return error_message(obj[0])
-    return str(obj)
 
 
 class OpenAIStreamParser:
@@ -48,17 +33,9 @@ class OpenAIStreamParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        if data == "[DONE]":
-            return StreamChunk(final=True)
-        try:
-            obj = loads_json(data)
-        except ValueError:
-            return StreamChunk(error=f"malformed stream chunk: {data[:120]!r}")
-        if not isinstance(obj, dict):
-            return StreamChunk(error=f"malformed stream chunk: {data[:120]!r}")
-        err = obj.get("error")
-        if err is not None:
-            return StreamChunk(error=error_message(err))
+        obj = load_payload(data)
+        if isinstance(obj, StreamChunk):
+            return obj
         if obj.get("object") == "error":
             return StreamChunk(error=error_message(obj))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO
 
-__all__ = ["GroundTruthRow", "GroundTruthWriter"]
+__all__ = ["GroundTruthRow", "GroundTruthWriter", "read_ground_truth"]
 
 
 @dataclass(slots=True)
@@ -70,3 +70,18 @@ class GroundTruthWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def read_ground_truth(path: str | Path | None) -> dict[str, dict]:
+    """The rows of a ground-truth log by request_id ({} when there is no log; a torn line is skipped)."""
+    rows: dict[str, dict] = {}
+    if path is None or not Path(path).exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["request_id"]] = row
+    return rows

@@ -121,6 +121,20 @@ class Renderer:
 
 
 class OpenAIChat(Renderer):
+    #: the `object` of a stream chunk
+    chunk_object = "chat.completion.chunk"
+
+    def _usage_and_done(self, ex: Exchange) -> list[bytes]:
+        """The stream's end: the `choices: []` usage chunk when `stream_options.include_usage` asks for it
+        (llama.cpp: with its `timings`), then `[DONE]`."""
+        if not ex.include_usage:
+            return [self.done]
+        obj = {"id": ex.completion_id, "object": self.chunk_object, "created": ex.created,
+               "model": ex.model, "choices": [], "usage": ex.usage()}
+        if ex.flavor == "llamacpp":
+            obj["timings"] = ex.timings()
+        return [self.sse(obj), self.done]
+
     def _chunk(self, ex: Exchange, delta: dict, finish: str | None, **extra) -> dict:
         if ex.flavor in _VLLM_LIKE:  # vLLM dumps set fields only: stop_reason comes with the finish
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -128,7 +142,7 @@ class OpenAIChat(Renderer):
                 choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
         else:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
+        obj = {"id": ex.completion_id, "object": self.chunk_object, "created": ex.created,
                "model": ex.model, "choices": [choice]}
         if ex.flavor not in _VLLM_LIKE:
             obj["system_fingerprint"] = "fp_ollama" if ex.flavor == "ollama" else "b6500-llmload-sim"
@@ -155,20 +169,12 @@ class OpenAIChat(Renderer):
         out = []
         # llama.cpp (server-context.cpp, to_json_oaicompat_chat_stream): `timings` ride on the usage
         # chunk when include_usage asks for one, else on the finish chunk
-        timed = ex.flavor == "llamacpp"
         if ex.flavor == "llamacpp":
             extra = {} if ex.include_usage else {"timings": ex.timings()}
             out.append(self.sse(self._chunk(ex, {}, reason, **extra)))
         elif ex.flavor == "ollama":
             out.append(self.sse(self._chunk(ex, {"role": "assistant", "content": ""}, reason)))
-        if ex.include_usage:
-            obj = {"id": ex.completion_id, "object": "chat.completion.chunk", "created": ex.created,
-                   "model": ex.model, "choices": [], "usage": ex.usage()}
-            if timed:
-                obj["timings"] = ex.timings()
-            out.append(self.sse(obj))
-        out.append(self.done)
-        return out
+        return out + self._usage_and_done(ex)
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
         message = {"role": "assistant", "content": ex.answer.text(ex.sent)}
@@ -181,11 +187,13 @@ class OpenAIChat(Renderer):
 
 
 class OpenAICompletions(OpenAIChat):
+    chunk_object = "text_completion"
+
     def _text_chunk(self, ex: Exchange, text: str, finish: str | None, **extra) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         if ex.flavor in _VLLM_LIKE:
             choice["stop_reason"] = ex.stop_reason if finish == "stop" else None
-        obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
+        obj = {"id": ex.completion_id, "object": self.chunk_object, "created": ex.created,
                "model": ex.model, "choices": [choice]}
         if ex.continuous_usage:
             obj["usage"] = ex.usage()
@@ -200,18 +208,10 @@ class OpenAICompletions(OpenAIChat):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
-        timed = ex.flavor == "llamacpp"  # timings on the usage chunk when there is one (as chat)
-        if ex.flavor not in _VLLM_LIKE:
-            extra = {"timings": ex.timings()} if timed and not ex.include_usage else {}
+        if ex.flavor not in _VLLM_LIKE:  # llama.cpp: timings on the usage chunk when there is one (as chat)
+            extra = {"timings": ex.timings()} if ex.flavor == "llamacpp" and not ex.include_usage else {}
             out.append(self.sse(self._text_chunk(ex, "", reason, **extra)))
-        if ex.include_usage:
-            obj = {"id": ex.completion_id, "object": "text_completion", "created": ex.created,
-                   "model": ex.model, "choices": [], "usage": ex.usage()}
-            if timed:
-                obj["timings"] = ex.timings()
-            out.append(self.sse(obj))
-        out.append(self.done)
-        return out
+        return out + self._usage_and_done(ex)
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
         choice = {"index": 0, "text": ex.answer.text(ex.sent), "logprobs": None, "finish_reason": reason}
