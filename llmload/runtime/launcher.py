@@ -5,8 +5,9 @@ The command line built here is what a user could type themselves:
     python -m locust -f <locustfiles/llm.py>,<shapes/llm.py> --headless --llmload-config CONFIG
         --llmload-run-dir RUN_DIR [--processes N | --master --expect-workers N | --worker --master-host H]
 
-(`--locustfile PATH`: the user's own locustfile, with their `LLMUser` subclass, instead of
-`locustfiles/llm.py`.)
+(`--locustfile PATH`: the user's own locustfile. One that imports `locustfiles.llm` (its own `LLMUser`
+subclass) replaces `locustfiles/llm.py`; one that does not (a shape of one's own) is loaded between the
+two, and its shape plans the run.)
 
 (`llmload run` starts it as `python -c BOOT ...`, which is `python -m locust` with our packages imported
 before Locust puts the working directory first on the import path: a folder named `llmload` there, as
@@ -64,8 +65,11 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
     instead of ours."""
-    users = Path(locustfile).resolve() if locustfile is not None else LOCUSTFILE
-    cmd = [sys.executable, "-c", BOOT, "-f", f"{users},{SHAPEFILE}", "--loglevel", "WARNING"]
+    files = [LOCUSTFILE, SHAPEFILE]
+    if locustfile is not None:  # its users replace ours when it imports them (a subclass); else it adds a shape
+        own = Path(locustfile).resolve()
+        files = [own, SHAPEFILE] if _imports_our_users(own) else [LOCUSTFILE, own, SHAPEFILE]
+    cmd = [sys.executable, "-c", BOOT, "-f", ",".join(str(f) for f in files), "--loglevel", "WARNING"]
     if worker:
         return cmd + ["--worker", "--master-host", master_host, "--master-port", str(master_port or DEFAULT_PORT)]
     cmd += ["--llmload-config", str(config_path)]
@@ -192,6 +196,23 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
         return f"--processes cannot be combined with --{'master' if master else 'worker'}: " \
                "--processes starts a master and its local workers itself"
     return None
+
+
+def _imports_our_users(path: Path) -> bool:
+    """Whether the locustfile imports `locustfiles.llm` (its own `LLMUser` subclass: loading ours by path
+    too would load that module twice). A file that does not (a shape of one's own) runs with our users."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return True  # Locust reports the file's own error
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("locustfiles"):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith("locustfiles") for a in node.names):
+            return True
+    return False
 
 
 def _bad_locustfile(locustfile: Path | None) -> str | None:

@@ -154,6 +154,9 @@ def test_the_pool_runs_the_users_own_classes():
 def test_locustfile_option(tmp_path, capsys):
     cmd = locust_command(tmp_path / "run.yaml", tmp_path / "run", locustfile=MULTITURN)
     assert cmd[cmd.index("-f") + 1] == f"{MULTITURN},{REPO / 'shapes' / 'llm.py'}"
+    shape = REPO / "examples" / "locustfiles" / "custom_shape.py"  # no users of its own: ours, then its shape
+    cmd = locust_command(tmp_path / "run.yaml", tmp_path / "run", locustfile=shape)
+    assert cmd[cmd.index("-f") + 1] == f"{REPO / 'locustfiles' / 'llm.py'},{shape},{REPO / 'shapes' / 'llm.py'}"
     config = write_config(tmp_path, base_config("http://127.0.0.1:9", {"ladder": {"steps": [{"rate": 1,
                                                                                             "duration": "1s"}]}}))
     assert main(["run", str(config), "--locustfile", str(tmp_path / "missing.py")]) == 2
