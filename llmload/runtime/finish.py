@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from llmload.config import Config
-from llmload.records import merge_records
+from llmload.records import merge_record_files
 
 __all__ = ["analyse_run", "finalize_run", "merge_run_records"]
 
@@ -24,9 +24,9 @@ def merge_run_records(run_dir: Path) -> int:
     """Merge `records/*.jsonl` into `records.parquet`; returns the number of requests."""
     folder = Path(run_dir) / "records"
     files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
-    # merge_records keeps the last copy of a request among equals: master.jsonl first, workers after
+    # the merge keeps the last copy of a request among equals: master.jsonl first, workers after
     files.sort(key=lambda p: (p.name != "master.jsonl", p.name))
-    return len(merge_records(files, Path(run_dir) / "records.parquet"))
+    return merge_record_files(files, Path(run_dir) / "records.parquet")
 
 
 def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
