@@ -16,7 +16,9 @@ cheaper (commit 543d8dd); regenerate it only for a deliberate change of output:
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import html
 import json
 import random
 import re
@@ -165,6 +167,46 @@ def test_the_golden_run_covers_what_the_merge_decides(tmp_path):
     assert len(ids) > len(set(ids)) > 400
     assert {r["outcome"] for r in master} >= {"not_sent", "ok"}
     assert not (tmp_path / "records" / "worker-1.jsonl").read_text().endswith("\n")
+
+
+def test_the_answer_is_made_once_for_the_outcome_and_the_report(tmp_path, monkeypatch):
+    """The web UI's outcome and the report's first section are the same sentences: made once."""
+    from llmload.report import answer, page
+
+    calls = []
+    real = answer.answer_sentences
+
+    def counted(analysis, manifest):
+        calls.append(manifest)
+        return real(analysis, manifest)
+
+    monkeypatch.setattr(answer, "answer_sentences", counted)  # where the finalisation takes it
+    monkeypatch.setattr(page, "answer_sentences", counted)  # the report page's own import
+    write_run(tmp_path)
+    outcome: dict = {}
+    finalize_run(tmp_path, _config(), outcome=outcome)
+    assert len(calls) == 1
+    report = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert outcome["sentences"] and all(html.escape(s) in report for s in outcome["sentences"])
+
+
+def test_the_cyclic_gc_is_paused_while_finalising_and_restored(tmp_path, monkeypatch):
+    import llmload.runtime.finish as finish
+
+    seen = []
+    real = finish.analyse_run
+    monkeypatch.setattr(finish, "analyse_run", lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))[1])
+    write_run(tmp_path)
+    assert gc.isenabled()
+    finalize_run(tmp_path, _config())
+    assert seen == [False] and gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        (tmp_path / "summary.json").unlink()
+        finalize_run(tmp_path, _config())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 if __name__ == "__main__":
