@@ -6,11 +6,15 @@ also its server and GPU telemetry as `telemetry.jsonl`), then times `finalize_ru
 processes pinned to one CPU: the merge into `records.parquet`, telemetry, `summary.json`,
 `worksheet.csv`, `report.html`. The figure is CPU seconds (user + system) of the child; wall time is noted.
 
-Two children per round, each on a fresh copy of the run directory:
-- *cold* (the headline, `after_load_cpu_s`): `finalize_run(run_dir, config, outcome={})` as the Locust
-  master calls it (`runtime/session.py`), so the imports it needs (analysis, pandas, pyarrow,
-  matplotlib: a process that only sent has loaded none of them) happen inside it, as in a run;
-- *breakdown*: the same with those imports done first, to split imports from the work.
+Children per round (`--modes`), each on a fresh copy of the run directory, each calling
+`finalize_run(run_dir, config, outcome={})` as the Locust master does (`runtime/session.py`):
+- *cold* (the headline, `after_load_cpu_s`): nothing loaded but the config and `finish`, so every import
+  the finalisation needs (analysis, pandas, pyarrow, matplotlib, telemetry) happens inside it;
+- *master*: what a Locust master has loaded when the steps are over: `llmload.telemetry` (pre-flight
+  writes the manifest with it) and the live judge (`runtime/judging.py`, `analysis.verdict`: pandas
+  and pyarrow), which judged each step between steps; left to import: matplotlib, the report, the rest
+  of the analysis;
+- *breakdown*: cold, with those imports done first, to split imports from the work.
 
 `--baseline DIR` runs every round's children on another checkout too (its `llmload`/`analysis` on
 `PYTHONPATH`), alternating with this one, so before/after are measured in the same sitting.
@@ -51,6 +55,8 @@ config = parse_config({"target": {"url": "http://127.0.0.1:1", "api": "openai-ch
                        "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
                        "telemetry": {"gpu": "off", "metrics_url": "off"}})
 from llmload.runtime.finish import finalize_run
+if sys.argv[2] == "master":  # what a Locust master has loaded once the steps are over
+    import llmload.telemetry, llmload.runtime.judging, analysis.verdict
 marks.append(("light_imports", time.perf_counter(), cpu()))
 if sys.argv[2] == "breakdown":
     import analysis.pipeline, analysis.outputs, llmload.report.page, llmload.telemetry, pandas, pyarrow.parquet, matplotlib
@@ -127,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--telemetry", action="store_true", help="the run has server/GPU telemetry lines")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another checkout (its root) to time in the same rounds, alternating")
-    parser.add_argument("--modes", nargs="+", choices=("cold", "breakdown"), default=["cold", "breakdown"])
+    parser.add_argument("--modes", nargs="+", choices=("cold", "master", "breakdown"),
+                        default=["cold", "master", "breakdown"])
     parser.add_argument("--out", type=Path, default=RESULTS / "finalize.json")
     args = parser.parse_args(argv)
     from _common import machine, write_result
