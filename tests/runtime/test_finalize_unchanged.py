@@ -2,8 +2,8 @@
 different: for a fixed run directory, `finalize_run` writes exactly what the code wrote before.
 
 The run: four ladder steps of worker record files as a run leaves them (two workers, the master's
-copies of shipped records, some `not_sent` copies a later outcome must win over, keys left out, a torn
-last line), telemetry lines and a manifest. Compared with `finalize_unchanged.json`: the exit code,
+copies of shipped records, some `not_sent` copies a later outcome must win over, keys left out, a line
+with NaN that only `json` reads, a torn last line), telemetry lines and a manifest. Compared with `finalize_unchanged.json`: the exit code,
 the web UI's outcome, `summary.json` and `worksheet.csv` in full, and digests of the rows of
 `records.parquet` (values and types), of `report.html` with its plots cut out, and of each plot (the
 plots only where matplotlib is the version the file was written with: its SVG changes between
