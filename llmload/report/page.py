@@ -149,8 +149,8 @@ def _decision_html(decision: dict | None) -> str:
     return f'<div class="scroll"><table class="kv" id="decision-table"><tbody>{rows}</tbody></table></div>'
 
 
-def _answer_html(analysis: Any, manifest: dict | None) -> str:
-    verdict, sentences = answer_sentences(analysis, manifest)
+def _answer_html(analysis: Any, manifest: dict | None, answer: tuple[str, list[str]] | None = None) -> str:
+    verdict, sentences = answer if answer is not None else answer_sentences(analysis, manifest)
     badge = verdict if verdict in ("pass", "fail", "invalid", "insufficient") else "unknown"
     items = "".join(f'<p class="a">{esc(s)}</p>' for s in sentences)
     return (f'<div class="answer"><p class="q">{esc(QUESTION)}</p>'
@@ -265,13 +265,15 @@ def _manifest_rows(manifest: dict) -> list[tuple[str, Any]]:
     return rows
 
 
-def render_report(analysis: Any, *, manifest: dict | None = None, title: str | None = None) -> str:
-    """The whole report page as text."""
+def render_report(analysis: Any, *, manifest: dict | None = None, title: str | None = None,
+                  answer: tuple[str, list[str]] | None = None) -> str:
+    """The whole report page as text (`answer`: `answer_sentences(analysis, manifest)` when the caller
+    already has it)."""
     manifest = manifest or {}
     warnings = derived_warnings(analysis, manifest)
     warn_html = ('<ul class="warnings">' + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>"
                  if warnings else '<p class="muted">No warnings.</p>')
-    sections = [("answer", "The question and the answer", _answer_html(analysis, manifest)),
+    sections = [("answer", "The question and the answer", _answer_html(analysis, manifest, answer)),
                 ("warnings", "Warnings", warn_html),
                 ("worksheet-section", "Load-test worksheet", (
                     '<p class="muted">The worksheet of a capacity test (worksheet.csv in the run directory): '
@@ -306,16 +308,18 @@ def _read_manifest(run_dir: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = None) -> Path:
+def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = None,
+                 answer: tuple[str, list[str]] | None = None) -> Path:
     """Write `run_dir/report.html` from an `Analysis`; returns its path.
 
-    Without `manifest`, the run directory's `manifest.json` is used when it is there.
+    Without `manifest`, the run directory's `manifest.json` is used when it is there. `answer`: see
+    `render_report`.
     """
     path = Path(run_dir) / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     if manifest is None:
         manifest = _read_manifest(path.parent)
-    text = redact_text(render_report(analysis, manifest=manifest))  # secrets registered in this process
+    text = redact_text(render_report(analysis, manifest=manifest, answer=answer))  # secrets registered in this process
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -280,22 +280,27 @@ def distribution_plot(requests: pd.DataFrame, steps: pd.DataFrame) -> str | None
     """Empirical CDFs of TTFT and E2E per step (ok requests in the measurement window)."""
     if requests is None or requests.empty or "step" not in requests.columns:
         return None
-    req = requests
+    # only the columns drawn: filtering the whole frame copied every request's event lists per step
+    req = requests[[c for c in ("step", "in_window", "outcome", "ttft_s", "e2e_s") if c in requests.columns]]
     if "in_window" in req.columns:
         req = req[req["in_window"].fillna(False).astype(bool)]
     if "outcome" in req.columns:
         req = req[req["outcome"] == "ok"]
+    step_of = req["step"].astype(str)
     order = [str(s) for s in steps.sort_values("index")["label"]] if "index" in steps.columns \
-        else sorted(req["step"].astype(str).unique())
-    labels = [s for s in order if (req["step"].astype(str) == s).any()]
+        else sorted(step_of.unique())
+    rows = {s: (step_of == s).to_numpy() for s in order}
+    labels = [s for s in order if rows[s].any()]
     if not labels:
         return None
+    values_of = {column: _col(req, column).to_numpy() for column in ("ttft_s", "e2e_s")}
     fig, axes = _figure(11.5, 3.8, 1, 2)
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, len(labels)))
     drew = False
     for ax, column, title in zip(axes[0], ("ttft_s", "e2e_s"), ("TTFT", "E2E"), strict=True):
         for label, colour in zip(labels, colours, strict=True):
-            values = np.sort(_col(req[req["step"].astype(str) == label], column).dropna().to_numpy())
+            values = values_of[column][rows[label]]
+            values = np.sort(values[~np.isnan(values)])
             values = values[values > 0] * 1000
             if len(values):
                 xs, ys = _ecdf_points(values)

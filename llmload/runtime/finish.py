@@ -9,11 +9,14 @@ and `report.html`. Analysis is CPU-heavy: it runs only here, after the load has 
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from llmload.config import Config
-from llmload.records import merge_records
+from llmload.records import merge_record_files
 
 __all__ = ["analyse_run", "finalize_run", "merge_run_records"]
 
@@ -24,9 +27,9 @@ def merge_run_records(run_dir: Path) -> int:
     """Merge `records/*.jsonl` into `records.parquet`; returns the number of requests."""
     folder = Path(run_dir) / "records"
     files = sorted(folder.glob("*.jsonl")) if folder.exists() else []
-    # merge_records keeps the last copy of a request among equals: master.jsonl first, workers after
+    # the merge keeps the last copy of a request among equals: master.jsonl first, workers after
     files.sort(key=lambda p: (p.name != "master.jsonl", p.name))
-    return len(merge_records(files, Path(run_dir) / "records.parquet"))
+    return merge_record_files(files, Path(run_dir) / "records.parquet")
 
 
 def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
@@ -38,11 +41,13 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     run = analysis.load_run(run_dir)
     result = analysis.analyze(run, config.slo, config.client)
     analysis.write_outputs(result, run_dir)
+    answer = None  # made once: the web UI's outcome and the report's first section say the same
     if outcome is not None:
         try:
             from llmload.report.answer import answer_sentences
 
-            outcome["verdict"], outcome["sentences"] = answer_sentences(result, getattr(run, "manifest", None))
+            answer = answer_sentences(result, getattr(run, "manifest", None))
+            outcome["verdict"], outcome["sentences"] = answer
         except Exception:
             log.exception("the answer sentences could not be made")
             outcome["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
@@ -54,16 +59,39 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     try:
         from llmload.report.page import write_report
 
-        write_report(result, run_dir)
+        write_report(result, run_dir, manifest=getattr(run, "manifest", None), answer=answer)
     except Exception as exc:  # the summary is the contract; a report bug must not lose it
         log.exception("report.html could not be written")
         print(f"llmload: warning: report.html not written: {exc}")
     return int(analysis.exit_code(result.summary))
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the block (and restored after it).
+
+    The finalisation imports pandas, pyarrow and matplotlib and builds frames and figures: hundreds of
+    thousands of new objects, so the collector ran full passes over everything alive (~0.2 s of a
+    10,000-request finalisation's CPU, more in a Locust master holding more objects) and found almost
+    nothing to free. Reference counting still frees what it can; the few cycles left (matplotlib
+    figures) are collected on the collector's next pass after the block.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def finalize_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
     """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`)."""
-    run_dir = Path(run_dir)
+    with _no_cyclic_gc():
+        return _finalize(Path(run_dir), config, report=report, outcome=outcome)
+
+
+def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | None) -> int:
     merge_run_records(run_dir)
     try:
         from llmload.telemetry import finalize_telemetry
