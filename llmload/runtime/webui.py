@@ -30,6 +30,7 @@ from typing import Any
 import gevent
 
 from llmload.clock import now
+from llmload.redaction import redact
 from llmload.runtime.live import LiveSeries
 from llmload.runtime.table import quick_stats
 
@@ -254,7 +255,7 @@ def install_web_ui(environment: Any, session: Any) -> None:
     def _extend(response):  # noqa: ANN001 (Flask's response)
         if request.path.endswith("/stats/requests") and response.is_json:
             data = response.get_json() or {}
-            data["extended_stats"] = [{"key": "llm", "data": step_rows(session)}]
+            data["extended_stats"] = [{"key": "llm", "data": redact(step_rows(session))}]
             response.set_data(json.dumps(data))
         elif request.endpoint == "locust.index" and response.mimetype == "text/html":
             page = response.get_data(as_text=True)
@@ -271,12 +272,12 @@ def install_web_ui(environment: Any, session: Any) -> None:
     @web_ui.app.route("/llmload/live.json")
     @web_ui.auth_required_if_enabled
     def _live_json():
-        return Response(json.dumps(live_state(session, live)), mimetype="application/json")
+        return Response(json.dumps(redact(live_state(session, live))), mimetype="application/json")
 
     @web_ui.app.route("/llmload/steps.json")
     @web_ui.auth_required_if_enabled
     def _steps_json():
-        return Response(json.dumps({"steps": step_rows(session)}), mimetype="application/json")
+        return Response(json.dumps(redact({"steps": step_rows(session)})), mimetype="application/json")
 
     @web_ui.app.route("/llmload")
     @web_ui.auth_required_if_enabled

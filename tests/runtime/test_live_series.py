@@ -169,3 +169,38 @@ def test_live_state_after_the_run_links_the_report(tmp_path):
     result = live_state(session, LiveSeries())["result"]
     assert result["report_url"] == "./llmload/report" and result["verdict"] == "pass"
     assert result["sentences"] == ["Last passing ..."]
+
+
+def test_the_web_routes_never_serve_a_secret(tmp_path):
+    """The tab's JSON (live state, step rows) goes through the same redaction as records and logs: a key
+    that reached an answer sentence or a label is served as `<redacted>`."""
+    from types import SimpleNamespace
+
+    import gevent
+    from flask import Flask
+
+    from llmload.redaction import clear_secrets, register_secret
+    from llmload.runtime.webui import install_web_ui
+
+    secret = "sk-live-\"quoted\\key"  # JSON escapes it: redacting the dumped text would miss it
+    session, _ = _session(tmp_path, finished=True, outcome={"verdict": "fail", "sentences": [f"401 for {secret}"]})
+    session.controller.table_rows[0]["label"] = session.controller.plan.steps[0]["label"] = f"r1-{secret}"
+    session.file_config = None
+    app = Flask("test")
+    web_ui = SimpleNamespace(app=app, template_args={}, auth_required_if_enabled=lambda f: f,
+                             update_template_args=lambda: None)
+    spawned = []
+    real_spawn = gevent.spawn
+    gevent.spawn = lambda *a, **k: spawned.append(a)  # the sampler greenlet is not needed here
+    try:
+        install_web_ui(SimpleNamespace(web_ui=web_ui, host=None), session)
+    finally:
+        gevent.spawn = real_spawn
+    register_secret(secret)
+    try:
+        client = app.test_client()
+        for path in ("/llmload/live.json", "/llmload/steps.json"):
+            body = client.get(path).get_data(as_text=True)
+            assert "<redacted>" in body and "sk-live" not in body, path
+    finally:
+        clear_secrets()
