@@ -120,6 +120,18 @@ def base_config(url: str, shape: dict, **sections: dict) -> dict:
     return config
 
 
+def truth_step_config(url: str) -> dict:
+    """One 5 s Poisson step at 4 req/s of 8-token answers, for tests that compare a step's numbers with
+    the sim's ground truth. What they test is the numbers against the sim's log, not the generator: a
+    busy machine's send lag moves when a request leaves, not what the server did (hence 500 ms)."""
+    config = base_config(url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
+                                          "steps": [{"rate": 4, "duration": "5s"}]}},
+                         client={"max_concurrency": 16, "max_send_lag_p99": "500ms"}, slo={"min_samples": 5})
+    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
+    config["telemetry"] = {"gpu": "off", "interval": "500ms"}
+    return config
+
+
 def run_said(run_dir: Path) -> str:
     """What a run measured, for a failing assertion's message: per step its verdict, failing dimensions,
     outcomes, send lag p99 and why it was invalid (never only Locust's stats table)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import base_config, run_said, write_config
+from support import run_said, truth_step_config, write_config
 
 from analysis import analyze, load_run
 from analysis.stats import time_average
@@ -17,13 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_step_numbers_match_the_sims_ground_truth(sim_factory, tmp_path) -> None:
     sim = sim_factory(flavor="vllm")
-    config = base_config(sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
-                                              "steps": [{"rate": 4, "duration": "5s"}]}},
-                         # what is tested is the numbers against the sim's log, not the generator: a
-                         # busy machine's send lag moves when a request leaves, not what the server did
-                         client={"max_concurrency": 16, "max_send_lag_p99": "500ms"}, slo={"min_samples": 5})
-    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
-    config["telemetry"] = {"gpu": "off", "interval": "500ms"}
+    config = truth_step_config(sim.url)
     run_dir = tmp_path / "run"
     code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
     assert code == 0, run_said(run_dir)

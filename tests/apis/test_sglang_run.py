@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import base_config, run_said, write_config
+from support import run_said, truth_step_config, write_config
 
 from analysis import analyze, load_run
 from llmload.cli import main
@@ -17,13 +17,9 @@ pytestmark = pytest.mark.slow
 
 def test_sglang_generate_step_matches_the_sims_ground_truth(sim_factory, tmp_path) -> None:
     sim = sim_factory(flavor="sglang", config={"load_time_s": "0.1s"})
-    config = base_config(sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
-                                              "steps": [{"rate": 4, "duration": "5s"}]}},
-                         client={"max_concurrency": 16, "max_send_lag_p99": "500ms"}, slo={"min_samples": 5})
+    config = truth_step_config(sim.url)
     config["target"].update(api="sglang-generate", server="sglang")
-    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
     config["requests"]["ignore_eos"] = True
-    config["telemetry"] = {"gpu": "off", "interval": "500ms"}
     run_dir = tmp_path / "run"
     code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
     assert code == 0, run_said(run_dir)
