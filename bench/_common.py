@@ -60,11 +60,12 @@ def write_result(out: Path, benchmark: str, argv: list[str] | None, machine_befo
     return doc
 
 
-def start_sim(folder: Path, *, settings: dict | None = None):
-    """`llmload sim --flavor vllm` with a ground-truth log: returns (SimProcess, url, ground-truth path)."""
+def start_sim(folder: Path, *, settings: dict | None = None, port: int = 0, reuse_port: bool = False):
+    """`llmload sim --flavor vllm` with a ground-truth log: returns (SimProcess, url, ground-truth path).
+    `reuse_port` lets further sims share its port (`llmload sim --reuse-port`)."""
     from llmload.sim.process import start_sim_process
 
-    sim = start_sim_process(folder, settings=settings or BENCH_SIM)
+    sim = start_sim_process(folder, settings=settings or BENCH_SIM, port=port, reuse_port=reuse_port)
     return sim, sim.url, sim.ground_truth
 
 

@@ -44,12 +44,15 @@ def sim(
     config: Annotated[Optional[Path], typer.Option(help="Sim YAML (engine and fault settings).")] = None,
     ground_truth: Annotated[Optional[Path], typer.Option(help="Write one JSON line per request here.")] = None,
     model: Annotated[str, typer.Option(help="Model name the server reports.")] = "sim-model",
+    reuse_port: Annotated[bool, typer.Option(
+        "--reuse-port", help="Share the port with other sims started with this flag (SO_REUSEPORT): the kernel "
+        "spreads connections over them, each with its own engine and ground-truth log (a sim past one core).")] = False,
 ) -> None:
     """Run the simulated inference server (vLLM, Ollama, llama.cpp or SGLang wire formats)."""
     from llmload.sim.server import serve
 
     serve(flavor=flavor, host=host, port=port, seed=seed, config_path=config,
-          ground_truth_path=ground_truth, model=model)
+          ground_truth_path=ground_truth, model=model, reuse_port=reuse_port)
 
 
 @app.command()

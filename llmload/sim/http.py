@@ -177,8 +177,9 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-async def start_http_server(handler: Handler, host: str, port: int) -> asyncio.Server:
-    """Listen on host:port (0 = a free port) and serve `handler`."""
+async def start_http_server(handler: Handler, host: str, port: int, *, reuse_port: bool = False) -> asyncio.Server:
+    """Listen on host:port (0 = a free port) and serve `handler`; `reuse_port` shares the port with other
+    processes that set it too (SO_REUSEPORT: the kernel spreads new connections over them)."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: Connection(handler), host, port, reuse_address=True,
-                                    backlog=4096)
+                                    reuse_port=reuse_port or None, backlog=4096)

@@ -37,12 +37,13 @@ class SimProcess:
 
 
 def start_sim_process(folder: Path, *, flavor: str = "vllm", settings: dict | None = None, seed: int = 0,
-                      timeout_s: float = 20.0) -> SimProcess:
+                      timeout_s: float = 20.0, port: int = 0, reuse_port: bool = False) -> SimProcess:
     """Start the sim with `settings` (sim YAML keys) writing `sim.yaml`, `sim.log` and
-    `sim-ground-truth.jsonl` into `folder`; wait until it listens. Raises ServerError if it does not."""
+    `sim-ground-truth.jsonl` into `folder`; wait until it listens. Raises ServerError if it does not.
+    `port` 0 picks a free one; `reuse_port` lets several sims share one port (`llmload sim --reuse-port`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "llmload.cli", "sim", "--flavor", flavor, "--port", "0", "--seed", str(seed),
-           "--ground-truth", str(folder / "sim-ground-truth.jsonl")]
+    cmd = [sys.executable, "-m", "llmload.cli", "sim", "--flavor", flavor, "--port", str(port), "--seed", str(seed),
+           "--ground-truth", str(folder / "sim-ground-truth.jsonl")] + (["--reuse-port"] if reuse_port else [])
     if settings is not None:
         (folder / "sim.yaml").write_text(yaml.safe_dump(settings), encoding="utf-8")
         cmd += ["--config", str(folder / "sim.yaml")]

@@ -416,7 +416,7 @@ def _banner(flavor: str, host: str, port: int) -> str:
     return f"llmload sim ({flavor}) listening on http://{shown}:{port} ({scope})"
 
 
-async def _main(server: SimServer, host: str, port: int) -> None:
+async def _main(server: SimServer, host: str, port: int, reuse_port: bool = False) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -424,7 +424,7 @@ async def _main(server: SimServer, host: str, port: int) -> None:
     if server.flavor in ("vllm", "sglang") and server.settings.load_time_s > 0:
         await asyncio.sleep(server.settings.load_time_s)  # vLLM, SGLang listen once the model is loaded
     try:
-        http = await start_http_server(server.handle, host, port)
+        http = await start_http_server(server.handle, host, port, reuse_port=reuse_port)
     except OSError as exc:
         raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     server.listening_at = now()
@@ -445,8 +445,9 @@ async def _main(server: SimServer, host: str, port: int) -> None:
 
 
 def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | None,
-          ground_truth_path: Path | None, model: str) -> None:
-    """Run the simulated server until SIGTERM / SIGINT (see the package docstring)."""
+          ground_truth_path: Path | None, model: str, reuse_port: bool = False) -> None:
+    """Run the simulated server until SIGTERM / SIGINT (see the package docstring). With `reuse_port`, other
+    sims may listen on the same port (SO_REUSEPORT; each process has its own engine and ground truth)."""
     if flavor not in FLAVORS:
         raise ConfigError(f'unknown flavor "{flavor}", expected one of {", ".join(FLAVORS)}', key="--flavor")
     settings = load_sim_settings(config_path)
@@ -456,6 +457,6 @@ def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | N
     writer = GroundTruthWriter(ground_truth_path)
     try:
         server = SimServer(flavor=flavor, settings=settings, seed=seed, model=model, ground_truth=writer)
-        asyncio.run(_main(server, host, port))
+        asyncio.run(_main(server, host, port, reuse_port))
     finally:
         writer.close()
