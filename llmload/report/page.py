@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from llmload import slo as slo_dims
 from llmload.redaction import redact_text
 from llmload.report import plots
 from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
@@ -63,8 +64,27 @@ def display_frame(frame: pd.DataFrame, preferred: tuple[str, ...] = ()) -> pd.Da
     return out.rename(columns=renames)
 
 
-def step_table(steps: pd.DataFrame) -> str:
-    """The compact verdict table: one row per plan step, unrun steps blank (never "pass")."""
+def _slo_columns(slo: Any) -> tuple[list[str], dict[str, str]]:
+    """The step table's columns for the SLO's latency thresholds (`slo.LATENCY` figures, in ms), so that the
+    table shows what each verdict was judged on: the fixed p95 columns get the threshold in their header,
+    any other threshold (a p99, an ITL, a user TTFT) a column of its own before the verdict."""
+    extra: list[str] = []
+    headers: dict[str, str] = {}
+    for t in getattr(slo, "thresholds", []) or []:
+        dim = slo_dims.by_name(t.metric)
+        if dim is None or dim.kind != "latency":
+            continue
+        column = dim.figure_of(t.percentile)[:-2] + "_ms"
+        base = _HEADERS.get(column, f"{dim.display} p{t.percentile:g} ms")
+        headers[column] = f"{base} (SLO ≤ {t.value_s * 1000:g})"
+        if column not in _STEP_COLUMNS and column not in extra:
+            extra.append(column)
+    return extra, headers
+
+
+def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
+    """The compact verdict table: one row per plan step, unrun steps blank (never "pass"); with `slo`, a
+    column for each latency threshold (see `_slo_columns`)."""
     df = steps.copy()
     for column in [c for c in df.columns if c.endswith("_s")]:
         df[column[:-2] + "_ms"] = pd.to_numeric(df[column], errors="coerce") * 1000
@@ -77,7 +97,10 @@ def step_table(steps: pd.DataFrame) -> str:
         hist = df["server_queue_basis"].astype(str) == "histogram"
         df.loc[hist, "server_queue_p95_ms"] = [_range_text(r) for r in df.loc[hist, "server_queue_p95_range_s"]]
     df.loc[unrun, measured] = None
-    return table(df, columns=list(_STEP_COLUMNS), headers=_HEADERS, table_id="steps-table",
+    extra, slo_headers = _slo_columns(slo)
+    at = _STEP_COLUMNS.index("verdict")
+    columns = list(_STEP_COLUMNS[:at]) + extra + list(_STEP_COLUMNS[at:])
+    return table(df, columns=columns, headers={**_HEADERS, **slo_headers}, table_id="steps-table",
                  row_class=["not-run" if u else "" for u in unrun])
 
 
@@ -155,7 +178,7 @@ def _answer_html(analysis: Any, manifest: dict | None, answer: tuple[str, list[s
     items = "".join(f'<p class="a">{esc(s)}</p>' for s in sentences)
     return (f'<div class="answer"><p class="q">{esc(QUESTION)}</p>'
             f'<p class="a">Run verdict: <span class="badge b-{badge}" id="run-verdict">{esc(verdict)}</span>'
-            f"</p>{items}</div><h3>Steps at a glance</h3>{step_table(analysis.steps)}")
+            f"</p>{items}</div><h3>Steps at a glance</h3>{step_table(analysis.steps, analysis.slo)}")
 
 
 def _plots_html(analysis: Any) -> str:

@@ -135,3 +135,22 @@ def test_public_surface():
 
     assert sorted(llmload.report.__all__) == ["compare_runs", "render_report", "rereport", "write_report"]
     assert all(callable(getattr(llmload.report, name)) for name in llmload.report.__all__)
+
+
+def test_step_table_shows_what_each_slo_threshold_judged(tmp_path, manifest):
+    """The step table carries a column for every latency threshold of the SLO (here a p99 and an ITL that
+    the fixed p95 columns do not show), and the fixed columns the SLO sets name their threshold."""
+    from llmload.config import SLO
+
+    analysis = make_analysis()
+    analysis.steps["itl_p95_s"] = 0.04
+    analysis.slo = SLO.model_validate({"ttft_p95": "1s", "ttft_p99": "2s", "itl_p95": "50ms"})
+    parser = Page()
+    parser.feed(write_report(analysis, tmp_path, manifest=manifest).read_text(encoding="utf-8"))
+    header, *rows = parser.tables["steps-table"]
+    assert "TTFT p95 ms (SLO ≤ 1000)" in header and "TPOT p95 ms" in header  # tpot: no threshold, no suffix
+    p99, itl = header.index("TTFT p99 ms (SLO ≤ 2000)"), header.index("ITL p95 ms (SLO ≤ 50)")
+    assert p99 < header.index("verdict") and itl < header.index("verdict")
+    r2 = next(r for r in rows if r[0] == "r2.00")
+    assert float(r2[p99]) == pytest.approx(1800 * 1.3) and float(r2[itl]) == pytest.approx(40)
+    assert all(cell == "" for cell in next(r for r in rows if r[0] == "r4.00")[4:])  # unrun stays blank
