@@ -22,6 +22,7 @@
     webform     the start form's rates and SLO options -> the config as run
     live        the LLM tab's per-second series (percentiles, rates, server samples)
     launcher    `llmload run`: the Locust command line
+    gate        `llmload run` starts the Locust child during its checks and releases it once they pass
     signals     `llmload run`'s stop signals: forwarded once to the Locust child, nothing outlives it
     recover     finishing a run directory whose master died (`llmload report` calls it)
     demo        `llmload demo`

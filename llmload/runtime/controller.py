@@ -48,7 +48,7 @@ from llmload.runtime.tally import StepTally
 from shapes.boundary import realised_rate_note
 from shapes.steps import StepSpec
 
-__all__ = ["StepController", "WorkerLink"]
+__all__ = ["StepController", "WorkerLink", "step_lead_s"]
 
 log = logging.getLogger("llmload.controller")
 
@@ -57,6 +57,25 @@ log = logging.getLogger("llmload.controller")
 #: its arrivals 1-11 ms after sending (2 processes, 512 users); planning a 36,000-arrival step takes
 #: 0.15-0.2 s on a slow 2-core VM. It is wall time before every run's first request.
 LEAD_S = 0.25
+#: a local runner's lead for a small step: there the step message is handled in-process, so `on_step`
+#: has queued the arrivals when the send returns (60 arrivals: 1 ms); the lead covers planning, about
+#: 5 us per arrival (`LEAD_PER_ARRIVAL_S` allows twice that), up to `LEAD_S`. Remote or forked workers
+#: (messages, clock skew) and a dataset (read when the first step builds the sender) keep `LEAD_S`.
+LOCAL_LEAD_S = 0.1
+LEAD_PER_ARRIVAL_S = 10e-6
+
+
+def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
+    """The lead between sending `spec` and its first arrival (see `LEAD_S`, `LOCAL_LEAD_S`)."""
+    if not local or dataset:
+        return LEAD_S
+    if spec.arrival == "trace":
+        arrivals = len(spec.trace.offsets_s) if spec.trace is not None else 0
+    elif spec.arrival == "closed":
+        arrivals = int(spec.concurrency or 0)
+    else:
+        arrivals = float(spec.target_rate or 0.0) * (spec.warmup_s + (spec.duration_s or 0.0))
+    return min(LEAD_S, LOCAL_LEAD_S + arrivals * LEAD_PER_ARRIVAL_S)
 
 
 class WorkerLink:
@@ -261,14 +280,17 @@ class StepController:
 
     def run_step(self, spec: StepSpec, row: dict, *, start_at: float | None = None) -> tuple[str, list[str], dict]:
         """Run one step on every worker, drain it, judge it; returns (verdict, failing, stats)."""
-        step = StepRun(self, spec, row).launch(start_at, LEAD_S)
+        step = StepRun(self, spec, row).launch(start_at, self._lead(spec))
         gevent.joinall(self._tails)  # earlier undrained steps are judged first: the table stays in order
         return step.settle()
+
+    def _lead(self, spec: StepSpec) -> float:
+        return step_lead_s(spec, local=self.link.local, dataset=bool(self.config.requests.dataset))
 
     def _run_undrained(self, spec: StepSpec, row: dict, start_at: float | None) -> float:
         """Send a `drain=False` step, return when the next step must be sent; returns the time its
         arrivals end (the next step's start). Its drain and judging go on in a background greenlet."""
-        step = StepRun(self, spec, row).launch(start_at, LEAD_S)
+        step = StepRun(self, spec, row).launch(start_at, self._lead(spec))
         arrivals_end = step.arrivals_end
         last_progress = now()
         while not self.stopped and not self.failed and now() < arrivals_end - LEAD_S:

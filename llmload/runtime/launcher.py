@@ -14,7 +14,10 @@ before Locust puts the working directory first on the import path: a folder name
 in the parent of a clone, must not shadow the package.)
 
 Config errors, bad flag combinations and a run directory that cannot be written are caught before
-Locust starts (one line, exit 2) and an unreachable target gives one line and exit 3. With
+Locust starts (one line, exit 2) and an unreachable target gives one line and exit 3. Once the config
+has validated, the Locust child is started and held before it reads its command line while the other
+checks run (`llmload.runtime.gate`: its ~1 s of imports no longer follow them); it gets the command
+line above when they pass, and is ended, having said nothing, when one fails. With
 `--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
 is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or Locust's own code when no
@@ -31,7 +34,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmload.config import Config
@@ -133,9 +136,10 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
-    run_dir, made = None, False
+    run_dir, made, child = None, False, None
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
+        child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.gate`)
         from llmload.runtime.preflight import check_reachable
         from shapes.plan import build_plan
 
@@ -145,24 +149,34 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         if not skip_preflight:
             check_reachable(config)
     except LLMLoadError as exc:
+        if child is not None:
+            child.discard()
         print(f"llmload: error: {exc}", file=sys.stderr)
         _remove_if_empty(run_dir if made else None)
         return exc.exit_code
-    from llmload.envelope import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
+    except BaseException:  # e.g. Ctrl-C during the checks: the held child goes with the launcher
+        if child is not None:
+            child.discard()
+        raise
+    try:
+        from llmload.envelope import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
 
-    warning = check_plan_against_envelope(config, expect_workers if master else processes,
-                                          base_dir=Path(config_path).resolve().parent)
-    if warning:
-        print(warning, file=sys.stderr)
-    cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
-                         expect_workers=expect_workers, master_port=master_port, locustfile=locustfile)
-    if skip_preflight:
-        cmd.append("--llmload-skip-preflight")
-    if web:
-        port = os.environ.get("LOCUST_WEB_PORT", "8089")
-        print(f"llmload: web UI at http://127.0.0.1:{port} (tab LLM: live charts, step table, verdict and "
-              "report link); press Start, then Ctrl-C here when done", flush=True)
-    return _wait_locust(cmd, run_dir, made=made)
+        warning = check_plan_against_envelope(config, expect_workers if master else processes,
+                                              base_dir=Path(config_path).resolve().parent)
+        if warning:
+            print(warning, file=sys.stderr)
+        cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
+                             expect_workers=expect_workers, master_port=master_port, locustfile=locustfile)
+        if skip_preflight:
+            cmd.append("--llmload-skip-preflight")
+        if web:
+            port = os.environ.get("LOCUST_WEB_PORT", "8089")
+            print(f"llmload: web UI at http://127.0.0.1:{port} (tab LLM: live charts, step table, verdict and "
+                  "report link); press Start, then Ctrl-C here when done", flush=True)
+    except BaseException:
+        child.discard()
+        raise
+    return _wait_locust(cmd, run_dir, made=made, child=child)
 
 
 def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
@@ -226,20 +240,30 @@ def _bad_locustfile(locustfile: Path | None) -> str | None:
     return None
 
 
-def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False) -> int:
+def _child_env() -> dict[str, str]:
+    from llmload.runtime.signals import LAUNCHED_ENV
+
+    return {**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: str(os.getpid())}
+
+
+def _start_gated() -> Any:
+    """The Locust child, started now and held before it parses its command line (`llmload.runtime.gate`)."""
+    from llmload.runtime.gate import GatedChild
+
+    return GatedChild(BOOT, _child_env())
+
+
+def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, child: Any = None) -> int:
     """Run Locust in its own process group and wait for it; the stop signals go to it once
-    (`llmload.runtime.signals`). Returns the verdict's exit code, or 128 + the signal when stopped."""
-    from llmload.runtime.signals import (
-        LAUNCHED_ENV,
-        StopSignals,
-        end_process_group,
-        interrupted_exit_code,
-        say,
-    )
+    (`llmload.runtime.signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`.
+    Returns the verdict's exit code, or 128 + the signal when stopped."""
+    from llmload.runtime.signals import StopSignals, end_process_group, interrupted_exit_code, say
 
     with StopSignals() as stops:
-        stops.child = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: str(os.getpid())},
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        if child is not None:
+            stops.child = child.release(cmd)
+        else:
+            stops.child = subprocess.Popen(cmd, env=_child_env(), stdin=subprocess.DEVNULL, start_new_session=True)
         stops.forward()  # a signal that came while it was starting
         code = stops.child.wait()
         end_process_group(stops.child.pid)

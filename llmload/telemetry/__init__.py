@@ -7,29 +7,22 @@
     serve_gpu_agent                       `llmload gpu-agent`: NVML as Prometheus text for remote runs
 """
 
-from llmload.telemetry.collector import LIVE_METRICS, TelemetryCollector
-from llmload.telemetry.gpu import DcgmPoller, NvmlSampler
-from llmload.telemetry.gpu_agent import GpuAgent, serve_gpu_agent
-from llmload.telemetry.histogram import (
-    histogram_buckets_between,
-    histogram_quantile,
-    histogram_quantile_between,
-    histogram_summary,
-    queue_time_quantile,
-)
-from llmload.telemetry.manifest import (
-    build_manifest,
-    diff_conditions,
-    fingerprint,
-    read_manifest,
-    redact_config,
-    write_manifest,
-)
-from llmload.telemetry.ollama import derive_ollama_queue, ollama_timings
-from llmload.telemetry.probe import probe_server
-from llmload.telemetry.profiles import PROFILES, detect_flavor_from_names, normalise
-from llmload.telemetry.series import counter_delta, gpu_memory_peak, gpu_memory_peak_per_step, series_deltas
-from llmload.telemetry.sink import TELEMETRY_SCHEMA, Point, TelemetrySink, finalize_telemetry, read_telemetry
+from importlib import import_module
+
+#: public name -> submodule, imported on first use: the master writes the manifest and starts the
+#: collector before the first arrival, and neither needs pandas / pyarrow (the histograms, the series
+#: and the Parquet sink do, later)
+_LAZY = {"LIVE_METRICS": "collector", "TelemetryCollector": "collector", "DcgmPoller": "gpu", "NvmlSampler": "gpu",
+         "GpuAgent": "gpu_agent", "serve_gpu_agent": "gpu_agent", "histogram_buckets_between": "histogram",
+         "histogram_quantile": "histogram", "histogram_quantile_between": "histogram",
+         "histogram_summary": "histogram", "queue_time_quantile": "histogram", "build_manifest": "manifest",
+         "diff_conditions": "manifest", "fingerprint": "manifest", "read_manifest": "manifest",
+         "redact_config": "manifest", "write_manifest": "manifest", "derive_ollama_queue": "ollama",
+         "ollama_timings": "ollama", "probe_server": "probe", "PROFILES": "profiles",
+         "detect_flavor_from_names": "profiles", "normalise": "profiles", "counter_delta": "series",
+         "gpu_memory_peak": "series", "gpu_memory_peak_per_step": "series", "series_deltas": "series",
+         "TELEMETRY_SCHEMA": "sink", "Point": "sink", "TelemetrySink": "sink", "finalize_telemetry": "sink",
+         "read_telemetry": "sink"}
 
 __all__ = [
     "LIVE_METRICS",
@@ -65,3 +58,11 @@ __all__ = [
     "serve_gpu_agent",
     "write_manifest",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(f"llmload.telemetry.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'llmload.telemetry' has no attribute {name!r}")

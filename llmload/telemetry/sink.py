@@ -18,13 +18,12 @@ import math
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from llmload.redaction import redact_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "TELEMETRY_SCHEMA",
@@ -35,10 +34,27 @@ __all__ = [
     "telemetry_frame",
 ]
 
-TELEMETRY_SCHEMA = pa.schema([
-    ("t", pa.float64()), ("source", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
-    ("step", pa.string()), ("labels", pa.string()),
-])
+
+
+def _schema() -> Any:
+    """`TELEMETRY_SCHEMA`, built on first use: writing samples needs no pyarrow / pandas (the master
+    starts the collector before the first arrival); the Parquet file and the frames do."""
+    global TELEMETRY_SCHEMA
+    if "TELEMETRY_SCHEMA" in globals():
+        return TELEMETRY_SCHEMA
+    import pyarrow as pa
+
+    TELEMETRY_SCHEMA = pa.schema([
+        ("t", pa.float64()), ("source", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+        ("step", pa.string()), ("labels", pa.string()),
+    ])
+    return TELEMETRY_SCHEMA
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TELEMETRY_SCHEMA":
+        return _schema()
+    raise AttributeError(f"module 'llmload.telemetry.sink' has no attribute {name!r}")
 
 _CHUNK_LINES = 200_000
 
@@ -137,17 +153,23 @@ def finalize_telemetry(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     out = run_dir / "telemetry.parquet"
     tmp = out.with_suffix(".parquet.tmp")
-    with pq.ParquetWriter(tmp, TELEMETRY_SCHEMA) as writer:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _schema()
+    with pq.ParquetWriter(tmp, schema) as writer:
         for path in _jsonl_files(run_dir):
             for chunk in _rows(path):
-                writer.write_table(pa.Table.from_pylist(chunk, schema=TELEMETRY_SCHEMA))
+                writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
     tmp.replace(out)
     return out
 
 
 def telemetry_frame(rows: Iterable[dict]) -> pd.DataFrame:
     """A telemetry DataFrame (the parquet schema) from row dicts, sorted by time."""
-    df = pa.Table.from_pylist(list(rows), schema=TELEMETRY_SCHEMA).to_pandas()
+    import pyarrow as pa
+
+    df = pa.Table.from_pylist(list(rows), schema=_schema()).to_pandas()
     return df.sort_values("t", kind="stable").reset_index(drop=True)
 
 
@@ -156,7 +178,9 @@ def read_telemetry(run_dir: str | Path) -> pd.DataFrame:
     run_dir = Path(run_dir)
     parquet = run_dir / "telemetry.parquet"
     if parquet.exists():
-        df = pq.read_table(parquet, schema=TELEMETRY_SCHEMA).to_pandas()
+        import pyarrow.parquet as pq
+
+        df = pq.read_table(parquet, schema=_schema()).to_pandas()
         return df.sort_values("t", kind="stable").reset_index(drop=True)
     rows = [row for path in _jsonl_files(run_dir) for chunk in _rows(path) for row in chunk]
     return telemetry_frame(rows)

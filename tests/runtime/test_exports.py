@@ -8,8 +8,9 @@ import llmload.runtime
 
 MODULES = {
     "console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"],
-    "controller": ["StepController", "WorkerLink"],
+    "controller": ["StepController", "WorkerLink", "step_lead_s"],
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
+    "gate": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
     "judging": ["judge_rows", "live_judge"],
     "launcher": ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
