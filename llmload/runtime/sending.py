@@ -32,6 +32,7 @@ from llmload.client.transport import Transport
 from llmload.clock import now
 from llmload.config import Config
 from llmload.records import Record
+from llmload.runtime import alarm
 
 __all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send", "wait_until"]
 
@@ -42,8 +43,11 @@ SPIN_S = 0.0006
 
 
 def wait_until(at: float) -> None:
-    """Return at wall time `at` (within microseconds): a gevent sleep until `SPIN_S` before it (its timers
-    wake ~0.5 ms late), then yields to the loop, so other greenlets and I/O run meanwhile."""
+    """Return at wall time `at`, other greenlets and I/O running meanwhile: one wake-up on a Linux timerfd
+    (`llmload.runtime.alarm`: within the kernel's timer slack, ~50 us). Elsewhere a gevent sleep until
+    `SPIN_S` before it (libev's timers wake up to 1 ms late), then yields to the loop until it."""
+    if at <= now() or alarm.wait(at):
+        return
     delay = at - now() - SPIN_S
     if delay > 0:
         gevent.sleep(delay)
