@@ -25,7 +25,7 @@ from gevent.hub import get_hub
 
 from llmload.clock import wall_base
 
-__all__ = ["wait"]
+__all__ = ["available", "wait"]
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
@@ -96,13 +96,22 @@ def _load() -> _Alarms | None:
 _alarms: _Alarms | None | bool = False
 
 
-def wait(at: float) -> bool:
-    """Block this greenlet until wall time `at` (llmload.clock), other greenlets running meanwhile.
-    False: no timerfd here (nothing waited; the caller waits its own way)."""
+def _get() -> _Alarms | None:
     global _alarms
     if _alarms is False:
         _alarms = _load()
-    alarms = _alarms
+    return _alarms  # type: ignore[return-value]
+
+
+def available() -> bool:
+    """Whether `wait` can wake precisely here (Linux, a timerfd, `perf_counter` on CLOCK_MONOTONIC)."""
+    return _get() is not None
+
+
+def wait(at: float) -> bool:
+    """Block this greenlet until wall time `at` (llmload.clock), other greenlets running meanwhile.
+    False: no timerfd here (nothing waited; the caller waits its own way)."""
+    alarms = _get()
     if alarms is None:
         return False
     hub = get_hub()
