@@ -53,8 +53,10 @@ MIN_CPU_SPAN_S = 0.5
 #: arrivals are queued at most this long before their time, so a user has built the request when it is
 #: due (`Sender.send` waits out the rest precisely; gevent timers wake up to 1 ms late, bench/)
 QUEUE_AHEAD_S = 0.003
-#: with a precise wake-up (a timerfd, `llmload.runtime.alarm`) the lead is learnt (`Lead`): the longest
-#: of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being ready, plus this
+#: with a precise wake-up (a timerfd, `llmload.runtime.alarm`) the lead is learnt (`Lead`): the
+#: `LEAD_QUANTILE` of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being
+#: ready, plus `LEAD_MARGIN_S`
+LEAD_QUANTILE = 0.75
 LEAD_MARGIN_S = 0.00005
 MIN_LEAD_S = 0.0001
 LEAD_WINDOW = 32
@@ -73,7 +75,9 @@ class Lead:
     def value(self) -> float:
         if not self.precise or not self.needs:
             return QUEUE_AHEAD_S
-        return min(QUEUE_AHEAD_S, max(MIN_LEAD_S, max(self.needs) + LEAD_MARGIN_S))
+        needs = sorted(self.needs)
+        need = needs[min(len(needs) - 1, int(LEAD_QUANTILE * len(needs)))]
+        return min(QUEUE_AHEAD_S, max(MIN_LEAD_S, need + LEAD_MARGIN_S))
 
     def learn(self, job: Job) -> None:
         """A job's user reached its wait (`Job.ready_at`): how early its queueing had to be."""
