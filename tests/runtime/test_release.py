@@ -118,8 +118,8 @@ def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypa
     assert drained.wait(10)
     gevent.killall(users)
     runtime.close()
-    assert len(lags) == 80 and min(lags) >= 0  # every arrival, none released early
-    assert sorted(lags)[len(lags) // 2] < 0.001
+    assert len(lags) == 80 and min(lags) >= 0, lags  # every arrival, none released early
+    assert sorted(lags)[len(lags) // 2] < 0.005, lags  # on time (not timed closely: a shared CI box)
     # old code: a sleep per arrival; here most arrivals only yield (more sleep on a box so busy that the
     # scheduler's wake-ups come late by a wide spread: the learnt lead then leaves more to wait)
     assert len(user_sleeps) < 0.75 * len(lags), user_sleeps
