@@ -43,8 +43,29 @@ def _out(value: Any, scalar: bool) -> Any:
     return None if value != value else value
 
 
+def _real(value: float) -> float | None:
+    value = float(value)
+    return None if value != value else value
+
+
+def _scalar(sent: Any, first: Any, last: Any, n: Any) -> Latencies:
+    """`latencies` of plain Python numbers (None for unknown): the same IEEE arithmetic as the array
+    path, without numpy's per-call overhead (~40 us; this runs once per request in the Locust event)."""
+    ttft = None if sent is None or first is None else _real(first - sent)
+    e2e = None if sent is None or last is None else _real(last - sent)
+    tpot = None
+    if n is not None and n >= 2 and ttft is not None and e2e is not None:
+        tpot = _real((e2e - ttft) / (float(n) - 1.0))
+    return Latencies(ttft, tpot, e2e)
+
+
+_PLAIN = (float, int)
+
+
 def latencies(sent_at: Any, first_token_at: Any, last_token_at: Any, output_tokens: Any) -> Latencies:
     """TTFT, TPOT and E2E of one request (scalars) or of many (arrays); see the module docstring."""
+    if all(v is None or type(v) in _PLAIN for v in (sent_at, first_token_at, last_token_at, output_tokens)):
+        return _scalar(sent_at, first_token_at, last_token_at, output_tokens)
     scalar = all(v is None or np.isscalar(v) for v in (sent_at, first_token_at, last_token_at, output_tokens))
     sent, first, last, n = _num(sent_at), _num(first_token_at), _num(last_token_at), _num(output_tokens)
     ttft, e2e = first - sent, last - sent

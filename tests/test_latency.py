@@ -47,3 +47,24 @@ def test_analysis_live_table_and_itl_use_the_same_numbers() -> None:
     gaps = event_gaps(frame["token_times"])
     chunk, _ = gaps.select(np.array([0]))
     np.testing.assert_array_equal(chunk[~np.isnan(chunk)], itl_gaps(RECORDS[0]["token_times"]))
+
+
+def test_the_scalar_path_is_the_array_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain numbers take a path without numpy (the per-request Locust event): every result, None
+    included, is the array path's, bit for bit."""
+    rng = np.random.default_rng(7)
+    cases = [(0.5, 0.75, 1.75, 5), (1.0, 1.5, 1.5, 1), (2.0, None, None, 0), (None, 1.0, 2.0, 3), (1, 2, 4, 3),
+             (0.0, float("nan"), 1.0, 2), (1.0, 2.0, float("inf"), 4), (1.0, 1.2, None, 7), (1.0, 1.2, 1.9, None)]
+    for _ in range(500):
+        sent = float(rng.uniform(1.7e9, 1.8e9))
+        first = sent + float(rng.exponential(0.2))
+        cases.append((sent, first, first + float(rng.exponential(2.0)), int(rng.integers(0, 300))))
+    for sent, first, last, n in cases:
+        fast = latencies(sent, first, last, n)
+        slow = latencies(*(np.float64(np.nan if v is None else v) for v in (sent, first, last, n)))
+        assert fast == slow, (sent, first, last, n)
+        assert all(v is None or type(v) is float for v in fast)
+    import llmload.latency as module
+
+    monkeypatch.setattr(module, "np", None)  # plain numbers never reach numpy (40 us a call)
+    assert latencies(0.5, 0.75, 1.75, 5) == (0.25, 0.25, 1.25)

@@ -27,6 +27,10 @@ class Job:
     seed: int = 0
     capped: bool = False
     dequeued_at: float | None = None
+    #: when the scheduler meant to queue it (its time minus the lead), and when its user was ready to
+    #: send it (built, waiting for its time): `worker.Lead` learns from the two
+    queued_for: float | None = None
+    ready_at: float | None = None
 
     @property
     def scheduled_at(self) -> float:

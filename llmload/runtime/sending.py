@@ -32,6 +32,7 @@ from llmload.client.transport import Transport
 from llmload.clock import now
 from llmload.config import Config
 from llmload.records import Record
+from llmload.runtime import alarm
 
 __all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send", "wait_until"]
 
@@ -39,11 +40,22 @@ log = logging.getLogger("llmload.worker")
 
 #: the last stretch before an arrival's time is spent yielding to the loop rather than in a timer
 SPIN_S = 0.0006
+#: a time closer than this is waited for by yielding to the loop: a sleep and its wake-up cost more
+#: CPU (~0.25 ms per request on the 2-vCPU VMs, bench/README.md)
+YIELD_BELOW_S = 0.0003
 
 
 def wait_until(at: float) -> None:
-    """Return at wall time `at` (within microseconds): a gevent sleep until `SPIN_S` before it (its timers
-    wake ~0.5 ms late), then yields to the loop, so other greenlets and I/O run meanwhile."""
+    """Return at wall time `at`, other greenlets and I/O running meanwhile. A time under `YIELD_BELOW_S`
+    away (the worker's lead is learnt to leave about that): yield to the loop until it. Farther: one
+    wake-up on a Linux timerfd (`llmload.runtime.alarm`: within the kernel's timer slack, ~50 us);
+    without one, a gevent sleep until `SPIN_S` before it (libev's timers wake up to 1 ms late), then
+    the yields."""
+    left = at - now()
+    if left <= 0:
+        return
+    if left >= YIELD_BELOW_S and alarm.wait(at):
+        return
     delay = at - now() - SPIN_S
     if delay > 0:
         gevent.sleep(delay)
@@ -148,7 +160,8 @@ class Sender:
             except Exception as exc:  # the user's code: its failure is a client_error, nothing is sent
                 self._hook_failed(record, user, "build_request", exc)
                 return
-        wait_until(job.scheduled_at)  # the job is queued a little early (worker.QUEUE_AHEAD_S)
+        job.ready_at = now()  # the worker learns its lead from this (worker.Lead)
+        wait_until(job.scheduled_at)  # the job is queued a little early (worker.Lead)
         result = send(self.transport, request, record, expect=expect)
         if planned is not None:
             try:

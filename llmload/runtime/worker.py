@@ -21,8 +21,10 @@ once, its drained message carrying the error, which ends the run on the master w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +37,12 @@ from gevent.greenlet import Greenlet
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.records import Record, RecordWriter
+from llmload.runtime import alarm
 from llmload.runtime.jobs import ClosedLoop, Job, plan_jobs
 from llmload.runtime.messages import DRAINED, RESULTS, pack_record
 from shapes.steps import StepSpec, step_bounds
 
-__all__ = ["StepState", "WorkerRuntime"]
+__all__ = ["Lead", "RequestCancelled", "StepState", "WorkerRuntime"]
 
 log = logging.getLogger("llmload.worker")
 
@@ -48,9 +51,53 @@ SHIP_INTERVAL_S = 0.25
 #: the worker's CPU is sampled over intervals this long while it sends (none shorter than the second)
 CPU_INTERVAL_S = 1.0
 MIN_CPU_SPAN_S = 0.5
-#: arrivals are queued this long before their time, so a user has built the request when it is due
-#: (`Sender.send` waits out the rest precisely; gevent timers wake ~0.5 ms late, measured in bench/)
+#: arrivals are queued at most this long before their time, so a user has built the request when it is
+#: due (`Sender.send` waits out the rest precisely; gevent timers wake up to 1 ms late, bench/)
 QUEUE_AHEAD_S = 0.003
+#: how long a drain timeout waits for the cancelled requests to be recorded
+CANCEL_WAIT_S = 5.0
+#: with a precise wake-up (a timerfd, `llmload.runtime.alarm`) the lead is learnt (`Lead`): the
+#: `LEAD_QUANTILE` of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being
+#: ready, plus `LEAD_MARGIN_S`
+LEAD_QUANTILE = 0.75
+LEAD_MARGIN_S = 0.00005
+MIN_LEAD_S = 0.0001
+LEAD_WINDOW = 32
+
+
+class Lead:
+    """How long before its time an arrival is queued. Each arrival used to cost two sleeps and wake-ups
+    (the scheduler's at `QUEUE_AHEAD_S` before, the user's at the time), ~0.25 ms of CPU each on the
+    2-vCPU VMs: with a timerfd the scheduler wakes just early enough for the user to build the request
+    (`Sender.send` then yields to the loop for the few µs left, `sending.YIELD_BELOW_S`), one wake-up."""
+
+    def __init__(self, precise: bool) -> None:
+        self.precise = precise
+        self.needs: deque[float] = deque(maxlen=LEAD_WINDOW)
+
+    def value(self) -> float:
+        if not self.precise or not self.needs:
+            return QUEUE_AHEAD_S
+        needs = sorted(self.needs)
+        need = needs[min(len(needs) - 1, int(LEAD_QUANTILE * len(needs)))]
+        return min(QUEUE_AHEAD_S, max(MIN_LEAD_S, need + LEAD_MARGIN_S))
+
+    def learn(self, job: Job) -> None:
+        """A job's user reached its wait (`Job.ready_at`): how early its queueing had to be."""
+        if job.queued_for is not None and job.ready_at is not None and not job.capped:
+            self.needs.append(job.ready_at - job.queued_for)
+
+
+class RequestCancelled(gevent.GreenletExit):
+    """Thrown into a user's greenlet whose request a drain timeout cancels: recorded `cancelled` (as a
+    killed greenlet's), then caught by `WorkerRuntime.run`, so the user goes on."""
+
+
+def _cancel_request(state: StepState, greenlet: Any) -> None:
+    """In the hub: cancel the request `greenlet` is sending, if it still is (its `inflight` entry goes
+    before the record is written, so a cancel never lands in the writing, nor in the user's next wait)."""
+    if greenlet in state.inflight and not greenlet.dead:
+        greenlet.throw(RequestCancelled)
 
 
 @dataclass
@@ -101,6 +148,8 @@ class WorkerRuntime:
         self.cpu_step: str | None = None
         self._cpu_shipped: float | None = None
         self._cpu_mark: tuple[str, float, float] | None = None
+        #: how long before its time an arrival is queued (learnt where wake-ups are precise)
+        self.lead = Lead(alarm.available())
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -142,16 +191,23 @@ class WorkerRuntime:
             state.scheduler.kill(block=True)
             state.initial_done = True
         self._drop_queued(state, outcome="cancelled")
-        gevent.killall(list(state.inflight), block=True, timeout=5)
+        hub = gevent.get_hub()
+        for greenlet in list(state.inflight):
+            hub.loop.run_callback(_cancel_request, state, greenlet)
+        deadline = now() + CANCEL_WAIT_S
+        while state.inflight and now() < deadline:
+            gevent.sleep(0.005)
         self._maybe_drained(state)
 
     # ------------------------------------------------------------------ scheduling
 
     def _schedule(self, state: StepState, jobs: list[Job]) -> None:
+        lead = self.lead
         for job in jobs:
-            delay = job.scheduled_at - QUEUE_AHEAD_S - now()
-            if delay > 0:
-                gevent.sleep(delay)
+            at = job.scheduled_at - lead.value()
+            if at > now() and not (lead.precise and alarm.wait(at)):
+                gevent.sleep(max(0.0, at - now()))
+            job.queued_for = at
             self._put(state, job)
             state.scheduled += 1
         state.initial_done = True
@@ -220,30 +276,27 @@ class WorkerRuntime:
     # ------------------------------------------------------------------ running one request
 
     def run(self, job: Job, *, on_record: Callable[[Record], None] | None = None, user: Any = None) -> Record:
-        """Send one job in a child greenlet (so a drain timeout can cancel it) and wait for it. `user`
-        (an `LLMUser`) builds the request with its `build_request` hook (`llmload.runtime.sending`).
+        """Send one job in the calling greenlet and return its record. `user` (an `LLMUser`) builds the
+        request with its `build_request` hook (`llmload.runtime.sending`).
 
-        If the calling user is killed (test stopped), the request is killed too and recorded as
-        `cancelled` before the exit propagates.
+        A drain timeout (`on_cancel`) throws `RequestCancelled` into the greenlet while its request is
+        in flight: the record says `cancelled` and the caller goes on. If the calling user is killed
+        (test stopped), the request is recorded `cancelled` before the exit propagates. (No child
+        greenlet per request: each cost a spawn, a switch and a 16 KiB frame stack mapped and unmapped.)
         """
-        state = self.steps.get(job.label)
         record = job.record(self.worker)
-        child = gevent.spawn(self._send, job, record, on_record, user)
-        if state is not None:
-            state.inflight.add(child)
-        try:
-            child.join()
-        except gevent.GreenletExit:
-            child.kill(block=True, timeout=5)
-            raise
-        finally:
-            if state is not None:
-                state.inflight.discard(child)
+        with contextlib.suppress(RequestCancelled):
+            self._send(job, record, on_record, user)
         return record
 
     def _send(self, job: Job, record: Record, on_record: Callable[[Record], None] | None, user: Any = None) -> None:
+        state = self.steps.get(job.label)
+        me = gevent.getcurrent()
+        if state is not None:
+            state.inflight.add(me)
         try:
             self.sender.send(record, job, user=user)
+            self.lead.learn(job)
         except gevent.GreenletExit:
             record.outcome = "cancelled"
             raise
@@ -254,6 +307,8 @@ class WorkerRuntime:
             message = credentials.redact(failure.message) if credentials is not None else failure.message
             record.outcome, record.error = failure.outcome, trim(message)
         finally:
+            if state is not None:  # from here on a cancel no longer reaches this greenlet
+                state.inflight.discard(me)
             self.finish(job, record)
             if on_record is not None and record.outcome != "not_sent":
                 try:
