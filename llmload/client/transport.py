@@ -31,12 +31,14 @@ import errno
 import random
 import re
 import socket
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import gevent.lock
+import gevent.ssl
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
-from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.client.auth import Credentials
 from llmload.clock import now
@@ -52,6 +54,7 @@ _USER_AGENT = "llmload"
 #: a header name (RFC 9110 token) and a value without control characters (no header injection)
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
+_TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
 
 
 class ConnectFailed(OSError):
@@ -179,11 +182,52 @@ class _TLSPool(_Timed, SSLConnectionPool):
 
 class StreamResponse(HTTPSocketPoolResponse):
     """geventhttpclient's pooled response (headers read on construction) with the request's
-    `SocketTiming` on it."""
+    `SocketTiming` on it, and `read_some()`: the body as it arrives, a read at a time."""
 
     def __init__(self, sock: socket.socket, pool: ConnectionPool, timing: SocketTiming) -> None:
         self.timing = timing
+        self._stream_sock: socket.socket | None = sock
+        # a plain socket waits for readability before each read (one recv per arrival, not a recv that
+        # would block first); a TLS socket may hold decrypted bytes its descriptor does not show
+        hub = gevent.get_hub()
+        self._readable = None if isinstance(sock, _TLS_SOCKETS) else hub.loop.io(sock.fileno(), 1)
+        self._wait = hub.wait
+        self._full = False
         super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+
+    def read_some(self) -> bytes:
+        """The body bytes that have arrived: those already parsed, else one socket read's worth (several
+        stream events when the server's writes were coalesced), b"" at the end of the body. The bytes
+        go through geventhttpclient's parser (`feed`, chunked transfer-encoding included) into its body
+        buffer, which `readline()` and `read()` share; an error releases the connection, as theirs do."""
+        buf = self._body_buffer
+        while not buf:
+            if self.message_complete:
+                return b""
+            sock = self._stream_sock
+            if sock is None:
+                raise HTTPConnectionClosed("connection closed.")
+            try:
+                if self._readable is not None and not self._full:
+                    self._wait(self._readable)
+                data = sock.recv(BLOCK_SIZE)
+                self._full = len(data) == BLOCK_SIZE  # more may be waiting: read before waiting again
+                self.feed(data)
+                if not data and not self.message_complete:
+                    raise HTTPConnectionClosed("connection closed.")
+            except BaseException:
+                self.release()
+                raise
+        data = bytes(buf)
+        del buf[:]
+        return data
+
+    def release(self) -> None:
+        self._stream_sock = None
+        readable, self._readable = self._readable, None
+        if readable is not None:
+            readable.close()
+        super().release()
 
 
 class Endpoint:

@@ -15,7 +15,7 @@ UTF-8 is decoded per complete line (a line terminator byte never occurs inside a
 so a character split across chunks is never broken. A line that is not valid UTF-8 is decoded with
 replacement characters, as the standard says, and kept in `invalid` (the first such line, raw): a
 client that needs exact payloads (the streaming core) treats it as a malformed stream. sseclient-py's parser serves as the test oracle; it
-pulls from an iterator, where the streaming core needs a push decoder fed by `readline()`.
+pulls from an iterator, where the streaming core needs a push decoder fed what each socket read brings.
 """
 
 from __future__ import annotations
@@ -54,8 +54,17 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by `chunk` (possibly none)."""
-        if not self._buf and not self._skip_lf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
-            # fast path: exactly one LF-terminated line, as `readline()` hands them over
+        lf = chunk.find(b"\n")
+        if (lf == len(chunk) - 2 and chunk[-1] == 10 and self._started and not self._pending and not self._buf
+                and not self._skip_lf and chunk.startswith(b"data: ") and b"\r" not in chunk):
+            # fast path: exactly one `data: ...` line and its blank line, the usual event as one socket
+            # read brings it (same rules: no event name or data pending, so a `message` with this data)
+            try:
+                return [SSEEvent(chunk[6:-2].decode("utf-8"), "message", self._last_id, self._retry)]
+            except UnicodeDecodeError:
+                pass  # the general path records it as invalid
+        elif lf == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
+            # fast path: exactly one LF-terminated line
             if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch
                 return []
             if self._started and chunk.startswith(b"data: "):  # the usual payload line (same rules)
