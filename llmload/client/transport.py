@@ -2,19 +2,24 @@
 
 Built on geventhttpclient's public pieces, the ones Locust's FastHttpUser builds on: a `ConnectionPool`
 (`SSLConnectionPool` for https) subclass per base URL, sized to the concurrency so no request waits for
-a connection inside the client, and `HTTPSocketPoolResponse`, whose `readline()` returns as soon as one
-line has arrived, which is what makes per-event timestamps true (its `iter_content`/`iter_lines` wait
-for the whole body). The request head is written here (`Endpoint.post`), so the moment between getting
-a connected socket and writing the bytes is ours to stamp. The pool subclass uses only the pool's
-public methods and its documented `after_connect` hook; `tests/client/test_transport.py` checks that
-contract against the installed geventhttpclient (pinned in pyproject.toml).
+a connection inside the client, and `HTTPSocketPoolResponse` (its parser: status, headers, chunked
+transfer-encoding, keep-alive). The body is read by `StreamResponse.read_some()`: whatever one socket
+read brings, as soon as it arrives, which is what makes per-event timestamps true (`iter_content` /
+`iter_lines` wait for the whole body; `readline()` would cost two calls and two copies per SSE event).
+On a plain socket it waits for readability first and then reads once (a `recv` that would block, then
+the wait, costs a failed syscall and an exception per event). The request head is written here
+(`Endpoint.post`), so the moment between getting a connected socket and writing the bytes is ours to
+stamp. The pool subclass uses only the pool's public methods and its documented `after_connect` hook;
+`read_some` uses the response's `feed`, `message_complete` and the body buffer its parser callback
+fills; `tests/client/test_transport.py` checks that contract against the installed geventhttpclient
+(pinned in pyproject.toml).
 
 Timeouts:
 - `connect_timeout_s`: TCP connect;
 - `idle_timeout_s`: the longest silence allowed between stream lines, and between writing the request
-  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each line;
-  a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per event) — a stalled
-  stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
+  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each read
+  that ends a line; a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per
+  event) — a stalled stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
 - `total_timeout_s`: the whole request, enforced by the streaming core with `gevent.Timeout`.
 Sockets get TCP_NODELAY. What happened while getting the socket travels with the request in a
 `SocketTiming` (the caller's, filled as it goes, so a failure half way still says where it got to; the
