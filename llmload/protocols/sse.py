@@ -54,16 +54,10 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by `chunk` (possibly none)."""
-        lf = chunk.find(b"\n")
-        if (lf == len(chunk) - 2 and chunk[-1] == 10 and self._started and not self._pending and not self._buf
-                and not self._skip_lf and chunk.startswith(b"data: ") and b"\r" not in chunk):
-            # fast path: exactly one `data: ...` line and its blank line, the usual event as one socket
-            # read brings it (same rules: no event name or data pending, so a `message` with this data)
-            try:
-                return [SSEEvent(chunk[6:-2].decode("utf-8"), "message", self._last_id, self._retry)]
-            except UnicodeDecodeError:
-                pass  # the general path records it as invalid
-        elif lf == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
+        data = self.whole_data(chunk)
+        if data is not None:
+            return [SSEEvent(data, "message", self._last_id, self._retry)]
+        if chunk.find(b"\n") == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
             # fast path: exactly one LF-terminated line
             if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch
                 return []
@@ -105,6 +99,19 @@ class SSEDecoder:
             start = nxt
         self._buf = buf[start:] if start < size else b""
         return events
+
+    def whole_data(self, chunk: bytes) -> str | None:
+        """The data of `chunk` when it is exactly one whole `data: ...` event and its blank line (what
+        one socket read usually brings) and nothing is pending: `feed` would return one `message` event with
+        that data and leave the decoder as it was, so the chunk is taken; else None (then `feed` it)."""
+        if (chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == 10
+                and self._started and not self._pending and not self._buf and not self._skip_lf
+                and b"\r" not in chunk):
+            try:
+                return chunk[6:-2].decode("utf-8")
+            except UnicodeDecodeError:
+                return None  # `feed` records it as invalid
+        return None
 
     def flush(self) -> list[SSEEvent]:
         """End of stream. An event whose lines all ended but that lacked its blank line is returned

@@ -39,6 +39,10 @@ class StreamDecoder:
         if self._ndjson is not None:
             return [self._parse(line) for line in self._ndjson.feed(chunk)]
         sse = self._sse
+        if sse.invalid is None:
+            data = sse.whole_data(chunk)  # the usual read: one whole `data:` event
+            if data is not None:
+                return [self._parse(data)]
         events = sse.feed(chunk)
         if sse.invalid is not None:
             return [_not_utf8(sse.invalid)]
