@@ -8,16 +8,16 @@ stopped) fills the record as `cancelled` with the times seen so far, then re-rai
 Timestamps (METRICS.md), all from `llmload.clock.now()`:
 - `sent_at` when the pool hands over a connected socket, right before the bytes are written (a new
   connection's connect time is not in TTFT; if the connection fails, the time of the attempt);
-- each event is stamped right after `readline()` returns the line that completes it (for SSE the blank
-  line, which servers write together with the `data:` line); `first_token_at` and `token_times` at
-  output-bearing events only; `last_token_at` is the last of them. Lines are read with
-  `readline(b"\n")`: a server ending SSE lines with a lone CR (allowed, used by none of the servers we
-  target) would be parsed correctly but only as its bytes reach a newline or the end;
+- each event is stamped when the bytes that complete it were read (`StreamResponse.read_some()`: what
+  one socket read brought, for SSE the blank line, which servers write together with the `data:`
+  line); events that arrived in the same read share its time. `first_token_at` and `token_times` at
+  output-bearing events only; `last_token_at` is the last of them. An unterminated last line at the end
+  of the body is dropped (it may be cut);
 - `closed_at` at `[DONE]` / Ollama's `done` object / the error / the end of the body.
 
 Outcomes: `ok` (at least one output-bearing event, then the final event, or a finish_reason then a
 cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `oom` (status + body message, or an error inside the stream:
-`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the transport's `IdleTimer`, between lines),
+`llmload.client.outcomes`), `timeout` (total: `gevent.Timeout`; idle: the transport's `IdleTimer`, restarted by each read that ends a line),
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
 `connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it), `client_error`
 (a failure of llmload itself, never the server's). Every exception is mapped by one classifier,
@@ -164,20 +164,21 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _fail(record, classify_status(status, message), f"HTTP {status}: {message}", transport)
             return SendResult(record, "")
         got_200 = True
-        readline, apply, feed, touch = resp.readline, stream.apply, decoder.feed, idle.touch
+        read, apply, feed, touch = resp.read_some, stream.apply, decoder.feed, idle.touch
         done = False
         while not done:
-            line = readline(b"\n")
+            data = read()
             t = now()
-            touch()
-            if not line:
+            if not data:
                 for chunk in decoder.flush():
                     if apply(chunk, t):
                         break
                 if record.closed_at is None:
                     record.closed_at = t
                 break
-            for chunk in feed(line):
+            if b"\n" in data:  # a line ended: the idle timeout counts from here
+                touch()
+            for chunk in feed(data):
                 if apply(chunk, t):
                     done = True
                     break

@@ -2,19 +2,24 @@
 
 Built on geventhttpclient's public pieces, the ones Locust's FastHttpUser builds on: a `ConnectionPool`
 (`SSLConnectionPool` for https) subclass per base URL, sized to the concurrency so no request waits for
-a connection inside the client, and `HTTPSocketPoolResponse`, whose `readline()` returns as soon as one
-line has arrived, which is what makes per-event timestamps true (its `iter_content`/`iter_lines` wait
-for the whole body). The request head is written here (`Endpoint.post`), so the moment between getting
-a connected socket and writing the bytes is ours to stamp. The pool subclass uses only the pool's
-public methods and its documented `after_connect` hook; `tests/client/test_transport.py` checks that
-contract against the installed geventhttpclient (pinned in pyproject.toml).
+a connection inside the client, and `HTTPSocketPoolResponse` (its parser: status, headers, chunked
+transfer-encoding, keep-alive). The body is read by `StreamResponse.read_some()`: whatever one socket
+read brings, as soon as it arrives, which is what makes per-event timestamps true (`iter_content` /
+`iter_lines` wait for the whole body; `readline()` would cost two calls and two copies per SSE event).
+On a plain socket it waits for readability first and then reads once (a `recv` that would block, then
+the wait, costs a failed syscall and an exception per event). The request head is written here
+(`Endpoint.post`), so the moment between getting a connected socket and writing the bytes is ours to
+stamp. The pool subclass uses only the pool's public methods and its documented `after_connect` hook;
+`read_some` uses the response's `feed`, `message_complete` and the body buffer its parser callback
+fills; `tests/client/test_transport.py` checks that contract against the installed geventhttpclient
+(pinned in pyproject.toml).
 
 Timeouts:
 - `connect_timeout_s`: TCP connect;
 - `idle_timeout_s`: the longest silence allowed between stream lines, and between writing the request
-  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each line;
-  a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per event) — a stalled
-  stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
+  and its headers, as one libev timer per request (`IdleTimer`, restarted by the core after each read
+  that ends a line; a socket timeout would make a `gevent.Timeout` on every wait for bytes, 4-6 us per
+  event) — a stalled stream ends as `timeout` (`TimeoutError`, which a socket's own timeout raises too);
 - `total_timeout_s`: the whole request, enforced by the streaming core with `gevent.Timeout`.
 Sockets get TCP_NODELAY. What happened while getting the socket travels with the request in a
 `SocketTiming` (the caller's, filled as it goes, so a failure half way still says where it got to; the
@@ -31,12 +36,14 @@ import errno
 import random
 import re
 import socket
+import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import gevent.lock
+import gevent.ssl
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
-from geventhttpclient.response import HTTPParseError, HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 
 from llmload.client.auth import Credentials
 from llmload.clock import now
@@ -52,6 +59,7 @@ _USER_AGENT = "llmload"
 #: a header name (RFC 9110 token) and a value without control characters (no header injection)
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
+_TLS_SOCKETS = (ssl.SSLSocket, gevent.ssl.SSLSocket)
 
 
 class ConnectFailed(OSError):
@@ -179,11 +187,52 @@ class _TLSPool(_Timed, SSLConnectionPool):
 
 class StreamResponse(HTTPSocketPoolResponse):
     """geventhttpclient's pooled response (headers read on construction) with the request's
-    `SocketTiming` on it."""
+    `SocketTiming` on it, and `read_some()`: the body as it arrives, a read at a time."""
 
     def __init__(self, sock: socket.socket, pool: ConnectionPool, timing: SocketTiming) -> None:
         self.timing = timing
+        self._stream_sock: socket.socket | None = sock
+        # a plain socket waits for readability before each read (one recv per arrival, not a recv that
+        # would block first); a TLS socket may hold decrypted bytes its descriptor does not show
+        hub = gevent.get_hub()
+        self._readable = None if isinstance(sock, _TLS_SOCKETS) else hub.loop.io(sock.fileno(), 1)
+        self._wait = hub.wait
+        self._full = False
         super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+
+    def read_some(self) -> bytes:
+        """The body bytes that have arrived: those already parsed, else one socket read's worth (several
+        stream events when the server's writes were coalesced), b"" at the end of the body. The bytes
+        go through geventhttpclient's parser (`feed`, chunked transfer-encoding included) into its body
+        buffer, which `readline()` and `read()` share; an error releases the connection, as theirs do."""
+        buf = self._body_buffer
+        while not buf:
+            if self.message_complete:
+                return b""
+            sock = self._stream_sock
+            if sock is None:
+                raise HTTPConnectionClosed("connection closed.")
+            try:
+                if self._readable is not None and not self._full:
+                    self._wait(self._readable)
+                data = sock.recv(BLOCK_SIZE)
+                self._full = len(data) == BLOCK_SIZE  # more may be waiting: read before waiting again
+                self.feed(data)
+                if not data and not self.message_complete:
+                    raise HTTPConnectionClosed("connection closed.")
+            except BaseException:
+                self.release()
+                raise
+        data = bytes(buf)
+        del buf[:]
+        return data
+
+    def release(self) -> None:
+        self._stream_sock = None
+        readable, self._readable = self._readable, None
+        if readable is not None:
+            readable.close()
+        super().release()
 
 
 class Endpoint:

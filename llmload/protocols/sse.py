@@ -15,7 +15,7 @@ UTF-8 is decoded per complete line (a line terminator byte never occurs inside a
 so a character split across chunks is never broken. A line that is not valid UTF-8 is decoded with
 replacement characters, as the standard says, and kept in `invalid` (the first such line, raw): a
 client that needs exact payloads (the streaming core) treats it as a malformed stream. sseclient-py's parser serves as the test oracle; it
-pulls from an iterator, where the streaming core needs a push decoder fed by `readline()`.
+pulls from an iterator, where the streaming core needs a push decoder fed what each socket read brings.
 """
 
 from __future__ import annotations
@@ -54,8 +54,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Events completed by `chunk` (possibly none)."""
-        if not self._buf and not self._skip_lf and chunk.find(b"\n") == len(chunk) - 1 and b"\r" not in chunk:
-            # fast path: exactly one LF-terminated line, as `readline()` hands them over
+        data = self.whole_data(chunk)
+        if data is not None:
+            return [SSEEvent(data, "message", self._last_id, self._retry)]
+        if chunk.find(b"\n") == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
+            # fast path: exactly one LF-terminated line
             if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch
                 return []
             if self._started and chunk.startswith(b"data: "):  # the usual payload line (same rules)
@@ -96,6 +99,19 @@ class SSEDecoder:
             start = nxt
         self._buf = buf[start:] if start < size else b""
         return events
+
+    def whole_data(self, chunk: bytes) -> str | None:
+        """The data of `chunk` when it is exactly one whole `data: ...` event and its blank line (what
+        one socket read usually brings) and nothing is pending: `feed` would return one `message` event with
+        that data and leave the decoder as it was, so the chunk is taken; else None (then `feed` it)."""
+        if (chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == 10
+                and self._started and not self._pending and not self._buf and not self._skip_lf
+                and b"\r" not in chunk):
+            try:
+                return chunk[6:-2].decode("utf-8")
+            except UnicodeDecodeError:
+                return None  # `feed` records it as invalid
+        return None
 
     def flush(self) -> list[SSEEvent]:
         """End of stream. An event whose lines all ended but that lacked its blank line is returned

@@ -5,7 +5,8 @@ The framing and the payload parser come from the API's `llmload.apis.ApiSpec` (`
 `/generate`) frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
 are payloads; other event names are ignored; a line that is not valid UTF-8 is a malformed chunk (an
 error), as it is in NDJSON. Ollama's native APIs frame with NDJSON. The streaming
-core feeds each `readline()` result to `feed` and calls `flush` when the body ends.
+core feeds the body as each socket read brings it (split anywhere) to `feed` and calls `flush` when the
+body ends.
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ class StreamDecoder:
         if self._ndjson is not None:
             return [self._parse(line) for line in self._ndjson.feed(chunk)]
         sse = self._sse
+        if sse.invalid is None:
+            data = sse.whole_data(chunk)  # the usual read: one whole `data:` event
+            if data is not None:
+                return [self._parse(data)]
         events = sse.feed(chunk)
         if sse.invalid is not None:
             return [_not_utf8(sse.invalid)]
         return self._events(events) if events else []
 
     def flush(self) -> list[StreamChunk]:
+        """The end of the body. An unterminated last line is dropped in both framings (it may be cut),
+        as SSE's rules say; an SSE event whose lines all ended but that lacked its blank line is kept."""
         if self._ndjson is not None:
-            return [self._parse(line) for line in self._ndjson.flush()]
+            self._ndjson.flush()
+            return []
         return self._events(self._sse.flush())
 
     def _events(self, events: list[SSEEvent]) -> list[StreamChunk]:

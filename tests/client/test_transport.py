@@ -174,5 +174,12 @@ def test_geventhttpclient_contract() -> None:
     assert "self._create_socket()" in inspect.getsource(ConnectionPool.get_socket)
     params = inspect.signature(HTTPSocketPoolResponse.__init__).parameters
     assert list(params)[1:3] == ["sock", "pool"]
-    for name in ("readline", "read", "release", "status_code", "should_close"):
+    for name in ("readline", "read", "release", "status_code", "should_close", "feed"):
         assert hasattr(HTTPSocketPoolResponse, name), name
+    # StreamResponse.read_some: the parser's body callback fills `_body_buffer` (which readline() and
+    # read() drain too), and a completed message releases the connection from inside `feed`
+    from geventhttpclient.response import HTTPResponse, HTTPSocketResponse
+    assert "self._body_buffer += buf" in inspect.getsource(HTTPResponse._on_body)
+    assert "self.release()" in inspect.getsource(HTTPSocketResponse._on_message_complete)
+    assert "self.message_complete = False" in inspect.getsource(HTTPResponse.__init__)
+    assert isinstance(HTTPResponse()._body_buffer, bytearray)

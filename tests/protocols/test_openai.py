@@ -93,3 +93,24 @@ def test_stream_decoder_end_to_end_with_llamacpp_error_event() -> None:
     chunks = [c for i in range(len(body)) for c in dec.feed(body[i:i + 1])] + dec.flush()
     assert [c.output for c in chunks] == [False, True, False]
     assert chunks[-1].error == "slot died"
+
+
+def test_stream_decoder_event_at_a_time_as_socket_reads_bring_them() -> None:
+    # whole `data:` events (the decoder's fast path) give the same chunks as the bytes one at a time,
+    # an event name or data line pending from an earlier read is kept, and after a non-UTF-8 line every
+    # feed reports it, as in the general path
+    body = (b": ping\n\n"
+            b"data: " + chat({"role": "assistant", "content": None}).encode() + b"\n\n"
+            b"data: " + chat({"content": "Hel"}).encode() + b"\n\n"
+            b"event: other\n" + b"data: " + chat({"content": "no"}).encode() + b"\n\n"
+            b"data: " + chat({"content": "lo"}).encode() + b"\n\n"
+            b"data: [DONE]\n\n")
+    reads = [part + b"\n\n" for part in body.split(b"\n\n")[:-1]]
+    reads[3:4] = [b"event: other\n", reads[3][len(b"event: other\n"):]]
+    for feeds in (reads, [body[i:i + 1] for i in range(len(body))]):
+        dec = get_api("openai-chat").decoder()
+        chunks = [c for part in feeds for c in dec.feed(part)] + dec.flush()
+        assert [c.text for c in chunks] == ["", "Hel", "lo", ""] and chunks[-1].final
+    dec = get_api("openai-chat").decoder()
+    assert dec.feed(b": hi\n\n") == [] and dec.feed(b"data: \xff\n\n")[0].error.startswith("malformed")
+    assert dec.feed(b"data: " + chat({"content": "x"}).encode() + b"\n\n")[0].error.startswith("malformed")

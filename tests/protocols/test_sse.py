@@ -101,3 +101,24 @@ def test_line_at_a_time_as_readline_hands_them_over() -> None:
     assert expected == [SSEEvent(data="\ufffd\ufffd\nok")] and one.invalid == b"data: \xff\xfe"
     first = SSEDecoder()
     assert first.feed(b"\xef\xbb\xbfdata: x\n") == [] and first.feed(b"\n") == [SSEEvent(data="x")]
+
+
+def test_event_at_a_time_as_one_socket_read_brings_them() -> None:
+    # the streaming core feeds what each read brings, usually one whole `data:` event (its fast path):
+    # the same events as one chunk, the last id and retry carried, a pending event name or data line
+    # from an earlier read kept, a non-UTF-8 event replaced and kept as invalid
+    stream = STREAM.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    cases = (stream, b"id: 4\nretry: 9\n\ndata: a\n\ndata: b\n\n", b"event: x\n" + b"data: y\n\n" * 2,
+             b"data: y\n" + b"data: z\n\n" * 2, b"data: ok\n\ndata: \xff\xfe\n\ndata: ok\n\n")
+    for body in cases:
+        whole = SSEDecoder()
+        expected = whole.feed(body) + whole.flush()
+        one = SSEDecoder()
+        got = [ev for part in body.split(b"\n\n") for ev in one.feed(part + b"\n\n")] + one.flush()
+        assert got == expected and one.invalid == whole.invalid, body
+    assert expected[1] == SSEEvent(data="\ufffd\ufffd") and one.invalid == b"data: \xff\xfe"
+    for before, expected_event in ((b"data: y\n", SSEEvent(data="y\nz")),
+                                   (b"event: x\n", SSEEvent(data="z", event="x")),
+                                   (b"\xef\xbb\xbf", SSEEvent(data="z"))):
+        dec = SSEDecoder()
+        assert dec.feed(before) == [] and dec.feed(b"data: z\n\n") == [expected_event], before
