@@ -91,16 +91,23 @@ def _gone(process: psutil.Process, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def test_the_locust_child_starts_during_the_checks_and_a_failed_check_ends_it(tmp_path, target):
+def _during_the_checks(tmp_path, target, act) -> tuple[int, str, psutil.Process, Path]:
+    """Launch, wait for the held Locust child, `act(launcher)` while the reachability check hangs, then
+    wait for the launcher: its exit code, its output, the child and the run directory."""
     proc, run_dir, log = _launch(tmp_path, target.url)
     try:
         child = _locust_child(proc, target)
-        target.drop()  # the probe ends unanswered: unreachable
+        act(proc)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    output = log.read_text()
+    return code, log.read_text(), child, run_dir
+
+
+def test_the_locust_child_starts_during_the_checks_and_a_failed_check_ends_it(tmp_path, target):
+    # the probe ends unanswered: unreachable
+    code, output, child, run_dir = _during_the_checks(tmp_path, target, lambda proc: target.drop())
     assert code == 3, output
     lines = output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"llmload: error: target {target.url} is unreachable"), output
@@ -109,15 +116,7 @@ def test_the_locust_child_starts_during_the_checks_and_a_failed_check_ends_it(tm
 
 
 def test_ctrl_c_during_the_checks_ends_the_held_child(tmp_path, target):
-    proc, _, log = _launch(tmp_path, target.url)
-    try:
-        child = _locust_child(proc, target)
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    output = log.read_text()
+    code, output, child, _ = _during_the_checks(tmp_path, target, lambda proc: proc.send_signal(signal.SIGINT))
     assert code == 130, output
     assert "Traceback" not in output, output
     assert _gone(child), "the held Locust child outlived the interrupted launcher"
@@ -125,13 +124,6 @@ def test_ctrl_c_during_the_checks_ends_the_held_child(tmp_path, target):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_the_held_child_never_outlives_a_killed_launcher(tmp_path, target, sig):
-    proc, _, log = _launch(tmp_path, target.url)
-    try:
-        child = _locust_child(proc, target)
-        os.kill(proc.pid, sig)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, output, child, _ = _during_the_checks(tmp_path, target, lambda proc: os.kill(proc.pid, sig))
     assert _gone(child), "the held Locust child outlived the killed launcher"
-    assert "Traceback" not in log.read_text()
+    assert "Traceback" not in output
