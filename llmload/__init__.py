@@ -2,7 +2,10 @@
 
 from typing import TYPE_CHECKING
 
+from llmload import startsignal
 from llmload.errors import ConfigError, LLMLoadError, ProtocolError, RunError, ServerError, TelemetryError
+
+startsignal.install()  # before anything heavy loads: a Ctrl-C while the command starts is one line, no traceback
 
 if TYPE_CHECKING:
     from llmload.config import Config, load_config, load_slo

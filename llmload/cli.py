@@ -167,7 +167,10 @@ def gpu_agent(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
+    from llmload import startsignal
     from llmload.redaction import install_console_redaction
+
+    startsignal.restore()  # a Ctrl-C from here on is KeyboardInterrupt, caught below or by the command
 
     install_console_redaction(handlers=False)  # an API key read by this process is never printed
     try:

@@ -258,3 +258,28 @@ def test_kill_9_of_the_parent_still_stops_and_finalises_the_run(sim_factory, tmp
     for name in FINAL_FILES:
         assert (run_dir / name).exists(), (name, output[-3000:])
     _check_stopped_in_first_step(run_dir)
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+def test_ctrl_c_while_the_command_is_still_importing_is_one_line(tmp_path, entry):
+    """A SIGINT while `llmload` still imports typer (before any command runs) used to print a
+    KeyboardInterrupt traceback from inside the import; now it is one line and exit 130. `-X importtime`
+    says when typer's first submodule has loaded, so the signal lands inside the imports every time."""
+    import shutil
+
+    script = shutil.which("llmload")
+    if entry == "script" and script is None:
+        pytest.skip("no llmload script on PATH")
+    launcher = [sys.executable, "-X", "importtime"] + ([script] if entry == "script" else ["-m", "llmload.cli"])
+    proc = subprocess.Popen(launcher + ["--help"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "| typer." in line or "|   typer." in line or "typer.colors" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    code = proc.wait(timeout=30)
+    said = [x for x in lines + rest.splitlines(keepends=True) if not x.startswith("import time:")]
+    assert code == 130, "".join(said)
+    assert "".join(said).strip() == "llmload: interrupted", "".join(said)
