@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,13 @@ from support import REPO, SimServer, free_port, start_sim, stop_process, wait_ht
 
 # re-exported for modules that import them from here; prefer `from support import ...`
 __all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_process", "vllm_sim", "wait_http"]
+
+# A suite started with SIGINT ignored (`nohup`, or a background job of a non-interactive shell) would pass
+# that on to every process it starts, and the tests that stop a command with Ctrl-C would see it ignored.
+# A handled signal is reset to its default action across exec, so handling it here gives every child
+# Ctrl-C's usual meaning, however the suite was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
