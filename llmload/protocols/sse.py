@@ -57,6 +57,10 @@ class SSEDecoder:
         data = self.whole_data(chunk)
         if data is not None:
             return [SSEEvent(data, "message", self._last_id, self._retry)]
+        return self.feed_lines(chunk)
+
+    def feed_lines(self, chunk: bytes) -> list[SSEEvent]:
+        """`feed` for a chunk that `whole_data` did not take (the caller asked it already)."""
         if chunk.find(b"\n") == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
             # fast path: exactly one LF-terminated line
             if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch

@@ -43,7 +43,9 @@ class StreamDecoder:
             data = sse.whole_data(chunk)  # the usual read: one whole `data:` event
             if data is not None:
                 return [self._parse(data)]
-        events = sse.feed(chunk)
+            events = sse.feed_lines(chunk)  # whole_data was asked: not again
+        else:
+            events = sse.feed(chunk)
         if sse.invalid is not None:
             return [_not_utf8(sse.invalid)]
         return self._events(events) if events else []
