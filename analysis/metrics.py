@@ -34,7 +34,8 @@ Which requests each number uses (a step's requests are those with `step == label
   `server_queue_p95_range_s` (`[low, high]`; `[v, v]` when measured per request; None when unknown).
 - token throughput: `output_tokens_per_s` = output tokens of the `ok` requests counted in completion
   throughput / window; `total_tokens_per_s` = their input + output tokens / window;
-  `good_output_tokens_per_s` = output tokens of the requests counted in goodput / window.
+  `good_output_tokens_per_s` = output tokens of those same requests that also meet every per-request
+  threshold (arrived in the window) / window: one basis (finish time in the window), so good <= all.
 - `split`: the queueing split of the step's completed requests (`analysis.split.step_split`).
 - GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
@@ -232,7 +233,7 @@ def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, p
     done = np.asarray(finished_in_window, dtype=bool)
     row["output_tokens_per_s"] = per_s(np.nansum(out[done]))
     row["total_tokens_per_s"] = per_s(np.nansum(out[done]) + np.nansum(inp[done]))
-    row["good_output_tokens_per_s"] = per_s(np.nansum(out[good]))
+    row["good_output_tokens_per_s"] = per_s(np.nansum(out[good & done]))  # a subset of `done`: good <= all
 
 
 def _split(row: dict, req: pd.DataFrame, step: dict) -> None:

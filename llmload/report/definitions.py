@@ -37,8 +37,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "= user E2E, exactly, in the means. Each part says its basis: per_request (measured per request), "
      "histogram (from the server's histogram) or remainder (what is left of TTFT: inferred, not measured)."),
     ("output / total / good output tokens/s", "output tokens (and input + output tokens) of the ok requests "
-     "that finished in the window ÷ window length; good: output tokens of the goodput requests ÷ window "
-     "length. Token counts as the server reported them."),
+     "that finished in the window ÷ window length; good: output tokens of those same requests that arrived "
+     "in the window and met every per-request threshold ÷ window length (one basis: good ≤ output). Token "
+     "counts as the server reported them."),
     ("offered rate", "planned arrivals in the measurement window ÷ window length. It does not tell that "
      "the server finished them or that the generator kept up (see achieved rate and send lag)."),
     ("in-flight", "time-average of requests sent and not finished (client view); server running/waiting "

@@ -198,8 +198,9 @@ def _plots_html(analysis: Any) -> str:
         "finishes the work but too slowly.")))
     parts.append(figure(plots.tokens_plot(steps), plot_id="plot-tokens", caption=(
         "Token throughput against offered rate: output tokens/s and total (input + output) tokens/s of the ok "
-        "requests that finished in the window, and good output tokens/s (output tokens of the goodput "
-        "requests), each ÷ window seconds.")))
+        "requests that finished in the window, and good output tokens/s (output tokens of those of them that "
+        "arrived in the window and met every per-request threshold, so never above output tokens/s), each ÷ "
+        "window seconds.")))
     svg, missing = plots.timeline_plot(analysis.timeline, steps)
     note = f" Not measured in this run (not reported by this server, or not scraped): {', '.join(missing)}." \
         if missing else ""

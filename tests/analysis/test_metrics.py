@@ -260,3 +260,14 @@ def test_achieved_rate_and_goodput_count_only_sends_inside_the_window() -> None:
     assert row["achieved_rate"] == pytest.approx(0.7)
     assert row["goodput"] == pytest.approx(0.7) and row["slo_attainment"] == pytest.approx(0.7)
     assert row["ok"] == 10  # the late ones are still ok requests with their own latencies
+
+
+def test_good_output_tokens_never_exceed_output_tokens() -> None:
+    # window [0, 10): ten good arrivals, each 20 tokens over 3 s: those sent from t=7 finish after the
+    # window (counted by arrival they were good, by finish time they are not in output tokens/s)
+    rows = [request(f"r{i}", "s", float(i), ttft=0.2, e2e=3.0, out=20) for i in range(10)]
+    slo = SLO.model_validate({"ttft_p95": "1s", "e2e_p95": "5s", "min_samples": 1})
+    row = _step_row(rows, slo)
+    assert row["output_tokens_per_s"] == pytest.approx(7 * 20 / 10)  # r0..r6 end before 10 s
+    assert row["good_output_tokens_per_s"] == pytest.approx(7 * 20 / 10)  # the same requests, all good
+    assert row["good_output_tokens_per_s"] <= row["output_tokens_per_s"]
