@@ -38,6 +38,13 @@ def _num(value: float, unit: str = "", digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}{unit}"
 
 
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def plan_lines(plan: dict[str, Any], *, source: str = "") -> list[str]:
     """The planning figures of `analysis.plan_in_flight` as plain sentences (assumption included)."""
     head = (f"{plan['users']} users with a think time of {_num(plan['think_time_s'], ' s')}"
@@ -84,12 +91,19 @@ def planning_html(analysis: Any) -> str | None:
         return None
     step, response_s = found
     rate = float(step["target_rate"])
+    # the check's three figures, each with one definition (METRICS.md: mean in-flight ≈ completion rate ×
+    # mean E2E), so that the row agrees with its own arithmetic: check = measured ÷ (X × W)
+    completion, e2e_mean = _float(step.get("completion_throughput")), _float(step.get("e2e_mean_s"))
+    measured = _float(step.get("in_flight_mean"))
+    expected = completion * e2e_mean
+    check = measured / expected if expected > 0 else math.nan
     rows = [("reference step (last passing sustained rate)", f"{step['label']} at {rate:g} req/s"),
-            ("mean user E2E there, R (ok requests in the window)", _num(response_s, " s")),
-            ("requests in flight Little's law expects at that rate (rate × R)", _num(rate * response_s)),
-            ("requests in flight measured there (client view, time average)", _num(step.get("in_flight_mean"))),
-            ("Little's law check at that step (measured ÷ expected; ~1 in a steady state)",
-             _num(step.get("littles_law_ratio")))]
+            ("mean user E2E there, R (ok requests in the window; what llmload plan uses)", _num(response_s, " s")),
+            ("completion rate there, X (ok requests finished in the window ÷ window)", _num(completion, " req/s")),
+            ("mean E2E there, W (completed requests of the window, from sending)", _num(e2e_mean, " s")),
+            ("requests in flight Little's law expects there (X × W)", _num(expected)),
+            ("requests in flight measured there (client view, time average over the window)", _num(measured)),
+            ("Little's law check at that step (measured ÷ expected; ~1 in a steady state)", _num(check))]
     return (f'<p class="muted">{esc(LITTLE_LAW)}</p>' + kv_table(rows, table_id="planning-table")
             + '<p class="a">For a user population: <code>llmload plan RUN_DIR --users N --think-time 30s</code> '
               "gives the arrival rate and the requests in flight to expect, and says whether that rate lies "
