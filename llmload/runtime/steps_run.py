@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.clock import now
 from llmload.runtime.messages import CANCEL, STEP, step_message
-from llmload.runtime.table import format_progress, quick_stats
+from llmload.runtime.table import format_progress, quick_stats, window_ttft_p95
 from shapes.steps import StepSpec, step_bounds
 
 if TYPE_CHECKING:
@@ -145,10 +145,14 @@ class StepRun:
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
         ctl, spec, row = self.ctl, self.spec, self.row
-        stats = quick_stats(ctl.tally.rows[spec.label])
+        rows = ctl.tally.rows[spec.label]
+        stats = quick_stats(rows)
         pending = max(0, _planned_so_far(spec, self.start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
-        ctl.out(format_progress(spec.label, now() - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
-                                stats, pending, ctl.tally.server_waiting()))
+        t = now()
+        ctl.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
+                                stats, pending, ctl.tally.server_waiting(),
+                                window_ttft_p95_s=window_ttft_p95(rows, self.bounds),
+                                in_warmup=self.bounds is not None and t < self.bounds.window_start))
 
     def judge(self, lost: list[str], *, threaded: bool = False) -> tuple[str, list[str], dict]:
         """The step's live verdict (the live judge on the shipped summaries), its table row, its warnings."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from llmload.latency import latencies
 
-__all__ = ["COLUMNS", "format_header", "format_progress", "format_row", "quick_stats", "step_row"]
+__all__ = ["COLUMNS", "format_header", "format_progress", "format_row", "quick_stats", "step_row", "window_ttft_p95"]
 
 #: (key, header, width, kind) of the live step table
 COLUMNS = (
@@ -78,6 +79,16 @@ def quick_stats(rows: Iterable[dict], *, window: tuple[float, float] | None = No
             "client_wait_p95_s": _p(wait, 95)}
 
 
+def window_ttft_p95(rows: Iterable[dict], bounds: Any) -> float | None:
+    """TTFT p95 of the shipped summaries scheduled in the step's measurement window (`bounds`: the step's
+    `StepBounds`; no window end: everything after the warm-up); None when there is none yet."""
+    if bounds is None:
+        return quick_stats(rows)["ttft_p95_s"]
+    end = bounds.window_end if bounds.window_end is not None else math.inf
+    inside = [r for r in rows if r.get("scheduled_at") is not None]
+    return quick_stats(inside, window=(bounds.window_start, end))["ttft_p95_s"]
+
+
 def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_waiting: float | None) -> dict:
     """The table row of a judged step."""
     row = {"label": label, **{k: stats.get(k) for k, *_ in COLUMNS if k in stats}}
@@ -89,16 +100,22 @@ def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_w
 
 
 def format_progress(label: str, elapsed_s: float, total_s: float | None, planned: int | None,
-                    stats: dict, pending: int, server_waiting: float | None) -> str:
+                    stats: dict, pending: int, server_waiting: float | None, *,
+                    window_ttft_p95_s: float | None = None, in_warmup: bool = False) -> str:
     """One progress line during a step (`pending`: arrivals due so far that have not finished): how far
-    into its `total_s` of arrivals, or how long it has been draining after them."""
+    into its `total_s` of arrivals, or how long it has been draining after them. The TTFT p95 is the
+    measurement window's (`window_ttft_p95_s`: arrivals after the warm-up, as the step's result), never
+    the warm-up's: during the warm-up it is not shown."""
     if total_s and elapsed_s > total_s:
         span = f"draining, {elapsed_s - total_s:.0f}s after its {total_s:.0f}s of arrivals"
     else:
         span = f"{elapsed_s:.0f}s of {total_s:.0f}s" if total_s else f"{elapsed_s:.0f}s"
     planned_text = f" of {planned}" if planned else ""
-    ttft = stats.get("ttft_p95_s")
     waiting = "-" if server_waiting is None else f"{server_waiting:.0f} req"
-    ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms"
+    if in_warmup:
+        ttft_text = "- (warm-up, not counted)"
+    else:
+        ttft = window_ttft_p95_s
+        ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms (warm-up left out)"
     return (f"  {label} {span}: done {stats['done']}{planned_text}, failed {stats['failed']}, "
             f"pending {pending}, TTFT p95 {ttft_text}, server waiting {waiting}")

@@ -13,7 +13,7 @@ from runtime_helpers import base_config, run_locust, write_config
 from llmload.config import parse_config
 from llmload.runtime.console import configure_logging
 from llmload.runtime.launcher import locust_command
-from llmload.runtime.table import format_header, format_progress, format_row
+from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, window_ttft_p95
 from llmload.telemetry.collector import TelemetryCollector
 
 LOCUST_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \S+/[A-Z]+/")
@@ -73,6 +73,27 @@ def test_live_view_numbers_carry_units_and_progress_says_draining():
     draining = format_progress("r2.00", 15.2, 12.0, 23, stats, 1, 2.0)
     assert "5s of 12s" in sending and "done 7 of 23" in sending and "server waiting 0 req" in sending
     assert "15s/12s" not in draining and "draining, 3s after its 12s of arrivals" in draining
+
+
+def test_progress_line_leaves_the_warm_up_out_of_its_ttft():
+    """The progress TTFT p95 is the measurement window's, as the step's result; the warm-up's slow
+    first answers are not in it, and the line says so."""
+    from shapes.steps import StepBounds
+
+    def row(at: float, ttft: float) -> dict:
+        return {"scheduled_at": at, "sent_at": at, "first_token_at": at + ttft, "last_token_at": at + ttft + 1,
+                "output_tokens": 10, "outcome": "ok"}
+
+    rows = [row(100.0 + i * 0.1, 0.426) for i in range(20)] + [row(103.0 + i * 0.1, 0.085) for i in range(20)]
+    bounds = StepBounds(100.0, 103.0, 112.0, 120.0)  # 3 s of warm-up, then the window
+    stats = quick_stats(rows)
+    assert stats["ttft_p95_s"] == pytest.approx(0.426)  # what the line used to show
+    window = window_ttft_p95(rows, bounds)
+    assert window == pytest.approx(0.085)
+    line = format_progress("r4.00", 5.0, 12.0, 40, stats, 0, 0.0, window_ttft_p95_s=window)
+    assert "TTFT p95 85ms (warm-up left out)" in line and "426" not in line
+    warming = format_progress("r4.00", 2.0, 12.0, 40, stats, 0, 0.0, window_ttft_p95_s=None, in_warmup=True)
+    assert "TTFT p95 - (warm-up, not counted)" in warming and "426" not in warming
 
 
 @pytest.mark.slow
