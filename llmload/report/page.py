@@ -238,7 +238,8 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
     if burst is not None and not burst.empty:
         out.append(("burst", "Burst vs uniform arrivals", figure(plots.burst_plot(burst), plot_id="plot-burst",
                    caption=("Burst ÷ uniform for each metric at the same mean rate and request mix (red: "
-                            "the bursty arrivals did worse, green: better, grey: within 1%, no difference). A pass under uniform arrivals does not vouch for "
+                            "the bursty arrivals did worse, green: better, grey: within the noise, a difference of at most 5% or "
+                            "at most 5 ms, 0.05 req/s, 0.01 of a ratio or 1 request). A pass under uniform arrivals does not vouch for "
                             "bursts."))
                     + table(burst, table_id="burst-table")))
     slices = getattr(analysis, "slices", None)

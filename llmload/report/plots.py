@@ -23,6 +23,7 @@ from shapes.phases import closed_loop_phases, rate_phases
 __all__ = [
     "RATE_PHASES",
     "bridge_gaps",
+    "noise_floor",
     "burst_plot",
     "distribution_plot",
     "goodput_plot",
@@ -363,18 +364,38 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
     return _svg(fig, "split")
 
 
-#: burst ÷ uniform within this of 1 is drawn as "no difference" (grey), neither better nor worse
-SAME_RATIO = 0.01
+#: the noise rule of the burst ÷ uniform colours: a difference is coloured (better or worse) only when it
+#: is both more than `SAME_RATIO` relative AND more than its metric's absolute floor (`noise_floor`); the
+#: burst table has no intervals, so these floors stand for the run-to-run noise of one short step
+SAME_RATIO = 0.05
+#: absolute floors: latencies 5 ms (a p95 of a few dozen requests moves by that between identical runs,
+#: and the generator's own scheduling jitter is of that order), rates 0.05 req/s, ratios 0.01 (one
+#: point), request counts and means of queues 1 request
+LATENCY_FLOOR_S, RATE_FLOOR, FRACTION_FLOOR, COUNT_FLOOR = 0.005, 0.05, 0.01, 1.0
 RATIO_WORSE, RATIO_BETTER, RATIO_SAME = "#b3261e", "#1b7f3b", "#8a8a8a"
 
 
-def ratio_colours(metrics: Sequence[str], ratios: np.ndarray) -> list[str]:
-    """Bar colours of burst ÷ uniform ratios: red where the burst is worse, green where better, grey
-    within `SAME_RATIO` of 1 (higher is better for goodput, throughput, attainment and rates; lower
-    for latencies)."""
+def noise_floor(metric: str) -> float:
+    """The smallest absolute difference of `metric` that is coloured (see `SAME_RATIO`)."""
+    if metric.endswith("_s"):
+        return LATENCY_FLOOR_S
+    if re.search("ratio|attainment", metric):
+        return FRACTION_FLOOR
+    if re.search("rate|goodput|throughput", metric):
+        return RATE_FLOOR
+    return COUNT_FLOOR
+
+
+def ratio_colours(metrics: Sequence[str], ratios: np.ndarray, differences: Sequence[float] | None = None) -> list[str]:
+    """Bar colours of burst ÷ uniform ratios: red where the burst is worse, green where better, grey when
+    the difference is within its noise: within `SAME_RATIO` of 1, or (given `differences`, burst −
+    uniform) not above `noise_floor` of its metric (higher is better for goodput, throughput, attainment
+    and rates; lower for latencies)."""
     out = []
-    for metric, ratio in zip(metrics, ratios, strict=True):
-        if abs(ratio - 1.0) <= SAME_RATIO:
+    diffs = [None] * len(metrics) if differences is None else list(differences)
+    for metric, ratio, diff in zip(metrics, ratios, diffs, strict=True):
+        small = diff is not None and not np.isnan(diff) and abs(diff) <= noise_floor(metric)
+        if abs(ratio - 1.0) <= SAME_RATIO or small:
             out.append(RATIO_SAME)
             continue
         higher_better = re.search("goodput|throughput|attainment|achieved|offered", metric) is not None
@@ -383,8 +404,8 @@ def ratio_colours(metrics: Sequence[str], ratios: np.ndarray) -> list[str]:
 
 
 def burst_plot(burst: pd.DataFrame) -> str | None:
-    """Burst ÷ uniform ratio per metric at the same mean rate (1 = no difference: grey within 1%; red =
-    burst worse, green = burst better)."""
+    """Burst ÷ uniform ratio per metric at the same mean rate (1 = no difference: grey within its noise,
+    `ratio_colours`; red = burst worse, green = burst better)."""
     if burst is None or burst.empty or not {"metric", "ratio"} <= set(burst.columns):
         return None
     data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
@@ -393,7 +414,8 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4,
                         margins=(_text_inches(data["metric"].astype(str), 7) + 0.25, 0.2, 0.55, 0.15))
     ax = axes[0][0]
-    colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float))
+    differences = _col(data, "difference").to_numpy(dtype=float) if "difference" in data else None
+    colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float), differences)
     ax.barh(range(len(data)), data["_r"], color=colours)
     ax.set_yticks(range(len(data)), [str(m) for m in data["metric"]], fontsize=7)
     ax.axvline(1.0, color="#333", linewidth=1)

@@ -23,6 +23,15 @@ def test_a_ratio_of_one_is_neither_better_nor_worse():
     assert ratio_colours(["e2e_p95_s"], np.array([1.004])) == [RATIO_SAME]  # within 1%: no difference
 
 
+def test_a_difference_within_its_noise_is_not_coloured():
+    """Client wait p95 1.45 ms against 1.01 ms: 44% apart but 0.44 ms, below the 5-ms latency floor: grey;
+    the same ratio on 145 ms against 101 ms is a difference."""
+    ratios = np.array([1.45 / 1.01, 1.45 / 1.01, 0.96 / 0.95, 0.5 / 1.0])
+    differences = [0.00044, 0.044, 0.01, -0.5]
+    metrics = ["client_wait_p95_s", "client_wait_p95_s", "slo_attainment", "goodput"]
+    assert ratio_colours(metrics, ratios, differences) == [RATIO_SAME, RATIO_WORSE, RATIO_SAME, RATIO_WORSE]
+
+
 def test_timeline_lines_bridge_the_gap_between_steps_but_not_a_long_outage():
     t = np.arange(30.0)
     values = np.where((t >= 10) & (t < 13), np.nan, 1.0)  # 3 s between steps: nothing sent, no TTFT
