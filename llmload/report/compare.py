@@ -56,7 +56,7 @@ _NAME_WIDTH = 20
 COST_DEFINITIONS = (
     ("goodput at the SLO", "goodput (req/s) of the last passing step: ok requests meeting every "
      "threshold ÷ window length"),
-    ("good tokens per second", "output tokens of those good requests ÷ window length of that step"),
+    ("good tokens per second", "output tokens of those good requests that finished in the window ÷ window"),
     ("goodput per GPU", "goodput at the SLO ÷ conditions.gpus"),
     ("cost per 1M good tokens", "cost_per_hour ÷ (good tokens per second × 3600) × 1e6"),
     ("cost per 1k good requests", "cost_per_hour ÷ (goodput at the SLO × 3600) × 1e3"),
@@ -288,6 +288,9 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame,
                base: int | None) -> tuple[list[str], list[list[Any]]]:
     headers, getters = ["phase", "step"], [lambda row: row["phase"], lambda row: row["step"]]
+    for i, run in enumerate(runs):  # the verdicts first: seen without scrolling, whatever the width
+        headers.append(f"verdict [{run.name}]")
+        getters.append(lambda row, c=f"verdict#{i}": cell_text(row[c]))
     for column, label, scale in _STEP_NUMBERS:
         for i, run in enumerate(runs):
             headers.append(f"{label} [{run.name}]")
@@ -298,9 +301,6 @@ def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame,
                     continue
                 headers.append(f"Δ{label.split()[0]} {runs[i].name}")
                 getters.append(lambda row, c=f"{column}#diff{i}", s=scale: _scaled(row[c], s))
-    for i, run in enumerate(runs):
-        headers.append(f"verdict [{run.name}]")
-        getters.append(lambda row, c=f"verdict#{i}": cell_text(row[c]))
     return headers, [[g(row) for g in getters] for _, row in steps.iterrows()]
 
 

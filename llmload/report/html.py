@@ -18,6 +18,7 @@ __all__ = [
     "cell_text",
     "esc",
     "figure",
+    "fold",
     "is_blank",
     "kv_table",
     "page",
@@ -113,6 +114,13 @@ def figure(svg: str | None, *, plot_id: str, caption: str) -> str:
             f"<figcaption>{esc(caption)}</figcaption></figure>")
 
 
+def fold(summary: str, body: str, *, fold_id: str | None = None, open_: bool = False) -> str:
+    """`body` folded under a one-line `summary` (`<details>`): detail a reader opens when needed."""
+    ident = f' id="{esc(fold_id)}"' if fold_id else ""
+    return (f'<details class="fold"{ident}{" open" if open_ else ""}><summary>{esc(summary)}</summary>'
+            f"{body}</details>")
+
+
 def section(section_id: str, title: str, body: str) -> str:
     return f'<section id="{esc(section_id)}"><h2>{esc(title)}</h2>{body}</section>'
 
@@ -148,6 +156,7 @@ figcaption{font-size:.88em;color:var(--muted);margin-top:.3em}
 background:#fff8ef}
 .nodata{color:var(--muted);font-style:italic}.muted{color:var(--muted)}
 code{background:var(--band);padding:0 3px;border-radius:3px}
+details.fold{margin:.4em 0 .8em}details.fold>summary{cursor:pointer;color:var(--muted);font-size:.92em}
 """
 
 # Click a table header to sort by that column (numbers numerically, blanks last). Nothing else.

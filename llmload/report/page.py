@@ -20,15 +20,20 @@ from llmload.redaction import redact_text
 from llmload.report import plots
 from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
 from llmload.report.definitions import DEFINITIONS, NAME_MAP
-from llmload.report.html import cell_text, esc, figure, is_blank, kv_table, page, section, table
+from llmload.report.html import cell_text, esc, figure, fold, is_blank, kv_table, page, section, table
 from llmload.report.manifest_view import flatten, redact
 
 __all__ = ["render_report", "step_table", "worksheet_table", "write_report"]
 
-_STEP_COLUMNS = ("label", "phase", "status", "target_rate", "offered_rate", "achieved_rate", "completed",
-                 "goodput", "slo_attainment", "output_tokens_per_s", "total_tokens_per_s",
-                 "good_output_tokens_per_s", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms",
-                 "client_wait_p95_ms", "server_queue_p95_ms", "verdict", "failing")
+#: "Steps at a glance": the verdict and what failed first, then what they were judged on; narrow enough
+#: for a 1280-px window (the SLO's other latency thresholds are appended, see `_slo_columns`)
+_STEP_COLUMNS = ("label", "verdict", "failing", "status", "target_rate", "offered_rate", "goodput",
+                 "slo_attainment", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms")
+#: every figure of a step, in a second table folded under the first
+_STEP_DETAIL_COLUMNS = ("label", "verdict", "phase", "status", "target_rate", "offered_rate", "achieved_rate",
+                        "completed", "goodput", "slo_attainment", "output_tokens_per_s", "total_tokens_per_s",
+                        "good_output_tokens_per_s", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms",
+                        "client_wait_p95_ms", "server_queue_p95_ms")
 _HEADERS = {"target_rate": "target req/s", "offered_rate": "offered req/s", "achieved_rate": "achieved req/s",
             "goodput": "goodput req/s", "slo_attainment": "SLO attainment", "ttft_p95_ms": "TTFT p95 ms",
             "tpot_p95_ms": "TPOT p95 ms", "e2e_p95_ms": "E2E p95 ms", "client_wait_p95_ms":
@@ -83,8 +88,9 @@ def _slo_columns(slo: Any) -> tuple[list[str], dict[str, str]]:
 
 
 def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
-    """The compact verdict table: one row per plan step, unrun steps blank (never "pass"); with `slo`, a
-    column for each latency threshold (see `_slo_columns`)."""
+    """The verdict table: one row per plan step, the verdict and what failed first, then the figures they
+    were judged on (with `slo`, a column for each further latency threshold, see `_slo_columns`); every
+    other figure in a second table folded under it. Unrun steps are blank (never "pass")."""
     df = steps.copy()
     for column in [c for c in df.columns if c.endswith("_s")]:
         df[column[:-2] + "_ms"] = pd.to_numeric(df[column], errors="coerce") * 1000
@@ -98,10 +104,14 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
         df.loc[hist, "server_queue_p95_ms"] = [_range_text(r) for r in df.loc[hist, "server_queue_p95_range_s"]]
     df.loc[unrun, measured] = None
     extra, slo_headers = _slo_columns(slo)
-    at = _STEP_COLUMNS.index("verdict")
-    columns = list(_STEP_COLUMNS[:at]) + extra + list(_STEP_COLUMNS[at:])
-    return table(df, columns=columns, headers={**_HEADERS, **slo_headers}, table_id="steps-table",
-                 row_class=["not-run" if u else "" for u in unrun])
+    headers = {**_HEADERS, **slo_headers}
+    row_class = ["not-run" if u else "" for u in unrun]
+    glance = table(df, columns=list(_STEP_COLUMNS) + extra, headers=headers, table_id="steps-table",
+                   row_class=row_class)
+    detail = table(df, columns=list(_STEP_DETAIL_COLUMNS) + extra, headers=headers, table_id="steps-detail",
+                   row_class=row_class)
+    return glance + fold("Every figure of each step (rates, tokens/s, client wait, server queue)", detail,
+                         fold_id="steps-detail-fold")
 
 
 def _range_text(value: Any) -> str | None:
@@ -280,9 +290,12 @@ def _soak_html(analysis: Any, slices: pd.DataFrame) -> str:
 
 
 def _manifest_rows(manifest: dict) -> list[tuple[str, Any]]:
-    """Flattened manifest rows; wall-clock `*_at` seconds also shown as UTC time."""
+    """Flattened manifest rows without the empty ones (None, "", [], {}: nothing to read); wall-clock
+    `*_at` seconds also shown as UTC time."""
     rows = []
     for key, value in flatten(manifest):
+        if is_blank(value):
+            continue
         if key.endswith("_at") and isinstance(value, (int, float)) and value > 1e9:
             stamp = datetime.fromtimestamp(float(value), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
             value = f"{stamp} ({value:.3f})"
@@ -305,19 +318,26 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
                     "fixed conditions, traffic shape, observations and decision, one row per step; blank where "
                     "a step was not run or a number was not measurable. Fixed conditions are in the manifest, "
                     "the final decision in the decision record below.</p>"
-                    + worksheet_table(analysis.worksheet, analysis.steps))),
+                    + fold("The worksheet: fixed conditions, then one row per step",
+                           worksheet_table(analysis.worksheet, analysis.steps), fold_id="worksheet-fold"))),
                 ("plots", "Latency, goodput and the timeline", _plots_html(analysis)),
                 ("split", "Queueing split", _split_html(analysis))]
     sections += _optional_sections(analysis)
-    sections += [("decision", "Decision record", _decision_html(analysis.decision)),
+    rows = _manifest_rows(manifest)
+    sections += [("decision", "Decision record", fold("The decision record: thresholds, verdicts, owner, "
+                                                      "re-test triggers", _decision_html(analysis.decision),
+                                                      fold_id="decision-fold")),
                  ("manifest", "Manifest: fixed conditions, versions, seeds",
-                  kv_table(_manifest_rows(manifest), table_id="manifest-table") if manifest
+                  fold(f"{len(rows)} recorded settings (empty ones left out)",
+                       kv_table(rows, table_id="manifest-table"), fold_id="manifest-fold") if manifest
                   else '<p class="nodata">No manifest.</p>'),
                  ("definitions", "Definitions and name map",
-                  kv_table(DEFINITIONS, table_id="definitions-table")
-                  + "<h3>Same word, different quantity: name map</h3>"
-                  + table([dict(zip(("llmload", "vllm bench serve", "GuideLLM", "AIPerf"), row, strict=True))
-                           for row in NAME_MAP], table_id="name-map", css_class="namemap"))]
+                  fold("What each figure means, and the same words in vLLM, GuideLLM and AIPerf",
+                       kv_table(DEFINITIONS, table_id="definitions-table")
+                       + "<h3>Same word, different quantity: name map</h3>"
+                       + table([dict(zip(("llmload", "vllm bench serve", "GuideLLM", "AIPerf"), row, strict=True))
+                                for row in NAME_MAP], table_id="name-map", css_class="namemap"),
+                       fold_id="definitions-fold"))]
     body = "".join(section(sid, heading, html) for sid, heading, html in sections)
     nav = [(sid, heading.split(":")[0]) for sid, heading, _ in sections]
     name = title or f"llmload report: {manifest.get('run_id') or manifest.get('name') or 'run'}"

@@ -55,3 +55,63 @@ def test_report_renders_every_plot_in_chromium(tmp_path):
     assert worksheet_rows == 6
     assert errors == []
     assert all(url.startswith("file://") for url in requests), requests
+
+
+#: where a table's `verdict` header lies against the window and its scroll box, and the page's height
+VERDICT_JS = """(tableId) => {
+  const t = document.getElementById(tableId), box = t.closest('.scroll');
+  const th = [...t.querySelectorAll('thead th')].find(h => h.textContent.trim().startsWith('verdict'));
+  const r = th.getBoundingClientRect(), b = box.getBoundingClientRect();
+  return {left: r.left, right: r.right, boxRight: b.right, window: window.innerWidth,
+          tableWidth: t.scrollWidth, boxWidth: box.clientWidth, height: document.documentElement.scrollHeight};
+}"""
+
+
+def _realistic_run(root: Path) -> Path:
+    from report_fakes import write_run_dir
+
+    write_run_dir(root, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 1.5)], gpus=1, cost_per_hour=2.0,
+                  slo={"ttft_p95": "1s", "tpot_p95": "50ms", "e2e_p99": "3s", "min_samples": 50})
+    return root
+
+
+@pytest.mark.timeout(180)
+def test_verdicts_are_seen_without_scrolling_at_1280_px(tmp_path):
+    """Issue 32: in "Steps at a glance" (and the compare page) the verdict was the 18th of 19 columns, off
+    screen at 1280 px behind a horizontal scroll. It comes first now, the table fits, the detail is folded,
+    and the page is shorter (7,900 px before for this run: the worksheet, decision record, manifest and
+    definitions are folded)."""
+    _need_chromium()
+    from playwright.sync_api import sync_playwright
+
+    import analysis
+    from llmload.config import SLO
+    from llmload.report.compare import load_figures, render_comparison
+
+    run_dir = _realistic_run(tmp_path / "run-a")
+    run = analysis.load_run(run_dir)
+    slo = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "50ms", "e2e_p99": "3s", "min_samples": 50})
+    report = write_report(analysis.analyze(run, slo), run_dir, manifest=run.manifest)
+    other = tmp_path / "run-b"
+    from report_fakes import write_run_dir
+
+    write_run_dir(other, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=2, cost_per_hour=3.0,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    compare = tmp_path / "compare.html"
+    compare.write_text(render_comparison([load_figures(run_dir), load_figures(other)]), encoding="utf-8")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(report.resolve().as_uri(), wait_until="load")
+            glance = page.evaluate(VERDICT_JS, "steps-table")
+            detail_open = page.evaluate("() => document.getElementById('steps-detail-fold').open")
+            page.goto(compare.resolve().as_uri(), wait_until="load")
+            compared = page.evaluate(VERDICT_JS, "steps-table")
+        finally:
+            browser.close()
+    for where in (glance, compared):
+        assert where["left"] >= 0 and where["right"] <= min(where["boxRight"], where["window"]), where
+    assert glance["tableWidth"] <= glance["boxWidth"], glance  # the whole table fits: no horizontal scroll
+    assert detail_open is False  # every figure of a step: one click away
+    assert glance["height"] < 6500, glance

@@ -3,11 +3,12 @@
 Run A: 1 GPU at 2.0/h; r1.00 passes (TTFT 200 ms), r2.00 fails (TTFT 1.5 s > 1 s).
 Run B: 2 GPUs at 3.0/h; both pass. Every request is ok with 64 output tokens over a 100 s window.
 
-    A: last passing 1 req/s; goodput 100 good / 100 s = 1.0 req/s; good tokens 6400 / 100 s = 64 tok/s
-       goodput/GPU 1.0; cost per 1M good tokens 2.0 / (64 x 3600) x 1e6 = 8.6806; per 1k good req
-       2.0 / (1.0 x 3600) x 1e3 = 0.5556
-    B: last passing 2 req/s; goodput 2.0 req/s; 128 tok/s; goodput/GPU 1.0;
-       per 1M 3.0 / (128 x 3600) x 1e6 = 6.5104; per 1k 3.0 / (2.0 x 3600) x 1e3 = 0.41667
+    A: last passing 1 req/s; goodput 100 good / 100 s = 1.0 req/s; good tokens: those of the good requests
+       that finished in the window (the basis of output tokens/s): the last one, sent at 99 s, ends 1.461 s
+       later, so 99 x 64 / 100 s = 63.36 tok/s; goodput/GPU 1.0; cost per 1M good tokens
+       2.0 / (63.36 x 3600) x 1e6 = 8.768; per 1k good req 2.0 / (1.0 x 3600) x 1e3 = 0.5556
+    B: last passing 2 req/s; goodput 2.0 req/s; 1.661 s each, the last three (98.5 s on) end after the
+       window: 197 x 64 / 100 s = 126.08 tok/s; goodput/GPU 1.0; per 1M 3.0 / (126.08 x 3600) x 1e6 = 6.6096; per 1k 3.0 / (2.0 x 3600) x 1e3 = 0.41667
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ def test_figures_worked_by_hand(runs):
     a, b = (load_figures(r) for r in runs)
     assert (a.verdict, a.last_passing_rate, b.verdict, b.last_passing_rate) == ("fail", 1.0, "pass", 2.0)
     assert a.goodput_at_slo == pytest.approx(1.0) and b.goodput_at_slo == pytest.approx(2.0)
-    assert a.good_tokens_per_s == pytest.approx(64.0) and b.good_tokens_per_s == pytest.approx(128.0)
+    assert a.good_tokens_per_s == pytest.approx(63.36) and b.good_tokens_per_s == pytest.approx(126.08)
     assert a.goodput_per_gpu == pytest.approx(1.0) and b.goodput_per_gpu == pytest.approx(1.0)
-    assert a.cost_per_million_good_tokens == pytest.approx(2.0 / (64 * 3600) * 1e6)
+    assert a.cost_per_million_good_tokens == pytest.approx(2.0 / (63.36 * 3600) * 1e6)
     assert a.cost_per_thousand_good_requests == pytest.approx(2.0 / 3600 * 1e3)
-    assert b.cost_per_million_good_tokens == pytest.approx(6.5104, rel=1e-4)
+    assert b.cost_per_million_good_tokens == pytest.approx(3.0 / (126.08 * 3600) * 1e6)
     assert b.cost_per_thousand_good_requests == pytest.approx(0.41667, rel=1e-4)
 
     steps = step_comparison([a, b]).set_index("step")
@@ -66,11 +67,12 @@ def test_cli_prints_table_and_writes_html(runs, tmp_path, capsys):
     assert page.plots == ["plot-compare-goodput", "plot-compare-ttft"] and page.resources == []
     rows = {r[0]: r for r in page.tables["runs-table"][1:]}
     assert rows["one-gpu"][2] == "1" and rows["two-gpu"][2] == "2"
-    assert rows["one-gpu"][8] == "8.68" and rows["two-gpu"][9] == "0.417"
+    assert rows["one-gpu"][8] == "8.77" and rows["two-gpu"][9] == "0.417"
     assert rows["two-gpu"][10] == "2" and rows["two-gpu"][11] == "1"  # twice the rate, same per GPU
-    steps = {r[1]: r for r in page.tables["steps-table"][1:]}  # columns: phase, step, ...
+    steps = {r[1]: r for r in page.tables["steps-table"][1:]}  # columns: phase, step, verdicts, ...
     assert steps["r2.00"][0] == "ladder"
-    assert steps["r2.00"][7:10] == ["1500", "400", "-1100"]  # TTFT p95 ms A, B and B - A
+    assert steps["r2.00"][2:4] == ["fail", "pass"]  # the verdicts first
+    assert steps["r2.00"][9:12] == ["1500", "400", "-1100"]  # TTFT p95 ms A, B and B - A
 
 
 def test_needs_two_runs_and_real_directories(runs, tmp_path):

@@ -48,8 +48,10 @@ def test_unrun_step_is_blank_everywhere(page):
     ws_rows = [r for r in parsed.tables["worksheet"] if r and r[0] == "r4.00"]
     assert ws_rows == [["r4.00", "4", "", "", ""]]  # target kept; measured cells and verdict blank
     step_rows = [r for r in parsed.tables["steps-table"] if r and r[0] == "r4.00"]
-    assert len(step_rows) == 1 and "pass" not in step_rows[0] and step_rows[0][2] == "not_run"
-    assert all(cell == "" for cell in step_rows[0][4:])
+    assert len(step_rows) == 1 and "pass" not in step_rows[0] and step_rows[0][3] == "not_run"
+    assert step_rows[0][1:3] == ["", ""] and all(cell == "" for cell in step_rows[0][5:])
+    detail = [r for r in parsed.tables["steps-detail"] if r and r[0] == "r4.00"]
+    assert len(detail) == 1 and "pass" not in detail[0] and all(cell == "" for cell in detail[0][5:])
 
 
 def test_offline_and_no_secret(page):
@@ -150,7 +152,22 @@ def test_step_table_shows_what_each_slo_threshold_judged(tmp_path, manifest):
     header, *rows = parser.tables["steps-table"]
     assert "TTFT p95 ms (SLO ≤ 1000)" in header and "TPOT p95 ms" in header  # tpot: no threshold, no suffix
     p99, itl = header.index("TTFT p99 ms (SLO ≤ 2000)"), header.index("ITL p95 ms (SLO ≤ 50)")
-    assert p99 < header.index("verdict") and itl < header.index("verdict")
+    assert header.index("verdict") == 1 and header.index("failing") == 2  # first: seen without scrolling
     r2 = next(r for r in rows if r[0] == "r2.00")
     assert float(r2[p99]) == pytest.approx(1800 * 1.3) and float(r2[itl]) == pytest.approx(40)
-    assert all(cell == "" for cell in next(r for r in rows if r[0] == "r4.00")[4:])  # unrun stays blank
+    assert all(cell == "" for cell in next(r for r in rows if r[0] == "r4.00")[5:])  # unrun stays blank
+
+
+def test_manifest_leaves_empty_values_out_and_long_sections_are_folded(tmp_path):
+    """Issue 32: the manifest section listed dozens of empty rows; the long sections now fold."""
+    manifest = {**make_manifest(), "notes": None, "fingerprint": {"driver": "", "gpu_uuids": [], "extra": {}},
+                "conditions": {"gpus": 2, "server_version": None, "owner": "capacity team"}}
+    parser = Page()
+    html = write_report(make_analysis(), tmp_path, manifest=manifest).read_text(encoding="utf-8")
+    parser.feed(html)
+    rows = parser.tables["manifest-table"]
+    assert rows and all(len(r) == 2 and r[1].strip() for r in rows), [r for r in rows if not r[1].strip()]
+    keys = {r[0] for r in rows}
+    assert "conditions.gpus" in keys and not keys & {"notes", "conditions.server_version", "fingerprint.driver"}
+    for fold_id in ("manifest-fold", "definitions-fold", "decision-fold", "worksheet-fold", "steps-detail-fold"):
+        assert f'<details class="fold" id="{fold_id}">' in html
