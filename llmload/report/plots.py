@@ -16,13 +16,14 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import AutoLocator, FixedLocator, FuncFormatter, NullFormatter, NullLocator
+from matplotlib.ticker import AutoLocator, FixedLocator, FuncFormatter, MaxNLocator, NullFormatter, NullLocator
 
 from shapes.phases import closed_loop_phases, rate_phases
 
 __all__ = [
     "RATE_PHASES",
     "bridge_gaps",
+    "nice_ticks",
     "noise_floor",
     "burst_plot",
     "distribution_plot",
@@ -52,14 +53,25 @@ _SPLIT_TOTALS = ("user_e2e",)
 MAX_TICKS = 6
 
 
-def _svg(fig: Figure, salt: str) -> str:
+#: tick steps of a linear axis: 1, 2 or 5 x 10^k (matplotlib's default also takes 2.5, read as
+#: 0, 2.5, 5, 7.5 or, rounded, 0, 3, 5, 8)
+NICE_STEPS = (1, 2, 5, 10)
+
+
+def nice_ticks(fig: Figure) -> None:
+    """At most `MAX_TICKS` major ticks of nice steps (`NICE_STEPS`) on every default linear axis of `fig`,
+    no minor ticks; an axis given its own locator (fixed, log, integer) keeps it."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             locator = axis.get_major_locator()
             if isinstance(locator, AutoLocator):
-                locator.set_params(nbins=MAX_TICKS)
+                axis.set_major_locator(MaxNLocator(nbins=MAX_TICKS, steps=list(NICE_STEPS)))
             if not isinstance(locator, FixedLocator):
                 axis.set_minor_locator(NullLocator())
+
+
+def _svg(fig: Figure, salt: str) -> str:
+    nice_ticks(fig)
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -198,6 +210,8 @@ def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | 
                             "requests per second", 4.2, "goodput", diagonal=True, last_passing_rate=last_passing_rate)
 
 
+#: timeline panels that count requests (integer ticks)
+_COUNT_COLUMNS = ("arrivals", "completed", "in_flight", "running", "waiting")
 _TIMELINE_PANELS = (
     (("arrivals", "completed"), "requests per 1-s bin", 1.0),
     (("in_flight",), "in flight (client)", 1.0),
@@ -258,6 +272,8 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
             x, y = bridge_gaps((t - t0).to_numpy(dtype=float), (_col(timeline, column) * scale).to_numpy(dtype=float))
             ax.plot(x, y, linewidth=1, label=column)
         ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+        if columns and columns[0] in _COUNT_COLUMNS:  # whole requests: 0, 1, 2, never 0.5 or 1.3
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=4, steps=list(NICE_STEPS), integer=True))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         if len(columns) > 1:

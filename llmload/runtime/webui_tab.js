@@ -40,10 +40,17 @@
     var m = Math.floor(s / 60), r = s % 60;
     return m + ":" + (r < 10 ? "0" : "") + r;
   }
-  function niceMax(v) {
-    if (!(v > 0)) return 1;
-    var p = Math.pow(10, Math.floor(Math.log10(v))), n = v / p;
-    return (n <= 1 ? 1 : n <= 2 ? 2 : n <= 2.5 ? 2.5 : n <= 5 ? 5 : 10) * p;
+  // the smallest tick step of 1, 2 or 5 x 10^k with at most `count` + 1 steps up to `v` (never 2.5: its
+  // ticks read 0, 3, 5, 8, 10 once rounded), and the axis top, a whole number of steps
+  function niceTicks(v, count) {
+    if (!(v > 0)) v = 1;
+    count = count || 4;
+    var p = Math.pow(10, Math.floor(Math.log10(v / count))), step = 10 * p;
+    [1, 2, 5].some(function (m) { if (Math.ceil(v / (m * p) - 1e-9) <= count + 1) { step = m * p; return true; } return false; });
+    var digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    var top = Math.ceil(v / step - 1e-9) * step, ticks = [];
+    for (var k = 0; k * step <= top + step / 2; k++) ticks.push(Number((k * step).toFixed(digits)));
+    return { step: step, max: ticks[ticks.length - 1], ticks: ticks, digits: digits };
   }
   function maxOf(arrays) {
     var m = 0;
@@ -63,14 +70,15 @@
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     var left = spec.lines.filter(function (l) { return !l.right; });
-    var ymax = niceMax(1.1 * Math.max(maxOf(left.map(function (l) { return l.ys; })),
-      Math.max.apply(null, [0].concat((spec.hlines || []).map(function (h) { return h.y; })))));
+    var yticks = niceTicks(1.1 * Math.max(maxOf(left.map(function (l) { return l.ys; })),
+      Math.max.apply(null, [0].concat((spec.hlines || []).map(function (h) { return h.y; })))), 4);
+    var ymax = yticks.max;
     var xmax = Math.max(spec.xmax, 1);
     function X(t) { return L + pw * t / xmax; }
     function Y(v) { return T + ph - ph * v / ymax; }
     function YR(v) { return T + ph - ph * v / spec.right.max; }
     // step windows and boundaries, with each step's label and verdict on top
-    (state.steps || []).forEach(function (s) {
+    ((state && state.steps) || []).forEach(function (s) {
       if (s.start === null) return;
       var ws = s.window_start !== null ? s.window_start : s.start;
       var we = s.window_end !== null ? Math.min(s.window_end, xmax) : xmax;
@@ -87,17 +95,19 @@
     var axis = "currentColor";
     svg.appendChild(svgEl("line", { x1: L, x2: L + pw, y1: T + ph, y2: T + ph, stroke: axis, "stroke-opacity": 0.5 }));
     svg.appendChild(svgEl("line", { x1: L, x2: L, y1: T, y2: T + ph, stroke: axis, "stroke-opacity": 0.5 }));
-    for (var i = 0; i <= 4; i++) {
-      var v = ymax * i / 4, y = Y(v);
+    yticks.ticks.forEach(function (v) {
+      var y = Y(v);
       svg.appendChild(svgEl("line", { x1: L, x2: L + pw, y1: y, y2: y, stroke: axis, "stroke-opacity": 0.1 }));
-      svg.appendChild(svgEl("text", { x: L - 5, y: y + 3, "font-size": 10, "text-anchor": "end", fill: axis },
-        ymax < 10 ? fmt(v, ymax < 1 ? 2 : 1) : fmt(v)));
-      if (spec.right) {
+      svg.appendChild(svgEl("text", { x: L - 5, y: y + 3, "font-size": 10, "text-anchor": "end", fill: axis,
+        "class": "llm-ytick" }, fmt(v, yticks.digits)));
+    });
+    if (spec.right) {
+      for (var i = 0; i <= 4; i++) {  // 0, 25, 50, 75, 100 %
         svg.appendChild(svgEl("text", { x: L + pw + 5, y: YR(spec.right.max * i / 4) + 3, "font-size": 10, fill: COLORS.kv },
           fmt(spec.right.max * i / 4 * spec.right.scale) + spec.right.unit));
       }
     }
-    var step = niceMax(xmax / 6);
+    var step = Math.max(1, niceTicks(xmax, 6).step);  // whole seconds
     for (var t = 0; t <= xmax + 1e-9; t += step) {
       svg.appendChild(svgEl("text", { x: X(t), y: T + ph + 15, "font-size": 10, "text-anchor": "middle", fill: axis }, clock(t)));
     }
@@ -122,6 +132,17 @@
       if (d) svg.appendChild(svgEl("path", { d: d, fill: "none", stroke: line.color, "stroke-width": line.width || 1.8,
         "stroke-dasharray": line.dash || "", "stroke-opacity": line.opacity || 1, "stroke-linejoin": "round",
         "class": "llm-series", "data-name": line.name }));
+      if (line.markers) {  // a dot per second: at low rates most seconds stand alone, and a line needs two
+        var dots = ys.filter(function (v) { return v !== null && v !== undefined; }).length;
+        for (var m = 0; m < ys.length; m++) {
+          if (ys[m] === null || ys[m] === undefined) continue;
+          var alone = (m === 0 || ys[m - 1] === null || ys[m - 1] === undefined) &&
+            (m === ys.length - 1 || ys[m + 1] === null || ys[m + 1] === undefined);
+          if (dots > 300 && !alone) continue;  // a long run: dots only where no line is drawn
+          svg.appendChild(svgEl("circle", { cx: X(xs[m]).toFixed(1), cy: Y(ys[m]).toFixed(1), r: 2.4,
+            fill: line.color, "class": "llm-marker", "data-name": line.name }));
+        }
+      }
       var item = el("span", { "class": "llm-legend-item" });
       var swatch = el("span", { "class": "llm-swatch" });
       swatch.style.background = line.color;
@@ -226,8 +247,8 @@
     }
     ["ttft", "tpot"].forEach(function (key) {
       drawChart(panel.querySelector("#llmload-chart-" + key), { unit: "ms", xmax: xmax, hlines: sloLines(key), lines: [
-        { name: "p50", color: COLORS.p50, xs: xs, ys: ser[key + "_p50_ms"], format: ms },
-        { name: "p95", color: COLORS.p95, xs: xs, ys: ser[key + "_p95_ms"], format: ms }] });
+        { name: "p50", color: COLORS.p50, xs: xs, ys: ser[key + "_p50_ms"], format: ms, markers: true },
+        { name: "p95", color: COLORS.p95, xs: xs, ys: ser[key + "_p95_ms"], format: ms, markers: true }] });
     });
     // drawn wide to narrow, so equal series stay visible: offered (wide, pale), achieved, goodput (dashed)
     drawChart(panel.querySelector("#llmload-chart-rates"), { unit: "req/s", xmax: xmax, lines: [
@@ -294,10 +315,13 @@
     }
     if (!rps) return;
     var stat = rps.parentNode, box = document.getElementById("llmload-header");
+    // once the run is over Locust keeps its last RPS on show beside STOPPED: a rate of nothing
+    stat.style.display = ["finishing", "finished", "failed", "stopped"].indexOf(s.state) >= 0 ? "none" : "";
     if (!box) {
       box = stat.cloneNode(true);
       box.id = "llmload-header";
       box.removeAttribute("title");
+      box.style.display = "";
     }
     if (box.nextSibling !== stat) stat.parentNode.insertBefore(box, stat);
     var parts = box.children;
@@ -339,6 +363,7 @@
       .catch(function () { /* the run may be restarting: try again */ });
   }
   window.llmloadLive = function () { return state; };
+  window.llmloadNiceTicks = niceTicks;  // for the tests
   poll();
   setInterval(poll, POLL_MS);
   setInterval(function () { if (state) { try { if (placePanel() && !panel.querySelector("svg").firstChild) render(); }

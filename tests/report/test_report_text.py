@@ -40,3 +40,25 @@ def test_timeline_lines_bridge_the_gap_between_steps_but_not_a_long_outage():
     values[15:28] = np.nan  # a 13 s outage stays a visible break
     x, y = bridge_gaps(t, values)
     assert np.isnan(y).sum() == 1 and x[np.isnan(x)].size == 1
+
+
+def test_plot_ticks_are_nice_numbers_and_request_counts_whole():
+    """Issue 32: ticks read 0, 2.5, 5, 7.5 (0, 3, 5, 8 once rounded) and 0.0, 1.3, 2.5 requests."""
+    import re
+
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from llmload.report.plots import nice_ticks, timeline_plot
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0, 13.0], [0, 0.7])
+    nice_ticks(fig)
+    for ticks in (ax.xaxis.get_majorticklocs(), ax.yaxis.get_majorticklocs()):
+        step = float(ticks[1] - ticks[0])
+        assert round(step / 10 ** np.floor(np.log10(step)), 6) in (1.0, 2.0, 5.0), ticks
+    timeline = pd.DataFrame({"t": np.arange(20.0), "arrivals": [0, 1, 0, 0, 1] * 4, "completed": [1, 0, 0, 1, 0] * 4})
+    svg, _ = timeline_plot(timeline, make_analysis().steps)
+    labels = re.findall(r">([-−]?\d+(?:\.\d+)?)</text>", svg)
+    assert labels and not [x for x in labels if "." in x], labels  # whole requests, never 0.5 or 1.5
