@@ -16,7 +16,14 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import AutoLocator, FixedLocator, FuncFormatter, MaxNLocator, NullFormatter, NullLocator
+from matplotlib.ticker import (
+    AutoLocator,
+    FixedLocator,
+    FuncFormatter,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
 
 from shapes.phases import closed_loop_phases, rate_phases
 
