@@ -8,7 +8,9 @@ Two options, typed strings with empty defaults (they travel to workers and Locus
   replay's arrivals come from its file and cannot be edited here.
 - `--llmload-slo "ttft_p95=500ms, tpot_p95=80ms"`: the SLO thresholds (`<metric>_p<NN>=<duration>`,
   the config's keys) and any other `slo:` key (`max_reject_ratio=0`). The thresholds given replace the
-  config's thresholds; other keys not given keep the config's values.
+  config's thresholds; other keys not given keep the config's values. The form shows every check that
+  applies: the thresholds, then `max_reject_ratio`, `max_error_ratio`, `allow_oom`, `queue_growth` when
+  set and `min_samples`.
 
 `form_values(config)` is what the form shows for a config; `apply_form(config, rates, slo)` returns the
 config as run (validated like the file: a bad value is one `ConfigError` line naming the option).
@@ -35,6 +37,15 @@ RATES = "llmload_rates"
 SLO_OPTION = "llmload_slo"
 
 _THRESHOLD = re.compile(r"^[a-z_]+_p\d")
+#: the SLO's checks besides the thresholds that the form shows when set (min_samples always is)
+_FORM_CHECKS = ("max_reject_ratio", "max_error_ratio", "allow_oom", "queue_growth", "min_samples")
+
+
+def _check_text(value: Any) -> str:
+    """A check's value as the config file would write it: 0.05, false, forbid, 200."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def add_form_options(parser: Any) -> None:
@@ -68,10 +79,10 @@ def form_values(config: Config) -> dict[str, str]:
     """What the start form shows for `config`: `{RATES: "2, 6, 12", SLO_OPTION: "ttft_p95=500ms, ..."}`."""
     rates = _rates_of(config)
     slo = [f"{t.key}={format_seconds(t.value_s)}" for t in config.slo.thresholds]
-    for key in ("max_reject_ratio", "max_error_ratio"):
+    for key in _FORM_CHECKS:  # every other check that applies, so the form hides none of them
         value = getattr(config.slo, key)
         if value is not None:
-            slo.append(f"{key}={value:g}")
+            slo.append(f"{key}={_check_text(value)}")
     return {RATES: ", ".join(f"{r:g}" for r in rates) if rates is not None else "",
             SLO_OPTION: ", ".join(slo)}
 
@@ -186,7 +197,7 @@ def apply_form(config: Config, rates: str = "", slo: str = "", host: str = "") -
         new = _parse_slo(slo, config.slo)
         config = config.model_copy(update={"slo": new})
         changed["slo"] = {t.key: t.value_s for t in new.thresholds} | {
-            k: getattr(new, k) for k in ("max_reject_ratio", "max_error_ratio") if getattr(new, k) is not None}
+            k: getattr(new, k) for k in _FORM_CHECKS if getattr(new, k) is not None}
     return config, changed
 
 

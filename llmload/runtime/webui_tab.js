@@ -334,6 +334,19 @@
     box.setAttribute("title", "llmload: the running step and its requests due but not finished; RPS counts each request once (E2E)");
   }
 
+  // Locust's Statistics tab calls the mean response_length "Average size (bytes)": llmload reports each
+  // request's output tokens there, so the column says so
+  var SIZE_LABEL = "Average size (bytes)", TOKENS_LABEL = "Average output tokens";
+  function relabelSize() {
+    var nodes = document.querySelectorAll("th, th *");
+    for (var i = 0; i < nodes.length; i++) {
+      if (nodes[i].childElementCount === 0 && nodes[i].textContent.trim() === SIZE_LABEL) {
+        nodes[i].textContent = TOKENS_LABEL;
+        nodes[i].setAttribute("title", "llmload reports each request's output tokens as its response size");
+      }
+    }
+  }
+
   function openForm() {
     // the start form: open "Custom parameters" once, so the run's steps, rates and SLO are in view
     if (formOpened) return;
@@ -348,7 +361,7 @@
 
   function render() {
     if (!state) return;
-    try { headerBox(state); } catch (e) { /* the header is Locust's: never break the page */ }
+    try { headerBox(state); relabelSize(); } catch (e) { /* the header is Locust's: never break the page */ }
     if (state.state === "ready") openForm();
     if (!placePanel()) return;
     panel.querySelector("#llmload-status").textContent = statusText(state);

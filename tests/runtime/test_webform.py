@@ -22,10 +22,24 @@ def _config(shape: dict | None = None, **extra) -> Config:
 
 def test_the_form_shows_the_configs_rates_slo_and_shape():
     config = _config()
-    assert form_values(config) == {RATES: "2, 6", SLO_OPTION: "ttft_p95=500ms, tpot_p95=80ms, max_reject_ratio=0, max_error_ratio=0.05"}
+    assert form_values(config) == {RATES: "2, 6", SLO_OPTION: "ttft_p95=500ms, tpot_p95=80ms, max_reject_ratio=0, "
+                                                              "max_error_ratio=0.05, min_samples=50"}
     helps = form_help(config)
     assert "ladder of 2 step(s) of 30s / 60s, constant arrivals" in helps[RATES] and "req/s per step" in helps[RATES]
     assert "openai-chat" in helps[SLO_OPTION] and "model m" in helps[SLO_OPTION]
+
+
+def test_the_form_shows_the_queue_growth_and_min_samples_checks_that_apply():
+    """Issue 32: the SLO field hid `queue_growth` and `min_samples`, which still judged the run."""
+    config = _config(slo={"ttft_p95": "1s", "queue_growth": "forbid", "allow_oom": False, "min_samples": 30})
+    shown = form_values(config)[SLO_OPTION]
+    assert shown == "ttft_p95=1s, max_error_ratio=0.05, allow_oom=false, queue_growth=forbid, min_samples=30"
+    run, changed = apply_form(config, slo=shown)  # shown as is: nothing changes
+    assert changed == {} and run == config
+    run, changed = apply_form(config, slo=shown.replace("queue_growth=forbid", "queue_growth=allow"))
+    assert run.slo.queue_growth == "allow" and run.slo.min_samples == 30 and run.slo.allow_oom is False
+    assert changed["slo"]["queue_growth"] == "allow"
+    assert "min_samples=200" in form_values(_config(slo={"ttft_p95": "1s"}))[SLO_OPTION]  # the default applies
 
 
 def test_options_are_typed_strings_with_empty_defaults_on_the_parser_itself():
@@ -39,7 +53,7 @@ def test_unchanged_or_empty_form_values_change_nothing():
     config = _config()
     shown = form_values(config)
     for rates, slo, host in (("", "", ""), (shown[RATES], shown[SLO_OPTION], "http://127.0.0.1:8000/"),
-                             ("2,6", "ttft_p95=500ms,tpot_p95=80ms,max_reject_ratio=0,max_error_ratio=0.05", "")):
+                             ("2,6", "ttft_p95=500ms,tpot_p95=80ms,max_reject_ratio=0,max_error_ratio=0.05,min_samples=50", "")):
         run, changed = apply_form(config, rates, slo, host)
         assert changed == {} and run == config
 
@@ -57,7 +71,8 @@ def test_edited_slo_replaces_the_thresholds_and_keeps_the_other_keys():
     run, changed = apply_form(_config(), slo="ttft_p95=1.5s, e2e_p99=20s")
     assert {t.key: t.value_s for t in run.slo.thresholds} == {"ttft_p95": 1.5, "e2e_p99": 20.0}
     assert run.slo.max_reject_ratio == 0.0 and run.slo.min_samples == 50
-    assert changed["slo"] == {"ttft_p95": 1.5, "e2e_p99": 20.0, "max_reject_ratio": 0.0, "max_error_ratio": 0.05}
+    assert changed["slo"] == {"ttft_p95": 1.5, "e2e_p99": 20.0, "max_reject_ratio": 0.0, "max_error_ratio": 0.05,
+                              "min_samples": 50}
 
 
 def test_host_is_the_target_url():

@@ -1,7 +1,8 @@
 """The LLM tab's script (llmload/runtime/webui_tab.js) in a real headless Chromium, on a page that stands
 in for Locust's (a header with RPS and Users, the step table) and a live.json the test writes: nice tick
 numbers, a dot for every second that has a value (at low rates most seconds stand alone), and no RPS
-figure in the header once the run is over (issue 32)."""
+figure in the header once the run is over, and Locust's "Average size (bytes)" column named for what it
+holds: output tokens (issue 32)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ RPS_DISPLAY_JS = """() => getComputedStyle([...document.querySelectorAll('header
 PAGE = """<!DOCTYPE html><html><body>
 <header><div class="stat"><p>RPS</p><p>3.4</p></div><div class="stat"><p>Users</p><p>8</p></div></header>
 <table><thead><tr><th>Offered req/s</th></tr></thead><tbody></tbody></table>
+<table id="stats"><thead><tr><th><span>Name</span></th><th><span>Average size (bytes)</span></th></tr></thead></table>
 <script src="webui_tab.js"></script></body></html>"""
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -87,6 +89,7 @@ def test_ticks_markers_and_header_after_the_run(site):
             markers = page.locator('#llmload-chart-ttft circle.llm-marker[data-name="p95"]').count()
             rps_running = page.evaluate(RPS_DISPLAY_JS)
             ours_running = page.locator("#llmload-header").inner_text()
+            size_header = page.evaluate("() => document.querySelector('#stats').innerText")
             more = page.evaluate("() => [0.7, 46, 1234, 0.033].map(v => window.llmloadNiceTicks(v, 4).ticks)")
             _write(root, "stopped")
             page.wait_for_function("() => (window.llmloadLive() || {}).state === 'stopped'", timeout=15_000)
@@ -102,6 +105,7 @@ def test_ticks_markers_and_header_after_the_run(site):
         mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
         assert round(mantissa, 6) in (1.0, 2.0, 5.0), values
         assert all(b - a == pytest.approx(step) for a, b in zip(values, values[1:], strict=False)), values
+    assert "Average size (bytes)" not in size_header and "Average output tokens" in size_header  # tokens, not bytes
     assert markers == 4  # each lone second is a dot: no line joins them
     assert rps_running != "none" and "LLM step" in ours_running
     assert rps_stopped == "none" and ours_stopped != "none"
