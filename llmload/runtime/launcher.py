@@ -259,7 +259,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
     Returns the verdict's exit code, or 128 + the signal when stopped."""
     from llmload.runtime.signals import StopSignals, end_process_group, interrupted_exit_code, say
 
-    with StopSignals() as stops:
+    with StopSignals(finished=lambda: run_dir is not None and _run_finished(run_dir)) as stops:
         if child is not None:
             stops.child = child.release(cmd)
         else:
@@ -269,6 +269,10 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         end_process_group(stops.child.pid)
         _remove_if_empty(run_dir if made else None)  # made for the run, never used (stopped or failed first)
         verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
+    if stops.after_run and code != interrupted_exit_code(stops.first) and run_dir is not None:
+        verdict = verdict_exit_code(run_dir)  # closed after the run: its verdict, as without the signal
+        if verdict is not None:
+            return verdict
     if stops.first is not None:
         name, exit_code = signal.Signals(stops.first).name, interrupted_exit_code(stops.first)
         done = (f"{run_dir} finalised with the steps that ran" if run_dir is not None
@@ -280,6 +284,12 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
     if verdict is not None:
         return verdict
     return code if code in (2, 3) else 3
+
+
+def _run_finished(run_dir: Path) -> bool:
+    """The run in `run_dir` has been finalised (its summary and report written: a `--web` run waits
+    for Ctrl-C after that)."""
+    return (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
 
 
 def _output_dir(config, config_path: Path) -> Path:

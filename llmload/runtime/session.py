@@ -402,6 +402,10 @@ class Session:
             print(f"llmload: {name} again: still finishing the run directory (it is written before Locust "
                   "exits)", flush=True)
             return
+        if self.finished and self.exit_code is not None:
+            # the run is over (the web UI stays up after it): nothing to cancel; leave with its verdict
+            self._link(gevent.spawn(self._quit_after_the_run), "closing after the run")
+            return
         self.stop_signal = signo
         if self.controller is not None:  # first: workers that die of the same signal are a stop, not a loss
             self.controller.mark_stopping()
@@ -409,6 +413,14 @@ class Session:
             print(f"llmload: {name}: stopping the run (in-flight requests are recorded as cancelled; the run "
                   "directory is finalised)", flush=True)
         self._link(gevent.spawn(self._stop_and_quit, signo), "stopping the run")
+
+    def _quit_after_the_run(self) -> None:
+        """A stop signal once the run has finished (`--web`: the UI stays up): end Locust with the run's
+        own exit code (its verdict), as a headless run would have."""
+        self.env.process_exit_code = self.exit_code
+        web_ui = getattr(self.env, "web_ui", None)
+        if web_ui is not None and not self._quitting:
+            web_ui.stop()  # Locust's main greenlet waits on the web UI: it returns and shuts down
 
     def _stop_and_quit(self, signo: int) -> None:
         """Stop the run (`StepController.stop`: what is queued or in flight is cancelled, the run then

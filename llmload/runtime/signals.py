@@ -9,7 +9,9 @@ under way: nothing abandons it. When the child has exited, whatever is left of i
 (the workers `--processes` forked) gets a grace period, then SIGTERM, then SIGKILL.
 
 The exit code of an interrupted run is 128 + the first signal's number (130 SIGINT, 143 SIGTERM,
-129 SIGHUP), whatever the verdict of the steps that ran (`summary.json` holds it).
+129 SIGHUP), whatever the verdict of the steps that ran (`summary.json` holds it). A signal after the
+run has finished (`--web`: the UI stays up until Ctrl-C) interrupts nothing: it closes the UI, says
+nothing about cancelling, and the exit code is the run's verdict.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 
 __all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
@@ -46,9 +49,13 @@ class StopSignals:
         if stops.first is not None: ...
     """
 
-    def __init__(self, *, out=None) -> None:
+    def __init__(self, *, out=None, finished: Callable[[], bool] | None = None) -> None:
         self.received: list[int] = []
         self.child: subprocess.Popen | None = None
+        #: tells whether the run has already finished (a `--web` run's UI stays up after it)
+        self.finished = finished
+        #: the first stop signal came after the run had finished: a close, not an interruption
+        self.after_run = False
         self._forwarded = False
         self._previous: dict[int, object] = {}
         self._out = out or sys.stderr
@@ -71,7 +78,10 @@ class StopSignals:
         self.received.append(signo)
         detach_hung_up_terminal(signo)
         name = signal.Signals(signo).name
-        if len(self.received) == 1:
+        if len(self.received) == 1 and self.finished is not None and self.finished():
+            self.after_run = True  # nothing to cancel: the exit code is the run's verdict
+            self._say(f"llmload: {name}: the run has finished: closing")
+        elif len(self.received) == 1:
             self._say(f"llmload: {name}: stopping the run: in-flight requests are recorded as cancelled, "
                       "then the run directory is finalised")
         else:

@@ -160,6 +160,43 @@ def test_a_signal_stops_a_web_ui_run_and_frees_its_port(sim_factory, tmp_path, s
     _check_stopped_in_first_step(run_dir)
 
 
+@pytest.mark.timeout(150)
+def test_ctrl_c_after_a_web_run_has_finished_exits_with_its_verdict(sim_factory, tmp_path):
+    """Issue 32: the run says to press Ctrl-C when done; after the run had finished, Ctrl-C printed
+    "stopping the run: in-flight requests are recorded as cancelled" and exited 130. Nothing is left to
+    cancel: it closes the UI and exits with the run's verdict."""
+    sim = sim_factory(flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 4, "duration": "3s"}]}},
+                         slo={"ttft_p95": "5s", "min_samples": 5})
+    port = free_port()
+    proc, run_dir, log = _start(tmp_path, config, "--web",
+                                env={"LOCUST_WEB_PORT": str(port), "LOCUST_AUTOSTART": "true"})
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (run_dir / "report.html").exists():
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.2)
+    time.sleep(1.0)  # the report line is printed after the file is written: the run is over
+    verdict = summary(run_dir)["verdict"]
+    children = _tree(proc)
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            for p in [*_tree(proc), psutil.Process(proc.pid)]:
+                p.kill()
+            proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    output = log.read_text(errors="replace")
+    assert not alive and _port_free(port), output[-3000:]
+    assert code == {"pass": 0, "fail": 1}.get(verdict, 3), (code, verdict, output[-3000:])
+    tail = output[output.index("report.html"):]
+    assert "cancel" not in tail and "stopping the run" not in tail and "interrupted" not in tail, tail
+    assert "the run has finished" in tail and "Traceback" not in output
+    assert summary(run_dir)["verdict"] == verdict  # nothing was redone or rewritten
+
+
 @pytest.mark.timeout(120)
 def test_run_from_a_directory_holding_a_folder_named_llmload_writes_the_manifest(sim_factory, tmp_path):
     """Issue 17: the Locust child put the working directory first on its import path, so a folder named
