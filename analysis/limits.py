@@ -134,7 +134,7 @@ def server_info(conditions: Mapping[str, Any] | None, tel: TelemetryIndex | None
             slots, source = int(_f(conds[key])), f"conditions.{key}"
             break
     if slots is None and tel is not None and tel.has("slots_total"):
-        values, _ = tel.samples("slots_total", -math.inf, math.inf)
+        _, values, _ = tel.samples("slots_total", -math.inf, math.inf)
         if values.size:
             slots, source = int(values.max()), "llama.cpp /slots"
     cap = conds.get("client_max_concurrency")
@@ -153,7 +153,7 @@ def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | Non
                            "gpu_utilization_mean": math.nan, "capped_share": math.nan,
                            "received_rate": math.nan, "telemetry": {}}
     if not (math.isnan(t0) or math.isnan(t1)):
-        values, sources = tel.samples("running", t0, t1)
+        _, values, sources = tel.samples("running", t0, t1)
         if values.size:
             out["running_peak"] = float(pd.Series(values).groupby(sources).max().sum())
             if slots:

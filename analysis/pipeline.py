@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.burst import burst_vs_uniform
+from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
 from analysis.limits import add_limits, step_limits
 from analysis.requests import derive_requests, event_gaps
@@ -121,6 +121,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
     add_limits(summary, steps)
+    summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
     decision = summary["decision"]
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),
