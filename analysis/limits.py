@@ -54,6 +54,7 @@ __all__ = [
     "SLOTS_FULL_SHARE",
     "WAITING_MIN",
     "classify_limit",
+    "limit_answer",
     "limit_sentence",
     "server_info",
     "step_limits",
@@ -389,3 +390,20 @@ def add_limits(summary: dict, steps: pd.DataFrame) -> dict:
         if isinstance(limit, Mapping):
             entry["limit"] = json_value(dict(limit))
     return summary
+
+
+def limit_answer(row: Mapping[str, Any], rate: float | None = None) -> str:
+    """The answer's sentence for the first failing step: what broke first, at what rate, and its limit,
+    e.g. "TTFT p95 broke first at about 4.6 req/s: all 6 batch slots busy ...; the lever: ..."."""
+    limit = row.get("limit")
+    failing = list(row.get("failing") or [])
+    if not isinstance(limit, Mapping):
+        return ""
+    what = "the step"
+    if failing:
+        parsed = slo_dims.parse_threshold_key(str(failing[0]))
+        dim = slo_dims.by_name(parsed[0] if parsed else str(failing[0]))
+        what = (f"{dim.display} p{parsed[1]:g}" if parsed else dim.display) if dim else str(failing[0])
+    rate = _f(row.get("offered_rate")) if rate is None else rate
+    at = f" at about {rate:.3g} req/s" if _known(rate) else ""
+    return f"{what} broke first{at}: {limit_sentence(limit)}"

@@ -69,9 +69,11 @@ def limits_plot(steps: pd.DataFrame) -> str | None:
     xs = np.arange(len(data))
     bar = 0.8 / len(_BARS)
     for j, ((_, label, line), colour) in enumerate(zip(_BARS, _COLOURS, strict=True)):
-        ax.bar(xs - 0.4 + bar * (j + 0.5), np.nan_to_num(values[:, j]) * 100, bar, color=colour, label=label)
-        if line is not None:
-            ax.plot(xs - 0.4 + bar * (j + 0.5), [line * 100] * len(xs), ":", color=colour, linewidth=1)
+        centres = xs - 0.4 + bar * (j + 0.5)
+        ax.bar(centres, np.nan_to_num(values[:, j]) * 100, bar, color=colour, label=label)
+        if line is not None:  # the rule's threshold, over each bar
+            ax.hlines([line * 100] * len(xs), centres - bar / 2, centres + bar / 2, colors="#333",
+                      linestyles=":", linewidth=1)
     for x, (_, row) in zip(xs, data.iterrows(), strict=True):
         ax.text(x, 103, str(row["limit"].get("kind")), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(xs, [str(v) for v in data["label"]], fontsize=7)
@@ -93,8 +95,8 @@ def limits_html(analysis: Any) -> str | None:
                f"running requests at the slot count (full when in ≥ {SLOTS_FULL_SHARE:.0%} of the samples, with "
                f"requests waiting), KV usage peak (full at ≥ {KV_FULL:.0%}; any preemption counts too), arrivals "
                f"held at the client's concurrency cap (binding at ≥ {CLIENT_CAP_SHARE:.0%}), and prefill's share "
-               f"of server queue + prefill (prefill-bound at ≥ {PREFILL_SHARE:.0%} when TTFT fails). Dotted: "
-               "each rule's threshold. A missing bar was not reported by the server (see the table).")
+               f"of server queue + prefill (prefill-bound at ≥ {PREFILL_SHARE:.0%} when TTFT fails). Dotted over "
+               "each bar: its rule's threshold. A missing bar was not reported by the server (see the table).")
     return figure(limits_plot(analysis.steps), plot_id="plot-limits", caption=caption) + \
         table(pd.DataFrame(rows), table_id="limits-table")
 

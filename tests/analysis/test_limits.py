@@ -9,6 +9,7 @@ import pytest
 from analysis.limits import (
     LIMIT_KINDS,
     classify_limit,
+    limit_answer,
     limit_sentence,
     server_info,
     step_limits,
@@ -45,6 +46,8 @@ def test_batch_slots_names_slots_queue_and_kv():
     assert limit["kind"] == "batch_slots"
     assert limit["evidence"]["slots"] == 6 and limit["evidence"]["waiting_mean"] == 3.2
     text = limit_sentence(limit)
+    answer = limit_answer({**row, "offered_rate": 4.6, "limit": limit})
+    assert answer.startswith("TTFT p95 broke first at about 4.6 req/s: all 6 batch slots busy")
     assert text.startswith("all 6 batch slots busy and requests waiting 900 ms on average in the server queue, "
                            "KV cache at 14%; the lever: raise max_num_seqs")
 
