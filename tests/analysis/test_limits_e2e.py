@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 def _run(sim, tmp_path, *, rates, duration="4s", input_tokens=16, output_tokens=16, slo=None, client=None,
          conditions=None):
-    config = {"target": {"url": sim.url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
+    config = {"target": {"url": sim.url, "api": "openai-chat", "model": "sim-model", "server": sim.flavor},
               "requests": {"input_tokens": {"dist": "fixed", "value": input_tokens},
                            "output_tokens": {"dist": "fixed", "value": output_tokens}},
               "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
@@ -119,3 +119,15 @@ def test_client_cap_below_the_arrival_rate_is_client_cap(sim_factory, tmp_path):
     assert ev["received_rate"] < 0.6 * high["offered_rate"]
     # the server itself was never short of slots: nothing waited there
     assert (ev["waiting_mean"] or 0.0) < 0.5
+
+
+def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(sim_factory, tmp_path):
+    sim = sim_factory(flavor="llamacpp", config={"num_parallel": 2, "step_base_s": "20ms", "load_time_s": 0})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 9])
+    high = steps[1]
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert high["limit"]["kind"] == "batch_slots", high["limit"]
+    ev = high["limit"]["evidence"]
+    # the slot count is the server's own (/props, /slots), not written in the config
+    assert ev["slots"] == 2 and ev["running_at_slots_share"] >= 0.5
+    assert ev["waiting_mean"] > 1.0 and _scrape(sim, "llamacpp:requests_processing") == 0
