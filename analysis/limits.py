@@ -16,7 +16,8 @@ wins:
 3. `none`: the step passed (nothing limited it inside the SLO).
 4. `kv_cache`: preemptions in the window, or KV usage peak at least `KV_FULL` with requests waiting
    (not for llama.cpp: its "KV usage" is the context its slots hold, and it never preempts).
-5. `decode`: the first failing dimension is TPOT or ITL.
+5. `gpu`: the step failed on OOM (the server said it ran out of GPU memory).
+   `decode`: the first failing dimension is TPOT or ITL.
 6. `batch_slots`: running at the slot count in at least `SLOTS_FULL_SHARE` of the samples with at
    least `WAITING_MIN` requests waiting on average; for a server without running/waiting gauges
    (Ollama), a server queue that is at least `QUEUE_SHARE` of TTFT (queue + prefill) instead.
@@ -185,6 +186,8 @@ def _common(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[s
         "preemptions": _round(row.get("preemptions"), 1),
         "server_queue_mean_s": _round(split.get("server_queue_mean_s")),
         "prefill_mean_s": _round(split.get("prefill_mean_s")),
+        "prefill_share": _round(_prefill_share({"server_queue_mean_s": split.get("server_queue_mean_s"),
+                                                "prefill_mean_s": split.get("prefill_mean_s")}), 3),
         "capped_share": _round(window.get("capped_share"), 4),
         "client_wait_p95_s": _round(row.get("client_wait_p95_s")),
         "gpu_utilization_mean": _round(window.get("gpu_utilization_mean"), 3),
@@ -231,6 +234,9 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
     kv_full = not llamacpp and _f(evidence["kv_usage_peak"]) >= KV_FULL and waiting >= WAITING_MIN
     if preempted or kv_full:
         return _limit("kv_cache", evidence)
+    if "oom" in dims:  # the server said it ran out of GPU memory
+        evidence.update(oom=_round(row.get("oom"), 0), gpu_memory_peak_bytes=_round(row.get("gpu_memory_peak_bytes"), 0))
+        return _limit("gpu", evidence)
     decode = dims and dims[0] in _DECODE_DIMS
     if decode:
         return _limit("decode", _decode_evidence(evidence, row, baseline))
@@ -238,8 +244,7 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
     full = _f(evidence["running_at_slots_share"]) >= SLOTS_FULL_SHARE
     if has_running and full and waiting >= WAITING_MIN:
         return _limit("batch_slots", evidence)
-    prefill = _prefill_share(evidence)
-    evidence["prefill_share"] = _round(prefill, 3)
+    prefill = _f(evidence["prefill_share"])
     if not has_running and _known(prefill) and 1.0 - prefill >= QUEUE_SHARE and \
             (row.get("split") or {}).get("basis", {}).get("server_queue") == "per_request":
         return _limit("batch_slots", evidence)  # Ollama: the queue it reports per request is a slot wait
@@ -362,6 +367,8 @@ def limit_sentence(limit: Mapping[str, Any] | None) -> str:
         if _known(ev.get("running_mean")):
             text += f", with {_f(ev['running_mean']):.1f} requests in the batch on average"
         parts.append(text)
+    elif kind == "gpu" and _f(ev.get("oom")) > 0:
+        parts.append(f"{_f(ev['oom']):.0f} requests failed out of GPU memory")
     elif kind == "gpu":
         parts.append(f"GPU {_pct(ev.get('gpu_utilization_mean'))} busy on average")
     elif kind == "client_cap":

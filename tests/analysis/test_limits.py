@@ -83,6 +83,8 @@ def test_decode_when_tpot_fails_first():
 
 def test_gpu_client_cap_generator_none_unknown():
     assert classify_limit(_row(), _window(gpu_utilization_mean=0.99), SERVER)["kind"] == "gpu"
+    oom = classify_limit(_row(failing=["oom"], oom=3), _window(), SERVER)
+    assert oom["kind"] == "gpu" and "3 requests failed out of GPU memory" in limit_sentence(oom)
     capped = classify_limit(_row(client_wait_p95_s=12.6), _window(capped_share=0.91, received_rate=5.1), SERVER)
     assert capped["kind"] == "client_cap" and capped["evidence"]["received_rate"] == 5.1
     assert "91% of arrivals waited for one of the client's 64 connection slots" in limit_sentence(capped)
