@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.burst import burst_vs_uniform
+from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
+from analysis.limits import add_limits, step_limits
 from analysis.requests import derive_requests, event_gaps
 from analysis.run import Run
 from analysis.soak import soak_slices
@@ -113,10 +114,14 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     tel = TelemetryIndex(run.telemetry)
     steps = step_table(requests, plan_steps, slo, client, tel, gaps)
     conds = fixed_conditions(run.manifest, conditions)
+    if not steps.empty:
+        steps = steps.assign(limit=step_limits(steps, requests, tel, conds))
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
+    add_limits(summary, steps)
+    summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
     decision = summary["decision"]
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),

@@ -82,6 +82,14 @@ class TelemetryIndex:
             return None
         return _Series(s.t[a:b], s.value[a:b], s.source[a:b])
 
+    def samples(self, metric: str, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`(times, values, source codes)` of a metric's samples in [t0, t1), sorted by time within each
+        source (empty arrays when none)."""
+        w = self._window(metric, t0, t1)
+        if w is None:
+            return np.array([], dtype=float), np.array([], dtype=float), np.array([], dtype=np.int64)
+        return w.t, w.value, w.source
+
     def gauge_mean(self, metric: str, t0: float, t1: float) -> float:
         """Time-average of a gauge over [t0, t1): per-source sample mean, summed over sources."""
         w = self._window(metric, t0, t1)

@@ -21,6 +21,7 @@ from llmload.report import plots
 from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
 from llmload.report.definitions import DEFINITIONS, NAME_MAP
 from llmload.report.html import cell_text, esc, figure, fold, is_blank, kv_table, page, section, table
+from llmload.report.limits_view import SINGLE_RATE_NOTE, bursts_html, limits_html
 from llmload.report.manifest_view import flatten, redact
 
 __all__ = ["render_report", "step_table", "worksheet_table", "write_report"]
@@ -211,7 +212,9 @@ def _plots_html(analysis: Any) -> str:
         "requests that finished in the window, and good output tokens/s (output tokens of those of them that "
         "arrived in the window and met every per-request threshold, so never above output tokens/s), each ÷ "
         "window seconds.")))
-    svg, missing = plots.timeline_plot(analysis.timeline, steps)
+    if plots.single_x(steps):  # latency, goodput and tokens at one x: a vertical line, left out
+        parts = [SINGLE_RATE_NOTE]
+    svg, missing = plots.timeline_plot(analysis.timeline, steps, (analysis.summary or {}).get("bursts"))
     note = f" Not measured in this run (not reported by this server, or not scraped): {', '.join(missing)}." \
         if missing else ""
     parts.append(figure(svg, plot_id="plot-timeline", caption=(
@@ -322,6 +325,8 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
                            worksheet_table(analysis.worksheet, analysis.steps), fold_id="worksheet-fold"))),
                 ("plots", "Latency, goodput and the timeline", _plots_html(analysis)),
                 ("split", "Queueing split", _split_html(analysis))]
+    sections += [(sid, heading, body) for sid, heading, body in (("limits", "What limited it", limits_html(analysis)),
+                 ("bursts", "Bursts and recovery", bursts_html(analysis.summary))) if body]
     sections += _optional_sections(analysis)
     rows = _manifest_rows(manifest)
     sections += [("decision", "Decision record", fold("The decision record: thresholds, verdicts, owner, "

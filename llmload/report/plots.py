@@ -39,6 +39,7 @@ __all__ = [
     "rate_axis",
     "rates_overlay_plot",
     "ratio_colours",
+    "single_x",
     "slices_plot",
     "split_plot",
     "timeline_plot",
@@ -245,8 +246,17 @@ def bridge_gaps(t: np.ndarray, values: np.ndarray, max_gap_s: float = MAX_BRIDGE
     return np.insert(x, breaks, np.nan), np.insert(y, breaks, np.nan)
 
 
-def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | None, list[str]]:
-    """Stacked time series with a band per step window; returns the SVG and the panels not measured."""
+def single_x(steps: pd.DataFrame) -> bool:
+    """True when the charts against offered rate would stack every step on one x (a trace replay and its
+    uniform twin at the same mean rate): a vertical line that says nothing about rate."""
+    data, x, _ = rate_axis(steps)
+    return len(data) > 1 and data[x].round(9).nunique() < 2
+
+
+def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame,
+                  bursts: Sequence[dict] | None = None) -> tuple[str | None, list[str]]:
+    """Stacked time series with a band per step window (and a red band per burst of a trace replay,
+    `summary.json` `bursts`); returns the SVG and the panels not measured."""
     if timeline is None or timeline.empty or "t" not in timeline.columns:
         return None, [p[1] for p in _TIMELINE_PANELS]
     panels, missing = [], []
@@ -275,6 +285,8 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame) -> tuple[str | No
                 ax.text((float(ws) + float(we)) / 2 - t0, 0.97, str(step.get("label", "")),
                         transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=7,
                         bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
+        for burst in bursts or ():
+            ax.axvspan(float(burst["start"]) - t0, float(burst["end"]) - t0, color="#f4b6b0", alpha=0.6, zorder=0.5)
         for column in columns:
             x, y = bridge_gaps((t - t0).to_numpy(dtype=float), (_col(timeline, column) * scale).to_numpy(dtype=float))
             ax.plot(x, y, linewidth=1, label=column)

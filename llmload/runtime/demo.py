@@ -57,7 +57,10 @@ def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> di
     common = {"target": target, "requests": _REQUESTS, "slo": _SLO, "client": client,
               "quality": {"required": True,
                           "cases": [{"prompt": "Say something.", "expect": {"regex": "\\w+"}, "max_tokens": 8}]},
-              "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
+              # vLLM reports no max_num_seqs (its cache_config_info has no scheduler fields): say it, so
+              # a failing step's limit can name the batch slots (analysis.limits)
+              "conditions": {"gpus": 0, "max_num_seqs": DEMO_SIM["max_num_seqs"],
+                             "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8)],
               "refine": {"resolution": 0.5, "max_steps": 2}}

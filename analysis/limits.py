@@ -1,0 +1,416 @@
+"""What limited each judged step (METRICS.md "What limited a step"): `classify_limit(row, window, server)`.
+
+The rules read the server's own figures where it gives them: running and waiting requests (vLLM,
+SGLang and TGI `/metrics`; llama.cpp `requests_processing` and `requests_deferred`), the slot count
+(`conditions.max_num_seqs`, filled from llama.cpp `/props` / `/slots`, SGLang `max_running_requests`,
+or written by the user for vLLM, whose `cache_config_info` has no scheduler fields;
+`conditions.ollama_num_parallel` for Ollama; llama.cpp `/slots` as `slots_total`), KV usage and
+preemptions, the queueing split (server queue against prefill to first token), GPU utilisation (NVML or
+DCGM) and the client's own records (arrivals held at the client's concurrency cap). Rules, first match
+wins:
+
+1. `client_cap`: the row already carries that limit (the verdict's own check), or at least
+   `CLIENT_CAP_SHARE` of the window's arrivals waited for a client slot with a client wait p95 of at
+   least `CLIENT_WAIT_MIN_S`.
+2. `generator`: the step is `invalid` (the generator did not deliver the load: nothing else is read).
+3. `none`: the step passed (nothing limited it inside the SLO).
+4. `kv_cache`: preemptions in the window, or KV usage peak at least `KV_FULL` with requests waiting
+   (not for llama.cpp: its "KV usage" is the context its slots hold, and it never preempts).
+5. `gpu`: the step failed on OOM (the server said it ran out of GPU memory).
+   `decode`: the first failing dimension is TPOT or ITL.
+6. `batch_slots`: running at the slot count in at least `SLOTS_FULL_SHARE` of the samples with at
+   least `WAITING_MIN` requests waiting on average; for a server without running/waiting gauges
+   (Ollama), a server queue that is at least `QUEUE_SHARE` of TTFT (queue + prefill) instead.
+7. `prefill`: a time-to-first-token dimension failed and prefill to first token is at least
+   `PREFILL_SHARE` of queue + prefill.
+8. `decode`: any TPOT or ITL dimension failed.
+9. `gpu`: GPU utilisation averaged at least `GPU_BUSY` over the window.
+10. `none`: nothing matched and no dimension failed (an insufficient or inconclusive step).
+11. `unknown`: nothing matched; `evidence["missing"]` names what the server did not give.
+
+Pure: the caller (`step_limits`) gathers the window's figures from the telemetry index and records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.telemetry_stats import TelemetryIndex
+from llmload import slo as slo_dims
+
+__all__ = [
+    "CLIENT_CAP_SHARE",
+    "add_limits",
+    "CLIENT_WAIT_MIN_S",
+    "GPU_BUSY",
+    "KV_FULL",
+    "LIMIT_KINDS",
+    "PREFILL_SHARE",
+    "QUEUE_SHARE",
+    "SLOTS_FULL_SHARE",
+    "WAITING_MIN",
+    "classify_limit",
+    "limit_answer",
+    "limit_sentence",
+    "server_info",
+    "step_limits",
+    "window_figures",
+]
+
+LIMIT_KINDS = ("none", "batch_slots", "kv_cache", "prefill", "decode", "gpu", "client_cap", "generator",
+               "unknown")
+#: share of the window's telemetry samples with running at the slot count for the slots to be "full"
+SLOTS_FULL_SHARE = 0.5
+#: requests waiting in the server on average (time-average of the gauge) for a queue to count
+WAITING_MIN = 0.5
+#: KV usage peak (0-1 share of blocks) that counts as full
+KV_FULL = 0.95
+#: prefill to first token as a share of server queue + prefill for prefill to dominate TTFT
+PREFILL_SHARE = 0.5
+#: server queue as a share of queue + prefill for the queue to dominate TTFT (no running gauge)
+QUEUE_SHARE = 0.5
+#: GPU utilisation (0-1) averaged over the window that counts as busy
+GPU_BUSY = 0.95
+#: share of the window's arrivals that waited for a client slot for the client cap to bind
+CLIENT_CAP_SHARE = 0.2
+#: client wait p95 (s) under which a cap is only brushed, not binding
+CLIENT_WAIT_MIN_S = 0.05
+
+_TTFT_DIMS = ("ttft", "user_ttft", "e2e", "user_e2e", "server_queue", "client_wait", "queue_growth")
+_DECODE_DIMS = ("tpot", "itl")
+
+_ADVICE = {
+    "none": "no limit reached inside the SLO",
+    "batch_slots": "raise max_num_seqs (llama.cpp --parallel, OLLAMA_NUM_PARALLEL) if memory allows, "
+                   "or add replicas",
+    "kv_cache": "give the KV cache more memory (gpu_memory_utilization, a smaller model or quantised KV "
+                "cache), shorten prompts or lower max_num_seqs, or add replicas",
+    "prefill": "raise max_num_batched_tokens (the per-step token budget), shorten prompts, enable prefix "
+               "caching, or add replicas",
+    "decode": "lower max_num_seqs to trade throughput for TPOT, use a faster GPU or a smaller model, or add "
+              "replicas",
+    "gpu": "the GPU is busy: a faster GPU, tensor parallelism or more replicas",
+    "client_cap": "raise client.max_concurrency (or run more worker processes) so the server gets the "
+                  "offered rate",
+    "generator": "fix the generator first (see the step's invalid reasons); nothing else can be read",
+    "unknown": "record what is missing (see evidence.missing) to tell the limit",
+}
+
+
+def _f(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def _known(value: Any) -> bool:
+    return not math.isnan(_f(value))
+
+
+def _dim(key: str) -> str:
+    """`ttft_p95` -> `ttft` (the dimension name of a failing key)."""
+    parsed = slo_dims.parse_threshold_key(str(key))
+    return parsed[0] if parsed else str(key)
+
+
+def _round(value: Any, digits: int = 4) -> float | None:
+    number = _f(value)
+    return None if math.isnan(number) else round(number, digits)
+
+
+def server_info(conditions: Mapping[str, Any] | None, tel: TelemetryIndex | None = None) -> dict[str, Any]:
+    """What the rules need of the server: its flavour, its slot count (and where that came from), the
+    client's concurrency cap and the number of instances."""
+    conds = dict(conditions or {})
+    flavor = str(conds.get("server") or "") or None
+    slots, source = None, None
+    for key in ("max_num_seqs", "ollama_num_parallel"):
+        if _known(conds.get(key)):
+            slots, source = int(_f(conds[key])), f"conditions.{key}"
+            break
+    if slots is None and tel is not None and tel.has("slots_total"):
+        _, values, _ = tel.samples("slots_total", -math.inf, math.inf)
+        if values.size:
+            slots, source = int(values.max()), "llama.cpp /slots"
+    cap = conds.get("client_max_concurrency")
+    return {"flavor": flavor, "slots": slots, "slots_source": source,
+            "client_max_concurrency": int(_f(cap)) if _known(cap) else None,
+            "instances": int(_f(conds.get("instances"))) if _known(conds.get("instances")) else 1,
+            "max_num_batched_tokens": _round(conds.get("extra.max_num_batched_tokens"))}
+
+
+def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | None,
+                   requests: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The window's figures the rules read beyond the step row: running at the slot count, GPU
+    utilisation, and the arrivals held at the client cap (from the step's requests)."""
+    t0, t1 = _f(row.get("window_start")), _f(row.get("window_end"))
+    out: dict[str, Any] = {"running_at_slots_share": math.nan, "running_peak": math.nan,
+                           "gpu_utilization_mean": math.nan, "capped_share": math.nan,
+                           "received_rate": math.nan, "telemetry": {}}
+    if not (math.isnan(t0) or math.isnan(t1)):
+        _, values, sources = tel.samples("running", t0, t1)
+        if values.size:
+            out["running_peak"] = float(pd.Series(values).groupby(sources).max().sum())
+            if slots:
+                out["running_at_slots_share"] = float(np.mean(values >= slots - 1e-9))
+        out["gpu_utilization_mean"] = tel.gauge_mean("gpu_utilization", t0, t1)
+        out["telemetry"] = {m: tel.has(m) for m in ("running", "waiting", "kv_usage", "preemptions_total",
+                                                     "queue_time_seconds_count", "gpu_utilization")}
+    if requests is not None and len(requests):
+        in_win = requests["in_window"].to_numpy(dtype=bool)
+        if in_win.any():
+            capped = requests["capped"].fillna(False).to_numpy(dtype=bool) if "capped" in requests \
+                else np.zeros(len(requests), dtype=bool)
+            out["capped_share"] = float(capped[in_win].mean())
+            sent = requests["sent_at"].to_numpy(dtype=float)
+            window = t1 - t0
+            if window > 0:
+                out["received_rate"] = float(((sent >= t0) & (sent < t1)).sum() / window)
+    return out
+
+
+def _common(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    split = row.get("split") if isinstance(row.get("split"), Mapping) else {}
+    return {
+        "slots": server.get("slots"), "slots_source": server.get("slots_source"),
+        "running_mean": _round(row.get("running_mean"), 3), "running_peak": _round(window.get("running_peak"), 3),
+        "running_at_slots_share": _round(window.get("running_at_slots_share"), 3),
+        "waiting_mean": _round(row.get("waiting_mean"), 3), "kv_usage_peak": _round(row.get("kv_usage_peak"), 4),
+        "preemptions": _round(row.get("preemptions"), 1),
+        "server_queue_mean_s": _round(split.get("server_queue_mean_s")),
+        "prefill_mean_s": _round(split.get("prefill_mean_s")),
+        "prefill_share": _round(_prefill_share({"server_queue_mean_s": split.get("server_queue_mean_s"),
+                                                "prefill_mean_s": split.get("prefill_mean_s")}), 3),
+        "capped_share": _round(window.get("capped_share"), 4),
+        "client_wait_p95_s": _round(row.get("client_wait_p95_s")),
+        "gpu_utilization_mean": _round(window.get("gpu_utilization_mean"), 3),
+    }
+
+
+def _limit(kind: str, evidence: dict[str, Any], advice: str | None = None) -> dict[str, Any]:
+    return {"kind": kind, "evidence": evidence, "advice": advice or _ADVICE[kind]}
+
+
+def _prefill_share(evidence: Mapping[str, Any]) -> float:
+    queue, prefill = _f(evidence.get("server_queue_mean_s")), _f(evidence.get("prefill_mean_s"))
+    total = queue + prefill
+    return prefill / total if total > 0 else math.nan
+
+
+def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[str, Any], *,
+                   baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`{kind, evidence, advice}` of one step (rules in the module docstring). `row`: the step row
+    (`Analysis.steps`); `window`: `window_figures`; `server`: `server_info`; `baseline`: the lightest
+    judged step of the same run (TPOT and batch there, for `decode`)."""
+    own = row.get("limit")
+    if isinstance(own, Mapping) and own.get("kind") == "client_cap":
+        return dict(own)
+    evidence = _common(row, window, server)
+    verdict = str(row.get("verdict") or "")
+    share, wait = _f(window.get("capped_share")), _f(row.get("client_wait_p95_s"))
+    if share >= CLIENT_CAP_SHARE and wait >= CLIENT_WAIT_MIN_S:
+        evidence.update(max_concurrency=server.get("client_max_concurrency"),
+                        offered_rate=_round(row.get("offered_rate")),
+                        received_rate=_round(window.get("received_rate")))
+        return _limit("client_cap", evidence)
+    if verdict == "invalid":
+        evidence["invalid"] = [str(c.get("check")) for c in row.get("invalid_reasons") or []
+                               if isinstance(c, Mapping)] or list(row.get("failing") or [])
+        return _limit("generator", evidence)
+    if verdict in ("pass", "not_run", ""):
+        return _limit("none", evidence)
+    dims = [_dim(k) for k in (list(row.get("failing") or []) + list(row.get("undecided_targets") or [])
+                              + list(row.get("over_on_few_samples") or []))]
+    llamacpp = server.get("flavor") == "llamacpp"
+    preempted = _f(evidence["preemptions"]) > 0
+    waiting = _f(evidence["waiting_mean"])
+    kv_full = not llamacpp and _f(evidence["kv_usage_peak"]) >= KV_FULL and waiting >= WAITING_MIN
+    if preempted or kv_full:
+        return _limit("kv_cache", evidence)
+    if "oom" in dims:  # the server said it ran out of GPU memory
+        evidence.update(oom=_round(row.get("oom"), 0), gpu_memory_peak_bytes=_round(row.get("gpu_memory_peak_bytes"), 0))
+        return _limit("gpu", evidence)
+    decode = dims and dims[0] in _DECODE_DIMS
+    if decode:
+        return _limit("decode", _decode_evidence(evidence, row, baseline))
+    has_running = bool(window.get("telemetry", {}).get("running")) or _known(evidence["running_mean"])
+    full = _f(evidence["running_at_slots_share"]) >= SLOTS_FULL_SHARE
+    if has_running and full and waiting >= WAITING_MIN:
+        return _limit("batch_slots", evidence)
+    prefill = _f(evidence["prefill_share"])
+    if not has_running and _known(prefill) and 1.0 - prefill >= QUEUE_SHARE and \
+            (row.get("split") or {}).get("basis", {}).get("server_queue") == "per_request":
+        return _limit("batch_slots", evidence)  # Ollama: the queue it reports per request is a slot wait
+    if any(d in _TTFT_DIMS for d in dims) and prefill >= PREFILL_SHARE:
+        evidence.update(input_tokens_mean=_round(row.get("input_tokens_mean"), 1),
+                        max_num_batched_tokens=server.get("max_num_batched_tokens"))
+        return _limit("prefill", evidence)
+    if any(d in _DECODE_DIMS for d in dims):
+        return _limit("decode", _decode_evidence(evidence, row, baseline))
+    if _f(evidence["gpu_utilization_mean"]) >= GPU_BUSY:
+        return _limit("gpu", evidence)
+    if not dims:
+        return _limit("none", evidence)  # insufficient or inconclusive, and nothing saturated
+    evidence["missing"] = _missing(evidence, window, server)
+    return _limit("unknown", evidence)
+
+
+def _decode_evidence(evidence: dict[str, Any], row: Mapping[str, Any],
+                     baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    base = baseline or {}
+    return {**evidence, "tpot_p95_s": _round(row.get("tpot_p95_s")),
+            "baseline_tpot_p95_s": _round(base.get("tpot_p95_s")),
+            "baseline_running_mean": _round(base.get("running_mean"), 3),
+            "baseline_step": base.get("label")}
+
+
+def _missing(evidence: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[str, Any]) -> list[str]:
+    """What the server did not give that a rule needed."""
+    out = []
+    if not _known(evidence.get("running_mean")):
+        out.append("running/waiting requests (the server's /metrics)")
+    if server.get("slots") is None:
+        out.append("the slot count (conditions.max_num_seqs, or ollama_num_parallel)")
+    if not _known(evidence.get("kv_usage_peak")) and server.get("flavor") != "llamacpp":
+        out.append("KV cache usage")
+    if not _known(evidence.get("server_queue_mean_s")):
+        out.append("the server queue time (vLLM queue-time histogram, Ollama durations, llama.cpp timings)")
+    if not _known(window.get("gpu_utilization_mean")):
+        out.append("GPU utilisation (telemetry.gpu: nvml or a DCGM exporter)")
+    if not out:
+        out.append("nothing: no resource was saturated in the figures the server gave")
+    return out
+
+
+def _baseline(steps: pd.DataFrame) -> dict[str, Any] | None:
+    judged = steps[steps["verdict"].isin(("pass", "fail", "inconclusive", "insufficient"))] \
+        if "verdict" in steps else steps.iloc[0:0]
+    if judged.empty:
+        return None
+    rate = pd.to_numeric(judged.get("offered_rate"), errors="coerce")
+    if rate.notna().any():
+        return judged.loc[rate.idxmin()].to_dict()
+    return judged.iloc[0].to_dict()
+
+
+def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex,
+                conditions: Mapping[str, Any] | None) -> list[dict[str, Any] | None]:
+    """The `limit` of every step row (None for a step that did not run), in row order."""
+    if steps.empty:
+        return []
+    server = server_info(conditions, tel)
+    baseline = _baseline(steps)
+    groups = requests.groupby(requests["step"].astype(str), sort=False).indices if len(requests) else {}
+    out: list[dict[str, Any] | None] = []
+    for _, row in steps.iterrows():
+        if row.get("verdict") == "not_run" or row.get("status") == "not_run":
+            out.append(None)
+            continue
+        pos = groups.get(str(row["label"]))
+        own = requests.iloc[pos] if pos is not None else None
+        window = window_figures(row, tel, server["slots"], own)
+        out.append(classify_limit(row.to_dict(), window, server, baseline=baseline))
+    return out
+
+
+def _pct(value: Any) -> str:
+    return f"{_f(value) * 100:.0f}%"
+
+
+def _s(value: Any) -> str:
+    v = _f(value)
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
+
+
+def limit_sentence(limit: Mapping[str, Any] | None) -> str:
+    """The limit in words with its evidence and its lever, e.g. "all 6 batch slots busy and requests
+    waiting 0.9 s on average in the server queue, KV cache at 14%; the lever: raise max_num_seqs ..."."""
+    if not limit:
+        return ""
+    kind, ev = str(limit.get("kind")), limit.get("evidence") or {}
+    parts: list[str] = []
+    if kind == "batch_slots":
+        slots = ev.get("slots")
+        parts.append(f"all {slots} batch slots busy" if slots else
+                     "the batch slots busy (slot count not recorded)")
+        queue = ev.get("server_queue_mean_s")
+        waiting = ev.get("waiting_mean")
+        if _known(queue):
+            parts[-1] += f" and requests waiting {_s(queue)} on average in the server queue"
+        elif _known(waiting):
+            parts[-1] += f" and {_f(waiting):.1f} requests waiting on average"
+        if _known(ev.get("kv_usage_peak")):
+            parts.append(f"KV cache at {_pct(ev['kv_usage_peak'])}")
+    elif kind == "kv_cache":
+        if _known(ev.get("kv_usage_peak")):
+            parts.append(f"KV cache at {_pct(ev['kv_usage_peak'])} at its peak")
+        if _f(ev.get("preemptions")) > 0:
+            parts.append(f"{_f(ev['preemptions']):.0f} requests preempted")
+        if _known(ev.get("waiting_mean")):
+            parts.append(f"{_f(ev['waiting_mean']):.1f} requests waiting on average")
+    elif kind == "prefill":
+        parts.append(f"prefill to first token {_s(ev.get('prefill_mean_s'))} on average against "
+                     f"{_s(ev.get('server_queue_mean_s'))} of server queue")
+        if _known(ev.get("input_tokens_mean")):
+            parts.append(f"prompts of {_f(ev['input_tokens_mean']):.0f} tokens")
+    elif kind == "decode":
+        text = f"TPOT p95 {_s(ev.get('tpot_p95_s'))}"
+        if _known(ev.get("baseline_tpot_p95_s")):
+            text += f" against {_s(ev['baseline_tpot_p95_s'])} at the lightest step"
+        if _known(ev.get("running_mean")):
+            text += f", with {_f(ev['running_mean']):.1f} requests in the batch on average"
+        parts.append(text)
+    elif kind == "gpu" and _f(ev.get("oom")) > 0:
+        parts.append(f"{_f(ev['oom']):.0f} requests failed out of GPU memory")
+    elif kind == "gpu":
+        parts.append(f"GPU {_pct(ev.get('gpu_utilization_mean'))} busy on average")
+    elif kind == "client_cap":
+        cap = ev.get("max_concurrency")
+        parts.append(f"{_pct(ev.get('capped_share'))} of arrivals waited for one of the client's "
+                     f"{cap if cap else ''} connection slots (client wait p95 {_s(ev.get('client_wait_p95_s'))})"
+                     .replace("  ", " "))
+        if _known(ev.get("received_rate")):
+            parts.append(f"the server received {_f(ev['received_rate']):.2f} req/s")
+    elif kind == "generator":
+        parts.append("the generator did not deliver the load (" + ", ".join(ev.get("invalid") or []) + ")")
+    elif kind == "unknown":
+        parts.append("the limit cannot be told: missing " + "; ".join(ev.get("missing") or []))
+    elif kind == "none":
+        return "nothing limited it inside the SLO"
+    return ", ".join(parts) + f"; the lever: {limit.get('advice')}"
+
+
+def add_limits(summary: dict, steps: pd.DataFrame) -> dict:
+    """`summary` with each judged step entry given its row's `limit` (JSON-ready); in place, returned."""
+    from analysis.summary import json_value
+
+    if "limit" not in steps:
+        return summary
+    for entry, limit in zip(summary.get("steps", []), steps["limit"], strict=False):
+        if isinstance(limit, Mapping):
+            entry["limit"] = json_value(dict(limit))
+    return summary
+
+
+def limit_answer(row: Mapping[str, Any], rate: float | None = None) -> str:
+    """The answer's sentence for the first failing step: what broke first, at what rate, and its limit,
+    e.g. "TTFT p95 broke first at about 4.6 req/s: all 6 batch slots busy ...; the lever: ..."."""
+    limit = row.get("limit")
+    failing = list(row.get("failing") or [])
+    if not isinstance(limit, Mapping):
+        return ""
+    what = "the step"
+    if failing:
+        parsed = slo_dims.parse_threshold_key(str(failing[0]))
+        dim = slo_dims.by_name(parsed[0] if parsed else str(failing[0]))
+        what = (f"{dim.display} p{parsed[1]:g}" if parsed else dim.display) if dim else str(failing[0])
+    rate = _f(row.get("offered_rate")) if rate is None else rate
+    at = f" at about {rate:.3g} req/s" if _known(rate) else ""
+    return f"{what} broke first{at}: {limit_sentence(limit)}"

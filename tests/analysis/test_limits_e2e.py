@@ -1,0 +1,133 @@
+"""End to end: the sim set so that one limit is the cause, a 2-step ladder run against it, and the step's
+`limit` in summary.json checked against the sim's ground-truth log and its /metrics. Each run is short
+(two steps of 4-5 s, on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.request import urlopen
+
+import numpy as np
+import pytest
+from support import run_said, write_config
+
+from analysis.stats import time_average
+from llmload.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def _run(sim, tmp_path, *, rates, duration="4s", input_tokens=16, output_tokens=16, slo=None, client=None,
+         conditions=None):
+    config = {"target": {"url": sim.url, "api": "openai-chat", "model": "sim-model", "server": sim.flavor},
+              "requests": {"input_tokens": {"dist": "fixed", "value": input_tokens},
+                           "output_tokens": {"dist": "fixed", "value": output_tokens}},
+              "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
+                                   "steps": [{"rate": r, "duration": duration} for r in rates]}},
+              "slo": {"min_samples": 5, **(slo or {"ttft_p95": "500ms"})},
+              "client": {"max_concurrency": 64, "max_send_lag_p99": "500ms", **(client or {})},
+              "telemetry": {"gpu": "off", "interval": "250ms"}}
+    if conditions:
+        config["conditions"] = conditions
+    run_dir = tmp_path / "run"
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
+    assert code in (0, 1, 3) and (run_dir / "summary.json").exists(), run_said(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary["steps"], run_dir
+
+
+def _scrape(sim, name: str) -> float:
+    with urlopen(sim.url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def _truth_in(rows, ws, we):
+    return [r for r in rows if r.get("received_at") is not None and r["received_at"] < we
+            and (r.get("finished_at") or we) >= ws]
+
+
+def test_few_batch_slots_is_batch_slots(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 2, "step_base_s": "20ms"})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 9], conditions={"max_num_seqs": 2})
+    low, high = steps
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert low["limit"]["kind"] in ("none", "batch_slots") and high["limit"]["kind"] == "batch_slots", \
+        (low["limit"], high["limit"])
+    ev = high["limit"]["evidence"]
+    assert ev["slots"] == 2 and ev["slots_source"] == "conditions.max_num_seqs"
+    assert ev["running_at_slots_share"] >= 0.5 and ev["kv_usage_peak"] < 0.5 and not ev["preemptions"]
+    # the sim's own log: two requests ran at every moment of the window, the rest waited
+    ws, we = high["window_start"], high["window_end"]
+    truth = [r for r in sim.ground_truth_rows() if r.get("admitted_at") is not None]
+    admitted = np.array([r["admitted_at"] for r in truth])
+    finished = np.array([r["finished_at"] for r in truth])
+    received = np.array([r["received_at"] for r in truth])
+    running = time_average(admitted, finished, np.array([ws, we]))[0]
+    waiting = time_average(received, admitted, np.array([ws, we]))[0]
+    assert ev["running_mean"] == pytest.approx(running, abs=0.3) and running == pytest.approx(2.0, abs=0.3)
+    assert ev["waiting_mean"] == pytest.approx(waiting, rel=0.25, abs=1.0) and waiting > 1.0
+    step_truth = [r for r in truth if high["window_start"] - 1.5 <= r["received_at"] < high["window_end"] + 1]
+    assert ev["server_queue_mean_s"] == pytest.approx(np.mean([r["queue_s"] for r in step_truth]), rel=0.35)
+    assert _scrape(sim, "vllm:num_preemptions_total") == 0
+
+
+def test_small_kv_cache_with_long_prompts_is_kv_cache(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm", config={"num_blocks": 48, "block_size": 16, "step_base_s": "15ms",
+                                             "enable_prefix_caching": False})
+    steps, run_dir = _run(sim, tmp_path, rates=[0.5, 6], input_tokens=200, output_tokens=64,
+                          slo={"ttft_p95": "300ms"})
+    high = steps[1]
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert high["limit"]["kind"] == "kv_cache", high["limit"]
+    ev = high["limit"]["evidence"]
+    total = _scrape(sim, "vllm:num_preemptions_total")
+    truth = sum(r.get("preemptions") or 0 for r in sim.ground_truth_rows())
+    assert total == truth > 0
+    assert 0 < ev["preemptions"] <= truth
+    assert ev["kv_usage_peak"] >= 0.9
+
+
+def test_long_prompts_small_token_budget_is_prefill(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm", config={"max_num_batched_tokens": 48, "step_base_s": "10ms",
+                                             "prefill_cost_s": "0.2ms", "enable_prefix_caching": False})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 1.5], duration="5s", input_tokens=480, output_tokens=4,
+                          slo={"ttft_p95": "100ms", "min_samples": 3})
+    for step in steps:
+        assert step["verdict"] == "fail", run_said(run_dir)
+        assert step["limit"]["kind"] == "prefill", step["limit"]
+        ev = step["limit"]["evidence"]
+        assert ev["prefill_share"] >= 0.5 and ev["input_tokens_mean"] >= 400
+        ws, we = step["window_start"], step["window_end"]
+        truth = [r for r in sim.ground_truth_rows() if ws - 1.5 <= r["received_at"] < we]
+        prefill = np.mean([r["first_token_at"] - r["admitted_at"] for r in truth])
+        assert ev["prefill_mean_s"] == pytest.approx(prefill, rel=0.3, abs=0.03)
+
+
+def test_client_cap_below_the_arrival_rate_is_client_cap(sim_factory, tmp_path):
+    sim = sim_factory(flavor="vllm", config={"step_base_s": "25ms"})
+    steps, run_dir = _run(sim, tmp_path, rates=[0.5, 6], output_tokens=24, client={"max_concurrency": 2},
+                          slo={"ttft_p95": "1s"})
+    high = steps[1]
+    assert high["limit"]["kind"] == "client_cap", (high["limit"], run_said(run_dir))
+    ev = high["limit"]["evidence"]
+    assert ev["capped_share"] >= 0.5 and ev["client_wait_p95_s"] > 0.5
+    ws, we = high["window_start"], high["window_end"]
+    received = [r for r in sim.ground_truth_rows() if ws <= r["received_at"] < we]
+    assert ev["received_rate"] == pytest.approx(len(received) / (we - ws), rel=0.15)
+    assert ev["received_rate"] < 0.6 * high["offered_rate"]
+    # the server itself was never short of slots: nothing waited there
+    assert (ev["waiting_mean"] or 0.0) < 0.5
+
+
+def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(sim_factory, tmp_path):
+    sim = sim_factory(flavor="llamacpp", config={"num_parallel": 2, "step_base_s": "20ms", "load_time_s": 0})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 9])
+    high = steps[1]
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert high["limit"]["kind"] == "batch_slots", high["limit"]
+    ev = high["limit"]["evidence"]
+    # the slot count is the server's own (/props, /slots), not written in the config
+    assert ev["slots"] == 2 and ev["running_at_slots_share"] >= 0.5
+    assert ev["waiting_mean"] > 1.0 and _scrape(sim, "llamacpp:requests_processing") == 0
