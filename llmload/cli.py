@@ -35,6 +35,22 @@ app = FlagsApp(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from llmload import __version__
+
+        print(f"llmload {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print llmload's version and exit.")] = False,
+) -> None:
+    """The options before a command (`llmload --version`)."""
+
+
 @app.command()
 def sim(
     flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama, llamacpp or sglang.")] = "vllm",

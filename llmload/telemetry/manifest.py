@@ -185,7 +185,10 @@ def build_manifest(config: Config, *, run_id: str, seeds: Any, plan_kind: str, p
         differing = [k for k, v in other["facts"].items() if v != facts.get(k) and k != "cache_state"]
         if differing:
             warnings.append(f"{other['url']} differs from {servers[0]['url']} in {', '.join(differing)}")
+    from llmload import __version__
+
     manifest = {
+        "llmload_version": __version__,  # also under client.llmload, beside the other versions
         "run_id": run_id,
         "created_at": now(),
         "plan_kind": plan_kind,
