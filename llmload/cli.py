@@ -158,7 +158,8 @@ def calibrate(
 
 @app.command()
 def engine(
-    action: Annotated[str, typer.Argument(help="build | model | serve | path")] = "build",
+    action: Annotated[str, typer.Argument(
+        help="build (llama-server and the model) | model (the model only) | serve | path")] = "build",
     port: Annotated[int, typer.Option(min=0, max=65535, help="serve: port (0 = free).")] = 8080,
     parallel: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: slots.")] = 4,
     threads: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: CPU threads.")] = 1,
