@@ -3,18 +3,20 @@
 Inside the Locust process, Locust's logging set-up formats every record as
 `[time] host/LEVEL/logger: message`, unlike the lines llmload prints itself (`llmload: warning: ...`).
 `configure_logging` gives the `llmload` loggers their own handler in our style (called from the
-locustfile's `init`, after Locust's set-up). `drop_locust_stats` silences Locust's closing request
-tables, which count E2E, TTFT and TPOT as three "requests" each: `llmload run` passes
-`--llmload-no-locust-stats` and ends with its own summary; plain `locust -f` keeps Locust's tables.
+locustfile's `init`, after Locust's set-up). `replace_locust_stats` puts our live step table in place of
+Locust's request statistics table (every 2 s in a headless run, and again at the end), as `llmload run`
+does: with llmload's users loaded, plain `locust -f locustfiles/llm.py,shapes/llm.py --headless` prints
+one row per step and the run's summary, not hundreds of lines of Locust's table (whose one `E2E` row
+mixes warm-up, steps and drains). Locust's `--print-stats` brings its table back.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"]
+__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "replace_locust_stats"]
 
 #: the logger Locust prints its request statistics tables through
 LOCUST_STATS_LOGGER = "locust.stats_logger"
@@ -54,3 +56,13 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.WARN
 def drop_locust_stats() -> None:
     """Silence Locust's request statistics tables in this process (our command prints its own summary)."""
     logging.getLogger(LOCUST_STATS_LOGGER).disabled = True
+
+
+def replace_locust_stats(options: Any) -> None:
+    """Our step table instead of Locust's statistics table (see the module docstring): no periodic table
+    (`--only-summary`, read by Locust after the `init` event) and no closing one. Left alone when the
+    command line asks for Locust's table (`--print-stats`) and on a worker (which prints none)."""
+    if options is None or getattr(options, "print_stats", False) or getattr(options, "worker", False):
+        return
+    options.only_summary = True
+    drop_locust_stats()
