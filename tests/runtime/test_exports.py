@@ -7,7 +7,8 @@ import importlib
 import llmload.runtime
 
 MODULES = {
-    "console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"],
+    "console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats",
+                "replace_locust_stats"],
     "controller": ["StepController", "WorkerLink", "step_lead_s"],
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "gate": ["GATE_ENV", "GatedChild", "gated_boot", "released"],

@@ -85,6 +85,11 @@ def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
     last = [line for line in done.stdout.splitlines() if line.strip()][-1]
     assert last.startswith("llmload: report ") and "(exit code" in last
+    import json
+
+    shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
+    assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
+    assert "is not used" not in output
 
 
 def _plain_locust(config_path, run_dir, *extra: str) -> list[str]:
