@@ -13,13 +13,19 @@ mixes warm-up, steps and drains). Locust's `--print-stats` brings its table back
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "replace_locust_stats"]
+__all__ = ["DEMO_ENV", "LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
+           "replace_locust_stats", "run_in_demo"]
 
 #: the logger Locust prints its request statistics tables through
 LOCUST_STATS_LOGGER = "locust.stats_logger"
+#: set by `llmload demo` for its runs: their last line says the verdict in words, not an exit code the
+#: demo itself does not return (it exits 0 when it ran: a failing step is its point)
+DEMO_ENV = "LLMLOAD_DEMO"
 
 
 class LineFormatter(logging.Formatter):
@@ -66,3 +72,28 @@ def replace_locust_stats(options: Any) -> None:
         return
     options.only_summary = True
     drop_locust_stats()
+
+
+#: what a demo run's verdict code means, in its last line
+_DEMO_VERDICTS = {0: "every step passed", 1: "a step failed its SLO: the knee the demo is there to show",
+                  3: "no conclusion: a step was invalid or had too few samples, see above"}
+
+
+def exit_note(code: int) -> str:
+    """The end of a run's last line: ` (exit code N)`, or inside `llmload demo` the verdict in words."""
+    if os.environ.get(DEMO_ENV) and code in _DEMO_VERDICTS:
+        return f" ({_DEMO_VERDICTS[code]})"
+    return f" (exit code {code})"
+
+
+def run_in_demo(run: Callable[..., int], *args: Any, **kwargs: Any) -> int:
+    """`run(*args, **kwargs)` (`run_config`) with `DEMO_ENV` set for the Locust process it starts."""
+    was = os.environ.get(DEMO_ENV)
+    os.environ[DEMO_ENV] = "1"
+    try:
+        return run(*args, **kwargs)
+    finally:
+        if was is None:
+            os.environ.pop(DEMO_ENV, None)
+        else:
+            os.environ[DEMO_ENV] = was

@@ -34,6 +34,7 @@ from llmload.clock import now
 from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
+from llmload.runtime import console
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.launcher import new_run_dir
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
@@ -386,7 +387,7 @@ class Session:
             code = interrupted_exit_code(self.stop_signal)
         self.exit_code = code
         self.env.process_exit_code = code
-        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
+        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else console.exit_note(code)
         written = self.run_dir / "report.html"
         if not (report and written.exists()):  # say the file that is there (a failed report was warned of)
             written = self.run_dir / "summary.json"
