@@ -43,7 +43,8 @@ def _config(url: str, step_s: float, rates: tuple[float, ...]) -> dict:
             "client": {"max_concurrency": 128, "max_send_lag_p99": "100ms"},
             "slo": {"ttft_p95": "500ms", "tpot_p95": "200ms", "max_reject_ratio": 0.0, "min_samples": 5},
             "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
-                                 "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates]}},
+                                 "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates],
+                                 "stop_after_failures": None}},  # every rate: the figure is TTFT per rate
             "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
 
 

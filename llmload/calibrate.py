@@ -14,7 +14,8 @@ default `client` limits and no latency target: send lag p99 under the mean gap b
 rate shortfall, worker CPU under its limit) and no request failed. The TTFT error is reported beside
 it (it is what a latency target must leave room for), not a condition. The **envelope** per worker
 process is the highest rate (and the most mean in-flight streams) of the steps that hold, counting only
-from the bottom of the ramp up to its first step that does not. It is printed and saved as JSON
+from the bottom of the ramp up to its first step that does not; when every step held it is only the
+highest rate tried, a lower bound, and it says so (`lower_bound` in the JSON). It is printed and saved as JSON
 (default `~/.cache/llmload/envelope.json`); `llmload.envelope.check_plan_against_envelope` is what
 `llmload run` calls (re-exported here).
 
@@ -62,8 +63,12 @@ __all__ = [
     "Ramp",
     "check_plan_against_envelope",
     "envelope_from_steps",
+    "envelope_sentence",
+    "every_step_held",
+    "format_table",
     "load_envelope",
     "measure_steps",
+    "progress_line",
     "run_calibrate",
     "start_sim",
 ]
@@ -229,6 +234,30 @@ _PROGRESS = re.compile(r"^(r\d|llmload: (warning|error))")
 _INVALID_ROW = re.compile(r"^r\S+ .* invalid\b")
 
 
+def _verdict_at() -> int:
+    """Where the live table's verdict column starts (`llmload.runtime.table.COLUMNS`)."""
+    from llmload.runtime.table import COLUMNS
+
+    return sum(width + 1 for key, _, width, _ in COLUMNS if key != "verdict")
+
+
+def progress_line(line: str) -> str:
+    """A live table row as calibrate echoes it: without the SLO verdict, which means nothing here (no
+    targets, a short window: always "insufficient"), except `invalid`, which is why the ramp stops."""
+    if not re.match(r"^r\d", line):
+        return line.rstrip()
+    at = _verdict_at()
+    verdict = line[at:].strip()
+    return line[:at].rstrip() + (f"  {verdict}" if verdict.startswith("invalid") else "")
+
+
+def progress_header() -> str:
+    """The live table's head without its verdict column (printed once, above the first echoed row)."""
+    from llmload.runtime.table import format_header
+
+    return format_header()[:_verdict_at()].rstrip()
+
+
 def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, exclude: set[int]
               ) -> tuple[Path, CpuSampler]:
     """Run one ramp with the real generator; returns its run directory and the CPU samples."""
@@ -248,12 +277,15 @@ def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, e
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
-        stopping = False
+        stopping, headed = False, False
         try:
             for line in proc.stdout:  # the live table, one row per step as it ends: the progress
                 log.write(line)
                 if _PROGRESS.match(line):
-                    print(f"  {line.rstrip()}", flush=True)
+                    if not headed and line.startswith("r"):
+                        headed = True
+                        print(f"  {progress_header()}", flush=True)
+                    print(f"  {progress_line(line)}", flush=True)
                 if not stopping and _INVALID_ROW.match(line):
                     # the envelope ends at the first step that does not hold: the steps above it cannot
                     # count, so stop (SIGTERM: the run is finalised, later steps stay not_run)
@@ -384,19 +416,43 @@ def _ms(value: float | None) -> str:
 
 
 def format_table(steps: list[CalibrationStep]) -> str:
-    """The per-step table the command prints (per worker process; times in ms)."""
-    head = (f"{'ramp':<8} {'step':<9} {'offered':>8} {'achieved':>8} {'lag p99':>8} {'TTFT err':>9} "
-            f"{'tok err':>8} {'streams':>8} {'events/s':>9} {'CPU':>5} {'sim':>5}  holds")
+    """The per-step table the command prints (per worker process; the unit of every column in its head:
+    rates in req/s, send lag and the TTFT / token-time measurement errors p99 in ms, CPU in % of a core)."""
+    head = (f"{'ramp':<8} {'step':<9} {'offered/s':>9} {'achieved/s':>10} {'lag p99 ms':>10} "
+            f"{'TTFT err p99 ms':>15} {'tok err p99 ms':>14} {'streams':>7} {'events/s':>9} {'CPU %':>5} "
+            f"{'sim %':>5}  holds")
     lines = [head, "-" * len(head)]
     for s in steps:
-        cpu = "-" if s.worker_cpu is None else f"{s.worker_cpu:.0%}"
-        sim = "-" if s.sim_cpu is None else f"{s.sim_cpu:.0%}"
+        cpu = "-" if s.worker_cpu is None else f"{s.worker_cpu * 100:.0f}"
+        sim = "-" if s.sim_cpu is None else f"{s.sim_cpu * 100:.0f}"
         streams = "-" if s.in_flight_mean is None else f"{s.in_flight_mean:.0f}"
-        lines.append(f"{s.ramp:<8} {s.label:<9} {s.offered_rate:>8.1f} {s.achieved_rate:>8.1f} "
-                     f"{_ms(s.send_lag_p99_s):>8} {_ms(s.ttft_error_p99_s):>9} {_ms(s.token_error_p99_s):>8} "
-                     f"{streams:>8} {s.events_per_s:>9.0f} {cpu:>5} {sim:>5}  "
+        lines.append(f"{s.ramp:<8} {s.label:<9} {s.offered_rate:>9.1f} {s.achieved_rate:>10.1f} "
+                     f"{_ms(s.send_lag_p99_s):>10} {_ms(s.ttft_error_p99_s):>15} {_ms(s.token_error_p99_s):>14} "
+                     f"{streams:>7} {s.events_per_s:>9.0f} {cpu:>5} {sim:>5}  "
                      f"{'yes' if s.holds else 'no (' + s.why_not + ')'}")
     return "\n".join(lines)
+
+
+def every_step_held(steps: list[CalibrationStep]) -> bool:
+    """Every step of the rate ramp held: the envelope is only the highest rate tried, a lower bound."""
+    rates = [s for s in steps if s.ramp == "rates"]
+    return bool(rates) and all(s.holds for s in rates)
+
+
+def envelope_sentence(envelope: dict[str, Any], *, lowest_rate: float) -> str:
+    """What the command says of the envelope it measured (after the table)."""
+    rate, streams = envelope["max_rate_per_process"], envelope["max_streams_per_process"]
+    if rate is None:
+        return (f"llmload calibrate: no step held ({RULE}): this machine's generator is not exact even at "
+                f"{lowest_rate:g} req/s per process")
+    error = envelope.get("ttft_error_p99_s")
+    figures = (f"{rate:g} req/s, {'-' if streams is None else f'{streams:.0f}'} concurrent streams"
+               + ("" if error is None else f"; TTFT measurement error p99 there {error * 1000:.1f} ms"))
+    if envelope.get("lower_bound"):
+        return (f"safe envelope per worker process ({RULE}): at least {figures}. Every step held, so this is "
+                f"the highest rate tried, a lower bound: the generator may hold more (`llmload run` warns "
+                f"only beyond it)")
+    return f"safe envelope per worker process ({RULE}): {figures}"
 
 
 def run_calibrate(*, processes: int, target: str | None, out: Path | None, quick: bool) -> int:
@@ -443,16 +499,7 @@ def _calibrate(*, processes: int, target: str | None, out: Path | None, quick: b
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
     print("\n" + format_table(steps))
-    rate, streams = envelope["max_rate_per_process"], envelope["max_streams_per_process"]
-    limits = RULE
-    if rate is None:
-        print(f"\nllmload calibrate: no step held ({limits}): this machine's generator is not exact even at "
-              f"{min(r for ramp in ramps for r in ramp.rates):g} req/s per process")
-    else:
-        error = envelope.get("ttft_error_p99_s")
-        print(f"\nsafe envelope per worker process ({limits}): {rate:g} req/s, "
-              f"{'-' if streams is None else f'{streams:.0f}'} concurrent streams"
-              + ("" if error is None else f"; TTFT measurement error p99 there {error * 1000:.1f} ms"))
+    print("\n" + envelope_sentence(envelope, lowest_rate=min(r for ramp in ramps for r in ramp.rates)))
     if quick:
         print("llmload calibrate: --quick is a smoke test; run without it for figures to rely on")
     print(f"llmload calibrate: envelope saved to {path}")
@@ -477,6 +524,7 @@ def _envelope_document(steps: list[CalibrationStep], *, processes: int, target: 
         "quick": quick,
         "rule": RULE,
         **envelope_from_steps(steps),
+        "lower_bound": every_step_held(steps),  # the highest rate tried held: the envelope may be higher
         "ttft_error_p99_s": _error_at_envelope(steps),
         "steps": [asdict(s) for s in steps],
     }

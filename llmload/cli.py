@@ -35,6 +35,22 @@ app = FlagsApp(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from llmload import __version__
+
+        print(f"llmload {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print llmload's version and exit.")] = False,
+) -> None:
+    """The options before a command (`llmload --version`)."""
+
+
 @app.command()
 def sim(
     flavor: Annotated[str, typer.Option(help="Which server to imitate: vllm, ollama, llamacpp or sglang.")] = "vllm",
@@ -142,7 +158,8 @@ def calibrate(
 
 @app.command()
 def engine(
-    action: Annotated[str, typer.Argument(help="build | model | serve | path")] = "build",
+    action: Annotated[str, typer.Argument(
+        help="build (llama-server and the model) | model (the model only) | serve | path")] = "build",
     port: Annotated[int, typer.Option(min=0, max=65535, help="serve: port (0 = free).")] = 8080,
     parallel: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: slots.")] = 4,
     threads: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: CPU threads.")] = 1,

@@ -321,6 +321,9 @@ class LadderShape(Model):
     drain_timeout: Duration = 60.0
     steps: list[LadderStep] = Field(min_length=1)
     refine: Refine | None = None
+    #: after this many failing steps the rest of the ladder is `not_run` (the boundary search still
+    #: runs); 1 keeps one failing step past the knee; null runs every step
+    stop_after_failures: int | None = Field(default=1, ge=1, le=1000)
 
 
 class ConcurrencyShape(Model):

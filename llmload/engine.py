@@ -23,6 +23,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -307,12 +308,13 @@ def wait_healthy(url: str, proc: subprocess.Popen, *, timeout_s: float = 60.0) -
 
 
 def start_llama_server(*, port: int = 0, parallel: int = 4, threads: int = 1, ctx_size: int = 4096,
-                       log_path: str | Path | None = None,
-                       timeout_s: float = 60.0) -> tuple[str, subprocess.Popen]:
+                       log_path: str | Path | None = None, timeout_s: float = 60.0,
+                       started: list[subprocess.Popen] | None = None) -> tuple[str, subprocess.Popen]:
     """Start llama-server on 127.0.0.1 (`port=0`: a free one), wait until healthy, return (url, process).
 
     The caller stops it with `stop_llama_server(proc)`. Its output goes to `log_path` (default: the
-    cache's logs folder); a failed start raises ServerError with the log's last line.
+    cache's logs folder); a failed start raises ServerError with the log's last line. `started`, when
+    given, gets the process as soon as it exists (a caller's signal handling can stop it from then on).
     """
     binary, model = find_llama_server(), find_model()
     if binary is None:
@@ -326,6 +328,8 @@ def start_llama_server(*, port: int = 0, parallel: int = 4, threads: int = 1, ct
                                ctx_size=ctx_size)
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if started is not None:
+        started.append(proc)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout_s=timeout_s)
@@ -333,6 +337,9 @@ def start_llama_server(*, port: int = 0, parallel: int = 4, threads: int = 1, ct
         stop_llama_server(proc)
         lines = log_file.read_text(errors="replace").strip().splitlines()
         raise ServerError(f"{exc}; log {log_file}: {lines[-1] if lines else 'empty'}") from None
+    except BaseException:  # a Ctrl-C or a stop signal while it loads: the server goes with the caller
+        stop_llama_server(proc)
+        raise
     return url, proc
 
 
@@ -343,6 +350,47 @@ def stop_llama_server(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> Non
     stop_process(proc, timeout_s=timeout_s)
 
 
+#: the signals that stop `llmload engine serve` besides Ctrl-C (SIGINT is Python's KeyboardInterrupt)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _StopSignal(BaseException):
+    """A stop signal arrived: raised in the main thread so that every `finally` runs (the server stops)."""
+
+    def __init__(self, signo: int) -> None:
+        super().__init__(signo)
+        self.signo = signo
+
+
+def _raise_stop(signo: int, frame: object) -> None:
+    raise _StopSignal(signo)
+
+
+def _serve(*, port: int, parallel: int, threads: int) -> int:
+    """Start llama-server and wait for it. Ctrl-C, SIGTERM or SIGHUP stop it (exit 0): the two others
+    raise `_StopSignal` instead of ending the process at once (Python's default for SIGTERM and SIGHUP),
+    which left the server running and answering on its port. Nothing this command started outlives it,
+    whichever signal ends it and whenever (while the model loads too)."""
+    started: list[subprocess.Popen] = []
+    previous = {signo: signal.signal(signo, _raise_stop) for signo in STOP_SIGNALS}
+    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    try:
+        url, proc = start_llama_server(port=port, parallel=parallel, threads=threads, started=started)
+        _print(f"llama-server ({MODEL_ALIAS}, {parallel} slots) ready at {url}  (Ctrl-C stops it)")
+        return proc.wait()
+    except (KeyboardInterrupt, _StopSignal):
+        return 0
+    finally:  # whatever ends this command, the server it started never outlives it
+        for signo in previous:  # a second signal cannot cut the stop short
+            signal.signal(signo, signal.SIG_IGN)
+        try:
+            for proc in started:
+                stop_llama_server(proc)
+        finally:
+            for signo, handler in previous.items():
+                signal.signal(signo, handler)
+
+
 def _shell_quote(path: Path) -> str:
     return "'" + str(path).replace("'", "'\\''") + "'"
 
@@ -350,11 +398,14 @@ def _shell_quote(path: Path) -> str:
 def engine_command(action: str, *, port: int = 8080, parallel: int = 4, threads: int = 1) -> int:
     """`llmload engine build|model|serve|path`; returns the exit code.
 
+    `build` builds llama-server and assembles the model (`model` alone assembles the model).
+
     `path` prints `export` lines for the two environment variables (for `eval` in CI scripts) and
     exits 1 when something is missing.
     """
-    if action == "build":
+    if action == "build":  # the binary and the model: everything `serve` and the real-engine tests need
         _print(str(build_llama_server()))
+        _print(str(assemble_model()))
         return 0
     if action == "model":
         _print(str(assemble_model()))
@@ -370,13 +421,6 @@ def engine_command(action: str, *, port: int = 8080, parallel: int = 4, threads:
         _print(f"export {ENV_MODEL}={_shell_quote(model)}")
         return 0
     if action == "serve":
-        url, proc = start_llama_server(port=port, parallel=parallel, threads=threads)
-        try:  # the announcement inside: a Ctrl-C right after it (a script reacting to it) still stops cleanly
-            _print(f"llama-server ({MODEL_ALIAS}, {parallel} slots) ready at {url}  (Ctrl-C stops it)")
-            return proc.wait()
-        except KeyboardInterrupt:
-            return 0
-        finally:  # whatever ends this command, the server it started never outlives it
-            stop_llama_server(proc)
+        return _serve(port=port, parallel=parallel, threads=threads)
     raise ConfigError(f'unknown action "{action}": expected build, model, serve or path',
                       key="engine")

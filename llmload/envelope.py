@@ -80,5 +80,9 @@ def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict |
         over.append(f"{streams:g} streams per process (calibrated: {max_streams:.0f})")
     if not over:
         return None
+    if envelope.get("lower_bound"):  # every calibrated step held: only known to hold up to there
+        return (f"llmload: note: the plan asks {' and '.join(over)}, beyond the highest rate `llmload calibrate` "
+                f"tried on this machine (every step held there: a lower bound, {RULE}); each step is judged "
+                "as it runs")
     return (f"llmload: warning: the plan asks {' and '.join(over)}, beyond this machine's calibrated envelope "
             f"({RULE}): add --processes or expect invalid steps")

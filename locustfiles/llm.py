@@ -12,7 +12,9 @@ Options: `--llmload-config PATH` (the run configuration: target, shape, SLO, ...
 DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`, `--llmload-rates`
 / `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them)
 and `--llmload-no-locust-stats` (`llmload run` passes it: its output ends with its own summary rather
-than Locust's request tables).
+than Locust's request tables, even with `--print-stats`). Our live step table replaces Locust's
+statistics table under plain `locust -f` too (`llmload.runtime.console.replace_locust_stats`);
+`--print-stats` brings Locust's back.
 
 One user class, `LLMUser`, for every `target.api`: the API (path, body, stream format) is the
 `llmload.apis` spec that `target.api` names, read by the client library. Users never pace themselves: each one
@@ -56,6 +58,7 @@ def _options(parser, **kwargs) -> None:
 @events.init.add_listener
 def _init(environment, **kwargs) -> None:
     console.configure_logging()
+    console.replace_locust_stats(environment.parsed_options)  # our step table, not Locust's every 2 s
     if getattr(environment.parsed_options, "llmload_no_locust_stats", False):
         console.drop_locust_stats()
     session.on_init(environment)

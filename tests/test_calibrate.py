@@ -178,3 +178,36 @@ def test_calibrate_interrupted_removes_its_work_folder_and_its_processes(tmp_pat
         p.kill()
     assert not alive, alive
     assert _calibrate_folders(tmp) == [], log.read_text()
+
+
+def test_an_envelope_where_every_step_held_is_called_a_lower_bound():
+    from llmload.calibrate import envelope_sentence, every_step_held
+
+    held = [_step("rates", 10, True, 5), _step("rates", 50, True, 20)]
+    envelope = {**envelope_from_steps(held), "lower_bound": every_step_held(held), "ttft_error_p99_s": 0.0005}
+    said = envelope_sentence(envelope, lowest_rate=10)
+    assert envelope["lower_bound"] and "at least 50 req/s" in said and "lower bound" in said
+    stopped = [*held, _step("rates", 100, False, 40)]
+    envelope = {**envelope_from_steps(stopped), "lower_bound": every_step_held(stopped), "ttft_error_p99_s": None}
+    said = envelope_sentence(envelope, lowest_rate=10)
+    assert not envelope["lower_bound"] and "50 req/s" in said and "lower bound" not in said and "at least" not in said
+    # `llmload run` past a lower bound is told so, not warned of invalid steps
+    ladder = _config({"ladder": {"steps": [{"rate": 80, "duration": "10s"}]}})
+    note = check_plan_against_envelope(ladder, 1, envelope={"version": 2, "max_rate_per_process": 50.0,
+                                                            "max_streams_per_process": None, "lower_bound": True})
+    assert note.startswith("llmload: note:") and "lower bound" in note
+
+
+def test_the_step_lines_show_no_slo_verdict_and_every_column_has_its_unit():
+    from llmload.calibrate import format_table, progress_line
+    from llmload.runtime.table import format_row
+
+    row = {"label": "r10.00", "offered_rate": 10.0, "achieved_rate": 10.0, "ttft_p95_s": 0.021}
+    echoed = progress_line(format_row({**row, "verdict": "insufficient"}))
+    assert echoed.startswith("r10.00") and "21ms" in echoed and "insufficient" not in echoed
+    assert echoed.endswith("-")  # the row's last figure, no verdict after it
+    invalid = progress_line(format_row({**row, "verdict": "invalid (send_lag)"}))
+    assert invalid.endswith("invalid (send_lag)")  # why the ramp stops there
+    head = format_table([_step("rates", 10, True)]).splitlines()[0]
+    for column in ("offered/s", "achieved/s", "lag p99 ms", "TTFT err p99 ms", "tok err p99 ms", "CPU %"):
+        assert column in head, column

@@ -118,3 +118,13 @@ def test_calibrate_against_a_dead_target_is_exit_3(capsys, tmp_path, monkeypatch
     assert main(["calibrate", "--target", f"http://127.0.0.1:{free_port()}", "--quick"]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "target unreachable" in err, err
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    from llmload import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"llmload {__version__}"
+    done = subprocess.run([sys.executable, "-c", PROBE, "--version"], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
+    assert f"llmload {__version__}" in done.stdout and done.stdout.rsplit("HEAVY=", 1)[1].strip() == "[]"

@@ -3,21 +3,29 @@
 Inside the Locust process, Locust's logging set-up formats every record as
 `[time] host/LEVEL/logger: message`, unlike the lines llmload prints itself (`llmload: warning: ...`).
 `configure_logging` gives the `llmload` loggers their own handler in our style (called from the
-locustfile's `init`, after Locust's set-up). `drop_locust_stats` silences Locust's closing request
-tables, which count E2E, TTFT and TPOT as three "requests" each: `llmload run` passes
-`--llmload-no-locust-stats` and ends with its own summary; plain `locust -f` keeps Locust's tables.
+locustfile's `init`, after Locust's set-up). `replace_locust_stats` puts our live step table in place of
+Locust's request statistics table (every 2 s in a headless run, and again at the end), as `llmload run`
+does: with llmload's users loaded, plain `locust -f locustfiles/llm.py,shapes/llm.py --headless` prints
+one row per step and the run's summary, not hundreds of lines of Locust's table (whose one `E2E` row
+mixes warm-up, steps and drains). Locust's `--print-stats` brings its table back.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
-__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"]
+__all__ = ["DEMO_ENV", "LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
+           "replace_locust_stats", "run_in_demo"]
 
 #: the logger Locust prints its request statistics tables through
 LOCUST_STATS_LOGGER = "locust.stats_logger"
+#: set by `llmload demo` for its runs: their last line says the verdict in words, not an exit code the
+#: demo itself does not return (it exits 0 when it ran: a failing step is its point)
+DEMO_ENV = "LLMLOAD_DEMO"
 
 
 class LineFormatter(logging.Formatter):
@@ -54,3 +62,38 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.WARN
 def drop_locust_stats() -> None:
     """Silence Locust's request statistics tables in this process (our command prints its own summary)."""
     logging.getLogger(LOCUST_STATS_LOGGER).disabled = True
+
+
+def replace_locust_stats(options: Any) -> None:
+    """Our step table instead of Locust's statistics table (see the module docstring): no periodic table
+    (`--only-summary`, read by Locust after the `init` event) and no closing one. Left alone when the
+    command line asks for Locust's table (`--print-stats`) and on a worker (which prints none)."""
+    if options is None or getattr(options, "print_stats", False) or getattr(options, "worker", False):
+        return
+    options.only_summary = True
+    drop_locust_stats()
+
+
+#: what a demo run's verdict code means, in its last line
+_DEMO_VERDICTS = {0: "every step passed", 1: "a step failed its SLO: the knee the demo is there to show",
+                  3: "no conclusion: a step was invalid or had too few samples, see above"}
+
+
+def exit_note(code: int) -> str:
+    """The end of a run's last line: ` (exit code N)`, or inside `llmload demo` the verdict in words."""
+    if os.environ.get(DEMO_ENV) and code in _DEMO_VERDICTS:
+        return f" ({_DEMO_VERDICTS[code]})"
+    return f" (exit code {code})"
+
+
+def run_in_demo(run: Callable[..., int], *args: Any, **kwargs: Any) -> int:
+    """`run(*args, **kwargs)` (`run_config`) with `DEMO_ENV` set for the Locust process it starts."""
+    was = os.environ.get(DEMO_ENV)
+    os.environ[DEMO_ENV] = "1"
+    try:
+        return run(*args, **kwargs)
+    finally:
+        if was is None:
+            os.environ.pop(DEMO_ENV, None)
+        else:
+            os.environ[DEMO_ENV] = was

@@ -247,13 +247,18 @@ class StepController:
                 self.wait_ready()
             self.out(format_header())
             next_start: float | None = None
+            failures, limit = 0, self._stop_after_failures()
             for spec, row in zip(self.specs, rows, strict=True):
                 if self.stopping or self.failed:
                     break
+                if limit is not None and failures >= limit:  # deep overload teaches nothing more
+                    self._skip_after_failures(row, failures)
+                    continue
                 if not spec.drain and spec.arrivals_s is not None:
                     next_start = self._run_undrained(spec, row, next_start)
                 else:
-                    self.run_step(spec, row, start_at=next_start)
+                    verdict, *_ = self.run_step(spec, row, start_at=next_start)
+                    failures += verdict == "fail"
                     next_start = None
             gevent.joinall(self._tails)
             if not self.stopping and not self.failed:
@@ -277,6 +282,23 @@ class StepController:
             if self.state in (StepsState.RUNNING, StepsState.STOPPING):
                 self._to(StepsState.DONE)
             self.done.set()
+
+    def _skip_after_failures(self, row: dict, failures: int) -> None:
+        """Leave `row` `not_run`, with the reason (said once, on the first step left out)."""
+        reason = f"stop_after_failures: {failures} failing step{'s' if failures > 1 else ''} before it"
+        if not any(r.get("not_run_reason") for r in self.plan.steps):
+            later = [r["label"] for r in self.plan.steps[row["index"]:]]
+            self.out(f"  {reason}: {', '.join(later)} not run (shape.ladder.stop_after_failures)")
+        self.plan.update(row, not_run_reason=reason)
+
+    def _stop_after_failures(self) -> int | None:
+        """The config ladder's `stop_after_failures` when the config's ladder plans the run (no shape,
+        `shapes/llm.py`'s or a built-in kind's, which has `serves`), else None: a shape of the user's own
+        plans its steps itself."""
+        ladder, shape = self.config.shape.ladder, self.shape
+        if ladder is None or not (shape is None or getattr(shape, "follows_config", False) or hasattr(shape, "serves")):
+            return None
+        return ladder.stop_after_failures
 
     def run_step(self, spec: StepSpec, row: dict, *, start_at: float | None = None) -> tuple[str, list[str], dict]:
         """Run one step on every worker, drain it, judge it; returns (verdict, failing, stats)."""

@@ -118,6 +118,7 @@ def answer_lines(folder: Path) -> list[str]:
 
 def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 25.0) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
+    from llmload.runtime.console import run_in_demo
     from llmload.runtime.launcher import run_config
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -131,7 +132,7 @@ def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 
             path = folder / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
             print(f"\nllmload demo: {name} run ({path})", flush=True)
-            codes[name] = run_config(path, out=folder / name)
+            codes[name] = run_in_demo(run_config, path, out=folder / name)  # its verdict in words, no exit code
             if codes[name] >= 128:  # stopped by a signal (Ctrl-C): the rest of the demo is not wanted
                 break
     finally:

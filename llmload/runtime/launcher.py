@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from llmload.config import Config
 
 __all__ = ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
-           "verdict_exit_code"]
+           "say_once", "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -118,6 +118,18 @@ def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
     return path
 
 
+#: notes this process printed already (`say_once`)
+_SAID: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """Print `line` on stderr unless this process printed it already (a second run of the same process,
+    as in `llmload demo`, repeats no note)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+
+
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
@@ -164,7 +176,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         warning = check_plan_against_envelope(config, expect_workers if master else processes,
                                               base_dir=Path(config_path).resolve().parent)
         if warning:
-            print(warning, file=sys.stderr)
+            say_once(warning)  # `llmload demo` runs two configs in one process: one note
         cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
                              expect_workers=expect_workers, master_port=master_port, locustfile=locustfile)
         if skip_preflight:

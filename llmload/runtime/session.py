@@ -34,6 +34,7 @@ from llmload.clock import now
 from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
+from llmload.runtime import console
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.launcher import new_run_dir
 from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
@@ -300,13 +301,7 @@ class Session:
         if checks.get("tokens_per_word"):  # measured with the server's /tokenize: every worker uses it
             requests = config.requests.model_copy(update={"tokens_per_word": checks["tokens_per_word"]})
             config = self.config = config.model_copy(update={"requests": requests})
-        try:
-            write_run_manifest(config, run_dir, checks=checks, config_path=self.config_path,
-                               workers=len(WorkerLink(self.env.runner).workers()), overrides=self.overrides)
-        except Exception as exc:  # the run can go on; the report will say the manifest is missing
-            log.exception("manifest not written")
-            print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
-        from shapes.loadshapes import planning_shape
+        from shapes.loadshapes import planning_shape, shape_for_config
 
         base_dir = Path(self.config_path).resolve().parent
         try:
@@ -315,6 +310,20 @@ class Session:
         except LLMLoadError as exc:
             self._fail(str(exc), exc.exit_code)
             return
+        from llmload.telemetry.manifest import shape_record
+
+        replaced = (None if getattr(self.shape, "follows_config", False)
+                    or type(self.shape) is type(shape_for_config(config)) else config.shape.kind)
+        if replaced:  # a locustfile's own shape plans the run: the config's `shape:` is not what runs
+            print(f"llmload: note: the locustfile's shape {type(self.shape).__name__} plans this run "
+                  f"({len(steps)} steps); the config's shape ({replaced}) is not used", flush=True)
+        try:
+            write_run_manifest(config, run_dir, checks=checks, config_path=self.config_path,
+                               workers=len(WorkerLink(self.env.runner).workers()), overrides=self.overrides,
+                               shape=shape_record(self.shape, steps, replaced_kind=replaced))
+        except Exception as exc:  # the run can go on; the report will say the manifest is missing
+            log.exception("manifest not written")
+            print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
         self.telemetry = start_telemetry(config, run_dir)
         from llmload.runtime.judging import live_judge
 
@@ -378,7 +387,7 @@ class Session:
             code = interrupted_exit_code(self.stop_signal)
         self.exit_code = code
         self.env.process_exit_code = code
-        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
+        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else console.exit_note(code)
         written = self.run_dir / "report.html"
         if not (report and written.exists()):  # say the file that is there (a failed report was warned of)
             written = self.run_dir / "summary.json"

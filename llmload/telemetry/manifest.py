@@ -40,6 +40,7 @@ __all__ = [
     "fingerprint",
     "read_manifest",
     "redact_config",
+    "shape_record",
     "write_manifest",
 ]
 
@@ -81,6 +82,21 @@ def redact_config(config: Config) -> dict[str, Any]:
     headers = data["target"].get("headers") or {}
     data["target"]["headers"] = {k: (REDACTED if SECRET_HEADER.search(k) else v) for k, v in headers.items()}
     return _scrub(data, secret_values(config))
+
+
+#: what `shape_record` keeps of each planned step (a trace's arrivals are left out: they are plan.json's)
+_STEP_KEYS = ("label", "phase", "arrival", "target_rate", "concurrency", "requests", "warmup_s", "duration_s",
+              "drain_timeout_s")
+
+
+def shape_record(shape: Any, steps: list[Any], *, replaced_kind: str | None) -> dict[str, Any]:
+    """The manifest's `shape`: the class that planned the run and its steps as planned. `replaced_kind`
+    is the config's `shape:` kind when a locustfile's own shape planned the run instead (else None)."""
+    cls = type(shape)
+    return {"class": cls.__name__, "module": cls.__module__,
+            "source": "locustfile" if replaced_kind else "config",
+            "replaces_config_shape": replaced_kind,
+            "steps": [{key: getattr(step, key, None) for key in _STEP_KEYS} for step in steps]}
 
 
 def fingerprint(conditions: dict[str, Any]) -> str:
@@ -185,7 +201,10 @@ def build_manifest(config: Config, *, run_id: str, seeds: Any, plan_kind: str, p
         differing = [k for k, v in other["facts"].items() if v != facts.get(k) and k != "cache_state"]
         if differing:
             warnings.append(f"{other['url']} differs from {servers[0]['url']} in {', '.join(differing)}")
+    from llmload import __version__
+
     manifest = {
+        "llmload_version": __version__,  # also under client.llmload, beside the other versions
         "run_id": run_id,
         "created_at": now(),
         "plan_kind": plan_kind,

@@ -3,6 +3,7 @@ headless against the sim, and the run follows its plan, not the config's `shape:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -28,8 +29,6 @@ def _custom_plan(config_path) -> list[dict]:
             f"steps = mod.SawtoothShape().plan(load_config({str(config_path)!r}))\n"
             "print(json.dumps([s.to_dict() for s in steps]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    import json
-
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -62,3 +61,12 @@ def test_the_custom_shape_example_runs_its_own_plan_against_the_sim(vllm_sim, tm
         assert np.allclose(mine["scheduled_at"].to_numpy() - row["start_at"], planned, atol=1e-6), row["label"]
         assert (mine["sent_at"] >= mine["scheduled_at"] - 1e-3).all()
     assert load_config(path).shape.kind == "ladder"  # the config itself was not what ran
+    # the manifest records the shape that ran, and one line at the start said the config's was replaced
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["plan_kind"] == "SawtoothShape"
+    shape = manifest["shape"]
+    assert (shape["class"], shape["source"], shape["replaces_config_shape"]) == ("SawtoothShape", "locustfile", "ladder")
+    assert [s["target_rate"] for s in shape["steps"]] == [2.0, 4.0, 6.0, 2.0, 4.0, 6.0]
+    said = [line for line in done.stdout.splitlines() if "shape" in line and "not used" in line]
+    assert said == ["llmload: note: the locustfile's shape SawtoothShape plans this run (6 steps); the config's "
+                    "shape (ladder) is not used"], done.stdout[-3000:]

@@ -32,6 +32,34 @@ def test_every_api_has_an_example():
     assert apis == set(api_names())
 
 
+#: a step's arrival count, normal approximation: mean rate x window, variance the mean x the dispersion (0
+#: evenly spaced, 1 Poisson, 1 / burstiness gamma); its 1st percentile must reach min_samples, so that a step
+#: under capacity is `insufficient` in at most one run in a hundred (15 expected of 15: every other run)
+Z_99 = 2.326
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_ladder_step_can_reach_min_samples(path: Path):
+    config = load_config(path)
+    ladder, need = config.shape.ladder, config.slo.min_samples
+    if ladder is None:
+        return
+    dispersion = {"constant": 0.0, "poisson": 1.0, "gamma": 1.0 / ladder.burstiness}[ladder.arrival]
+    short = []
+    for step in build_plan(config, base_dir=path.parent):
+        expected = step.target_rate * step.duration_s
+        if expected - Z_99 * (expected * dispersion) ** 0.5 < need:
+            short.append(f"{step.label}: {step.target_rate:g} req/s x {step.duration_s:g} s = {expected:g} expected")
+    assert not short, f"{path.name}: min_samples {need} is out of reach in 1% of runs or more: {short}"
+
+
+def test_the_llamacpp_example_names_the_engine_s_model_alias():
+    from llmload.engine import MODEL_ALIAS
+
+    examples = [p for p in EXAMPLES if load_config(p).target.server == "llamacpp"]
+    assert examples and all(load_config(p).target.model == MODEL_ALIAS for p in examples)
+
+
 @pytest.mark.slow
 def test_closed_loop_levels_against_the_ollama_sim(sim_factory, tmp_path):
     sim = sim_factory(flavor="ollama", config={"load_time_s": "0.1s", "num_parallel": 4})

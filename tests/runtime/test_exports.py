@@ -7,14 +7,15 @@ import importlib
 import llmload.runtime
 
 MODULES = {
-    "console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats"],
+    "console": ["DEMO_ENV", "LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats",
+                "exit_note", "replace_locust_stats", "run_in_demo"],
     "controller": ["StepController", "WorkerLink", "step_lead_s"],
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "gate": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
     "judging": ["judge_rows", "live_judge"],
     "launcher": ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
-                 "verdict_exit_code"],
+                 "say_once", "verdict_exit_code"],
     "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
     "plan_json": ["PlanFile", "STEP_FIELDS"],
     "jobs": ["ClosedLoop", "Job", "plan_jobs"],

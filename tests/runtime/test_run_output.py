@@ -12,7 +12,6 @@ from runtime_helpers import base_config, run_locust, write_config
 
 from llmload.config import parse_config
 from llmload.runtime.console import configure_logging
-from llmload.runtime.launcher import locust_command
 from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, window_ttft_p95
 from llmload.telemetry.collector import TelemetryCollector
 
@@ -107,21 +106,50 @@ def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
     last = [line for line in done.stdout.splitlines() if line.strip()][-1]
     assert last.startswith("llmload: report ") and "(exit code" in last
+    import json
+
+    shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
+    assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
+    assert "is not used" not in output
+
+
+def _plain_locust(config_path, run_dir, *extra: str) -> list[str]:
+    """`locust -f locustfiles/llm.py,shapes/llm.py --headless --llmload-config ...` as the README writes it
+    (none of the flags `llmload run` adds)."""
+    import sys
+
+    from llmload.runtime.launcher import LOCUSTFILE, SHAPEFILE
+
+    return [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
+            "--llmload-config", str(config_path), "--llmload-run-dir", str(run_dir), *extra]
 
 
 @pytest.mark.slow
-def test_plain_locust_keeps_its_tables_and_gpu_absence_is_one_line(vllm_sim, tmp_path):
-    config = _config(vllm_sim.url, telemetry={"gpu": "auto"})
-    cmd = locust_command(write_config(tmp_path, config), tmp_path / "run")
-    assert "--llmload-no-locust-stats" in cmd
-    extra_free = [c for c in cmd if c != "--llmload-no-locust-stats"]
+def test_plain_locust_prints_our_table_not_locusts_and_gpu_absence_is_one_line(vllm_sim, tmp_path):
     import subprocess
 
-    done = subprocess.run(extra_free, capture_output=True, text=True, timeout=120)
+    config = _config(vllm_sim.url, telemetry={"gpu": "auto"})
+    config["shape"]["ladder"]["steps"].append({"rate": 2, "duration": "3s"})  # 5 s of steps: 2 Locust tables
+    config["shape"]["ladder"]["stop_after_failures"] = None
+    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run"), capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     output = done.stdout + done.stderr
-    assert "Aggregated" in output  # plain Locust: its own tables stay
+    assert "Aggregated" not in output and "# reqs" not in output, output[-3000:]  # no Locust table, none at the end
+    header = format_header()
+    assert header in done.stdout and "r4.00" in done.stdout and "r2.00" in done.stdout  # our step table instead
     if _nvml_missing():
         gpu_lines = [line for line in output.splitlines() if "GPU" in line]
         assert len(gpu_lines) == 1 and gpu_lines[0].startswith("llmload: warning: no GPU telemetry"), gpu_lines
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line) and "llmload" in line]
+
+
+@pytest.mark.slow
+def test_plain_locust_prints_its_own_table_when_asked(vllm_sim, tmp_path):
+    import subprocess
+
+    config = _config(vllm_sim.url, conditions={"gpus": 0})
+    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run", "--print-stats"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "Aggregated" in done.stdout + done.stderr  # --print-stats: Locust's table is back

@@ -113,3 +113,11 @@ def test_probes_against_every_sim_flavour(sim_factory) -> None:
     ll = build_manifest(config_for(llama.url, telemetry=off), run_id="l", seeds=None,
                         plan_kind="ladder")["conditions"]
     assert (ll["server"], ll["max_num_seqs"], ll["context_length"]) == ("llamacpp", 2, 1024)
+
+
+def test_the_manifest_names_llmload_s_version(canned: CannedServer) -> None:
+    from llmload import __version__
+
+    _vllm(canned)
+    m = build_manifest(config_for(canned.url, telemetry={"gpu": "off"}), run_id="r1", seeds=[1], plan_kind="ladder")
+    assert m["llmload_version"] == __version__ == m["client"]["llmload"]
