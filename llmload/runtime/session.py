@@ -221,7 +221,8 @@ class Session:
             try:
                 prom.serve(self.metrics_registry, host, port)
             except OSError as exc:
-                self._fail(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}", 2)
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                self._fail(f"--metrics-port {port}: cannot listen on {host}:{port}: {reason}", 2)
 
     def _load_config(self) -> None:
         options = self.env.parsed_options

@@ -114,3 +114,31 @@ def test_prometheus_scrapes_a_live_run_and_agrees_with_its_records(tmp_path: Pat
             stop_process(locust)
         stop_process(prometheus)
         stop_process(sim.proc)
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
+    import socket
+    import sys
+
+    from support import base_config
+
+    sim = start_sim(tmp_path)
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s",
+                                                  "steps": [{"rate": 2, "duration": "2s"}]}})
+        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
+                               "--out", str(tmp_path / "run"), "--metrics-port", str(port)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    finally:
+        holder.close()
+        stop_process(sim.proc)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("llmload: error:")]
+    assert errors == [f"llmload: error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}: "
+                      "Address already in use"], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
