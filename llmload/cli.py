@@ -87,13 +87,18 @@ def run(
     locustfile: Annotated[Optional[Path], typer.Option(
         help="Your own locustfile (an LLMUser subclass, e.g. examples/locustfiles/multiturn.py) instead of "
              "llmload's.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        min=1, max=65535, help="Serve live Prometheus metrics (/metrics) on this port while the run is live "
+                               "(with --web they are also at the web UI's /metrics).")] = None,
+    metrics_host: Annotated[str, typer.Option(help="The address --metrics-port binds.")] = "127.0.0.1",
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     from llmload.runtime.launcher import run_config
 
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
                                 expect_workers=expect_workers, worker=worker, master_host=master_host,
-                                master_port=master_port, locustfile=locustfile))
+                                master_port=master_port, locustfile=locustfile, metrics_port=metrics_port,
+                                metrics_host=metrics_host))
 
 
 @app.command()

@@ -64,10 +64,11 @@ def free_loopback_port() -> int:
 def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False, processes: int = 0,
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
                    master_host: str = "127.0.0.1", master_port: int | None = None,
-                   locustfile: Path | None = None) -> list[str]:
+                   locustfile: Path | None = None, metrics_port: int | None = None,
+                   metrics_host: str = "127.0.0.1") -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
-    instead of ours."""
+    instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.prom`)."""
     files = [LOCUSTFILE, SHAPEFILE]
     if locustfile is not None:  # its users replace ours when it imports them (a subclass); else it adds a shape
         own = Path(locustfile).resolve()
@@ -89,6 +90,8 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
     if master:
         cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-port",
                 str(master_port or DEFAULT_PORT)]
+    if metrics_port:
+        cmd += ["--llmload-metrics-port", str(metrics_port), "--llmload-metrics-host", metrics_host]
     return cmd
 
 
@@ -133,7 +136,8 @@ def say_once(line: str) -> None:
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
-               locustfile: Path | None = None) -> int:
+               locustfile: Path | None = None, metrics_port: int | None = None,
+               metrics_host: str = "127.0.0.1") -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
     clash = _role_clash(master=master, worker=worker, processes=processes) or _bad_locustfile(locustfile)
     if clash:
@@ -178,7 +182,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         if warning:
             say_once(warning)  # `llmload demo` runs two configs in one process: one note
         cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
-                             expect_workers=expect_workers, master_port=master_port, locustfile=locustfile)
+                             expect_workers=expect_workers, master_port=master_port, locustfile=locustfile,
+                             metrics_port=metrics_port, metrics_host=metrics_host)
         if skip_preflight:
             cmd.append("--llmload-skip-preflight")
         if web:

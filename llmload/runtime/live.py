@@ -25,7 +25,7 @@ import numpy as np
 
 from llmload.config import SLO
 
-__all__ = ["KEEP_S", "LiveSeries", "request_values"]
+__all__ = ["KEEP_S", "LiveSeries", "meets_slo", "request_values"]
 
 #: seconds of history kept for the charts
 KEEP_S = 1800
@@ -47,7 +47,7 @@ def request_values(row: dict) -> dict[str, float | None]:
             "client_wait": sent - sched if sent is not None and sched is not None else None}
 
 
-def _good(row: dict, values: dict, slo: SLO | None) -> bool:
+def meets_slo(row: dict, values: dict, slo: SLO | None) -> bool:
     """`ok` and every per-request threshold met (a value that is undefined is not judged; ITL and the
     server queue are step-level only)."""
     if row.get("outcome") != "ok":
@@ -106,7 +106,7 @@ class LiveSeries:
                             if values[key] is not None:
                                 bins[s].append(values[key])
                                 self._pct.pop((key, s), None)
-                if sched is not None and _good(row, values, self.slo):
+                if sched is not None and meets_slo(row, values, self.slo):
                     self._good[self._touch(sched)] += 1
             self._trim()
 

@@ -81,6 +81,11 @@ def add_options(parser: Any) -> None:
     group.add_argument("--llmload-no-report", action="store_true", default=False,
                        help="write summary.json but not report.html (`llmload calibrate`; `llmload report` "
                             "draws it later)")
+    # live Prometheus metrics (`llmload.runtime.prom`), not in the start form: the process serves them
+    parser.add_argument("--llmload-metrics-port", type=int, default=0, include_in_web_ui=False,
+                        help="master: serve live Prometheus metrics on this port (/metrics; 0: not served)")
+    parser.add_argument("--llmload-metrics-host", type=str, default="127.0.0.1", include_in_web_ui=False,
+                        help="master: the address --llmload-metrics-port binds (loopback by default)")
     from llmload.runtime.webform import add_form_options
 
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
@@ -100,6 +105,9 @@ class Session:
         self.outcome: dict = {}
         #: the web UI's live series (`llmload.runtime.live.LiveSeries`), fed with shipped summaries
         self.live: Any = None
+        #: the live Prometheus metrics (`llmload.runtime.prom.LiveMetrics`) with --web or a metrics port
+        self.metrics: Any = None
+        self.metrics_registry: Any = None
         self.config_path: str = ""
         self.run_dir: Path | None = None
         self.worker: WorkerRuntime | None = None
@@ -195,6 +203,27 @@ class Session:
                 from llmload.runtime.webui import install_web_ui
 
                 install_web_ui(self.env, self)
+            self._serve_metrics()
+
+    def _serve_metrics(self) -> None:
+        """Live `/metrics` (`llmload.runtime.prom`): on the web UI's app, and on --llmload-metrics-port."""
+        options = self.env.parsed_options
+        port = int(getattr(options, "llmload_metrics_port", 0) or 0)
+        web_ui = getattr(self.env, "web_ui", None)
+        if not port and web_ui is None:
+            return
+        from llmload.runtime import prom
+
+        self.metrics = prom.install(self)
+        if web_ui is not None:
+            prom.add_route(web_ui.app, self.metrics_registry, web_ui.auth_required_if_enabled)
+        if port:
+            host = str(getattr(options, "llmload_metrics_host", "") or "127.0.0.1")
+            try:
+                prom.serve(self.metrics_registry, host, port)
+            except OSError as exc:
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)
+                self._fail(f"--metrics-port {port}: cannot listen on {host}:{port}: {reason}", 2)
 
     def _load_config(self) -> None:
         options = self.env.parsed_options
@@ -234,6 +263,8 @@ class Session:
             self.controller.on_results(msg.data)
         if self.live is not None:
             self.live.add_rows(msg.data.get("rows", []))
+        if self.metrics is not None:
+            self.metrics.add_rows(msg.data.get("rows", []))
 
     def _on_drained(self, environment: Any, msg: Any, **kw: Any) -> None:
         if self.controller is not None:
