@@ -1,0 +1,87 @@
+"""Hostile input files (issue 33 items 18-21): each is one line naming the file (and line or key), exit 2,
+before anything is started. The pre-flight and the sim server are patched to fail if they are reached."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.cli import main
+
+TARGET = "target:\n  url: http://127.0.0.1:8000\n"
+LADDER = "shape:\n  ladder:\n    steps:\n      - {rate: 1, duration: 10s}\n"
+
+
+@pytest.fixture
+def run_cli(tmp_path, monkeypatch, capsys):
+    """`run_cli(text_or_bytes, command=("run",))` -> (exit code, stderr) for a config file holding that."""
+
+    def not_started(*args, **kwargs):
+        raise AssertionError("a bad input was accepted: the pre-flight was reached")
+
+    monkeypatch.setattr("llmload.runtime.preflight.check_reachable", not_started)
+    monkeypatch.setattr("llmload.sim.server.SimServer", not_started)
+
+    def run(content: str | bytes, command: tuple[str, ...] = ("run",), name: str = "bad.yaml") -> tuple[int, str]:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        args = [*command, str(path)] if command == ("run",) else [*command, "--config", str(path)]
+        code = main(args)
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def assert_one_line(code: int, err: str, *, where: str, key: str | None = None) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("llmload: error: ") and where in lines[0], err
+    if key is not None:
+        assert key in lines[0], err
+
+
+# ------------------------------------------------------------------ 18: YAML alias bomb
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """`levels` anchors, each a list of `width` aliases of the one before: width**levels leaves."""
+    lines = ['a0: &a0 ["lol"]']
+    for level in range(1, levels + 1):
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [("run",), ("sim",)])
+def test_alias_bomb_is_one_line(run_cli, command):
+    text = alias_bomb() if command == ("sim",) else TARGET + LADDER + "conditions:\n  notes: x\n" + alias_bomb()
+    assert_one_line(*run_cli(text, command), where="bad.yaml:1", key="expands to more than")
+
+
+@pytest.mark.timeout(60)
+def test_alias_bomb_in_an_slo_file(tmp_path):
+    from llmload.config import load_slo
+    from llmload.errors import ConfigError
+
+    path = tmp_path / "slo.yaml"
+    path.write_text("slo:\n  ttft_p95: 1s\n" + alias_bomb(), encoding="utf-8")
+    with pytest.raises(ConfigError, match="expands to more than"):
+        load_slo(path)
+
+
+def test_line_index_visits_an_aliased_node_once():
+    from llmload.yamlfile import line_index
+
+    index = line_index(alias_bomb(levels=12, width=9))  # 282 billion paths if walked naively
+    assert index[("a12",)] == 13 and ("a12", 8) in index
+
+
+def test_aliases_that_stay_small_are_fine(tmp_path):
+    from llmload.config import load_config
+
+    text = TARGET + "shape:\n  ladder:\n    steps:\n      - &s {rate: 1, duration: 10s}\n      - *s\n"
+    path = tmp_path / "ok.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert len(load_config(path).shape.ladder.steps) == 2
