@@ -85,3 +85,38 @@ def test_aliases_that_stay_small_are_fine(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(text, encoding="utf-8")
     assert len(load_config(path).shape.ladder.steps) == 2
+
+
+# ------------------------------------------------------------------ 20: traces bounded
+
+TRACE_HEAD = "timestamp,input_tokens,output_tokens\n0,10,10\n"
+
+
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("inf.csv", TRACE_HEAD + "inf,10,10\n", r"inf\.csv:3: timestamp: expected a finite time"),
+    ("gap.csv", TRACE_HEAD + "1e15,10,10\n", r"gap\.csv:3: timestamp: 1e\+15 s after the first arrival"),
+    ("big.csv", TRACE_HEAD + "1,1e300,10\n", r"big\.csv:3: input_tokens: 1e300 is more than 1,000,000"),
+    ("big.jsonl", '{"timestamp": 0}\n{"timestamp": 1, "output_tokens": 1%s}\n' % ("0" * 400),
+     r"big\.jsonl:2: output_tokens: expected a non-negative integer"),
+    ("nan.jsonl", '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+                  '{"timestamp": 1e400, "input_length": 1, "output_length": 1}\n', r"nan\.jsonl:2: timestamp"),
+    ("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1900-01-01 00:00:00,1,2\n2200-01-01 00:00:00,1,2\n",
+     r"azure\.csv:3: TIMESTAMP: .* a trace may span at most 31 days"),
+    ("prefix.csv", "timestamp,prefix_id\n0,1e300\n", r"prefix\.csv:2: prefix_id: 1e300 is more than"),
+])
+def test_trace_values_past_the_bounds_name_file_and_line(tmp_path, name, text, match):
+    from llmload.errors import ConfigError
+    from llmload.traces import load_trace
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=match) as info:
+        load_trace(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_an_endless_trace_stops_llmload_run_before_preflight(run_cli, tmp_path):
+    (tmp_path / "t.csv").write_text(TRACE_HEAD + "1e15,10,10\n", encoding="utf-8")
+    text = TARGET + "shape:\n  trace: {file: t.csv}\n"
+    assert_one_line(*run_cli(text), where="t.csv:3", key="timestamp")
