@@ -702,6 +702,10 @@ def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple
         if name and not (base_dir / name).is_file():
             raise ConfigError(f'file "{name}" not found (relative paths start at the config\'s folder)',
                               file=file, line=lines.get(path), key=_format_path(path))
+    if config.requests.dataset:  # every line checked now: a bad one stops the run before its pre-flight
+        from llmload.client.dataset import load_dataset
+
+        load_dataset(base_dir / config.requests.dataset)
 
 
 def load_slo(path: str | Path) -> SLO:

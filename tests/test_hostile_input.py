@@ -120,3 +120,19 @@ def test_an_endless_trace_stops_llmload_run_before_preflight(run_cli, tmp_path):
     (tmp_path / "t.csv").write_text(TRACE_HEAD + "1e15,10,10\n", encoding="utf-8")
     text = TARGET + "shape:\n  trace: {file: t.csv}\n"
     assert_one_line(*run_cli(text), where="t.csv:3", key="timestamp")
+
+
+# ------------------------------------------------------------------ 21: datasets checked at load
+
+@pytest.mark.parametrize(("content", "where", "key"), [
+    (b'{"prompt": "hi"}\n{"prompt": "hi", "output_tokens": 100000000000000000000}\n', "data.jsonl:2",
+     "output_tokens must be an integer from 1 to 1,000,000"),
+    (b'{"prompt": "hi", "output_tokens": true}\n', "data.jsonl:1", "got True"),
+    (b'{"prompt": "hi"}\n' + bytes(range(256)) * 4, "data.jsonl:3", "not UTF-8"),
+    (b'{"prompt": "hi"}\n\x00\x01\x02\x03\n', "data.jsonl:2", "not valid JSON"),
+    (b'[' * 100_000 + b'\n', "data.jsonl:1", "not valid JSON"),
+], ids=["output_tokens-1e20", "output_tokens-true", "binary", "control-bytes", "nested-deep"])
+def test_a_bad_dataset_stops_llmload_run_before_preflight(run_cli, tmp_path, content, where, key):
+    (tmp_path / "data.jsonl").write_bytes(content)
+    text = TARGET + LADDER + "requests:\n  dataset: data.jsonl\n"
+    assert_one_line(*run_cli(text), where=where, key=key)
