@@ -684,16 +684,22 @@ def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config
 def load_config(path: str | Path) -> Config:
     """Read and validate a run configuration file. Raises ConfigError with file:line key: reason.
 
-    Files the config names (`requests.dataset`, an `empirical` lengths `file`) must exist, relative to
-    the config's folder, so a typo stops the run before it starts rather than in its first request."""
+    Files the config names (`requests.dataset`, an `empirical` lengths `file`, `target.api_key_file`) must
+    exist, relative to the config's folder, so a typo stops the run before it starts rather than in its
+    first request. `target.api_key_file` comes back as an absolute path, so every reader of the key (the
+    pre-flight, telemetry, the load's workers) reads the same file whatever their current folder."""
     text, data = _read_yaml(path)
     config = parse_config(data, file=str(path), text=text)
-    _check_files(config, base_dir=Path(path).resolve().parent, file=str(path), lines=_line_index(text))
+    base_dir = Path(path).resolve().parent
+    if config.target.api_key_file:  # one key file for the pre-flight, telemetry and the load alike
+        key_file = str(base_dir / Path(config.target.api_key_file).expanduser())
+        config = config.model_copy(update={"target": config.target.model_copy(update={"api_key_file": key_file})})
+    _check_files(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
     return config
 
 
 def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:
-    named = [(("requests", "dataset"), config.requests.dataset)]
+    named = [(("requests", "dataset"), config.requests.dataset), (("target", "api_key_file"), config.target.api_key_file)]
     for key in ("input_tokens", "output_tokens"):
         dist = getattr(config.requests, key)
         if isinstance(dist, EmpiricalDist) and dist.file:
