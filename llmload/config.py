@@ -85,23 +85,31 @@ def _duration(value: object) -> float:
 
 
 def check_url(value: str) -> str:
-    """`value` if it is an http(s) URL with a host and a valid port, else ValueError saying why.
+    """`value` if it is an http(s) URL with a host and a valid port, else ValueError saying why (a
+    `user:password@` in the URL is never quoted back).
 
     >>> check_url("http://127.0.0.1:8000")
     'http://127.0.0.1:8000'
     """
+    shown = _without_userinfo(value) if isinstance(value, str) else value
     if not isinstance(value, str) or not re.match(r"^https?://", value, re.IGNORECASE):
-        raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{value}"')
+        raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{shown}"')
     try:
         parts = urlsplit(value)
         port = parts.port
     except ValueError as exc:  # `http://[::1` (unclosed bracket), `:abc`, `:99999`
-        raise ValueError(f'bad URL "{value}": {exc}') from None
+        reason = str(exc) if "@" not in str(exc) else "invalid"
+        raise ValueError(f'bad URL "{shown}": {reason}') from None
     if not parts.hostname or any(c.isspace() for c in value):
-        raise ValueError(f'bad URL "{value}": expected a host like http://127.0.0.1:8000')
+        raise ValueError(f'bad URL "{shown}": expected a host like http://127.0.0.1:8000')
     if parts.netloc.endswith(":") or port == 0:
-        raise ValueError(f'bad URL "{value}": expected a port from 1 to 65535')
+        raise ValueError(f'bad URL "{shown}": expected a port from 1 to 65535')
     return value
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` with any `user:password@` replaced by `***@`, for messages."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
 
 
 #: seconds, written by users as `800ms`, `30s`, `2m`, `4h` or a bare number (at most 30 days)

@@ -136,3 +136,34 @@ def test_a_bad_dataset_stops_llmload_run_before_preflight(run_cli, tmp_path, con
     (tmp_path / "data.jsonl").write_bytes(content)
     text = TARGET + LADDER + "requests:\n  dataset: data.jsonl\n"
     assert_one_line(*run_cli(text), where=where, key=key)
+
+
+def test_the_dataset_bound_is_the_config_bound():
+    from llmload import config
+    from llmload.client import dataset
+
+    assert dataset.MAX_TOKENS == config.MAX_TOKENS
+
+
+# ------------------------------------------------------------------ 17: credentials in a target URL
+
+@pytest.mark.parametrize(("target", "key"), [
+    ("  url: http://admin:hunter2@127.0.0.1:99999\n", "target.url"),
+    ("  urls: [http://127.0.0.1:8000, 'http://admin:hunter2@127.0.0.1:0']\n", "target.urls[1]"),
+    ("  url: 'http://admin:hunter2@127.0.0.1:8000 x'\n", "target.url"),
+])
+def test_a_bad_url_never_echoes_its_credentials(run_cli, target, key):
+    code, err = run_cli("target:\n" + target + LADDER)
+    assert_one_line(code, err, where="bad.yaml:2", key=key)
+    assert "hunter2" not in err and "admin" not in err, err
+
+
+def test_credentials_differing_between_urls_are_one_line(tmp_path):
+    from llmload.client.auth import Credentials
+    from llmload.config import parse_config
+    from llmload.errors import ConfigError
+
+    config = parse_config({"target": {"urls": ["http://a:b@127.0.0.1:1", "http://a:c@127.0.0.1:2"]},
+                           "shape": {"ladder": {"steps": [{"rate": 1, "duration": 1}]}}})
+    with pytest.raises(ConfigError, match="target.urls: give the same user:password@ in every URL"):
+        Credentials.from_target(config.target)

@@ -18,10 +18,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmload.config import MAX_TOKENS
 from llmload.errors import ConfigError
 
-__all__ = ["DatasetEntry", "load_dataset"]
+__all__ = ["DatasetEntry", "MAX_TOKENS", "load_dataset"]
+
+#: the largest `output_tokens` a line may give: `llmload.config.MAX_TOKENS` (not imported: the config
+#: loader imports this module to check the dataset)
+MAX_TOKENS = 1_000_000
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
           "bing": "assistant", "bard": "assistant", "system": "system"}
