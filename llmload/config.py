@@ -9,6 +9,7 @@ and files the config names must exist; reading the YAML itself (UTF-8, no duplic
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,8 @@ __all__ = [
     "LadderStep",
     "MAX_CONCURRENCY",
     "MAX_RATE",
+    "MAX_STEPS",
+    "MAX_STEP_ARRIVALS",
     "MAX_TOKENS",
     "SHAPE_KINDS",
     "QualityCase",
@@ -78,6 +81,8 @@ MAX_CONCURRENCY = 100_000  # requests in flight, users of a closed loop
 MAX_FACTOR = 1_000.0  # trace speedup / rate_scale, gamma burstiness
 MAX_COUNT = 1_000_000  # requests per level, prefixes, refine steps, min_samples, samples
 MAX_SEED = 2**63 - 1
+MAX_STEPS = 10_000  # steps of a ladder, slices of a soak
+MAX_STEP_ARRIVALS = 10_000_000  # arrivals one step plans: rate x (warmup + duration), rate x slice
 
 
 def _duration(value: object) -> float:
@@ -327,8 +332,17 @@ class LadderShape(Model):
     burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     warmup: Duration = 10.0
     drain_timeout: Duration = 60.0
-    steps: list[LadderStep] = Field(min_length=1)
+    steps: list[LadderStep] = Field(min_length=1, max_length=MAX_STEPS)
     refine: Refine | None = None
+
+    @model_validator(mode="after")
+    def _bounded_steps(self) -> LadderShape:
+        for number, step in enumerate(self.steps, start=1):
+            _check_arrivals(step.rate * (self.warmup + step.duration), f"steps: step {number}")
+        if self.refine is not None and self.refine.duration is not None:
+            top = max(step.rate for step in self.steps)
+            _check_arrivals(top * (self.warmup + self.refine.duration), "refine: a refine step")
+        return self
 
 
 class ConcurrencyShape(Model):
@@ -377,6 +391,22 @@ class SoakShape(Model):
     @model_validator(mode="after")
     def _rate_or_trace(self) -> SoakShape:
         return _one_of(self, "rate", "trace")
+
+    @model_validator(mode="after")
+    def _bounded_slices(self) -> SoakShape:
+        if self.duration / self.slice > MAX_STEPS:
+            raise ValueError(f"slice: duration / slice is {math.ceil(self.duration / self.slice):,} slices; "
+                             f"a soak may have at most {MAX_STEPS:,} (make slice longer)")
+        if self.rate is not None:
+            _check_arrivals(self.rate * self.slice, "slice: each slice")
+        return self
+
+
+def _check_arrivals(count: float, where: str) -> None:
+    """ValueError when one step would plan more than `MAX_STEP_ARRIVALS` arrivals (held in memory)."""
+    if count > MAX_STEP_ARRIVALS:
+        raise ValueError(f"{where} plans {count:,.0f} arrivals (rate x time); a step may plan at most "
+                         f"{MAX_STEP_ARRIVALS:,}: shorten it or lower the rate")
 
 
 #: the `shape:` kinds, in the order they are named; each has a LoadTestShape class (`shapes.loadshapes`)

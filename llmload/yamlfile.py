@@ -3,8 +3,9 @@
 `read_yaml(path)` returns `(text, data)` or raises one ConfigError naming the file and line: a binary or
 Latin-1 file (`not UTF-8 text`), a YAML syntax error, a value YAML cannot build (`2021-02-30`), and a key
 given twice in one mapping at any depth (PyYAML keeps the last silently, so a second `slo:` block would
-drop the first one's targets), and a document whose aliases expand to more than `MAX_NODES` nodes (an
-alias bomb: nine levels of nine aliases is 387 million nodes from 100 lines). Every walk visits each
+drop the first one's targets), a file over `MAX_FILE_BYTES` (1 MiB: parsing it would take minutes), and
+a document whose aliases expand to more than `MAX_NODES` nodes (an alias bomb: nine levels of nine
+aliases is 387 million nodes from 100 lines). Every walk visits each
 node once, however often it is aliased. `line_index(text)` maps key paths to lines for validation errors.
 """
 
@@ -17,10 +18,12 @@ import yaml
 
 from llmload.errors import ConfigError
 
-__all__ = ["MAX_NODES", "line_index", "read_yaml"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "line_index", "read_yaml"]
 
-#: the most nodes a document may hold once its aliases are expanded (a 100,000-step ladder is ~600,000)
+#: the most nodes a document may hold once its aliases are expanded (a 10,000-step ladder is ~60,000)
 MAX_NODES = 1_000_000
+#: the largest file read (a 10,000-step ladder is ~350 kB; long lists belong in files: datasets, traces)
+MAX_FILE_BYTES = 1024 * 1024
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -101,8 +104,8 @@ def parse_yaml(text: str, *, file: str) -> Any:
             return None
         _check_duplicates(node, file=file)
         if expanded_size(node) > MAX_NODES:
-            raise ConfigError(f"the YAML expands to more than {MAX_NODES:,} values (aliases repeated inside "
-                              "aliases?); write it out or make it smaller", file=file, line=1)
+            raise ConfigError(f"the YAML expands to more than {MAX_NODES:,} values, counting each use of an "
+                              "alias; make it smaller", file=file, line=1)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
@@ -124,6 +127,11 @@ def read_yaml(path: str | Path) -> tuple[str, Any]:
     if p.is_dir():
         raise ConfigError("is a directory, expected a YAML file", file=file)
     try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"the file is {size / 2**20:.1f} MiB; a YAML file may be at most "
+                              f"{MAX_FILE_BYTES // 2**20} MiB (long lists belong in a dataset or trace file)",
+                              file=file)
         raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None

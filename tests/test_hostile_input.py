@@ -167,3 +167,31 @@ def test_credentials_differing_between_urls_are_one_line(tmp_path):
                            "shape": {"ladder": {"steps": [{"rate": 1, "duration": 1}]}}})
     with pytest.raises(ConfigError, match="target.urls: give the same user:password@ in every URL"):
         Credentials.from_target(config.target)
+
+
+# ------------------------------------------------------------------ 19: bounded plans
+
+@pytest.mark.parametrize(("shape", "where", "key"), [
+    ("  ladder:\n    steps:\n      - {rate: 1, duration: 10s}\n      - {rate: 10000, duration: 720h}\n",
+     "bad.yaml:5", "shape.ladder.steps: step 2 plans 25,920,100,000 arrivals"),
+    ("  soak: {rate: 10000, duration: 720h, slice: 1h}\n", "bad.yaml:4", "shape.soak.slice: each slice plans"),
+    ("  soak: {rate: 1, duration: 720h, slice: 1s}\n", "bad.yaml:4", "a soak may have at most 10,000"),
+    ("  ladder:\n    steps:\n      - {rate: 100, duration: 10s}\n    refine: {duration: 720h}\n", "bad.yaml:7",
+     "shape.ladder.refine: a refine step plans"),
+])
+def test_a_plan_too_big_to_hold_is_one_line(run_cli, shape, where, key):
+    assert_one_line(*run_cli(TARGET + "shape:\n" + shape), where=where, key=key)
+
+
+@pytest.mark.timeout(120)
+def test_a_200000_step_ladder_is_refused_at_once(run_cli):
+    steps = "".join("      - {rate: 1, duration: 1s}\n" for _ in range(200_000))
+    assert_one_line(*run_cli(TARGET + "shape:\n  ladder:\n    steps:\n" + steps), where="bad.yaml",
+                    key="a YAML file may be at most 1 MiB")
+
+
+@pytest.mark.timeout(120)
+def test_a_ladder_of_more_than_max_steps_is_one_line(run_cli):
+    steps = ", ".join(["{rate: 1, duration: 1}"] * 10_001)
+    assert_one_line(*run_cli(TARGET + f"shape:\n  ladder:\n    steps: [{steps}]\n"), where="bad.yaml:5",
+                    key="shape.ladder.steps: list should have at most 10000 items")
