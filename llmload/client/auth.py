@@ -25,7 +25,7 @@ from llmload.redaction import register_secret
 if TYPE_CHECKING:
     from llmload.config import Target
 
-__all__ = ["Credentials", "REDACTED", "open_url", "same_origin"]
+__all__ = ["Credentials", "REDACTED", "is_secret_header", "open_url", "same_origin"]
 
 REDACTED = "***"
 
@@ -115,6 +115,11 @@ def _url_basic_auth(urls: list[str]) -> str | None:
     value = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     register_secret(value.split(" ", 1)[1])
     return value
+
+
+def is_secret_header(header: str) -> bool:
+    """Whether a header's name says its value is a secret (`Authorization`, `X-Api-Key`, `Cookie`, ...)."""
+    return _secret_name(header)
 
 
 def _secret_name(header: str) -> bool:
