@@ -96,3 +96,27 @@ def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, t
     assert len(df) == 12 and "forged-000001" not in set(df["request_id"])  # the real worker's 3 s at 4/s
     assert set(df["worker"]) != {"9"}
     assert master.returncode == 0, master_err[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("worker_token", [None, "another-token-0123456789"])
+def test_a_worker_without_the_token_is_told_why_in_one_line(tmp_path, worker_token):
+    path = _config(tmp_path)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMLOAD_WORKER_TOKEN")}
+    master = subprocess.Popen(locust_command(path, tmp_path / "run", master=True, master_port=port),
+                              env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        worker_env = env if worker_token is None else {**env, TOKEN_ENV: worker_token}
+        done = subprocess.run(locust_command(path, None, worker=True, master_port=port), env=worker_env,
+                              capture_output=True, text=True, timeout=90)
+    finally:
+        master.kill()
+        master.wait()
+    lines = [line for line in done.stderr.splitlines() if "llmload" in line]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert lines == ["llmload: error: the master refused this worker: "
+                     + ("it gave no worker token: set LLMLOAD_WORKER_TOKEN (or --worker-token-file) on the worker "
+                        "to the master's" if worker_token is None else "its worker token is not the master's")]
+    assert TOKEN not in done.stderr
