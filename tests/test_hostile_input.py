@@ -195,3 +195,35 @@ def test_a_ladder_of_more_than_max_steps_is_one_line(run_cli):
     steps = ", ".join(["{rate: 1, duration: 1}"] * 10_001)
     assert_one_line(*run_cli(TARGET + f"shape:\n  ladder:\n    steps: [{steps}]\n"), where="bad.yaml:5",
                     key="shape.ladder.steps: list should have at most 10000 items")
+
+
+@pytest.mark.timeout(120)
+def test_any_alias_structure_loads_or_is_one_config_error():
+    """Property: anchors and aliases in any arrangement (lists, mappings, merge keys) give data or one
+    ConfigError, quickly; never a hang, a MemoryError or another exception."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from llmload.errors import ConfigError
+    from llmload.yamlfile import parse_yaml
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.integers(1, 12), st.sampled_from(["list", "map", "merge"])), min_size=1,
+                    max_size=14))
+    def check(levels):
+        lines = ['a0: &a0 {x: 1}']
+        for i, (width, kind) in enumerate(levels, start=1):
+            if kind == "list":
+                lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]")
+            elif kind == "map":
+                lines.append(f"a{i}: &a{i} {{{', '.join(f'k{j}: *a{i - 1}' for j in range(width))}}}")
+            else:
+                lines.append(f"a{i}: &a{i} {{<<: *a{i - 1}, y{i}: {width}}}")
+        try:
+            data = parse_yaml("\n".join(lines) + "\n", file="fuzz.yaml")
+        except ConfigError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("fuzz.yaml:")
+        else:
+            assert isinstance(data, dict)
+
+    check()
