@@ -39,7 +39,11 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     import analysis
 
     run = analysis.load_run(run_dir)
+    if run.telemetry_error:
+        print(f"llmload: warning: {run.telemetry_error}", flush=True)
     result = analysis.analyze(run, config.slo, config.client)
+    if run.telemetry_error:
+        result.summary.setdefault("warnings", []).append(run.telemetry_error)
     analysis.write_outputs(result, run_dir)
     answer = None  # made once: the web UI's outcome and the report's first section say the same
     if outcome is not None:
