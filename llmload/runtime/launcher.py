@@ -13,8 +13,12 @@ two, and its shape plans the run.)
 before Locust puts the working directory first on the import path: a folder named `llmload` there, as
 in the parent of a clone, must not shadow the package.)
 
-Config errors, bad flag combinations and a run directory that cannot be written are caught before
-Locust starts (one line, exit 2) and an unreachable target gives one line and exit 3. Once the config
+Config errors, bad flag combinations and a run directory that cannot be written, or that another run
+holds, are caught before Locust starts (one line, exit 2). The launcher claims its run directory for
+the whole run with an exclusive lock (`claim_run_dir`: `flock` on `.llmload-lock`), then checks that no
+run is there (`plan.json`): of two runs started into one `--out` at once, one runs and the other is
+refused; the default `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
+started in the same second get two directories (`-2`, `-3`, ...) and an unreachable target gives one line and exit 3. Once the config
 has validated, the Locust child is started and held before it reads its command line while the other
 checks run (`llmload.runtime.gate`: its ~1 s of imports no longer follow them); it gets the command
 line above when they pass, and is ended, having said nothing, when one fails. With
@@ -39,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llmload.config import Config
 
-__all__ = ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
-           "verdict_exit_code"]
+__all__ = ["BOOT", "LOCK_FILE", "claim_run_dir", "free_loopback_port", "locust_command", "new_run_dir",
+           "prepare_run_dir", "run_config", "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -52,6 +56,8 @@ LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
 #: Locust's master port, for `--master` / `--worker` when none is given
 DEFAULT_PORT = 5557
+#: the file a launcher holds an exclusive lock on while its run uses the directory (`claim_run_dir`)
+LOCK_FILE = ".llmload-lock"
 
 
 def free_loopback_port() -> int:
@@ -106,16 +112,62 @@ def verdict_exit_code(run_dir: Path) -> int | None:
 
 
 def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
-    """`<output>/<UTC timestamp>-<shape kind>/`, made unique if two runs start in the same second."""
+    """`<output>/<UTC timestamp>-<shape kind>/`, made here with an exclusive `mkdir`, so two runs started
+    in the same second (two processes, two machines on one share) never get the same one (`-2`, `-3`, ...).
+    A parent that cannot be made is left to the caller's write check (the path is returned unmade)."""
     from datetime import datetime, timezone
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = Path(base if base is not None else config.output)
-    path = root / f"{stamp}-{config.shape.kind}"
-    n = 2
-    while path.exists():
-        path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
-    return path
+    path, n = root / f"{stamp}-{config.shape.kind}", 2
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            if not path.is_dir():  # e.g. `output:` names a file: the write check says so
+                return path
+            path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
+        except OSError:
+            return path
+
+
+class RunDirClaim:
+    """The launcher's hold on its run directory: an exclusive `flock` on `LOCK_FILE`, released by
+    `release()` or when the process ends (a killed launcher never leaves a stale claim)."""
+
+    def __init__(self, run_dir: Path, fd: int) -> None:
+        self.run_dir, self._fd = run_dir, fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def claim_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> RunDirClaim:
+    """Claim `run_dir` for this run: a ConfigError (one line, exit 2) naming the flag or key (`where`)
+    when another run is writing it now or one already ran there (`plan.json`)."""
+    import fcntl
+
+    from llmload.errors import ConfigError
+
+    taken = "another llmload run is writing this run directory now: choose another --out"
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}", file=where[1],
+                          key=where[0]) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"{run_dir}: {taken}", file=where[1], key=where[0]) from None
+    if (run_dir / "plan.json").exists():
+        os.close(fd)
+        raise ConfigError(f"{run_dir} already holds a run: choose another --out", file=where[1],
+                          key=where[0]) from None
+    return RunDirClaim(run_dir, fd)
 
 
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
@@ -136,7 +188,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
-    run_dir, made, child = None, False, None
+    run_dir, made, child, claim = None, False, None, None
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
         child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.gate`)
@@ -144,19 +196,29 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
-        run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
-        made = prepare_run_dir(run_dir, where=("--out", None) if out is not None else ("output", str(config_path)))
+        where = ("--out", None) if out is not None else ("output", str(config_path))
+        if out is not None:
+            run_dir = Path(out)
+            made = prepare_run_dir(run_dir, where=where)
+        else:  # made here by an exclusive mkdir (unique); the write check follows
+            run_dir = new_run_dir(config, base=_output_dir(config, config_path))
+            made = prepare_run_dir(run_dir, where=where) or _empty_dir(run_dir)
+        claim = claim_run_dir(run_dir, where=where)
         if not skip_preflight:
             check_reachable(config)
     except LLMLoadError as exc:
         if child is not None:
             child.discard()
+        if claim is not None:
+            claim.release()
         print(f"llmload: error: {exc}", file=sys.stderr)
         _remove_if_empty(run_dir if made else None)
         return exc.exit_code
     except BaseException:  # e.g. Ctrl-C during the checks: the held child goes with the launcher
         if child is not None:
             child.discard()
+        if claim is not None:
+            claim.release()
         raise
     try:
         from llmload.envelope import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
@@ -175,8 +237,12 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                   "report link); press Start, then Ctrl-C here when done", flush=True)
     except BaseException:
         child.discard()
+        claim.release()
         raise
-    return _wait_locust(cmd, run_dir, made=made, child=child)
+    try:
+        return _wait_locust(cmd, run_dir, made=made, child=child)
+    finally:
+        claim.release()
 
 
 def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
@@ -187,7 +253,7 @@ def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
     made = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".llmload-write-check"
+        probe = run_dir / f".llmload-write-check-{os.getpid()}"  # own name: two launches check at once
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
@@ -197,9 +263,18 @@ def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
     return made
 
 
+def _empty_dir(run_dir: Path) -> bool:
+    return run_dir.is_dir() and not any(run_dir.iterdir())
+
+
 def _remove_if_empty(run_dir: Path | None) -> None:
-    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
-        run_dir.rmdir()
+    """Remove a run directory made for a run that never used it (its lock file aside)."""
+    if run_dir is None or not run_dir.is_dir():
+        return
+    if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+        return
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    run_dir.rmdir()
 
 
 def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
