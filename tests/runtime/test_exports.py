@@ -32,7 +32,8 @@ MODULES = {
     "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],
     "pool": ["UNCAPPED_POOL", "pool_size"],
     "session": ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "new_shape_run", "on_init",
-                "pool_size", "pool_tick", "pool_user_classes", "register_user_classes", "session_of", "user_class"],
+                "pool_size", "pool_tick", "pool_user_classes", "register_user_classes", "session_of", "user_class",
+                "worker_of"],
 }
 
 
