@@ -354,7 +354,26 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         return code
     if verdict is not None:
         return verdict
-    return code if code in (2, 3) else 3
+    if code in (2, 3):  # the Locust process said why (`llmload: error: ...`) before it exited
+        return code
+    say(f"llmload: error: {_why_no_summary(code, run_dir)}")
+    return 3
+
+
+def _why_no_summary(code: int, run_dir: Path) -> str:
+    """One line: how the Locust process ended without writing summary.json, and what to do."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"the Locust process was killed by {name}"
+    else:
+        how = f"the Locust process exited with code {code}"
+    if (Path(run_dir) / "plan.json").exists():
+        return (f"{how} before it finalised {run_dir}: `llmload report {run_dir}` recovers what was recorded "
+                "(exit code 3)")
+    return f"{how} before the run started; nothing was recorded in {run_dir} (exit code 3)"
 
 
 def _output_dir(config, config_path: Path) -> Path:
