@@ -40,6 +40,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmload.diskfull import DISK_FULL_EXIT
+
 if TYPE_CHECKING:
     from llmload.config import Config
 
@@ -354,7 +356,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         return code
     if verdict is not None:
         return verdict
-    if code in (2, 3):  # the Locust process said why (`llmload: error: ...`) before it exited
+    if code in (2, 3, DISK_FULL_EXIT):  # the Locust process said why (`llmload: error: ...`) before it exited
         return code
     say(f"llmload: error: {_why_no_summary(code, run_dir)}")
     return 3

@@ -387,10 +387,11 @@ class Session:
         self.exit_code = code
         self.env.process_exit_code = code
         said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else f" (exit code {code})"
-        written = self.run_dir / "report.html"
-        if not (report and written.exists()):  # say the file that is there (a failed report was warned of)
-            written = self.run_dir / "summary.json"
-        print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
+        # the closing line names only a file that is there (a failed report or summary was said already)
+        written = next((self.run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
+                        if (self.run_dir / name).exists()), None)
+        if written is not None:
+            print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
         self._to(RunState.DONE)
 
     # ------------------------------------------------------------------ stop signals

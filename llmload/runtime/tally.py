@@ -213,6 +213,4 @@ class _JsonLines(RecordWriter):
     def write_row(self, row: dict) -> None:
         if self._file.closed:  # a late batch after the run ended: the worker's own file has it
             return
-        self._file.write(redact_text(json.dumps(row, separators=(",", ":"))) + "\n")
-        self._file.flush()
-        self.count += 1
+        self._write_line(redact_text(json.dumps(row, separators=(",", ":"))))  # a full disk: kept, one line
