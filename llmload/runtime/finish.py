@@ -75,9 +75,14 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
         except Exception:
             log.exception("the answer sentences could not be made")
             outcome["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
+    from analysis.validity import client_cap_line
+
     for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
         for reason in step.get("invalid_reasons") or []:
             print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
+        capped = client_cap_line(step["label"], step)  # a cap that held the load back, judged or not
+        if capped:
+            print(f"llmload: {capped}", flush=True)
     if not report:
         return int(analysis.exit_code(result.summary))
     try:

@@ -172,6 +172,11 @@ class StepTally:
         self.out(format_row(table_row))
         for reason in stats.get("invalid_reasons") or []:
             self.out(f"  {label} invalid: {reason['message']}")
+        from analysis.validity import client_cap_line
+
+        capped = client_cap_line(label, stats)
+        if capped:
+            self.out(f"  {capped}")
 
     def forget(self, label: str, row: dict) -> None:
         """A judged step's summaries are done with (the records are on disk)."""
