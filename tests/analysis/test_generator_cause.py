@@ -15,6 +15,7 @@ import pandas as pd
 from analysis_frames import plan_step, request, run_of
 
 from analysis import analyze, exit_code
+from analysis.validity import client_cap_line
 from llmload.config import SLO, Client
 
 CLIENT = Client.model_validate({"max_concurrency": 1})
@@ -51,6 +52,9 @@ def test_a_user_side_target_judges_the_cap_and_the_limit_is_still_named() -> Non
     row = analyze(run_of(_capped_run(), [plan_step("s", 0, rate=5.0)]), slo, CLIENT).steps.iloc[0]
     assert row["verdict"] == "fail" and list(row["failing"]) == ["user_ttft_p95"]
     assert row["limit"]["kind"] == "client_cap"
+    line = client_cap_line("s", row.to_dict())  # the live table's and the closing lines' one line
+    assert line.startswith("step s limited by the client's cap: 80% of arrivals waited for a free slot")
+    assert "raise client.max_concurrency" in line
 
 
 def test_a_step_under_its_cap_has_no_limit() -> None:
