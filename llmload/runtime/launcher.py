@@ -24,8 +24,9 @@ checks run (`llmload.runtime.gate`: its ~1 s of imports no longer follow them); 
 line above when they pass, and is ended, having said nothing, when one fails. With
 `--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
-is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or Locust's own code when no
-summary was written. SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
+is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or, when no summary was
+written, Locust's own code where it said why (2, 3, or 4: a full disk, `llmload.diskfull`), else 3 with
+one line naming how it ended (a killed master: the signal, and `llmload report RUN_DIR` to recover). SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
 directory is finalised, nothing outlives the command, and the exit code is 128 + the signal number.
 """
 
