@@ -9,7 +9,8 @@ and `report.html`. Analysis is CPU-heavy: it runs only here, after the load has 
 A full disk (`llmload.diskfull`) never loses what is on disk: each file is written aside and moved into
 place, so a write cut short leaves no partial file; every step that fits is still done (a summary fits
 where a report does not), and one `llmload: error:` line names what was not written, what was kept and
-the verdict if it was reached, with exit code `DISK_FULL_EXIT` (4). The record files (`records/*.jsonl`)
+the verdict if it was reached, with exit code `DISK_FULL_EXIT` (4) unless summary.json was saved (then
+the verdict's code: the run has its conclusion). The record files (`records/*.jsonl`)
 always stay: `llmload report RUN_DIR` finishes the run once there is space.
 """
 
@@ -151,13 +152,15 @@ def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | No
         unwritten += [n for n in ("summary.json", "report.html") if not (run_dir / n).exists()]
         return _disk_full(run_dir, unwritten, exc, reached)
     if unwritten:
-        return _disk_full(run_dir, unwritten, None, reached)
+        return _disk_full(run_dir, unwritten, None, reached, code)
     return code
 
 
-def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, reached: dict) -> int:
+def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, reached: dict,
+               code: int = DISK_FULL_EXIT) -> int:
     """One line for a finalisation a full disk cut short (what is missing, what is kept, the verdict if
-    reached, what to do); returns `DISK_FULL_EXIT`."""
+    reached, what to do); returns the verdict's `code` when summary.json was saved (the run has its
+    conclusion; only telemetry.parquet or report.html is missing), else `DISK_FULL_EXIT`."""
     names = ("records.parquet", "telemetry.parquet", "summary.json", "worksheet.csv", "report.html")
     kept = [n for n in names if (run_dir / n).exists()]
     files = sorted((run_dir / "records").glob("*.jsonl")) if (run_dir / "records").is_dir() else []
@@ -168,9 +171,10 @@ def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, r
     (run_dir / "report.html.tmp").unlink(missing_ok=True)  # a report cut short
     verdict = reached.get("verdict")
     said = f"; the verdict was {verdict} but could not be saved" if verdict and "summary.json" not in kept else ""
+    code = code if "summary.json" in kept else DISK_FULL_EXIT
     print(f"llmload: error: the disk holding {run_dir} is full: not written: {', '.join(dict.fromkeys(unwritten))}; "
           f"kept: {', '.join(kept + [f'{lines} record line(s) in records/*.jsonl'])}{said}; free space, then "
-          f"`llmload report {run_dir}` finishes it (exit code {DISK_FULL_EXIT})", file=sys.stderr, flush=True)
+          f"`llmload report {run_dir}` finishes it (exit code {code})", file=sys.stderr, flush=True)
     if exc is not None:
         log.debug("finalisation stopped by a full disk", exc_info=exc)
-    return DISK_FULL_EXIT
+    return code

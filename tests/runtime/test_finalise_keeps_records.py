@@ -85,3 +85,18 @@ def test_a_full_disk_at_finalisation_keeps_what_fits_and_says_it_in_one_line(tmp
     assert (tmp_path / "records.parquet").exists() and (tmp_path / "telemetry.parquet").exists()
     assert not list(tmp_path.glob("*.tmp"))
     assert pq.read_table(tmp_path / "records.parquet").num_rows == len(_ids_on_disk(tmp_path))
+
+
+def test_a_summary_that_fitted_keeps_the_verdicts_exit_code(tmp_path, monkeypatch, capsys):
+    write_run(tmp_path)
+    import llmload.report.page as page
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(page, "write_report", no_space)
+    code = finalize_run(tmp_path, _config())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert code == analysis.exit_code(summary) != DISK_FULL_EXIT
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llmload: error"))
+    assert "not written: report.html" in line and f"(exit code {code})" in line
