@@ -78,7 +78,7 @@ MIN_QUEUE_GROWTH = 1.0
 #: (ten times the default send-lag limit: edge jitter, not a generator that fell behind)
 SEND_GRACE_S = 0.25
 
-_STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency")
+_STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency", "lost_workers")
 
 
 def _pct_columns(name: str, values: dict) -> dict:
@@ -104,7 +104,7 @@ def empty_metrics(step: dict) -> dict:
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
                 "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
-                "served_start", "served_end", "workers"):
+                "served_start", "served_end", "workers", "capped_share", "received_rate"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
@@ -162,6 +162,9 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
         error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
         oom=outcomes.get("oom", 0),
     )
+    # arrivals held at the client's concurrency cap, and what the server was sent (the client cap check)
+    row["capped_share"] = float(capped[in_win].mean()) if arrivals else math.nan
+    row["received_rate"] = per_s(int((in_win & (sent_at >= ws) & (sent_at < we)).sum()))
     if "worker" in req:
         row["workers"] = int(req.loc[in_win, "worker"].nunique())
     planned = step.get("planned_arrivals")

@@ -22,8 +22,11 @@ __all__ = ["write_outputs"]
 
 def _replace(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(redact_text(text), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(redact_text(text), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write cut short (a full disk) leaves no partial file
 
 
 def write_outputs(analysis: Analysis, run_dir: str | Path) -> tuple[Path, Path]:

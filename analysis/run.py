@@ -3,6 +3,8 @@
 `records.parquet` is read with pyarrow; the per-event list columns (`token_times`, `token_counts`)
 stay Arrow-backed (`pd.ArrowDtype`) so a million requests do not become a million numpy objects.
 Missing files are allowed where a run can lack them: no telemetry (empty frame), no manifest ({}).
+An unreadable `telemetry.parquet` (cut short by a full disk or a kill) is analysed as no telemetry, and
+`Run.telemetry_error` says why (the callers print it as one line): the records are what a verdict needs.
 Missing records or plan is a user mistake and raises `ConfigError` naming the file.
 """
 
@@ -36,6 +38,8 @@ class Run:
     plan: dict
     manifest: dict = field(default_factory=dict)
     path: Path | None = None
+    #: why `telemetry.parquet` could not be read (the run is then analysed without telemetry); None if it was
+    telemetry_error: str | None = None
 
 
 def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:
@@ -107,7 +111,13 @@ def load_run(run_dir: str | Path) -> Run:
     if not isinstance(plan.get("steps"), list):
         raise ConfigError("expected a list under the key steps", file=str(plan_path), key="steps")
     tel_path = root / "telemetry.parquet"
-    telemetry = pd.read_parquet(tel_path) if tel_path.exists() else empty_telemetry()
+    telemetry, telemetry_error = empty_telemetry(), None
+    if tel_path.exists():
+        try:
+            telemetry = pd.read_parquet(tel_path)
+        except (pa.ArrowException, OSError, ValueError) as exc:  # cut short: analyse without telemetry
+            telemetry_error = f"{tel_path} unreadable ({type(exc).__name__}: {exc}): analysed without telemetry"
     man_path = root / "manifest.json"
     manifest = _read_json(man_path) if man_path.exists() else {}
-    return Run(records=records, telemetry=telemetry, plan=plan, manifest=manifest, path=root)
+    return Run(records=records, telemetry=telemetry, plan=plan, manifest=manifest, path=root,
+               telemetry_error=telemetry_error)

@@ -161,6 +161,8 @@ def _step_entry(row: pd.Series) -> dict:
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))
     entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
+    if isinstance(row.get("limit"), dict):  # the client cap held the load back (`analysis.validity`)
+        entry["limit"] = json_value(row.get("limit"))
     if coarse_histogram_p95(row):
         entry["server_queue_p95_s"] = None  # the bucket is wider than the value: only the range is known
     return entry

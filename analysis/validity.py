@@ -22,9 +22,22 @@ limit and what to do; any failed check makes the step `invalid`.
 - `worker_cpu`: the busiest worker process's CPU while it was sending the step's arrivals (the
   `worker_cpu` telemetry of the step) over `client.max_worker_cpu`.
 - `client_error`: any arrival failed inside the generator itself (outcome `client_error`).
+- `client_cap`: at least `CLIENT_CAP_SHARE` of the window's arrivals waited for a free slot of the
+  client's own cap (`client.max_concurrency`) and the server was sent (`received_rate`: requests sent
+  inside the window / window) less than the offered rate by more than `client.max_rate_shortfall`,
+  and the SLO judges no user-side wait (`client_wait`,
+  `user_ttft`, `user_e2e`): the server was sent less than the offered load (the offered, achieved and
+  goodput rates count those arrivals), so the step cannot pass on the server's figures alone. Whenever
+  the cap holds that share back, judged or not, the row gets `limit: {kind: "client_cap", evidence:
+  {waited_share, client_wait_p95_s, server_received_rate}, advice}` (`client_cap_limit`), which the
+  live table, the closing lines and summary.json show.
 
-The advice sizes `--processes N` from the measured CPU: enough processes that each would stay under
-half of `client.max_worker_cpu` at the same load.
+The advice follows the cause (`generator_advice`): a lost worker, a server whose answers kept the
+generator busy (most requests failed or were malformed while a worker's CPU was high) and requests that
+failed inside llmload (a dataset or a hook raising) each get their own advice; only a generator that
+was really CPU-bound is told `--processes N` (sized from the measured CPU: enough processes that each
+would stay under half of `client.max_worker_cpu`), and only one that was not is told to find a
+quieter machine.
 """
 
 from __future__ import annotations
@@ -34,7 +47,13 @@ import math
 from llmload import slo as slo_dims
 from llmload.config import SLO, Client
 
-__all__ = ["LAG_SENSITIVE", "generator_checks", "send_lag_limit", "suggested_processes"]
+__all__ = ["CLIENT_CAP_SHARE", "LAG_SENSITIVE", "client_cap_limit", "client_cap_line", "generator_advice",
+           "generator_checks", "send_lag_limit", "suggested_processes"]
+
+#: share of a step's arrivals held at the client's concurrency cap from which the cap bounds the load
+CLIENT_CAP_SHARE = 0.5
+#: latency targets that judge the user's side of the cap (planned arrival to token, or the wait itself)
+_USER_SIDE = ("client_wait", "user_ttft", "user_e2e")
 
 #: latency thresholds a late generator can shift by its lag (TPOT divides a delay over the whole
 #: answer; the server queue is the server's own figure)
@@ -91,13 +110,82 @@ def _advice(metrics: dict, client: Client) -> str:
             "held it up: run on a quieter machine (more --processes will not help)")
 
 
+def client_cap_limit(metrics: dict, client: Client) -> dict | None:
+    """`{kind: "client_cap", evidence, advice, message}` when at least `CLIENT_CAP_SHARE` of the step's
+    arrivals waited at the client's concurrency cap; None otherwise."""
+    share = metrics.get("capped_share")
+    if _nan(share) or share < CLIENT_CAP_SHARE:
+        return None
+    wait, received, offered = (metrics.get("client_wait_p95_s"), metrics.get("received_rate"),
+                               metrics.get("offered_rate"))
+    if not _nan(offered) and not _nan(received) and received >= offered * (1.0 - client.max_rate_shortfall):
+        return None  # the arrivals waited a little, but the server was sent the offered load
+    cap = f"client.max_concurrency {client.max_concurrency}" if client.max_concurrency else "the client's pool"
+    evidence = {"waited_share": share, "client_wait_p95_s": None if _nan(wait) else wait,
+                "server_received_rate": None if _nan(received) else received,
+                "offered_rate": None if _nan(offered) else offered, "max_concurrency": client.max_concurrency}
+    rates = "" if _nan(received) or _nan(offered) else \
+        f": the server was sent {received:.3g} req/s of {offered:.3g} offered"
+    waited = "" if _nan(wait) else f" (client wait p95 {wait:.3g} s)"
+    above = f" above {client.max_concurrency}" if client.max_concurrency else ""
+    advice = (f"raise client.max_concurrency{above}, or write a client_wait_p95 or user_ttft_p95 target to "
+              "judge the cap as part of the system")
+    return {"kind": "client_cap", "evidence": evidence, "advice": advice,
+            "message": f"{share:.0%} of arrivals waited for a free slot of {cap}{waited}{rates}"}
+
+
+def client_cap_line(label: str, row: dict) -> str | None:
+    """One line for a step whose load the client cap held back and whose verdict does not already say so
+    (an invalid `client_cap` step says it in its invalid reason); None otherwise."""
+    limit = row.get("limit")
+    if not isinstance(limit, dict) or limit.get("kind") != "client_cap":
+        return None
+    if any(r.get("check") == "client_cap" for r in row.get("invalid_reasons") or [] if isinstance(r, dict)):
+        return None
+    ev = limit.get("evidence") or {}
+    sent = ev.get("server_received_rate")
+    rates = f", the server was sent {sent:.3g} req/s" if isinstance(sent, (int, float)) and not _nan(sent) else ""
+    return (f"step {label} limited by the client's cap: {ev.get('waited_share', 0):.0%} of arrivals waited for a "
+            f"free slot{rates}: {limit.get('advice')}")
+
+
+def _lost_workers(metrics: dict) -> list:
+    lost = metrics.get("lost_workers")
+    return list(lost) if isinstance(lost, (list, tuple)) else []
+
+
+def generator_advice(metrics: dict, client: Client) -> str:
+    """What to do about a generator that did not deliver the load, following its cause (module docstring)."""
+    lost = _lost_workers(metrics)
+    if lost:
+        return (f"worker(s) {', '.join(map(str, lost))} were lost during the step (their planned arrivals are "
+                "recorded cancelled): read the worker's log for why it died (killed, out of memory, a dataset "
+                "or hook error), fix that and rerun; more --processes or a quieter machine will not help")
+    outcomes = metrics.get("outcomes") or {}
+    arrivals = metrics.get("arrivals") or 0
+    errors = outcomes.get("client_error", 0)
+    if errors and arrivals and errors >= arrivals / 2:
+        return (f"{errors} of {arrivals} requests failed inside llmload (outcome client_error), usually a "
+                "dataset entry or a request hook that raises: see their `error` in records.parquet and fix the "
+                "dataset or hook; more --processes will not help")
+    cpu = metrics.get("worker_cpu_max")
+    flooded = sum(outcomes.get(k, 0) for k in ("malformed", "http_error", "timeout", "disconnect"))
+    if not _nan(cpu) and cpu >= client.max_worker_cpu / 2 and arrivals and flooded >= arrivals / 2:
+        return (f"{flooded} of {arrivals} requests ended malformed, in an HTTP error, timed out or disconnected "
+                f"while the busiest "
+                f"worker used {cpu:.0%} of a core: the server's answers (endless or oversized lines, floods of "
+                "events) kept the generator busy; check the server's output before adding --processes")
+    return _advice(metrics, client)
+
+
 def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
     """The failed generator checks of one step's `step_metrics` row (empty: the step is valid).
 
-    Each: `check`, `measured`, `limit`, `key` (the config key of the limit), `advice`, `message`."""
+    Each: `check`, `measured`, `limit`, `key` (the config key of the limit), `advice`, `message`.
+    A client cap that held back the load also puts its `limit` into `metrics` (`client_cap_limit`)."""
     failed: list[dict] = []
     offered, achieved = metrics["offered_rate"], metrics["achieved_rate"]
-    advice = _advice(metrics, client)
+    advice = generator_advice(metrics, client)
 
     def fail(check: str, measured: float, limit: float | None, key: str | None, text: str, what: str) -> None:
         failed.append({"check": check, "measured": measured, "limit": limit, "key": key, "advice": what,
@@ -122,5 +210,18 @@ def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
     if errors:
         fail("client_error", float(errors), 0.0, None,
              f"{errors} request(s) failed inside llmload itself (outcome client_error, not the server's fault)",
-             "see their `error` in records.parquet; the server's counts leave them out")
+             "see their `error` in records.parquet (a dataset entry or a request hook that raises: fix it); "
+             "the server's counts leave them out")
+    lost = _lost_workers(metrics)
+    if lost:
+        fail("worker_lost", float(len(lost)), 0.0, None,
+             f"worker(s) {', '.join(map(str, lost))} lost during the step: the server did not get the planned load",
+             advice)
+    cap = client_cap_limit(metrics, client)
+    if cap is not None:
+        metrics["limit"] = {k: cap[k] for k in ("kind", "evidence", "advice")}
+        if not any(t.metric in _USER_SIDE for t in slo.thresholds):
+            fail("client_cap", cap["evidence"]["waited_share"], CLIENT_CAP_SHARE, "client.max_concurrency",
+                 f"{cap['message']}; no client_wait, user_ttft or user_e2e target judges that wait",
+                 cap["advice"])
     return failed

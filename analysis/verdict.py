@@ -9,9 +9,9 @@ Every SLO dimension (the figure it reads, its setting, how it is compared) is de
    llmload). Each failed check, with its measured value, limit, config key and advice, is in
    `details["invalid"]` (the step row's `invalid_reasons`). Fix the generator before reading anything else.
 3. `fail` on count dimensions, which need no tail estimate: `oom` (any, unless `allow_oom`),
-   `reject_ratio`, `error_ratio` (over their limits; `max_error_ratio` has a default,
-   `llmload.config.DEFAULT_MAX_ERROR_RATIO`, so a step where most requests failed never passes for
-   want of a written limit), `queue_growth` (a significant rising trend, when `queue_growth: forbid`). These are judged
+   `reject_ratio`, `error_ratio` (over their limits; `max_error_ratio` and `max_reject_ratio` have
+   defaults, `llmload.config.DEFAULT_MAX_ERROR_RATIO` / `DEFAULT_MAX_REJECT_RATIO`, so a step where most
+   requests failed or were rejected never passes for want of a written limit), `queue_growth` (a significant rising trend, when `queue_growth: forbid`). These are judged
    even with few completions: an overloaded server that rejects most requests fails, it is not merely
    "insufficient". In a `partial` step (the run was stopped inside it) the requests cancelled by the
    stop are not errors of the server: its error ratio leaves `cancelled` out.

@@ -40,6 +40,7 @@ __all__ = [
     "Client",
     "Conditions",
     "DEFAULT_MAX_ERROR_RATIO",
+    "DEFAULT_MAX_REJECT_RATIO",
     "ConcurrencyShape",
     "Config",
     "Dist",
@@ -486,13 +487,18 @@ class Threshold(Model):
 #: oom, cancelled) never passes just because no limit was written
 DEFAULT_MAX_ERROR_RATIO = 0.05
 
+#: the rejection-ratio limit when the SLO writes none (`max_reject_ratio: null` turns the check off): a
+#: step where more than this share of the arrivals was refused (429, 503, an engine's admission refusal)
+#: fails on `reject_ratio`, never passes and never merely "insufficient" for want of a written limit
+DEFAULT_MAX_REJECT_RATIO = 0.05
+
 
 class SLO(Model):
     """The product's targets, written before the run. A missing threshold is not checked, except the
-    error ratio, which has a default (`DEFAULT_MAX_ERROR_RATIO`)."""
+    error and rejection ratios, which have defaults (`DEFAULT_MAX_ERROR_RATIO`, `DEFAULT_MAX_REJECT_RATIO`)."""
 
     thresholds: list[Threshold] = Field(default_factory=list)
-    max_reject_ratio: float | None = Field(default=None, ge=0, le=1)
+    max_reject_ratio: float | None = Field(default=DEFAULT_MAX_REJECT_RATIO, ge=0, le=1)
     max_error_ratio: float | None = Field(default=DEFAULT_MAX_ERROR_RATIO, ge=0, le=1)
     allow_oom: bool | None = None
     queue_growth: Literal["forbid", "allow"] | None = None

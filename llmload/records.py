@@ -140,21 +140,44 @@ def __getattr__(name: str) -> Any:
 
 
 class RecordWriter:
-    """Appends records as JSON lines to one file, flushing after each so nothing finished is lost."""
+    """Appends records as JSON lines to one file, each written whole at once so nothing finished is lost.
+
+    A line that cannot be written (a full disk) never raises: it is kept in `unwritten` (in memory, in
+    order) and written before the next line once there is room again; the first failure in the process
+    is one warning line (`llmload.diskfull`). A line cut short by the failure is ended by a newline
+    before the next one, so readers skip it as a torn line.
+    """
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (raw: nothing held in a buffer)
         self._fsync = fsync
         self.count = 0
+        #: lines not written yet (a full disk), oldest first
+        self.unwritten: list[bytes] = []
 
     def write(self, record: Record) -> None:
-        self._file.write(redact_text(record.to_json()) + "\n")  # a server may echo the key anywhere
-        self._file.flush()
-        if self._fsync:
-            os.fsync(self._file.fileno())
-        self.count += 1
+        self._write_line(redact_text(record.to_json()))  # a server may echo the key anywhere
+
+    def _write_line(self, text: str) -> None:
+        from llmload.diskfull import append_all, warn_unwritable
+
+        if self._file.closed:
+            return
+        lines = [*self.unwritten, text.encode("utf-8") + b"\n"]
+        torn = b"\n" if self.unwritten else b""  # after a failure: end a line it may have cut short
+        try:
+            append_all(self._file.fileno(), torn + b"".join(lines))
+            if self._fsync:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self.unwritten = lines
+            warn_unwritable(self.path, exc, "records are kept in memory and the run goes on; what is on disk "
+                                            "is kept")
+            return
+        self.unwritten = []
+        self.count += len(lines)
 
     def close(self) -> None:
         if not self._file.closed:
@@ -228,11 +251,48 @@ def _nan_as_null(table: Any) -> Any:
     return table
 
 
-def records_table(rows: Iterable[dict]) -> Any:
-    """A `pyarrow.Table` with the record schema (missing keys become nulls), one row per request_id."""
+def _storable(rows: list[dict], schema: Any) -> list[dict]:
+    """`rows` with every value the schema cannot hold (a count sent as a string, 2**70 tokens, a finish
+    reason of 7) set to null, and the record's `error` naming the field: one bad field never loses the
+    run's records. Used only when the whole table would not convert."""
     import pyarrow as pa
 
-    table = _nan_as_null(pa.Table.from_pylist(list(rows), schema=_record_schema()))
+    bad_fields: dict[int, list[str]] = {}
+    for column in schema:
+        values = [row.get(column.name) for row in rows]
+        try:
+            pa.array(values, type=column.type)
+            continue
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        for i, value in enumerate(values):
+            try:
+                pa.array([value], type=column.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                bad_fields.setdefault(i, []).append(column.name)
+    out = []
+    for i, row in enumerate(rows):
+        names = bad_fields.get(i)
+        if names:
+            row = {**row, **dict.fromkeys(names)}
+            note = f"unstorable value dropped: {', '.join(names)}"
+            error = rows[i].get("error")
+            row["error"] = f"{error}; {note}" if isinstance(error, str) and error and "error" not in names else note
+        out.append(row)
+    return out
+
+
+def records_table(rows: Iterable[dict]) -> Any:
+    """A `pyarrow.Table` with the record schema (missing keys become nulls), one row per request_id.
+    A value the schema cannot hold is dropped from its record (`_storable`), never the records."""
+    import pyarrow as pa
+
+    rows = list(rows)
+    try:
+        table = pa.Table.from_pylist(rows, schema=_record_schema())
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        table = pa.Table.from_pylist(_storable(rows, _record_schema()), schema=_record_schema())
+    table = _nan_as_null(table)
     keep = _keep_rows(table.select(["request_id", "outcome", "scheduled_at"]).to_pandas())
     return table if keep is None else table.take(keep)
 
@@ -248,8 +308,15 @@ def _merge(sources: Iterable[str | Path], out: str | Path) -> Any:
 
     table = records_table(read_record_files(sources))
     # dictionary encoding for the text columns only: on the times, all different, it cost 40% of the
-    # write's CPU and made the file 8% bigger
-    pq.write_table(table, out, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)])
+    # write's CPU and made the file 8% bigger. Written aside and moved into place: a write cut short
+    # (a full disk) never leaves a truncated records.parquet where the record files had every record
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        pq.write_table(table, tmp, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)])
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return table
 
 

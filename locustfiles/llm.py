@@ -93,8 +93,7 @@ class LLMUser(User):
 
     def wait_time(self) -> float:
         """Block until this worker's scheduler queues an arrival (Locust kills idle waiting users on stop)."""
-        runtime = session.session_of(self.environment).worker
-        self._job = runtime.take()
+        self._job = session.worker_of(self.environment).take()  # waits while the worker is being set up
         return 0.0
 
     @task
@@ -102,7 +101,7 @@ class LLMUser(User):
         """Send the arrival taken in `wait_time` (the first run, before any wait, has none)."""
         job, self._job = self._job, None
         if job is not None:
-            session.session_of(self.environment).worker.run(job, on_record=self._fire_events, user=self)
+            session.worker_of(self.environment).run(job, on_record=self._fire_events, user=self)
 
     def build_request(self, arrival: PlannedArrival) -> RequestSpec | PreparedRequest:
         """The request to send for `arrival` (a `llmload.runtime.sending.PlannedArrival`: its request id,

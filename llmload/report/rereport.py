@@ -52,10 +52,14 @@ def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
     import analysis
 
     run = analysis.load_run(root)
+    if run.telemetry_error:  # a truncated telemetry.parquet: the verdict comes from the records alone
+        print(f"llmload: warning: {run.telemetry_error}")
     manifest_file = str(root / "manifest.json")
     run_slo = slo_from_manifest(run.manifest, file=manifest_file)
     slo, kept = (run_slo, []) if slo_path is None else reanalysis_slo(slo_path, run_slo)
     result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=manifest_file))
+    if run.telemetry_error:
+        result.summary.setdefault("warnings", []).append(run.telemetry_error)
     result.summary.setdefault("slo", {}).update(source="config" if slo_path is None else str(slo_path),
                                                 settings=slo.model_dump(mode="json"))
     analysis.write_outputs(result, root)

@@ -5,17 +5,26 @@ file plus the master's copy of shipped records are merged into `records.parquet`
 `request_id`; the workers' own files, which carry every field, win over the master's copy), the
 telemetry lines become `telemetry.parquet`, and the analysis writes `summary.json`, `worksheet.csv`
 and `report.html`. Analysis is CPU-heavy: it runs only here, after the load has stopped.
+
+A full disk (`llmload.diskfull`) never loses what is on disk: each file is written aside and moved into
+place, so a write cut short leaves no partial file; every step that fits is still done (a summary fits
+where a report does not), and one `llmload: error:` line names what was not written, what was kept and
+the verdict if it was reached, with exit code `DISK_FULL_EXIT` (4) unless summary.json was saved (then
+the verdict's code: the run has its conclusion). The record files (`records/*.jsonl`)
+always stay: `llmload report RUN_DIR` finishes the run once there is space.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from llmload.config import Config
+from llmload.diskfull import DISK_FULL_EXIT, is_disk_full
 from llmload.records import merge_record_files
 
 __all__ = ["analyse_run", "finalize_run", "merge_run_records"]
@@ -32,15 +41,31 @@ def merge_run_records(run_dir: Path) -> int:
     return merge_record_files(files, Path(run_dir) / "records.parquet")
 
 
-def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
+def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None,
+                unwritten: list[str] | None = None, verdict: dict | None = None) -> int:
     """Analysis, summary.json, worksheet.csv and (unless `report=False`) report.html; returns the
     verdict's exit code. `outcome`, when given, gets the run's `verdict` and the report's answer
-    `sentences` (for the web UI)."""
+    `sentences` (for the web UI). `unwritten`, when given, collects the files a full disk kept out
+    (silently: the caller says it in one line; `verdict["verdict"]` then gets the verdict reached);
+    without it a full disk raises."""
     import analysis
 
     run = analysis.load_run(run_dir)
+    if run.telemetry_error:
+        print(f"llmload: warning: {run.telemetry_error}", flush=True)
     result = analysis.analyze(run, config.slo, config.client)
-    analysis.write_outputs(result, run_dir)
+    if run.telemetry_error:
+        result.summary.setdefault("warnings", []).append(run.telemetry_error)
+    try:
+        analysis.write_outputs(result, run_dir)
+    except OSError as exc:
+        if unwritten is None or not is_disk_full(exc):
+            raise
+        unwritten += [n for n in ("summary.json", "worksheet.csv", "report.html") if not (run_dir / n).exists()]
+        for seen in (outcome, verdict):
+            if seen is not None:
+                seen["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
+        return DISK_FULL_EXIT
     answer = None  # made once: the web UI's outcome and the report's first section say the same
     if outcome is not None:
         try:
@@ -51,9 +76,14 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
         except Exception:
             log.exception("the answer sentences could not be made")
             outcome["verdict"] = str((result.summary or {}).get("verdict") or "unknown")
+    from analysis.validity import client_cap_line
+
     for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
         for reason in step.get("invalid_reasons") or []:
             print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
+        capped = client_cap_line(step["label"], step)  # a cap that held the load back, judged or not
+        if capped:
+            print(f"llmload: {capped}", flush=True)
     if not report:
         return int(analysis.exit_code(result.summary))
     try:
@@ -61,6 +91,9 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
 
         write_report(result, run_dir, manifest=getattr(run, "manifest", None), answer=answer)
     except Exception as exc:  # the summary is the contract; a report bug must not lose it
+        if unwritten is not None and is_disk_full(exc):
+            unwritten.append("report.html")
+            return int(analysis.exit_code(result.summary))
         log.exception("report.html could not be written")
         print(f"llmload: warning: report.html not written: {exc}")
     return int(analysis.exit_code(result.summary))
@@ -92,12 +125,56 @@ def finalize_run(run_dir: Path, config: Config, *, report: bool = True, outcome:
 
 
 def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | None) -> int:
-    merge_run_records(run_dir)
+    unwritten: list[str] = []  # what a full disk kept out; said in one line at the end
+    reached: dict = {}  # the verdict, when the analysis ran but its summary could not be written
+    try:
+        merge_run_records(run_dir)
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        return _disk_full(run_dir, ["records.parquet", "telemetry.parquet", "summary.json", "report.html"],
+                          exc, reached)
     try:
         from llmload.telemetry import finalize_telemetry
 
         finalize_telemetry(run_dir)
     except Exception as exc:
-        log.exception("telemetry could not be finalised")
-        print(f"llmload: warning: telemetry.parquet not written: {exc}")
-    return analyse_run(run_dir, config, report=report, outcome=outcome)
+        if is_disk_full(exc):
+            unwritten.append("telemetry.parquet")
+        else:
+            log.exception("telemetry could not be finalised")
+            print(f"llmload: warning: telemetry.parquet not written: {exc}")
+    try:
+        code = analyse_run(run_dir, config, report=report, outcome=outcome, unwritten=unwritten, verdict=reached)
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        unwritten += [n for n in ("summary.json", "report.html") if not (run_dir / n).exists()]
+        return _disk_full(run_dir, unwritten, exc, reached)
+    if unwritten:
+        return _disk_full(run_dir, unwritten, None, reached, code)
+    return code
+
+
+def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, reached: dict,
+               code: int = DISK_FULL_EXIT) -> int:
+    """One line for a finalisation a full disk cut short (what is missing, what is kept, the verdict if
+    reached, what to do); returns the verdict's `code` when summary.json was saved (the run has its
+    conclusion; only telemetry.parquet or report.html is missing), else `DISK_FULL_EXIT`."""
+    names = ("records.parquet", "telemetry.parquet", "summary.json", "worksheet.csv", "report.html")
+    kept = [n for n in names if (run_dir / n).exists()]
+    files = sorted((run_dir / "records").glob("*.jsonl")) if (run_dir / "records").is_dir() else []
+    lines = 0
+    for path in files:
+        with open(path, "rb") as f:
+            lines += sum(1 for line in f if line.strip())
+    (run_dir / "report.html.tmp").unlink(missing_ok=True)  # a report cut short
+    verdict = reached.get("verdict")
+    said = f"; the verdict was {verdict} but could not be saved" if verdict and "summary.json" not in kept else ""
+    code = code if "summary.json" in kept else DISK_FULL_EXIT
+    print(f"llmload: error: the disk holding {run_dir} is full: not written: {', '.join(dict.fromkeys(unwritten))}; "
+          f"kept: {', '.join(kept + [f'{lines} record line(s) in records/*.jsonl'])}{said}; free space, then "
+          f"`llmload report {run_dir}` finishes it (exit code {code})", file=sys.stderr, flush=True)
+    if exc is not None:
+        log.debug("finalisation stopped by a full disk", exc_info=exc)
+    return code

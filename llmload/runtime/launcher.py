@@ -13,15 +13,20 @@ two, and its shape plans the run.)
 before Locust puts the working directory first on the import path: a folder named `llmload` there, as
 in the parent of a clone, must not shadow the package.)
 
-Config errors, bad flag combinations and a run directory that cannot be written are caught before
-Locust starts (one line, exit 2) and an unreachable target gives one line and exit 3. Once the config
+Config errors, bad flag combinations and a run directory that cannot be written, or that another run
+holds, are caught before Locust starts (one line, exit 2). The launcher claims its run directory for
+the whole run with an exclusive lock (`claim_run_dir`: `flock` on `.llmload-lock`), then checks that no
+run is there (`plan.json`): of two runs started into one `--out` at once, one runs and the other is
+refused; the default `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
+started in the same second get two directories (`-2`, `-3`, ...) and an unreachable target gives one line and exit 3. Once the config
 has validated, the Locust child is started and held before it reads its command line while the other
 checks run (`llmload.runtime.gate`: its ~1 s of imports no longer follow them); it gets the command
 line above when they pass, and is ended, having said nothing, when one fails. With
 `--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
-is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or Locust's own code when no
-summary was written. SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
+is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or, when no summary was
+written, Locust's own code where it said why (2, 3, or 4: a full disk, `llmload.diskfull`), else 3 with
+one line naming how it ended (a killed master: the signal, and `llmload report RUN_DIR` to recover). SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
 directory is finalised, nothing outlives the command, and the exit code is 128 + the signal number.
 """
 
@@ -36,11 +41,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmload.diskfull import DISK_FULL_EXIT
+
 if TYPE_CHECKING:
     from llmload.config import Config
 
-__all__ = ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
-           "say_once", "verdict_exit_code"]
+__all__ = ["BOOT", "LOCK_FILE", "claim_run_dir", "free_loopback_port", "locust_command", "new_run_dir",
+           "prepare_run_dir", "run_config", "say_once", "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -52,6 +59,8 @@ LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
 #: Locust's master port, for `--master` / `--worker` when none is given
 DEFAULT_PORT = 5557
+#: the file a launcher holds an exclusive lock on while its run uses the directory (`claim_run_dir`)
+LOCK_FILE = ".llmload-lock"
 
 
 def free_loopback_port() -> int:
@@ -110,16 +119,62 @@ def verdict_exit_code(run_dir: Path) -> int | None:
 
 
 def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
-    """`<output>/<UTC timestamp>-<shape kind>/`, made unique if two runs start in the same second."""
+    """`<output>/<UTC timestamp>-<shape kind>/`, made here with an exclusive `mkdir`, so two runs started
+    in the same second (two processes, two machines on one share) never get the same one (`-2`, `-3`, ...).
+    A parent that cannot be made is left to the caller's write check (the path is returned unmade)."""
     from datetime import datetime, timezone
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = Path(base if base is not None else config.output)
-    path = root / f"{stamp}-{config.shape.kind}"
-    n = 2
-    while path.exists():
-        path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
-    return path
+    path, n = root / f"{stamp}-{config.shape.kind}", 2
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            if not path.is_dir():  # e.g. `output:` names a file: the write check says so
+                return path
+            path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
+        except OSError:
+            return path
+
+
+class RunDirClaim:
+    """The launcher's hold on its run directory: an exclusive `flock` on `LOCK_FILE`, released by
+    `release()` or when the process ends (a killed launcher never leaves a stale claim)."""
+
+    def __init__(self, run_dir: Path, fd: int) -> None:
+        self.run_dir, self._fd = run_dir, fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def claim_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> RunDirClaim:
+    """Claim `run_dir` for this run: a ConfigError (one line, exit 2) naming the flag or key (`where`)
+    when another run is writing it now or one already ran there (`plan.json`)."""
+    import fcntl
+
+    from llmload.errors import ConfigError
+
+    taken = "another llmload run is writing this run directory now: choose another --out"
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}", file=where[1],
+                          key=where[0]) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"{run_dir}: {taken}", file=where[1], key=where[0]) from None
+    if (run_dir / "plan.json").exists():
+        os.close(fd)
+        raise ConfigError(f"{run_dir} already holds a run: choose another --out", file=where[1],
+                          key=where[0]) from None
+    return RunDirClaim(run_dir, fd)
 
 
 #: notes this process printed already (`say_once`)
@@ -155,7 +210,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
-    run_dir, made, child = None, False, None
+    run_dir, made, child, claim = None, False, None, None
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
         if master:
@@ -165,19 +220,29 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
-        run_dir = Path(out) if out is not None else new_run_dir(config, base=_output_dir(config, config_path))
-        made = prepare_run_dir(run_dir, where=("--out", None) if out is not None else ("output", str(config_path)))
+        where = ("--out", None) if out is not None else ("output", str(config_path))
+        if out is not None:
+            run_dir = Path(out)
+            made = prepare_run_dir(run_dir, where=where)
+        else:  # made here by an exclusive mkdir (unique); the write check follows
+            run_dir = new_run_dir(config, base=_output_dir(config, config_path))
+            made = prepare_run_dir(run_dir, where=where) or _empty_dir(run_dir)
+        claim = claim_run_dir(run_dir, where=where)
         if not skip_preflight:
             check_reachable(config)
     except LLMLoadError as exc:
         if child is not None:
             child.discard()
+        if claim is not None:
+            claim.release()
         print(f"llmload: error: {exc}", file=sys.stderr)
         _remove_if_empty(run_dir if made else None)
         return exc.exit_code
     except BaseException:  # e.g. Ctrl-C during the checks: the held child goes with the launcher
         if child is not None:
             child.discard()
+        if claim is not None:
+            claim.release()
         raise
     try:
         from llmload.envelope import check_plan_against_envelope  # warns past `llmload calibrate`'s envelope
@@ -198,8 +263,12 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                   "report link); press Start, then Ctrl-C here when done", flush=True)
     except BaseException:
         child.discard()
+        claim.release()
         raise
-    return _wait_locust(cmd, run_dir, made=made, child=child)
+    try:
+        return _wait_locust(cmd, run_dir, made=made, child=child)
+    finally:
+        claim.release()
 
 
 def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
@@ -210,7 +279,7 @@ def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
     made = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".llmload-write-check"
+        probe = run_dir / f".llmload-write-check-{os.getpid()}"  # own name: two launches check at once
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
@@ -220,9 +289,18 @@ def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
     return made
 
 
+def _empty_dir(run_dir: Path) -> bool:
+    return run_dir.is_dir() and not any(run_dir.iterdir())
+
+
 def _remove_if_empty(run_dir: Path | None) -> None:
-    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
-        run_dir.rmdir()
+    """Remove a run directory made for a run that never used it (its lock file aside)."""
+    if run_dir is None or not run_dir.is_dir():
+        return
+    if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+        return
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    run_dir.rmdir()
 
 
 def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
@@ -339,7 +417,26 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         return code
     if verdict is not None:
         return verdict
-    return code if code in (2, 3) else 3
+    if code in (2, 3, DISK_FULL_EXIT):  # the Locust process said why (`llmload: error: ...`) before it exited
+        return code
+    say(f"llmload: error: {_why_no_summary(code, run_dir)}")
+    return 3
+
+
+def _why_no_summary(code: int, run_dir: Path) -> str:
+    """One line: how the Locust process ended without writing summary.json, and what to do."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"the Locust process was killed by {name}"
+    else:
+        how = f"the Locust process exited with code {code}"
+    if (Path(run_dir) / "plan.json").exists():
+        return (f"{how} before it finalised {run_dir}: `llmload report {run_dir}` recovers what was recorded "
+                "(exit code 3)")
+    return f"{how} before the run started; nothing was recorded in {run_dir} (exit code 3)"
 
 
 def _run_finished(run_dir: Path) -> bool:

@@ -51,10 +51,20 @@ class PlanFile:
         self.write()
 
     def write(self) -> None:
+        """Replace plan.json with the plan now. A full disk keeps the last plan.json written (the plan stays
+        in memory and the next change writes it whole), with one warning line (`llmload.diskfull`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=_plain), encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps(self.data, indent=1, default=_plain), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            from llmload.diskfull import is_disk_full, warn_unwritable
+
+            tmp.unlink(missing_ok=True)
+            if not is_disk_full(exc):
+                raise
+            warn_unwritable(self.path, exc, "the plan is kept in memory and written at its next change")
 
 
 def _plain(value: object) -> object:

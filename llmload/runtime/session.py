@@ -15,6 +15,11 @@ happens where:
   only say that finalisation goes on (docs/ARCHITECTURE.md "Signals and the process tree").
 
 Nothing here reads the worker's own options when a step arrives: the step message carries it all.
+
+A worker that joins a master may be sent its spawn message while `setup` still runs (anything that
+yields to gevent lets Locust's receiving greenlet spawn users): `setup` makes the `WorkerRuntime` before
+anything that can yield, and users reach it through `worker_of(environment)`, which waits for it
+rather than ever seeing a missing worker.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ from llmload.runtime.states import RUN_TRANSITIONS, RunState, StateMachine
 from llmload.runtime.worker import WorkerRuntime
 
 __all__ = ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "on_init", "pool_size",
-           "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class"]
+           "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class",
+           "worker_of"]
 
 #: the Locust environment's attribute that holds this process's session
 SESSION_ATTR = "llmload_session"
@@ -114,6 +120,8 @@ class Session:
         self.config_path: str = ""
         self.run_dir: Path | None = None
         self.worker: WorkerRuntime | None = None
+        #: set once `worker` exists (users wait on it: `worker_of`)
+        self.worker_ready = gevent.event.Event()
         self.controller: StepController | None = None
         self.telemetry: Any = None
         self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
@@ -183,12 +191,12 @@ class Session:
         runner = self.env.runner
         if runner is None:
             return
+        if not self.is_master:  # first, before anything that can yield: users may already be spawning
+            self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
+            self.worker_ready.set()
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
         _quiet_spawn_warning()
         if not self.is_master:
-            from llmload.runtime.sending import build_sender
-
-            self.worker = WorkerRuntime(runner.send_message, build_sender=build_sender)
             runner.register_message(STEP, lambda environment, msg, **kw: self.worker.on_step(msg.data))
             runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
                                     concurrent=True)
@@ -422,10 +430,11 @@ class Session:
         self.exit_code = code
         self.env.process_exit_code = code
         said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else console.exit_note(code)
-        written = self.run_dir / "report.html"
-        if not (report and written.exists()):  # say the file that is there (a failed report was warned of)
-            written = self.run_dir / "summary.json"
-        print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
+        # the closing line names only a file that is there (a failed report or summary was said already)
+        written = next((self.run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
+                        if (self.run_dir / name).exists()), None)
+        if written is not None:
+            print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
         self._to(RunState.DONE)
 
     # ------------------------------------------------------------------ stop signals
@@ -567,6 +576,24 @@ class Session:
     def user_class(self, api: str) -> type:
         """The one class the pool runs for `api` (`user_classes`; the first by name when several share it)."""
         return sorted(self.user_classes(api), key=lambda cls: cls.__name__)[0]
+
+
+def _build_sender(*args: Any, **kwargs: Any) -> Any:
+    """`llmload.runtime.sending.build_sender`, imported when the first step comes (an import can yield)."""
+    from llmload.runtime.sending import build_sender
+
+    return build_sender(*args, **kwargs)
+
+
+def worker_of(environment: Any, *, poll_s: float = 0.01) -> WorkerRuntime:
+    """This process's `WorkerRuntime`, for users: waits while the session or its worker is still being
+    made (a worker joining a master gets its spawn message while `on_init` may still run)."""
+    while True:
+        session = session_of(environment)
+        if session is not None:
+            session.worker_ready.wait()
+            return session.worker
+        gevent.sleep(poll_s)
 
 
 def _api_name(cls: type) -> str | None:

@@ -172,6 +172,11 @@ class StepTally:
         self.out(format_row(table_row))
         for reason in stats.get("invalid_reasons") or []:
             self.out(f"  {label} invalid: {reason['message']}")
+        from analysis.validity import client_cap_line
+
+        capped = client_cap_line(label, stats)
+        if capped:
+            self.out(f"  {capped}")
 
     def forget(self, label: str, row: dict) -> None:
         """A judged step's summaries are done with (the records are on disk)."""
@@ -213,6 +218,4 @@ class _JsonLines(RecordWriter):
     def write_row(self, row: dict) -> None:
         if self._file.closed:  # a late batch after the run ended: the worker's own file has it
             return
-        self._file.write(redact_text(json.dumps(row, separators=(",", ":"))) + "\n")
-        self._file.flush()
-        self.count += 1
+        self._write_line(redact_text(json.dumps(row, separators=(",", ":"))))  # a full disk: kept, one line

@@ -13,6 +13,7 @@ gauges the analysis averages (`running`, `waiting`, `kv_usage`, GPU memory) are 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -97,10 +98,22 @@ class TelemetrySink:
                 out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
                                        "step": step, "labels": p.labels}, separators=(",", ":")))
             if out and not self._file.closed:
-                self._file.write(redact_text("\n".join(out)) + "\n")  # a label may echo the API key
-                self._file.flush()
+                try:
+                    self._file.write(redact_text("\n".join(out)) + "\n")  # a label may echo the API key
+                    self._file.flush()
+                except OSError as exc:  # a full disk: telemetry stops, the run and its records go on
+                    from llmload.diskfull import warn_unwritable
+
+                    warn_unwritable(self.path, exc, "telemetry stops here and the run goes on")
+                    self._abandon()
+                    return 0
                 self.lines += len(out)
         return len(out)
+
+    def _abandon(self) -> None:
+        """Stop writing (the disk is full): close the file, dropping what its buffer still holds."""
+        with contextlib.suppress(OSError):  # the close flushes the same buffer again
+            self._file.close()
 
     def forget(self, source: str) -> None:
         """After a gap, write every series of `source` again on its next sample."""
@@ -111,7 +124,12 @@ class TelemetrySink:
     def close(self) -> None:
         with self._lock:
             if not self._file.closed:
-                self._file.close()
+                try:
+                    self._file.close()
+                except OSError as exc:
+                    from llmload.diskfull import warn_unwritable
+
+                    warn_unwritable(self.path, exc, "the last telemetry lines are lost")
 
 
 def _valid(row: object) -> bool:
@@ -157,11 +175,14 @@ def finalize_telemetry(run_dir: str | Path) -> Path:
     import pyarrow.parquet as pq
 
     schema = _schema()
-    with pq.ParquetWriter(tmp, schema) as writer:
-        for path in _jsonl_files(run_dir):
-            for chunk in _rows(path):
-                writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
-    tmp.replace(out)
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for path in _jsonl_files(run_dir):
+                for chunk in _rows(path):
+                    writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write cut short (a full disk) leaves no partial file
     return out
 
 

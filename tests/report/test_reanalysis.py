@@ -47,8 +47,9 @@ def test_a_file_without_min_samples_keeps_the_runs(run_dir, tmp_path, capsys):
 def test_the_file_replaces_the_targets_as_a_whole(run_dir, tmp_path):
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "queue_growth: forbid\n")]) == 0
     summary = summary_of(run_dir)
-    # max_error_ratio has a default (0.05, METRICS.md): a file that leaves it out keeps it checked
-    assert summary["slo"]["checked"] == ["max_error_ratio", "queue_growth"]
+    # max_reject_ratio and max_error_ratio have defaults (0.05, METRICS.md): a file that leaves them out
+    # keeps them checked
+    assert summary["slo"]["checked"] == ["max_reject_ratio", "max_error_ratio", "queue_growth"]
     assert "ttft_p95" in summary["slo"]["not_checked"]
 
 

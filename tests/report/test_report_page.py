@@ -67,7 +67,7 @@ def test_warnings_name_prefix_cache_and_unchecked_slo(page):
     text, _ = page
     warnings = text[text.index('id="warnings"'):text.index('id="worksheet-section"')]
     assert "prefix cache may have been warm" in warnings
-    assert "e2e_p95" in warnings and "max_reject_ratio" in warnings
+    assert "e2e_p95" in warnings and "allow_oom" in warnings
     assert "ttft_p95," not in warnings.split("not checked")[1]
 
 

@@ -14,8 +14,8 @@ MODULES = {
     "gate": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
     "judging": ["judge_rows", "live_judge"],
-    "launcher": ["BOOT", "free_loopback_port", "locust_command", "new_run_dir", "prepare_run_dir", "run_config",
-                 "say_once", "verdict_exit_code"],
+    "launcher": ["BOOT", "LOCK_FILE", "claim_run_dir", "free_loopback_port", "locust_command", "new_run_dir",
+                 "prepare_run_dir", "run_config", "say_once", "verdict_exit_code"],
     "messages": ["CANCEL", "DRAINED", "RESULTS", "STEP", "pack_record", "step_message", "unpack_record"],
     "plan_json": ["PlanFile", "STEP_FIELDS"],
     "jobs": ["ClosedLoop", "Job", "plan_jobs"],
@@ -36,7 +36,8 @@ MODULES = {
     "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],
     "pool": ["UNCAPPED_POOL", "pool_size"],
     "session": ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "new_shape_run", "on_init",
-                "pool_size", "pool_tick", "pool_user_classes", "register_user_classes", "session_of", "user_class"],
+                "pool_size", "pool_tick", "pool_user_classes", "register_user_classes", "session_of", "user_class",
+                "worker_of"],
 }
 
 

@@ -1,0 +1,102 @@
+"""Finalisation never loses records, and its closing line names only files that exist (issue 33, items
+3 and 4): one badly typed field in one record (a count sent as a string, 2**70 tokens, a finish reason
+of 7) used to fail the whole pyarrow conversion, leaving no records.parquet and no summary.json while
+the last line still said "summary …/summary.json"; a full disk gave tracebacks and lost what fitted."""
+
+from __future__ import annotations
+
+import errno
+import json
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+from test_finalize_unchanged import T0, _config, write_run
+
+import analysis
+import llmload.runtime.finish as finish
+from llmload.diskfull import DISK_FULL_EXIT
+from llmload.runtime.finish import finalize_run
+from llmload.runtime.session import Session
+from llmload.runtime.states import RunState
+
+BAD = {"request_id": "q-bad", "step": "r2", "worker": "0", "scheduled_at": T0 + 5.0, "sent_at": T0 + 5.0,
+       "first_token_at": T0 + 5.1, "last_token_at": T0 + 5.3, "outcome": "ok", "input_tokens": 2**70,
+       "output_tokens": "12", "finish_reason": 7, "token_times": [T0 + 5.1, T0 + 5.3]}
+
+
+def _ids_on_disk(root) -> set[str]:
+    ids = set()
+    for path in (root / "records").glob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                ids.add(json.loads(line)["request_id"])
+            except ValueError:
+                continue  # the torn line write_run leaves
+    return ids
+
+
+def test_a_badly_typed_field_loses_no_record(tmp_path):
+    write_run(tmp_path)
+    with open(tmp_path / "records" / "worker-0.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(BAD) + "\n")
+    code = finalize_run(tmp_path, _config(), report=False)
+    assert code in (0, 1, 3) and (tmp_path / "summary.json").exists()
+    table = pq.read_table(tmp_path / "records.parquet").to_pylist()
+    assert {r["request_id"] for r in table} == _ids_on_disk(tmp_path)
+    bad = next(r for r in table if r["request_id"] == "q-bad")
+    assert bad["input_tokens"] is None and bad["output_tokens"] is None and bad["finish_reason"] is None
+    assert "input_tokens" in bad["error"] and "output_tokens" in bad["error"]
+
+
+def _session(tmp_path) -> SimpleNamespace:
+    env = SimpleNamespace(web_ui=None, parsed_options=SimpleNamespace(llmload_no_report=False),
+                          process_exit_code=None)
+    states: list = []
+    return SimpleNamespace(telemetry=None, env=env, run_dir=tmp_path, config=object(), outcome={},
+                           stop_signal=None, exit_code=None, controller=None, states=states, _to=states.append)
+
+
+def test_the_closing_line_names_no_missing_file(tmp_path, monkeypatch, capsys):
+    def fails(*args, **kwargs):
+        raise RuntimeError("conversion failed")
+
+    monkeypatch.setattr(finish, "finalize_run", fails)
+    session = _session(tmp_path)
+    Session._write_final(session)
+    out = capsys.readouterr()
+    assert "summary.json" not in out.out + out.err and "report.html" not in out.out + out.err
+    assert session.exit_code == 3 and session.states == [RunState.DONE]
+
+
+def test_a_full_disk_at_finalisation_keeps_what_fits_and_says_it_in_one_line(tmp_path, monkeypatch, capsys):
+    write_run(tmp_path)
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(analysis, "write_outputs", no_space)
+    code = finalize_run(tmp_path, _config())
+    assert code == DISK_FULL_EXIT
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("llmload:")]
+    assert len(lines) == 1 and lines[0].startswith("llmload: error: the disk holding"), err
+    assert "not written: summary.json" in lines[0] and "the verdict was fail" in lines[0]
+    assert f"llmload report {tmp_path}" in lines[0] and "Traceback" not in err
+    assert (tmp_path / "records.parquet").exists() and (tmp_path / "telemetry.parquet").exists()
+    assert not list(tmp_path.glob("*.tmp"))
+    assert pq.read_table(tmp_path / "records.parquet").num_rows == len(_ids_on_disk(tmp_path))
+
+
+def test_a_summary_that_fitted_keeps_the_verdicts_exit_code(tmp_path, monkeypatch, capsys):
+    write_run(tmp_path)
+    import llmload.report.page as page
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(page, "write_report", no_space)
+    code = finalize_run(tmp_path, _config())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert code == analysis.exit_code(summary) != DISK_FULL_EXIT
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llmload: error"))
+    assert "not written: report.html" in line and f"(exit code {code})" in line

@@ -1,0 +1,69 @@
+"""A worker joining a master can get its spawn message while `Session.setup` still runs: anything in
+setup that yields to gevent lets Locust spawn users then. Users must wait for the worker's runtime,
+never see it missing (issue 33, item 12: `'NoneType' object has no attribute 'take'` in 4 of 9 joins,
+every arrival `cancelled`). The yield is forced, so the race is played out every time. In a subprocess:
+importing Locust here would patch the standard library too late."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+_SCRIPT = """
+import sys
+import locust
+import gevent
+from types import SimpleNamespace
+from locust.event import Events
+from locust.runners import WorkerRunner
+from llmload.runtime import session as session_mod
+from locustfiles.llm import LLMUser
+
+class JoiningWorkerRunner(WorkerRunner):  # only what Session.setup touches on a worker
+    def __init__(self):
+        self.handlers = {}
+    def send_message(self, *args, **kwargs):
+        pass
+    def register_message(self, name, handler, concurrent=False):
+        self.handlers[name] = handler
+
+def environment():
+    return SimpleNamespace(runner=JoiningWorkerRunner(), events=Events(), parsed_options=None, web_ui=None,
+                           host="", user_classes=[LLMUser])
+
+def job():
+    return SimpleNamespace(label="s", scheduled_at=0.0, dequeued_at=None)
+
+mode = sys.argv[1]
+env = environment()
+users = [LLMUser(env) for _ in range(3)]
+waiting = []
+if mode == "before-init":  # users running before the session even exists wait for it
+    waiting = [gevent.spawn(user.wait_time) for user in users]
+    gevent.sleep(0.02)
+    assert not any(g.dead for g in waiting), [g.exception for g in waiting]
+else:  # the spawn message arrives while setup yields (the session exists, its worker may not yet)
+    real = getattr(session_mod, mode)
+    def yields(*args, **kwargs):
+        waiting.extend(gevent.spawn(user.wait_time) for user in users)
+        gevent.sleep(0.05)  # as an import or a log handler that yields: Locust's users run meanwhile
+        return real(*args, **kwargs)
+    setattr(session_mod, mode, yields)
+session_mod.on_init(env)
+assert len(waiting) == len(users)
+jobs = [job() for _ in users]
+for j in jobs:
+    session_mod.session_of(env).worker.queue.put(j)
+gevent.joinall(waiting, timeout=5)
+assert all(g.successful() for g in waiting), [repr(g.exception) for g in waiting]
+assert sorted(id(u._job) for u in users) == sorted(id(j) for j in jobs)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("mode", ["install_console_redaction", "_quiet_spawn_warning", "before-init"])
+def test_users_spawned_while_the_worker_is_set_up_wait_for_it(mode):
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
