@@ -54,12 +54,14 @@ def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str 
 
 def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray,
                 outputs: np.ndarray) -> pd.DataFrame:
-    """Every request's `ttft_s`, `tpot_s`, `e2e_s` (arrival order) when requests arrive at `arrivals_s`
+    """Every request's `admitted_s` (the start of the step that first scheduled it: it waited in the
+    queue from `arrival_s` to then), `ttft_s`, `tpot_s`, `e2e_s` (arrival order) when requests arrive at `arrivals_s`
     (sorted seconds) with these prompt and output token counts; the module docstring has the rules."""
     n = len(arrivals_s)
     arrivals = np.asarray(arrivals_s, dtype=float)
     first = np.full(n, math.nan)
     last = np.full(n, math.nan)
+    admitted = np.full(n, math.nan)
     engine = Engine(limits)
     seqs = [EngineSequence(seq_id=i, prompt_tokens=int(inputs[i]), output_tokens=max(1, int(outputs[i])))
             for i in range(n)]
@@ -71,6 +73,8 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
             engine.add(seqs[nxt])
             nxt += 1
         result = engine.step(t)
+        for seq in result.admitted:
+            admitted[seq.seq_id] = t
         if not result.batch:  # nothing schedulable: the live loop waits for the next submit
             if nxt >= n:
                 break
@@ -86,7 +90,8 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
     out = np.maximum(np.asarray(outputs, dtype=float), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), math.nan)
-    return pd.DataFrame({"arrival_s": arrivals, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e})
+    return pd.DataFrame({"arrival_s": arrivals, "admitted_s": admitted, "ttft_s": ttft, "tpot_s": tpot,
+                         "e2e_s": e2e})
 
 
 def _sizes(request_sizes: RequestSizes, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
