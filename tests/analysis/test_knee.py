@@ -100,6 +100,7 @@ def test_steps_not_judged_or_off_the_rate_axis_are_ignored():
     good = [row(r, curve(r), rel=0.0) for r in (4.0, 4.4, 4.8, 5.2)]
     noise = [row(4.2, 9.0, verdict="invalid"), row(4.3, 9.0, verdict="insufficient"),
              row(4.1, 9.0, verdict="not_run"), row(4.0, 9.0, phase="concurrency"),
+             {**row(4.25, 9.0, verdict="fail"), "status": "partial"},
              {**row(3.9, 9.0), "offered_rate": None}]
     assert estimate_knee(good + noise, SLO2).rate == pytest.approx(estimate_knee(good, SLO2).rate)
     assert estimate_knee(noise, SLO2) is None
