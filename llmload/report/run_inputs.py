@@ -19,8 +19,8 @@ from llmload.errors import ConfigError
 __all__ = ["JUDGING_SETTINGS", "check_run_dir", "client_from_manifest", "current_slo", "reanalysis_slo",
            "slo_from_manifest"]
 
-#: SLO keys that say how much data a verdict needs: kept from the run unless a re-analysis file sets them
-JUDGING_SETTINGS = ("min_samples", "trend_alpha", "sub_windows")
+#: SLO keys that say how much data a verdict needs (and at what confidence): kept from the run unless a re-analysis file sets them
+JUDGING_SETTINGS = ("min_samples", "trend_alpha", "sub_windows", "confidence")
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
