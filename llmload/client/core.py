@@ -70,7 +70,8 @@ from llmload.protocols import ServerTimings, StreamChunk
 from llmload.records import Record
 from llmload.tokens import count_tokens
 
-__all__ = ["COLD_LOAD_S", "MAX_TOKENS_PER_EVENT", "USAGE_TOLERANCE", "SendResult", "send", "usage_agrees"]
+__all__ = ["COLD_LOAD_S", "MAX_INPUT_OVER_PLANNED", "MAX_TOKENS_PER_EVENT", "USAGE_TOLERANCE", "SendResult", "send",
+           "usage_agrees"]
 
 #: an Ollama `load_duration` above this means the model had to be loaded (warm requests report a few ms)
 COLD_LOAD_S = 0.5
