@@ -3,7 +3,8 @@
 Each worker appends one JSON line per finished request to its own file and flushes it at once, so a
 crashed worker or a killed run leaves every finished request on disk. At the end the files (and the
 copies workers shipped to the master) are merged, de-duplicated by `request_id`, into
-`records.parquet`.
+`records.parquet`. A value of the wrong type in a record file (a hand-edited or foreign line, a count
+over 64 bits) becomes null in its column rather than failing the merge (`records_table`).
 
 Timestamps are wall-clock seconds from `llmload.clock.now()`; `None` where it did not happen.
 """
@@ -38,8 +39,8 @@ __all__ = [
 ]
 
 #: every outcome a request can have (METRICS.md; `client_error`: a failure inside llmload, never the server's)
-OUTCOMES = ("ok", "rejected", "http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled",
-            "quality_fail", "client_error", "not_sent")
+OUTCOMES = ("ok", "rejected", "http_error", "malformed", "timeout", "disconnect", "connect_error", "oom",
+            "cancelled", "quality_fail", "client_error", "not_sent")
 
 
 @dataclass(slots=True)
@@ -83,6 +84,13 @@ class Record:
     #: Ollama: total - load - prompt_eval - eval (METRICS.md server queue)
     server_queue_s: float | None = None
     quality_checked: bool = False
+    #: the request was sent again this many times after its connection failed before the server could
+    #: have read it (llmload.client.core `_post`)
+    retries: int = 0
+    #: the server's output token count disagreed with the output events seen: `output_tokens` is the
+    #: events seen and the server's count is `reported_output_tokens` (METRICS.md)
+    usage_mismatch: bool = False
+    reported_output_tokens: int | None = None
 
     def as_dict(self) -> dict:
         """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
@@ -124,7 +132,8 @@ def _record_schema() -> Any:
             "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
             "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
-            "quality_checked": pa.bool_(),
+            "quality_checked": pa.bool_(), "retries": pa.int64(), "usage_mismatch": pa.bool_(),
+            "reported_output_tokens": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
     return _SCHEMA
@@ -200,12 +209,14 @@ def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
                 if not line:
                     continue
                 try:
-                    rows.append(orjson.loads(line))  # ~5x json's speed: most of the merge's CPU
+                    row = orjson.loads(line)  # ~5x json's speed: most of the merge's CPU
                 except orjson.JSONDecodeError:
                     try:  # what orjson refuses and json reads (NaN, integers over 64 bits)
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except (json.JSONDecodeError, UnicodeDecodeError):
                         continue
+                if isinstance(row, dict):
+                    rows.append(row)
     return rows
 
 
@@ -287,10 +298,10 @@ def records_table(rows: Iterable[dict]) -> Any:
     A value the schema cannot hold is dropped from its record (`_storable`), never the records."""
     import pyarrow as pa
 
-    rows = list(rows)
+    rows = [row for row in rows if isinstance(row, dict)]  # a line that is not an object holds no record
     try:
         table = pa.Table.from_pylist(rows, schema=_record_schema())
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
         table = pa.Table.from_pylist(_storable(rows, _record_schema()), schema=_record_schema())
     table = _nan_as_null(table)
     keep = _keep_rows(table.select(["request_id", "outcome", "scheduled_at"]).to_pandas())

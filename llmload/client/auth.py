@@ -156,12 +156,8 @@ class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
         return new
 
 
-_opener: urllib.request.OpenerDirector | None = None
-
-
-def open_url(request: urllib.request.Request | str, *, timeout_s: float) -> Any:
-    """`urllib.request.urlopen`, except that credentials never follow a redirect to another origin."""
-    global _opener
-    if _opener is None:
-        _opener = urllib.request.build_opener(_CredentialsStayHome)
-    return _opener.open(request, timeout=timeout_s)
+def open_url(request: urllib.request.Request | str, *, timeout_s: float, handlers: tuple | list = ()) -> Any:
+    """`urllib.request.urlopen`, except that credentials never follow a redirect to another origin;
+    `handlers`: more urllib handlers (`llmload.telemetry.http.open_url` adds connections that keep to a
+    deadline for the whole exchange)."""
+    return urllib.request.build_opener(_CredentialsStayHome, *handlers).open(request, timeout=timeout_s)
