@@ -29,11 +29,14 @@ Every SLO dimension (the figure it reads, its setting, how it is compared) is de
    a stopped step does not decide a passing rate.
 7. `inconclusive`: nothing failed, enough samples, and at least one percentile target's interval
    straddles its threshold (`undecided_targets` names them; `failing` is empty). A longer step decides.
+   Also when a checked target could not be measured (`unmeasured`) or its histogram bucket straddles
+   it (`undecided`): a checked threshold that was not measured never leaves a step `pass`; both are
+   named in `undecided_targets` too.
 8. `pass`.
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
 a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
 A threshold whose value could not be measured (e.g. server queue without telemetry) is not judged and
-is listed in `stats["unmeasured"]`; a server-queue percentile from the vLLM histogram that is over its
+is listed in `stats["unmeasured"]` (the step is then at best inconclusive, rule 7); a server-queue percentile from the vLLM histogram that is over its
 threshold only inside a bucket that straddles the threshold cannot be told apart from a pass: it is
 listed in `stats["undecided"]` and not judged (a value in the `+Inf` bucket is a lower bound: judged).
 """
@@ -150,6 +153,10 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         return "insufficient", [], details  # every latency target unmeasured: nothing was judged
     if partial:
         return "insufficient", [], details
+    # a target that was checked but could not be measured (no sample carried it, e.g. server queue time
+    # from a server that reports none) or whose histogram bucket straddles it is not met: it can never
+    # leave a step `pass` (its interval is the whole axis); the step is inconclusive and names it
+    undecided_targets.extend(k for k in unmeasured + undecided if k not in undecided_targets)
     if undecided_targets:
         return "inconclusive", [], details
     return "pass", [], details

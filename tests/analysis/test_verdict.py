@@ -140,8 +140,8 @@ def test_histogram_queue_percentile_judged_only_when_the_bucket_decides() -> Non
     slo = SLO.model_validate({"server_queue_p95": "200ms", "min_samples": 5})
     result = analyze(run_of(rows, steps, telemetry=_queue_histogram(10, 0)), slo)
     row = result.steps.iloc[0]
-    assert row["server_queue_p95_s"] == pytest.approx(0.285) and row["verdict"] == "pass"
-    assert list(row["undecided"]) == ["server_queue_p95"]
+    assert row["server_queue_p95_s"] == pytest.approx(0.285) and row["verdict"] == "inconclusive"
+    assert list(row["undecided"]) == ["server_queue_p95"] and list(row["undecided_targets"]) == ["server_queue_p95"]
     assert any("straddles" in w for w in result.warnings)
     # all in (0.3, 0.5]: every value is over 250 ms whatever the interpolation says: fail
     slo = SLO.model_validate({"server_queue_p95": "250ms", "min_samples": 5})
@@ -160,6 +160,18 @@ def test_a_step_whose_latency_targets_are_all_unmeasured_does_not_pass() -> None
     row = analyze(run_of(rows, [plan_step("s", 0)]), slo).steps.iloc[0]
     assert row["completed"] == 10 and list(row["unmeasured"]) == ["ttft_p95", "e2e_p95"]
     assert row["verdict"] == "insufficient"
+
+
+def test_a_checked_target_that_was_not_measured_never_leaves_a_step_pass() -> None:
+    """Issue 33 item 6: TTFT measured and met, server queue checked but the server reports none: the
+    step is inconclusive and names the unmeasured target (before, it passed on TTFT alone)."""
+    slo = SLO.model_validate({"ttft_p95": "1s", "server_queue_p95": "300ms", "min_samples": 5})
+    rows = [request(f"r{i}", "s", float(i)) for i in range(10)]
+    row = analyze(run_of(rows, [plan_step("s", 0)]), slo).steps.iloc[0]
+    assert list(row["unmeasured"]) == ["server_queue_p95"] and list(row["failing"]) == []
+    assert row["verdict"] == "inconclusive" and list(row["undecided_targets"]) == ["server_queue_p95"]
+    met = analyze(run_of(rows, [plan_step("s", 0)]), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5}))
+    assert met.steps.iloc[0]["verdict"] == "pass"  # the same step, the target not checked: it passes
 
 
 def test_most_requests_failing_fails_the_step_without_a_written_error_limit() -> None:
