@@ -70,7 +70,9 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
-    return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table})
+    # astype per column leaves one block per column: copy() joins them (a few rows: cheap), so the
+    # columns added later do not make pandas warn of a fragmented frame
+    return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table}).copy()
 
 
 def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel: TelemetryIndex,

@@ -280,6 +280,9 @@ class Requests(Model):
     #: server tokens per synthesised prompt word; null = measured by the pre-flight with the server's
     #: `/tokenize` (vLLM, llama.cpp, SGLang), else 1.0 (the sim's rule)
     tokens_per_word: float | None = Field(default=None, gt=0, le=1000)
+    #: ask a reasoning model for this effort: OpenAI chat `reasoning_effort`, Ollama `think`; null: the
+    #: server's default (nothing sent)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
 
 
 class Client(Model):

@@ -83,6 +83,10 @@ class Record:
     #: Ollama: total - load - prompt_eval - eval (METRICS.md server queue)
     server_queue_s: float | None = None
     quality_checked: bool = False
+    #: the first answer-bearing event (content, completion text, tool call; not reasoning only): TTFA
+    first_answer_at: float | None = None
+    #: reasoning tokens among `output_tokens` (0: the answer had none; None: unknown, no 200 stream)
+    reasoning_tokens: int | None = None
 
     def as_dict(self) -> dict:
         """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
@@ -124,7 +128,7 @@ def _record_schema() -> Any:
             "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
             "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
-            "quality_checked": pa.bool_(),
+            "quality_checked": pa.bool_(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
     return _SCHEMA

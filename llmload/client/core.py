@@ -8,6 +8,9 @@ stopped) fills the record as `cancelled` with the times seen so far, then re-rai
 Timestamps (METRICS.md), all from `llmload.clock.now()`:
 - `sent_at` when the pool hands over a connected socket, right before the bytes are written (a new
   connection's connect time is not in TTFT; if the connection fails, the time of the attempt);
+- `first_answer_at` at the first output-bearing event that is not reasoning only (content, text, a
+  tool call); `reasoning_tokens` from the server's count, per-event counts or the share of reasoning
+  events (`_reasoning_tokens`);
 - each event is stamped when the bytes that complete it were read (`StreamResponse.read_some()`: what
   one socket read brought, for SSE the blank line, which servers write together with the `data:`
   line); events that arrived in the same read share its time. `first_token_at` and `token_times` at
@@ -82,7 +85,8 @@ class _Stream:
     """What one response stream has said so far."""
 
     __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
-                 "cached_tokens", "timings", "finish_reason", "error", "final")
+                 "cached_tokens", "timings", "finish_reason", "error", "final", "reasoning_events",
+                 "reasoning_counted", "server_reasoning")
 
     def __init__(self, record: Record) -> None:
         self.record = record
@@ -97,6 +101,11 @@ class _Stream:
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.final = False
+        #: output events that carried reasoning only, the tokens they carried (when counted), and the
+        #: server's own reasoning count
+        self.reasoning_events = 0
+        self.reasoning_counted = 0
+        self.server_reasoning: int | None = None
 
     def apply(self, chunk: StreamChunk, t: float) -> bool:
         """Take one chunk stamped `t`; True when the stream is over (final event or error)."""
@@ -113,6 +122,13 @@ class _Stream:
                 self.texts.append(chunk.text)
             if chunk.reasoning:
                 self.reasoning.append(chunk.reasoning)
+            if chunk.reasoning and not chunk.text:  # reasoning only: not yet the answer
+                self.reasoning_events += 1
+                self.reasoning_counted += chunk.tokens or 0
+            elif self.record.first_answer_at is None:
+                self.record.first_answer_at = t
+        if chunk.reasoning_tokens is not None:
+            self.server_reasoning = chunk.reasoning_tokens
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         if chunk.output_tokens is not None:
@@ -265,6 +281,22 @@ def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: 
         _fail(record, "disconnect", "stream ended before its final event", transport)
 
 
+def _reasoning_tokens(stream: _Stream, output_tokens: int | None) -> int:
+    """Reasoning tokens of a 200 stream: the server's own count (OpenAI's `completion_tokens_details`),
+    else the tokens the reasoning-only events carried when every event had a count (vLLM continuous
+    usage), else the output tokens shared in proportion of reasoning-only events (exact when each event
+    is one token, as Ollama and llama.cpp stream), else the reasoning text counted by the sim's rule."""
+    if stream.server_reasoning is not None:
+        return stream.server_reasoning
+    if not stream.reasoning_events or not stream.times:
+        return 0
+    if stream.counts:
+        return stream.reasoning_counted
+    if stream.output_tokens is not None and output_tokens is not None:
+        return round(output_tokens * stream.reasoning_events / len(stream.times))
+    return count_tokens("".join(stream.reasoning))
+
+
 def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: bool) -> None:
     """Token counts, server timings and last_token_at from what the stream said."""
     if stream.times:
@@ -286,6 +318,8 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
         record.output_tokens = count_tokens("".join(stream.reasoning) + " " + "".join(stream.texts))
         estimated = True
     record.tokens_estimated = estimated
+    if got_200:
+        record.reasoning_tokens = _reasoning_tokens(stream, record.output_tokens)
     timings = stream.timings
     if timings is not None:
         record.server_load_s = timings.load_s

@@ -77,7 +77,7 @@ class RequestMix:
                     if self.chat else count_tokens("\n".join(m["content"] for m in messages))
                 body = build_body(self.api, model=self.model, max_tokens=n_out, messages=messages,
                                   temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                                  server=self.server)
+                                  server=self.server, reasoning_effort=self.requests.reasoning_effort)
             else:
                 prompt = entry.prompt or ""
                 planned = count_tokens(prompt) + (CHAT_TOKENS_PER_MESSAGE if self.chat else 0)
@@ -105,7 +105,7 @@ class RequestMix:
     def _body(self, prompt: str, max_tokens: int) -> bytes:
         return build_body(self.api, model=self.model, max_tokens=max_tokens, prompt=prompt,
                           temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                          server=self.server)
+                          server=self.server, reasoning_effort=self.requests.reasoning_effort)
 
     def _prefix(self, prefix_id: int, n_tokens: int) -> str:
         """The shared prefix text, cut to `n_tokens` (every cut of one prefix is a prefix of it)."""

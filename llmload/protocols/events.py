@@ -53,6 +53,9 @@ class StreamChunk:
     #: usage or final counts, when this event reports them (the last report wins)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: reasoning tokens among the output tokens, when the server says (OpenAI's
+    #: `usage.completion_tokens_details.reasoning_tokens`); else None
+    reasoning_tokens: int | None = None
     cached_tokens: int | None = None
     timings: ServerTimings | None = None
     #: an error reported inside the stream (`{"error": ...}`), its message

@@ -11,6 +11,12 @@ Completions use `text` instead of `delta`. Ollama native is NDJSON with integer-
 llama.cpp `/completion` is SSE without `[DONE]`, with `timings` on the `stop: true` event.
 SGLang's OpenAI endpoints are rendered as vLLM's; its native `/generate` is SSE with the whole answer so
 far in `text` and the counts in `meta_info` on every event, ending `data: [DONE]` (docs/SIM.md).
+
+Reasoning (`Exchange.reasoning` > 0, the sim's `reasoning_tokens`): the first tokens of a chat answer are
+reasoning, each in its server's own field (docs/SIM.md names the sources): vLLM `delta.reasoning`, which
+it mirrors into the deprecated `delta.reasoning_content`; SGLang and llama.cpp `delta.reasoning_content`;
+Ollama's /v1 `delta.reasoning`; Ollama native `message.thinking` (chat) or `thinking` (generate), with an
+empty `content` / `response`. The answer's own tokens then follow, counted from its first.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ __all__ = ["Exchange", "Renderer", "renderer_for", "rfc3339"]
 
 #: flavours whose OpenAI-compatible streams are written as vLLM writes them
 _VLLM_LIKE = ("vllm", "sglang")
+#: the chat delta field of a reasoning token, per flavour (module docstring)
+_REASONING_FIELD = {"vllm": "reasoning", "sglang": "reasoning_content", "llamacpp": "reasoning_content",
+                    "ollama": "reasoning"}
 
 
 def _dumps(obj: object) -> bytes:
@@ -61,6 +70,20 @@ class Exchange:
     sent: int = 0  # tokens written so far
     stop_reason: str | None = None  # vLLM: the stop string that ended the answer
     n_predict: int = -1  # the output cap the request asked for (-1: none)
+    reasoning: int = 0  # the first this many output tokens are reasoning (chat kinds only)
+
+    def piece(self, k: int) -> tuple[str, str]:
+        """Token k as streamed: ("reasoning" or "answer", its text); the answer counts from its first."""
+        if k < self.reasoning:
+            return "reasoning", self.answer.delta(k)
+        return "answer", self.answer.delta(k - self.reasoning)
+
+    def answer_text(self, n: int) -> str:
+        """The answer part of the first n tokens."""
+        return self.answer.text(max(0, n - self.reasoning))
+
+    def reasoning_text(self, n: int) -> str:
+        return self.answer.text(min(n, self.reasoning))
 
     def usage(self, completion_tokens: int | None = None) -> dict:
         n = self.sent if completion_tokens is None else completion_tokens
@@ -158,7 +181,13 @@ class OpenAIChat(Renderer):
         return [self.sse(self._chunk(ex, role, None))]
 
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
-        delta = {"content": ex.answer.delta(k)}
+        kind, text = ex.piece(k)
+        if kind == "answer":
+            delta = {"content": text}
+        elif ex.flavor == "vllm":  # DeltaMessage copies `reasoning` into the deprecated field
+            delta = {"reasoning": text, "reasoning_content": text}
+        else:
+            delta = {_REASONING_FIELD[ex.flavor]: text}
         if ex.flavor == "ollama":
             delta = {"role": "assistant", **delta}
         if ex.flavor in _VLLM_LIKE:
@@ -177,7 +206,9 @@ class OpenAIChat(Renderer):
         return out + self._usage_and_done(ex)
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
-        message = {"role": "assistant", "content": ex.answer.text(ex.sent)}
+        message = {"role": "assistant", "content": ex.answer_text(ex.sent)}
+        if ex.reasoning:
+            message[_REASONING_FIELD[ex.flavor]] = ex.reasoning_text(ex.sent)
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         obj = {"id": ex.completion_id, "object": "chat.completion", "created": ex.created,
                "model": ex.model, "choices": [choice], "usage": ex.usage()}
@@ -230,19 +261,26 @@ class OllamaNative(Renderer):
     def _line(self, obj: object) -> bytes:
         return _dumps(obj) + b"\n"
 
-    def _piece(self, ex: Exchange, text: str, at: float) -> dict:
+    def _piece(self, ex: Exchange, text: str, at: float, thinking: str = "") -> dict:
         obj: dict = {"model": ex.model, "created_at": rfc3339(at)}
         if self.chat:
             obj["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                obj["message"]["thinking"] = thinking
         else:
             obj["response"] = text
+            if thinking:
+                obj["thinking"] = thinking
         return obj
 
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
-        return [self._line({**self._piece(ex, ex.answer.delta(k), time.time()), "done": False})]
+        kind, text = ex.piece(k)
+        piece = self._piece(ex, text, time.time()) if kind == "answer" else \
+            self._piece(ex, "", time.time(), thinking=text)
+        return [self._line({**piece, "done": False})]
 
-    def _final(self, ex: Exchange, text: str, reason: str, finished_at: float) -> dict:
-        obj = {**self._piece(ex, text, time.time()), "done": True, "done_reason": reason}
+    def _final(self, ex: Exchange, text: str, reason: str, finished_at: float, thinking: str = "") -> dict:
+        obj = {**self._piece(ex, text, time.time(), thinking), "done": True, "done_reason": reason}
         if not self.chat:
             obj["context"] = list(range(1, min(ex.prompt_tokens + ex.sent, 64) + 1))
         obj.update(ex.ollama_durations(finished_at))
@@ -258,7 +296,7 @@ class OllamaNative(Renderer):
         return b'{"model":"' + ex.model.encode() + b'","created_at":"2024-\n'
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
-        return self._final(ex, ex.answer.text(ex.sent), reason, finished_at)
+        return self._final(ex, ex.answer_text(ex.sent), reason, finished_at, ex.reasoning_text(ex.sent))
 
 
 class LlamaCppCompletion(Renderer):
