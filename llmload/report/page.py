@@ -104,7 +104,10 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
         df.loc[hist, "server_queue_p95_ms"] = [_range_text(r) for r in df.loc[hist, "server_queue_p95_range_s"]]
     df.loc[unrun, measured] = None
     extra, slo_headers = _slo_columns(slo)
-    headers = {**_HEADERS, **slo_headers}
+    if saw_reasoning(steps) and "ttfa_p95_ms" not in extra:  # TTFA beside TTFT when answers reasoned
+        extra = ["ttfa_p95_ms", "reasoning_tokens_per_s", "answer_tokens_per_s", *extra]
+    headers = {**_HEADERS, **slo_headers, "ttfa_p95_ms": "TTFA p95 ms", "reasoning_tokens_per_s":
+               "reasoning tok/s", "answer_tokens_per_s": "answer tok/s"}
     row_class = ["not-run" if u else "" for u in unrun]
     glance = table(df, columns=list(_STEP_COLUMNS) + extra, headers=headers, table_id="steps-table",
                    row_class=row_class)
@@ -112,6 +115,13 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
                    row_class=row_class)
     return glance + fold("Every figure of each step (rates, tokens/s, client wait, server queue)", detail,
                          fold_id="steps-detail-fold")
+
+
+def saw_reasoning(steps: Any) -> bool:
+    """Whether any step's answers carried reasoning tokens (then TTFA is shown beside TTFT)."""
+    if steps is None or "reasoning_tokens_per_s" not in steps:
+        return False
+    return bool((pd.to_numeric(steps["reasoning_tokens_per_s"], errors="coerce") > 0).any())
 
 
 def _range_text(value: Any) -> str | None:

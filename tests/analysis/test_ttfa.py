@@ -46,3 +46,19 @@ def test_ttfa_p95_slo_judges_steps_and_goodput() -> None:
     assert out > 0 and np.isclose(step["reasoning_tokens_per_s"], out * 5 / 20)
     assert np.isclose(step["answer_tokens_per_s"], out * 15 / 20)
     assert np.isclose(step["reasoning_rate_p50"], 5 / np.median(thinking[thinking > 0]), rtol=0.2)
+
+
+def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
+    from llmload.report.page import step_table
+    from llmload.runtime.table import format_row, step_row
+
+    rows = [_reasoning(request(f"r{i}", "s", float(i), ttft=0.1, e2e=3.0, out=20), thinking_s=1.0, reasoning=5)
+            for i in range(20)]
+    reasoned = analyze(run_of(rows, [plan_step("s", 0, rate=1.0, length=20.0)]), SLO()).steps
+    plain = analyze(run_of([request(f"r{i}", "s", float(i)) for i in range(20)],
+                           [plan_step("s", 0, rate=1.0, length=20.0)]), SLO()).steps
+    assert "TTFA p95 ms" in step_table(reasoned) and "TTFA p95 ms" not in step_table(plain)
+    stats = reasoned.iloc[0].to_dict()
+    assert "1100ms" in format_row(step_row("s", stats, "pass", [], None))  # TTFA p95 = 0.1 + 1.0 s
+    plain_row = step_row("s", plain.iloc[0].to_dict(), "pass", [], None)
+    assert plain_row["ttfa_p95_s"] is None
