@@ -267,6 +267,39 @@ class SharedPrefix(Model):
     tokens: Tokens = 256
 
 
+class FixedTime(Model):
+    dist: Literal["fixed"]
+    value: Duration
+
+
+class UniformTime(Model):
+    dist: Literal["uniform"]
+    min: Duration
+    max: Duration
+
+    _ordered = model_validator(mode="after")(_min_max)
+
+
+class ExponentialTime(Model):
+    dist: Literal["exponential"]
+    mean: Duration
+
+
+#: a distribution of durations (think times): fixed, uniform or exponential
+TimeDist = Annotated[Union[FixedTime, UniformTime, ExponentialTime], Field(discriminator="dist")]
+
+
+class Sessions(Model):
+    """Multi-turn sessions (CONFIG.md `requests.sessions`): each arrival starts a session; each turn
+    sends the whole conversation so far plus `new_tokens_per_turn` of new user text; the next turn is
+    sent once the answer is in plus a think time."""
+
+    turns: Dist
+    think_time: TimeDist = Field(default_factory=lambda: FixedTime(dist="fixed", value=0.0))
+    new_tokens_per_turn: Dist = Field(default_factory=lambda: FixedDist(dist="fixed", value=64))
+    system_prompt_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+
+
 class Requests(Model):
     """The request mix: lengths, shared prefixes, dataset, seed."""
 
@@ -283,6 +316,8 @@ class Requests(Model):
     #: ask a reasoning model for this effort: OpenAI chat `reasoning_effort`, Ollama `think`; null: the
     #: server's default (nothing sent)
     reasoning_effort: Literal["low", "medium", "high"] | None = None
+    #: multi-turn sessions; null: every arrival is one request
+    sessions: Sessions | None = None
 
 
 class Client(Model):

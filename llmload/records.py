@@ -87,6 +87,10 @@ class Record:
     first_answer_at: float | None = None
     #: reasoning tokens among `output_tokens` (0: the answer had none; None: unknown, no 200 stream)
     reasoning_tokens: int | None = None
+    #: multi-turn sessions (`requests.sessions`): the session (its first turn's request_id) and the
+    #: turn index from 0; None outside sessions
+    session_id: str | None = None
+    turn: int | None = None
 
     def as_dict(self) -> dict:
         """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
@@ -129,6 +133,7 @@ def _record_schema() -> Any:
             "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
             "quality_checked": pa.bool_(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
+            "session_id": pa.string(), "turn": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
     return _SCHEMA
