@@ -271,6 +271,19 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
             '<p class="muted">The step numbers of each instance\'s requests (no verdict per instance: the '
             "generator checks belong to the whole run). Counts add up to the combined step table.</p>"
             + table(display_frame(instances, _INSTANCE_COLUMNS), table_id="instances-table"))))
+    from analysis.turns import turn_table
+
+    turns = turn_table(analysis.requests) if getattr(analysis, "requests", None) is not None else None
+    if turns is not None and not turns.empty:
+        shown = turns.assign(ttft_p50_ms=turns["ttft_p50_s"] * 1000, ttft_p95_ms=turns["ttft_p95_s"] * 1000,
+                             ttfa_p95_ms=turns["ttfa_p95_s"] * 1000)
+        columns = ["turn", "requests", "ttft_p50_ms", "ttft_p95_ms", "input_tokens_mean", "cached_tokens_mean"]
+        if saw_reasoning(analysis.steps):
+            columns.insert(4, "ttfa_p95_ms")
+        out.append(("turns", "Sessions: TTFT by turn", (
+            '<p class="muted">Every finished session turn of the run, by turn index (0: the session\'s first '
+            "turn, an arrival; later turns carry the whole conversation so far). A prefix cache keeps TTFT "
+            "flat while the prompt grows.</p>" + table(shown[columns], table_id="turns-table"))))
     from llmload.report.planning import planning_html
 
     planning = planning_html(analysis)

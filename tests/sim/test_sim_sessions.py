@@ -44,3 +44,4 @@ def test_later_turns_hit_the_prefix_cache(sim_factory, tmp_path):
     assert m["vllm:prefix_cache_hits_total"] == sum(r["cached_tokens"] for r in truth.values())
     hits = m["vllm:prefix_cache_hits_total"] / m["vllm:prefix_cache_queries_total"]
     assert hits > 0.3  # most of a later turn's prompt is the conversation so far
+    assert "Sessions: TTFT by turn" in (run_dir / "report.html").read_text(encoding="utf-8")
