@@ -20,7 +20,7 @@ Which requests each number uses (a step's requests are those with `step == label
   timed-out, cancelled, failed and not-sent stay in the denominator) except `client_error` ones: a
   failure inside the generator is not the server's (it makes the step invalid).
 - in-flight: time-average over the window of requests sent and not finished (client view).
-- reject ratio: `rejected` / arrivals; error ratio: `http_error`, `timeout`, `disconnect`,
+- reject ratio: `rejected` / arrivals; error ratio: `http_error`, `malformed`, `timeout`, `disconnect`,
   `connect_error`, `oom`, `cancelled` / arrivals (quality failures and rejections are counted apart;
   `client_error` is in neither numerator).
 - queue growth: Mann-Kendall (one-sided, increasing) over `slo.sub_windows` sub-window means of the
@@ -74,7 +74,7 @@ LATENCIES = {
     "e2e": "e2e_s", "user_e2e": "user_e2e_s", "client_wait": "client_wait_s", "server_queue": None,
     "send_lag": None, "ttfa": "ttfa_s", "user_ttfa": "user_ttfa_s",
 }
-ERROR_OUTCOMES = ("http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled")
+ERROR_OUTCOMES = ("http_error", "malformed", "timeout", "disconnect", "connect_error", "oom", "cancelled")
 #: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
 MIN_QUEUE_GROWTH = 1.0
 #: an arrival of the window sent at most this long after the window's end still counts as achieved

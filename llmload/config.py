@@ -479,7 +479,7 @@ class Threshold(Model):
 
 
 #: the error-ratio limit when the SLO writes none (`max_error_ratio: null` turns the check off): a step
-#: where more than this share of the arrivals failed (http_error, timeout, disconnect, connect_error,
+#: where more than this share of the arrivals failed (http_error, malformed, timeout, disconnect, connect_error,
 #: oom, cancelled) never passes just because no limit was written
 DEFAULT_MAX_ERROR_RATIO = 0.05
 

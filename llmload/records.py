@@ -3,7 +3,8 @@
 Each worker appends one JSON line per finished request to its own file and flushes it at once, so a
 crashed worker or a killed run leaves every finished request on disk. At the end the files (and the
 copies workers shipped to the master) are merged, de-duplicated by `request_id`, into
-`records.parquet`.
+`records.parquet`. A value of the wrong type in a record file (a hand-edited or foreign line, a count
+over 64 bits) becomes null in its column rather than failing the merge (`records_table`).
 
 Timestamps are wall-clock seconds from `llmload.clock.now()`; `None` where it did not happen.
 """
@@ -38,8 +39,8 @@ __all__ = [
 ]
 
 #: every outcome a request can have (METRICS.md; `client_error`: a failure inside llmload, never the server's)
-OUTCOMES = ("ok", "rejected", "http_error", "timeout", "disconnect", "connect_error", "oom", "cancelled",
-            "quality_fail", "client_error", "not_sent")
+OUTCOMES = ("ok", "rejected", "http_error", "malformed", "timeout", "disconnect", "connect_error", "oom",
+            "cancelled", "quality_fail", "client_error", "not_sent")
 
 
 @dataclass(slots=True)
@@ -83,6 +84,13 @@ class Record:
     #: Ollama: total - load - prompt_eval - eval (METRICS.md server queue)
     server_queue_s: float | None = None
     quality_checked: bool = False
+    #: the request was sent again this many times after its connection failed before the server could
+    #: have read it (llmload.client.core `_post`)
+    retries: int = 0
+    #: the server's output token count disagreed with the output events seen: `output_tokens` is the
+    #: events seen and the server's count is `reported_output_tokens` (METRICS.md)
+    usage_mismatch: bool = False
+    reported_output_tokens: int | None = None
     #: the first answer-bearing event (content, completion text, tool call; not reasoning only): TTFA
     first_answer_at: float | None = None
     #: reasoning tokens among `output_tokens` (0: the answer had none; None: unknown, no 200 stream)
@@ -132,7 +140,8 @@ def _record_schema() -> Any:
             "finish_reason": pa.string(), "cached_tokens": pa.int64(), "prefix_id": pa.int64(),
             "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
-            "quality_checked": pa.bool_(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
+            "quality_checked": pa.bool_(), "retries": pa.int64(), "usage_mismatch": pa.bool_(),
+            "reported_output_tokens": pa.int64(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
             "session_id": pa.string(), "turn": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
@@ -186,12 +195,14 @@ def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
                 if not line:
                     continue
                 try:
-                    rows.append(orjson.loads(line))  # ~5x json's speed: most of the merge's CPU
+                    row = orjson.loads(line)  # ~5x json's speed: most of the merge's CPU
                 except orjson.JSONDecodeError:
                     try:  # what orjson refuses and json reads (NaN, integers over 64 bits)
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except (json.JSONDecodeError, UnicodeDecodeError):
                         continue
+                if isinstance(row, dict):
+                    rows.append(row)
     return rows
 
 
@@ -241,9 +252,43 @@ def records_table(rows: Iterable[dict]) -> Any:
     """A `pyarrow.Table` with the record schema (missing keys become nulls), one row per request_id."""
     import pyarrow as pa
 
-    table = _nan_as_null(pa.Table.from_pylist(list(rows), schema=_record_schema()))
+    rows = list(rows)
+    schema = _record_schema()
+    try:
+        table = pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
+        table = _coerced_table(rows, schema)
+    table = _nan_as_null(table)
     keep = _keep_rows(table.select(["request_id", "outcome", "scheduled_at"]).to_pandas())
     return table if keep is None else table.take(keep)
+
+
+def _coerced_table(rows: list, schema: Any) -> Any:
+    """The table of `rows` column by column, where one value of a wrong type (a string count, 2**70,
+    a number as `finish_reason`, a row that is not an object) becomes null in its column instead of
+    failing the whole merge: one bad field can never lose the run's records."""
+    import pyarrow as pa
+
+    rows = [row for row in rows if isinstance(row, dict)]
+    columns = []
+    for f in schema:
+        values = [row.get(f.name) for row in rows]
+        try:
+            columns.append(pa.array(values, type=f.type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            columns.append(pa.array([_cell(v, f.type) for v in values], type=f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _cell(value: Any, type_: Any) -> Any:
+    """`value` if Arrow takes it as `type_`, else None."""
+    import pyarrow as pa
+
+    try:
+        pa.array([value], type=type_)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+    return value
 
 
 def records_frame(rows: Iterable[dict]) -> pd.DataFrame:

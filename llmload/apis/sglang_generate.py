@@ -16,13 +16,14 @@ The parser turns cumulative text into each event's new text (output only when th
 METRICS.md counts output-bearing events); when an object's text does not extend the text so far it is
 taken as an increment (an `--incremental-streaming-output` server). Tokens per event are the rise of
 `completion_tokens` since the previous output event (a token the detokenizer held back counts with the
-next text). `finish_reason` `abort` is an error (its message). `e2e_latency` is the server's total time.
+next text). Counts that are not whole numbers in range make the chunk malformed
+(`llmload.protocols.events.token_count`). `finish_reason` `abort` is an error (its message). `e2e_latency` is the server's total time.
 """
 
 from __future__ import annotations
 
 from llmload.apis.spec import ApiSpec
-from llmload.protocols.events import ServerTimings, StreamChunk, load_payload
+from llmload.protocols.events import ServerTimings, StreamChunk, parse_guarded, token_count
 
 __all__ = ["SPEC", "SGLangGenerateParser", "build"]
 
@@ -47,9 +48,9 @@ class SGLangGenerateParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        obj = load_payload(data)
-        if isinstance(obj, StreamChunk):
-            return obj
+        return parse_guarded(self._read, data)
+
+    def _read(self, obj: dict) -> StreamChunk:
         chunk = StreamChunk()
         text = obj.get("text")
         if isinstance(text, str) and text:
@@ -65,12 +66,13 @@ class SGLangGenerateParser:
                 chunk.output = True
         meta = obj.get("meta_info")
         if isinstance(meta, dict):
-            completion = meta.get("completion_tokens")
-            chunk.input_tokens = meta.get("prompt_tokens")
+            completion = token_count(meta.get("completion_tokens"))
+            chunk.input_tokens = token_count(meta.get("prompt_tokens"))
             chunk.output_tokens = completion
-            chunk.cached_tokens = meta.get("cached_tokens")
-            if isinstance(completion, int) and chunk.output:
-                chunk.tokens = completion - self._completion_tokens
+            chunk.cached_tokens = token_count(meta.get("cached_tokens"))
+            if completion is not None and chunk.output:
+                rise = completion - self._completion_tokens
+                chunk.tokens = rise if rise >= 0 else None
                 self._completion_tokens = completion
             finish = meta.get("finish_reason")
             if isinstance(finish, dict):

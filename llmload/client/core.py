@@ -24,8 +24,10 @@ cleanly ended body, for servers that omit `[DONE]`), `rejected`, `http_error`, `
 `disconnect` (the body ended or broke before the final event, or the server closed before answering),
 `connect_error`, `cancelled`, `quality_fail` (`expect` given and the answer failed it), `client_error`
 (a failure of llmload itself, never the server's). Every exception is mapped by one classifier,
-`llmload.client.outcomes.classify_exception`. A malformed chunk (not JSON, or not UTF-8) is an
-`http_error` ("malformed stream chunk"); so is a 200 stream that reached its end with no
+`llmload.client.outcomes.classify_exception`. `malformed`: the server's stream broke its API's
+format: a chunk that is not JSON, not UTF-8, of the wrong shape or with a wrong-typed field (usage
+counts as strings, `finish_reason: 7`, `choices: ["x"]`), or a line longer than 1 MiB
+(`llmload.protocols.events`); never an exception, never `client_error`. A 200 stream that reached its end with no
 output-bearing event ("stream ended with no output": `data: [DONE]` alone, `choices: []` only, an
 Ollama `done` object without text), whatever counts it reported. Error texts are one line, at most 300 characters,
 with the API key removed.
@@ -34,7 +36,11 @@ Counts: `input_tokens` / `output_tokens` from usage, Ollama's counts or llama.cp
 server gives none, the planned input and `count_tokens` of the received text, with
 `tokens_estimated=True`; a 200 stream without any output event has `output_tokens` 0 (no tokens are
 counted without output). `token_counts` is filled only when every output event carried a count
-(vLLM `continuous_usage_stats`). Ollama durations fill `server_*_s`; `server_queue_s = total - load -
+(vLLM `continuous_usage_stats`). A reported output count that disagrees with the output events seen
+(`usage_agrees`: fewer than the events less 5% and one, or more than 64 per event) is not believed:
+`output_tokens` is the events seen (`tokens_estimated`), `usage_mismatch` is set and the server's count
+kept in `reported_output_tokens`, so TPOT and rates are timed on what arrived. `retries`: how often the
+request was sent again (`_post`). Ollama durations fill `server_*_s`; `server_queue_s = total - load -
 prompt - decode`; `cold` is true when the load took over `COLD_LOAD_S`.
 
 The answer text is returned in `SendResult.text` (for quality checks), never put in the record.
@@ -58,17 +64,22 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import IdleTimer, SocketTiming, Transport
+from llmload.client.transport import IdleTimer, NotSent, SocketTiming, Transport
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk
 from llmload.records import Record
 from llmload.tokens import count_tokens
 
-__all__ = ["COLD_LOAD_S", "SendResult", "send"]
+__all__ = ["COLD_LOAD_S", "MAX_TOKENS_PER_EVENT", "USAGE_TOLERANCE", "SendResult", "send", "usage_agrees"]
 
 #: an Ollama `load_duration` above this means the model had to be loaded (warm requests report a few ms)
 COLD_LOAD_S = 0.5
+#: a server's output token count is believed when it is at least the output-bearing events seen, less
+#: this share of them and one token, ...
+USAGE_TOLERANCE = 0.05
+#: ... and at most this many tokens per output event (vLLM's `--stream-interval` batches a few)
+MAX_TOKENS_PER_EVENT = 64
 #: how long to wait for the end of the body after the final event, to keep the connection reusable
 _DRAIN_S = 0.2
 
@@ -85,7 +96,7 @@ class _Stream:
     """What one response stream has said so far."""
 
     __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
-                 "cached_tokens", "timings", "finish_reason", "error", "final", "reasoning_events",
+                 "cached_tokens", "timings", "finish_reason", "error", "malformed", "final", "reasoning_events",
                  "reasoning_counted", "server_reasoning")
 
     def __init__(self, record: Record) -> None:
@@ -100,6 +111,7 @@ class _Stream:
         self.timings: ServerTimings | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self.malformed = False
         self.final = False
         #: output events that carried reasoning only, the tokens they carried (when counted), and the
         #: server's own reasoning count
@@ -141,6 +153,7 @@ class _Stream:
             self.timings = chunk.timings
         if chunk.error is not None:
             self.error = chunk.error
+            self.malformed = chunk.malformed
             self.record.closed_at = t
             return True
         if chunk.final:
@@ -231,24 +244,40 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
 
 def _post(transport: Transport, base: str, request: PreparedRequest, headers: dict, record: Record,
           timing: SocketTiming, idle: IdleTimer, *, attempts: int) -> object:
-    """POST and return the response once its headers are in. A kept-alive connection that the server
-    had already closed (llama-server closes after each stream while announcing keep-alive) fails before
-    any response byte: that request never reached a live handler, so it is sent again on the next pooled
-    (or a new) connection, and `sent_at` is the time of the send that got through. A failure on a new
-    connection is never retried. `timing` is the transport's account of the last attempt."""
+    """POST and return the response once its headers are in. A POST is sent twice only when its first
+    attempt cannot have reached the server's handler: a kept-alive connection the server had closed
+    (llama-server closes after each stream while announcing keep-alive) is found closed before anything
+    is written (`NotSent`), or resets the connection before any response byte (a reset: the server's
+    TCP stack threw the unread request away). A connection that the server closes cleanly after the
+    request was written is never retried: the server may have read it (a `disconnect`). Each new
+    attempt counts in `record.retries`; `sent_at` is the time of the send that got through. A failure
+    on a new connection is never retried. `timing` is the transport's account of the last attempt."""
     for attempt in range(1, attempts + 1):
         timing.reset()
         record.sent_at = now()  # replaced by the time the connection was ready, once known
         try:
             resp = transport.post(base, request.path, request.body, headers, timing, idle)
-        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError):
-            if attempt == attempts or not timing.reused:
+        except NotSent:
+            if attempt == attempts:
+                raise
+            record.retries += 1
+            continue
+        except (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError) as exc:
+            if attempt == attempts or not timing.reused or not _reset(exc):
                 record.sent_at = timing.ready_at or record.sent_at
                 raise
+            record.retries += 1
             continue
         record.sent_at = timing.ready_at or record.sent_at
         return resp
     raise AssertionError("unreachable")
+
+
+def _reset(exc: BaseException) -> bool:
+    """The connection was reset (not closed cleanly): geventhttpclient turns a reset before the first
+    response byte into `HTTPConnectionClosed`, raised while handling the `ConnectionResetError`."""
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError)) or isinstance(
+        exc.__context__, (ConnectionResetError, BrokenPipeError))
 
 
 def _drain(resp: object) -> None:
@@ -268,7 +297,9 @@ def _fail(record: Record, outcome: str, message: str, transport: Transport) -> N
 
 def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: bool) -> None:
     """Outcome of a 200 stream that ended."""
-    if stream.error is not None:
+    if stream.malformed:
+        _fail(record, "malformed", stream.error, transport)
+    elif stream.error is not None:
         _fail(record, classify_error_text(stream.error), f"error in stream: {stream.error}", transport)
     elif stream.final or (stream.finish_reason is not None and clean_end):
         if stream.times:
@@ -281,20 +312,26 @@ def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: 
         _fail(record, "disconnect", "stream ended before its final event", transport)
 
 
-def _reasoning_tokens(stream: _Stream, output_tokens: int | None) -> int:
+def _reasoning_tokens(stream: _Stream, output_tokens: int | None, *, trust_counts: bool = True) -> int:
     """Reasoning tokens of a 200 stream: the server's own count (OpenAI's `completion_tokens_details`),
     else the tokens the reasoning-only events carried when every event had a count (vLLM continuous
     usage), else the output tokens shared in proportion of reasoning-only events (exact when each event
     is one token, as Ollama and llama.cpp stream), else the reasoning text counted by the sim's rule."""
     if stream.server_reasoning is not None:
-        return stream.server_reasoning
+        return min(stream.server_reasoning, output_tokens) if output_tokens is not None else stream.server_reasoning
     if not stream.reasoning_events or not stream.times:
         return 0
-    if stream.counts:
+    if stream.counts and trust_counts:
         return stream.reasoning_counted
     if stream.output_tokens is not None and output_tokens is not None:
         return round(output_tokens * stream.reasoning_events / len(stream.times))
     return count_tokens("".join(stream.reasoning))
+
+
+def usage_agrees(reported: int, events: int) -> bool:
+    """A reported output count is consistent with `events` output-bearing events (each carries at least
+    one token; `USAGE_TOLERANCE`, `MAX_TOKENS_PER_EVENT`)."""
+    return events * (1.0 - USAGE_TOLERANCE) - 1 <= reported <= events * MAX_TOKENS_PER_EVENT
 
 
 def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: bool) -> None:
@@ -313,13 +350,22 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
     if got_200 and not stream.times:
         record.output_tokens = 0  # nothing was received: a server's count without output is not counted
     elif stream.output_tokens is not None:
-        record.output_tokens = stream.output_tokens
+        events = len(stream.times)
+        if usage_agrees(stream.output_tokens, events):
+            record.output_tokens = stream.output_tokens
+        else:  # the server's count is not what arrived: time with the events seen, and say so
+            record.usage_mismatch = True
+            record.reported_output_tokens = stream.output_tokens
+            record.output_tokens = events
+            record.token_counts = []
+            estimated = True
     elif got_200:
         record.output_tokens = count_tokens("".join(stream.reasoning) + " " + "".join(stream.texts))
         estimated = True
     record.tokens_estimated = estimated
     if got_200:
-        record.reasoning_tokens = _reasoning_tokens(stream, record.output_tokens)
+        record.reasoning_tokens = _reasoning_tokens(stream, record.output_tokens,
+                                                    trust_counts=not record.usage_mismatch)
     timings = stream.timings
     if timings is not None:
         record.server_load_s = timings.load_s

@@ -7,7 +7,11 @@ transfer-encoding, keep-alive). The body is read by `StreamResponse.read_some()`
 read brings, as soon as it arrives, which is what makes per-event timestamps true (`iter_content` /
 `iter_lines` wait for the whole body; `readline()` would cost two calls and two copies per SSE event).
 On a plain socket it waits for readability first and then reads once (a `recv` that would block, then
-the wait, costs a failed syscall and an exception per event). The request head is written here
+the wait, costs a failed syscall and an exception per event); that wait, a switch to the gevent hub,
+happens before every read, also when bytes are already waiting (a TLS socket yields with
+`gevent.sleep(0)`), so a server writing as fast as the socket takes cannot keep the loop from running
+timers and signal handlers. Interim responses (`100 Continue`, `103 Early Hints`) before the final
+response are skipped. The request head is written here
 (`Endpoint.post`), so the moment between getting a connected socket and writing the bytes is ours to
 stamp. The pool subclass uses only the pool's public methods and its documented `after_connect` hook;
 `read_some` uses the response's `feed`, `message_complete` and the body buffer its parser callback
@@ -27,7 +31,10 @@ response carries it as `resp.timing`): `ready_at` when a connected socket was ha
 before the request bytes are written (METRICS.md `sent_at`), `reused`, `pool_wait_s` and `stage`.
 A connect failure (TLS handshake included) is raised as `ConnectFailed` so the core can tell it from a
 read failure (`connect_error` vs `disconnect` / `timeout`). A request waiting for a free pooled
-connection waits before its `sent_at`.
+connection waits before its `sent_at`. A kept-alive socket that is readable while idle (the server
+closed it) is dropped before anything is written, and a write that fails before its first byte went
+out raises `NotSent`: the core may send such a request again; `SocketTiming.written` says how much of
+a request was written.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import errno
 import random
 import re
+import select
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -42,6 +50,7 @@ from urllib.parse import urlsplit
 
 import gevent.lock
 import gevent.ssl
+from gevent import monkey
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 
@@ -49,7 +58,7 @@ from llmload.client.auth import Credentials
 from llmload.clock import now
 from llmload.config import Target
 
-__all__ = ["ConnectFailed", "Endpoint", "EndpointRouter", "IdleTimer", "SocketTiming", "StreamResponse",
+__all__ = ["ConnectFailed", "Endpoint", "EndpointRouter", "IdleTimer", "NotSent", "SocketTiming", "StreamResponse",
            "Transport"]
 
 ROUTING_POLICIES = ("round_robin", "least_outstanding", "random")
@@ -66,6 +75,23 @@ class ConnectFailed(OSError):
     """The TCP connection to the target could not be made (refused, unreachable, connect timeout)."""
 
 
+class NotSent(ConnectionError):
+    """The request's connection failed before any byte of the request was written on it (a kept-alive
+    connection the server had already closed): sending it again cannot make a duplicate."""
+
+
+#: `select.poll`, unpatched (gevent's patching removes it): a zero-timeout look at an idle pooled socket
+_poll = monkey.get_original("select", "poll")
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """An idle kept-alive socket that is readable was closed by the server (or holds bytes nobody asked
+    for): it cannot carry a request (urllib3's `is_connection_dropped` rule)."""
+    poller = _poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class SocketTiming:
     """What getting a connection took, for one request (one per attempt: `reset()` between).
 
@@ -76,7 +102,7 @@ class SocketTiming:
     time spent waiting for a free connection of our own pool, the generator's time, never the server's.
     """
 
-    __slots__ = ("stage", "ready_at", "reused", "pool_since", "_pool_wait_s")
+    __slots__ = ("stage", "ready_at", "reused", "pool_since", "_pool_wait_s", "written")
 
     def __init__(self) -> None:
         self.reset()
@@ -87,6 +113,8 @@ class SocketTiming:
         self.reused = False
         self.pool_since = 0.0
         self._pool_wait_s = 0.0
+        #: bytes of the request written on the socket so far
+        self.written = 0
 
     @property
     def pool_wait_s(self) -> float:
@@ -197,8 +225,16 @@ class StreamResponse(HTTPSocketPoolResponse):
         hub = gevent.get_hub()
         self._readable = None if isinstance(sock, _TLS_SOCKETS) else hub.loop.io(sock.fileno(), 1)
         self._wait = hub.wait
-        self._full = False
         super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+
+    def _on_message_complete(self) -> None:
+        """An interim response (`100 Continue`, `103 Early Hints`) is a whole bodyless message before
+        the final one on the same connection: the parser goes on to the next, and the connection is not
+        released (geventhttpclient's `_on_message_complete` would hand it back to the pool)."""
+        if self.get_code() < 200:
+            self.message_complete = True
+            return
+        super()._on_message_complete()
 
     def read_some(self) -> bytes:
         """The body bytes that have arrived: those already parsed, else one socket read's worth (several
@@ -213,10 +249,13 @@ class StreamResponse(HTTPSocketPoolResponse):
             if sock is None:
                 raise HTTPConnectionClosed("connection closed.")
             try:
-                if self._readable is not None and not self._full:
+                # every read goes through the hub, even when bytes are waiting, so a server that writes
+                # faster than we read cannot starve timers (the request's timeouts) and signal handlers
+                if self._readable is not None:
                     self._wait(self._readable)
+                else:
+                    gevent.sleep(0)
                 data = sock.recv(BLOCK_SIZE)
-                self._full = len(data) == BLOCK_SIZE  # more may be waiting: read before waiting again
                 self.feed(data)
                 if not data and not self.message_complete:
                     raise HTTPConnectionClosed("connection closed.")
@@ -270,10 +309,19 @@ class Endpoint:
         data = self.head(path, headers, len(body)) + body
         pool = self.pool
         sock = pool.get_socket(timing)
+        if timing.reused and _closed_by_peer(sock):
+            pool.release_socket(sock)
+            raise NotSent("the kept-alive connection was closed by the server before the request was written")
         idle.touch()
         try:
-            sock.sendall(data)
+            sent = timing.written = sock.send(data)
+            if sent < len(data):
+                sock.sendall(memoryview(data)[sent:])
+            timing.written = len(data)
         except OSError as exc:
+            if not timing.written and exc.errno in (errno.ECONNRESET, errno.EPIPE):
+                pool.release_socket(sock)
+                raise NotSent(f"the connection was closed before the request was written: {exc}") from exc
             if exc.errno in (errno.ECONNRESET, errno.EPIPE):
                 # the server may have answered (401 on a large body, say) before closing: read that
                 # answer; the response releases the socket itself either way

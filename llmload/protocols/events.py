@@ -5,6 +5,14 @@ Every per-API parser turns one event (an SSE `data:` payload or an NDJSON line) 
 `output` follows METRICS.md: true only when the event carries generated output (non-empty content,
 reasoning, completion text, Ollama `response`/`thinking`, or a tool call); role-only deltas, empty
 deltas, usage-only chunks and final objects without text are not output.
+
+A payload that is not what its API says a chunk is, is the server's malformed output, never an
+exception: not JSON, not a JSON object, a field of the wrong type or shape (`choices: ["x"]`,
+`delta: "str"`, text that is not a string, a `finish_reason` that is not a string), a token count that
+is not a whole number in [0, `MAX_TOKEN_COUNT`] (`"12"`, `-5`, `2**70`). Each parser wraps its reading
+in `parse_guarded`, so such a payload becomes one `StreamChunk` with `malformed=True` and an `error`
+saying why; the client ends the request with outcome `malformed` (METRICS.md). Nothing is dropped
+silently: one bad field makes the whole request malformed, so no wrong count reaches the records.
 """
 
 from __future__ import annotations
@@ -19,7 +27,16 @@ try:  # orjson is about 3x faster on stream chunks; optional
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-__all__ = ["ServerTimings", "StreamChunk", "error_message", "load_payload", "loads_json"]
+__all__ = ["MAX_LINE_BYTES", "MAX_TOKEN_COUNT", "MalformedChunk", "ServerTimings", "StreamChunk", "error_message",
+           "load_payload", "loads_json", "malformed_chunk", "parse_guarded", "text_field", "token_count"]
+
+#: the longest stream line (an SSE line or an NDJSON line) the decoders buffer: 1 MiB. A line still
+#: unterminated past it makes the request `malformed` (a server writing one endless line would otherwise
+#: grow the buffer, and the CPU spent on it, without bound)
+MAX_LINE_BYTES = 1 << 20
+#: the largest token count a stream may report (int32's largest); above it, or below 0, the chunk is
+#: malformed
+MAX_TOKEN_COUNT = 2**31 - 1
 
 
 #: decode JSON (orjson when installed); raises ValueError on malformed input. Bound directly, no
@@ -62,6 +79,60 @@ class StreamChunk:
     error: str | None = None
     #: the stream's final event: `[DONE]` or Ollama's `done: true`
     final: bool = False
+    #: `error` is not the server's message but our reason for refusing its output (module docstring)
+    malformed: bool = False
+
+
+class MalformedChunk(ValueError):
+    """A payload field of the wrong type or an impossible value (raised inside a parser, caught by
+    `parse_guarded`)."""
+
+
+def token_count(value: Any) -> int | None:
+    """A token count as the stream reported it: None, or a whole number in [0, MAX_TOKEN_COUNT] (a float
+    with a whole value is taken, as JSON does not tell 3 from 3.0); anything else is malformed."""
+    if value is None:
+        return None
+    if value.__class__ is int:
+        if 0 <= value <= MAX_TOKEN_COUNT:
+            return value
+    elif value.__class__ is float and value.is_integer() and 0 <= value <= MAX_TOKEN_COUNT:
+        return int(value)
+    raise MalformedChunk(f"token count {_excerpt(value)}")
+
+
+def text_field(value: Any, name: str) -> str | None:
+    """A text field: None or a string, else malformed."""
+    if value is None or value.__class__ is str:
+        return value
+    raise MalformedChunk(f"{name} {_excerpt(value)}")
+
+
+def _excerpt(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "\u2026"
+
+
+def malformed_chunk(payload: str | bytes, why: str, *, ndjson: bool = False) -> StreamChunk:
+    """The chunk standing for a payload that is not a valid chunk: `why`, then the payload's start."""
+    return StreamChunk(error=f"malformed stream {'line' if ndjson else 'chunk'}: {why}: {payload[:120]!r}",
+                       malformed=True)
+
+
+def parse_guarded(read: Callable[[dict[str, Any]], StreamChunk], payload: str | bytes, *,
+                  ndjson: bool = False) -> StreamChunk:
+    """`read(obj)` for the JSON object of `payload` (`load_payload`); a payload that `read` cannot take
+    (a wrong type or shape: `MalformedChunk`, or Python's own TypeError / AttributeError / KeyError /
+    IndexError / ValueError raised by reading it) is a malformed chunk, never an exception."""
+    obj = load_payload(payload, ndjson=ndjson)
+    if obj.__class__ is StreamChunk:
+        return obj
+    try:
+        return read(obj)
+    except MalformedChunk as exc:
+        return malformed_chunk(payload, str(exc), ndjson=ndjson)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError) as exc:
+        return malformed_chunk(payload, f"unexpected shape ({type(exc).__name__})", ndjson=ndjson)
 
 
 def error_message(obj: Any) -> str:
@@ -89,7 +160,7 @@ def load_payload(data: str | bytes, *, ndjson: bool = False) -> dict[str, Any] |
     except ValueError:
         obj = None
     if not isinstance(obj, dict):
-        return StreamChunk(error=f"malformed stream {'line' if ndjson else 'chunk'}: {data[:120]!r}")
+        return malformed_chunk(data, "not a JSON object", ndjson=ndjson)
     err = obj.get("error")
     if err is not None:
         return StreamChunk(error=error_message(err))

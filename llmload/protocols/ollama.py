@@ -10,14 +10,16 @@
 Ollama's Go structs drop zero values (`omitempty`): on the final object an absent duration or
 `eval_count` means 0. With a cached prompt `prompt_eval_count` counts only the tokens it evaluated, and
 is absent when that is 0: input_tokens is then left unknown (the client records the planned count,
-flagged estimated) rather than 0.
+flagged estimated) rather than 0. A line of the wrong shape or with a wrong-typed field is malformed
+(`events.parse_guarded`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from llmload.protocols.events import ServerTimings, StreamChunk, load_payload
+from llmload.protocols.events import ServerTimings, StreamChunk, parse_guarded, text_field, token_count
 
 __all__ = ["OllamaStreamParser"]
 
@@ -25,7 +27,7 @@ _NS = 1e-9
 
 
 def _seconds(value: object) -> float | None:
-    return value * _NS if isinstance(value, (int, float)) else None
+    return value * _NS if value.__class__ in (int, float) else None
 
 
 class OllamaStreamParser:
@@ -34,34 +36,34 @@ class OllamaStreamParser:
     __slots__ = ()
 
     def parse(self, line: bytes | str) -> StreamChunk:
-        obj = load_payload(line, ndjson=True)
-        if isinstance(obj, StreamChunk):
-            return obj
+        return parse_guarded(_read, line, ndjson=True)
 
-        chunk = StreamChunk()
-        message = obj.get("message")
-        if message is not None:
-            content, thinking = message.get("content"), message.get("thinking")
-            calls = message.get("tool_calls")
-            if calls:
-                chunk.text = json.dumps([(c.get("function") or {}).get("arguments") for c in calls])
-        else:
-            content, thinking = obj.get("response"), obj.get("thinking")
-        if content:
-            chunk.text = content + chunk.text
-        if thinking:
-            chunk.reasoning = thinking
-        chunk.output = bool(chunk.text or chunk.reasoning)
 
-        if obj.get("done"):
-            chunk.final = True
-            chunk.finish_reason = obj.get("done_reason")
-            chunk.input_tokens = obj.get("prompt_eval_count")
-            chunk.output_tokens = obj.get("eval_count", 0)
-            if "total_duration" in obj:  # Go's omitempty drops zero durations: absent means 0
-                chunk.timings = ServerTimings(
-                    load_s=_seconds(obj.get("load_duration", 0)),
-                    prompt_s=_seconds(obj.get("prompt_eval_duration", 0)),
-                    decode_s=_seconds(obj.get("eval_duration", 0)),
-                    total_s=_seconds(obj["total_duration"]))
-        return chunk
+def _read(obj: dict[str, Any]) -> StreamChunk:
+    chunk = StreamChunk()
+    message = obj.get("message")
+    if message is not None:
+        content, thinking = message.get("content"), message.get("thinking")
+        calls = message.get("tool_calls")
+        if calls:
+            chunk.text = json.dumps([(c.get("function") or {}).get("arguments") for c in calls])
+    else:
+        content, thinking = obj.get("response"), obj.get("thinking")
+    if content:
+        chunk.text = text_field(content, "content") + chunk.text
+    if thinking:
+        chunk.reasoning = text_field(thinking, "thinking")
+    chunk.output = bool(chunk.text or chunk.reasoning)
+
+    if obj.get("done"):
+        chunk.final = True
+        chunk.finish_reason = text_field(obj.get("done_reason"), "done_reason")
+        chunk.input_tokens = token_count(obj.get("prompt_eval_count"))
+        chunk.output_tokens = token_count(obj.get("eval_count", 0))
+        if "total_duration" in obj:  # Go's omitempty drops zero durations: absent means 0
+            chunk.timings = ServerTimings(
+                load_s=_seconds(obj.get("load_duration", 0)),
+                prompt_s=_seconds(obj.get("prompt_eval_duration", 0)),
+                decode_s=_seconds(obj.get("eval_duration", 0)),
+                total_s=_seconds(obj["total_duration"]))
+    return chunk

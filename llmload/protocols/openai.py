@@ -18,14 +18,34 @@
   timings and, when no usage comes, the counts;
 - `{"error": {...}}` / `{"error": "..."}` and vLLM's older `{"object": "error", "message": ...}` are
   in-stream errors; a payload that is not JSON is reported as an error too (a malformed chunk).
+A chunk of the wrong shape or with a wrong-typed field (`events.parse_guarded`, `token_count`) is
+malformed; a cumulative `completion_tokens` that goes down gives no per-event count for that event.
 The parser keeps one integer of state (`completion_tokens` at the last output chunk), so use one per request.
 """
 
 from __future__ import annotations
 
-from llmload.protocols.events import ServerTimings, StreamChunk, error_message, load_payload
+from typing import Any
+
+from llmload.protocols.events import (
+    MalformedChunk,
+    ServerTimings,
+    StreamChunk,
+    error_message,
+    parse_guarded,
+    text_field,
+    token_count,
+)
 
 __all__ = ["OpenAIStreamParser", "error_message"]
+
+
+def _ms(value: Any) -> float | None:
+    if value is None:
+        return None
+    if value.__class__ in (int, float):
+        return value / 1000.0
+    raise MalformedChunk(f"timing {value!r}")
 
 
 class OpenAIStreamParser:
@@ -37,9 +57,9 @@ class OpenAIStreamParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        obj = load_payload(data)
-        if isinstance(obj, StreamChunk):
-            return obj
+        return parse_guarded(self._read, data)
+
+    def _read(self, obj: dict[str, Any]) -> StreamChunk:
         if obj.get("object") == "error":
             return StreamChunk(error=error_message(obj))
 
@@ -51,47 +71,55 @@ class OpenAIStreamParser:
             if delta is not None:
                 content = delta.get("content")
                 if content:
+                    if content.__class__ is not str:
+                        raise MalformedChunk(f"delta.content {content!r:.60}")
                     chunk.text = content
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if reasoning:
-                    chunk.reasoning = reasoning
+                    chunk.reasoning = text_field(reasoning, "delta.reasoning")
                 calls = delta.get("tool_calls")
                 if calls:
-                    chunk.text += "".join((c.get("function") or {}).get("arguments") or "" for c in calls)
+                    chunk.text += "".join(text_field((c.get("function") or {}).get("arguments"),
+                                                     "tool_calls.arguments") or "" for c in calls)
                     chunk.output = True
             else:
                 text = choice.get("text")
                 if text:
+                    if text.__class__ is not str:
+                        raise MalformedChunk(f"choices[0].text {text!r:.60}")
                     chunk.text = text
             if chunk.text or chunk.reasoning:
                 chunk.output = True
-            chunk.finish_reason = choice.get("finish_reason")
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                chunk.finish_reason = text_field(finish, "finish_reason")
 
         usage = obj.get("usage")
         if usage:
-            completion = usage.get("completion_tokens")
-            chunk.input_tokens = usage.get("prompt_tokens")
+            completion = token_count(usage.get("completion_tokens"))
+            chunk.input_tokens = token_count(usage.get("prompt_tokens"))
             chunk.output_tokens = completion
             details = usage.get("prompt_tokens_details")
             if details:
-                chunk.cached_tokens = details.get("cached_tokens")
+                chunk.cached_tokens = token_count(details.get("cached_tokens"))
             out_details = usage.get("completion_tokens_details")
-            if isinstance(out_details, dict) and isinstance(out_details.get("reasoning_tokens"), int):
-                chunk.reasoning_tokens = out_details["reasoning_tokens"]
+            if isinstance(out_details, dict):
+                chunk.reasoning_tokens = token_count(out_details.get("reasoning_tokens"))
             if completion is not None and chunk.output:
-                chunk.tokens = completion - self._completion_tokens
+                rise = completion - self._completion_tokens
+                chunk.tokens = rise if rise >= 0 else None  # a count that went down says nothing per event
                 self._completion_tokens = completion
 
         timings = obj.get("timings")
         if timings:
-            prompt_ms, predicted_ms = timings.get("prompt_ms"), timings.get("predicted_ms")
-            chunk.timings = ServerTimings(
-                prompt_s=prompt_ms / 1000.0 if prompt_ms is not None else None,
-                decode_s=predicted_ms / 1000.0 if predicted_ms is not None else None)
-            if chunk.input_tokens is None and timings.get("prompt_n") is not None:
-                chunk.input_tokens = timings["prompt_n"] + (timings.get("cache_n") or 0)
-                if timings.get("cache_n") is not None:
-                    chunk.cached_tokens = timings["cache_n"]
-            if chunk.output_tokens is None and timings.get("predicted_n") is not None:
-                chunk.output_tokens = timings["predicted_n"]
+            chunk.timings = ServerTimings(prompt_s=_ms(timings.get("prompt_ms")),
+                                          decode_s=_ms(timings.get("predicted_ms")))
+            prompt_n = token_count(timings.get("prompt_n"))
+            cache_n = token_count(timings.get("cache_n"))
+            if chunk.input_tokens is None and prompt_n is not None:
+                chunk.input_tokens = min(prompt_n + (cache_n or 0), 2**31 - 1)
+                if cache_n is not None:
+                    chunk.cached_tokens = cache_n
+            if chunk.output_tokens is None:
+                chunk.output_tokens = token_count(timings.get("predicted_n"))
         return chunk

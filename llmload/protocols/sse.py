@@ -16,11 +16,19 @@ so a character split across chunks is never broken. A line that is not valid UTF
 replacement characters, as the standard says, and kept in `invalid` (the first such line, raw): a
 client that needs exact payloads (the streaming core) treats it as a malformed stream. sseclient-py's parser serves as the test oracle; it
 pulls from an iterator, where the streaming core needs a push decoder fed what each socket read brings.
+
+An unfinished line is kept as a list of pieces, joined once when its terminator comes, so a long line
+costs linear time, not a copy of everything so far per read. A line longer than `max_line_bytes`
+(`MAX_LINE_BYTES`, 1 MiB), finished or not, sets `overlong` (and `invalid`, to the line's first bytes):
+the pieces are dropped and the decoder takes nothing more (the streaming core ends the request as
+`malformed`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from llmload.protocols.events import MAX_LINE_BYTES
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
@@ -38,10 +46,16 @@ class SSEEvent:
 class SSEDecoder:
     """Push decoder: feed bytes as they arrive, get the events they complete."""
 
-    __slots__ = ("_buf", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_started", "_pending", "invalid")
+    __slots__ = ("_parts", "_size", "_skip_lf", "_data", "_event", "_last_id", "_retry", "_started", "_pending",
+                 "invalid", "overlong", "max_line_bytes")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, *, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        #: the unfinished line, in pieces (`_size` bytes)
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.max_line_bytes = max_line_bytes
+        #: a line was longer than `max_line_bytes` (then `invalid` holds its first bytes)
+        self.overlong = False
         self._skip_lf = False
         self._data: list[str] = []
         self._event = ""
@@ -61,7 +75,7 @@ class SSEDecoder:
 
     def feed_lines(self, chunk: bytes) -> list[SSEEvent]:
         """`feed` for a chunk that `whole_data` did not take (the caller asked it already)."""
-        if chunk.find(b"\n") == len(chunk) - 1 and not self._buf and not self._skip_lf and b"\r" not in chunk:
+        if chunk.find(b"\n") == len(chunk) - 1 and not self._parts and not self._skip_lf and b"\r" not in chunk:
             # fast path: exactly one LF-terminated line
             if chunk == b"\n" and not self._pending:  # a blank line with nothing to dispatch
                 return []
@@ -80,11 +94,26 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[0] == 10:  # the \n of a \r\n split across chunks
                 chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
+        if self.overlong:
+            return []
+        has_cr = b"\r" in chunk
+        if not has_cr and b"\n" not in chunk:  # no line ends here: keep the piece (linear, not a copy)
+            if chunk:
+                self._parts.append(chunk)
+                self._size += len(chunk)
+                if self._size > self.max_line_bytes:
+                    self._overflow(b"".join(self._parts[:1])[:120])
+            return []
+        if self._parts:
+            self._parts.append(chunk)
+            buf = b"".join(self._parts)
+            self._parts.clear()
+        else:
+            buf = chunk
         events = []
         start = 0
         size = len(buf)
-        has_cr = b"\r" in buf
+        limit = self.max_line_bytes
         while start < size:
             lf = buf.find(b"\n", start)
             cr = buf.find(b"\r", start) if has_cr else -1
@@ -99,17 +128,33 @@ class SSEDecoder:
                 end, nxt = lf, lf + 1
             else:
                 break
+            if end - start > limit:
+                self._overflow(buf[start:start + 120])
+                return events
             self._line(buf[start:end], events)
             start = nxt
-        self._buf = buf[start:] if start < size else b""
+        if start < size:
+            self._size = size - start
+            self._parts.append(buf[start:])
+            if self._size > limit:
+                self._overflow(buf[start:start + 120])
+        else:
+            self._size = 0
         return events
+
+    def _overflow(self, head: bytes) -> None:
+        self.overlong = True
+        if self.invalid is None:
+            self.invalid = head
+        self._parts.clear()
+        self._size = 0
 
     def whole_data(self, chunk: bytes) -> str | None:
         """The data of `chunk` when it is exactly one whole `data: ...` event and its blank line (what
         one socket read usually brings) and nothing is pending: `feed` would return one `message` event with
         that data and leave the decoder as it was, so the chunk is taken; else None (then `feed` it)."""
         if (chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == 10
-                and self._started and not self._pending and not self._buf and not self._skip_lf
+                and self._started and not self._pending and not self._parts and not self._skip_lf
                 and b"\r" not in chunk):
             try:
                 return chunk[6:-2].decode("utf-8")
@@ -121,7 +166,8 @@ class SSEDecoder:
         """End of stream. An event whose lines all ended but that lacked its blank line is returned
         (lenient: some servers close right after `data: [DONE]\\n`); an unterminated last line is
         dropped, as the standard says, because it may be cut."""
-        self._buf = b""
+        self._parts.clear()
+        self._size = 0
         events: list[SSEEvent] = []
         if self._pending:
             self._dispatch(events)

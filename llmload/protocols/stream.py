@@ -3,8 +3,8 @@
 The framing and the payload parser come from the API's `llmload.apis.ApiSpec` (`spec.decoder()`, or
 `llmload.apis.get_api(name).decoder()`); this module knows no API by name. SSE APIs (OpenAI-style, SGLang's
 `/generate`) frame with SSE; only `data` of `message` events (and llama.cpp's `error` events)
-are payloads; other event names are ignored; a line that is not valid UTF-8 is a malformed chunk (an
-error), as it is in NDJSON. Ollama's native APIs frame with NDJSON. The streaming
+are payloads; other event names are ignored; a line that is not valid UTF-8, or longer than
+`MAX_LINE_BYTES` (1 MiB), is a malformed chunk, in NDJSON too. Ollama's native APIs frame with NDJSON. The streaming
 core feeds the body as each socket read brings it (split anywhere) to `feed` and calls `flush` when the
 body ends.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.protocols.events import StreamChunk, loads_json
+from llmload.protocols.events import StreamChunk, loads_json, malformed_chunk
 from llmload.protocols.lines import NDJSONDecoder
 from llmload.protocols.ollama import OllamaStreamParser
 from llmload.protocols.openai import OpenAIStreamParser, error_message
@@ -36,8 +36,12 @@ class StreamDecoder:
         self._parse = parser.parse
 
     def feed(self, chunk: bytes) -> list[StreamChunk]:
-        if self._ndjson is not None:
-            return [self._parse(line) for line in self._ndjson.feed(chunk)]
+        ndjson = self._ndjson
+        if ndjson is not None:
+            lines = ndjson.feed(chunk)
+            if ndjson.overlong:
+                return [_too_long(ndjson.max_line_bytes, ndjson=True)]
+            return [self._parse(line) for line in lines]
         sse = self._sse
         if sse.invalid is None:
             data = sse.whole_data(chunk)  # the usual read: one whole `data:` event
@@ -47,7 +51,7 @@ class StreamDecoder:
         else:
             events = sse.feed(chunk)
         if sse.invalid is not None:
-            return [_not_utf8(sse.invalid)]
+            return [_too_long(sse.max_line_bytes) if sse.overlong else _not_utf8(sse.invalid)]
         return self._events(events) if events else []
 
     def flush(self) -> list[StreamChunk]:
@@ -76,4 +80,10 @@ class StreamDecoder:
 def _not_utf8(raw: bytes) -> StreamChunk:
     """A line that is not UTF-8 is a malformed chunk (as the same bytes are in Ollama's NDJSON, where the
     JSON decoder refuses them), not text with replacement characters."""
-    return StreamChunk(error=f"malformed stream chunk: not valid UTF-8: {raw[:120]!r}")
+    return malformed_chunk(raw, "not valid UTF-8")
+
+
+def _too_long(limit: int, *, ndjson: bool = False) -> StreamChunk:
+    """A line longer than the decoder's cap (`MAX_LINE_BYTES`): the server's malformed output."""
+    return StreamChunk(error=f"malformed stream {'line' if ndjson else 'chunk'}: a line longer than "
+                             f"{limit} bytes", malformed=True)

@@ -72,7 +72,7 @@ def test_invalid_utf8_is_malformed_in_both_framings() -> None:
     ollama = _send([bad_ollama, b'{"model":"m","done":true,"eval_count":1}'], api="ollama-chat", sep=b"\n",
                    content_type=b"application/x-ndjson")
     for rec in (openai, ollama):
-        assert rec.outcome == "http_error", (rec.outcome, rec.error)
+        assert rec.outcome == "malformed", (rec.outcome, rec.error)
         assert "malformed stream" in rec.error
         assert rec.token_times == [] and rec.output_tokens == 0
 

@@ -26,8 +26,8 @@ FAULTS = [
     ("ollama", {"oom": 1.0}, {}, "oom"),
     ("vllm", {"disconnect": 1.0}, {}, "disconnect"),
     ("ollama", {"disconnect": 1.0}, {}, "disconnect"),
-    ("vllm", {"malformed": 1.0}, {}, "http_error"),
-    ("ollama", {"malformed": 1.0}, {}, "http_error"),
+    ("vllm", {"malformed": 1.0}, {}, "malformed"),
+    ("ollama", {"malformed": 1.0}, {}, "malformed"),
     ("llamacpp", {"stall": 1.0, "stall_s": 1.5}, {"idle_timeout": 0.4}, "timeout"),
     ("ollama", {"slow_headers_s": 1.0}, {"idle_timeout": 0.4}, "timeout"),
 ]

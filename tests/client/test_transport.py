@@ -81,7 +81,7 @@ def test_public_surface_is_pinned() -> None:
         "build_body", "calibrate_tokens_per_word", "case_request", "check_answer", "classify_error_text",
         "classify_status", "is_oom", "load_dataset", "quality_failure", "run_quality_cases", "send"])
     assert sorted(llmload.protocols.__all__) == sorted([
-        "NDJSONDecoder", "OllamaStreamParser", "OpenAIStreamParser", "SSEDecoder", "SSEEvent", "ServerTimings",
+        "MAX_LINE_BYTES", "MAX_TOKEN_COUNT", "NDJSONDecoder", "OllamaStreamParser", "OpenAIStreamParser", "SSEDecoder", "SSEEvent", "ServerTimings",
         "StreamChunk", "StreamDecoder", "error_message", "loads_json"])
     for module in (llmload.client, llmload.protocols):
         for name in module.__all__:

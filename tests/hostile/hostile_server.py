@@ -55,7 +55,8 @@ Modes (their options, with defaults):
   Content-Length announced, default 10**9; `chunked`=False); the others get `normal`.
 - `bad_usage`: a normal stream whose final usage chunk is `usage` (default string counts) and whose
   last token chunk carries `finish_reason` (default 7).
-- `interim`: each answer is preceded by the interim responses in `interim` (default [100, 103]).
+- `interim`: each answer is preceded by the interim responses in `interim` (default [100, 103]), each
+  followed by a pause of `gap_s` (0.05 s) so the client reads it apart.
 - `read_then_drop`: every POST's request is read, then the connection is closed with no answer
   (`every`: only every N-th POST, default 1); GETs get `normal`.
 - `wrong_shape`: a 200 SSE stream of `chunks` (default `WRONG_SHAPES`, JSON values each sent as one
@@ -526,6 +527,7 @@ def _interim(handler: Handler, request: Received) -> None:
     for status in handler.options.get("interim", [100, 103]):
         headers = {"Link": "</style.css>; rel=preload; as=style"} if status == 103 else {}
         handler.head(status, headers)
+        handler.sleep(handler.options.get("gap_s", 0.05))  # each in its own read, as a real server's would be
     normal(handler, request)
 
 
