@@ -59,6 +59,8 @@ class Arrival:
     prefix_id: int | None = None
     prefix_tokens: int | None = None
     prompt: str | None = None
+    #: Mooncake `hash_ids`: the prompt is these blocks of shared text (`llmload.client.mix`)
+    hash_ids: list[int] | None = None
 
 
 def request_id(label: str, index: int) -> str:
@@ -174,7 +176,7 @@ def plan_arrivals(step: StepSpec, start_at: float, shard: int, shards: int) -> l
         Arrival(request_id(step.label, i), step.label, i, start_at + float(offsets[i]),
                 input_tokens=trace.input_tokens[i], output_tokens=trace.output_tokens[i],
                 prefix_id=trace.prefix_id[i], prefix_tokens=trace.prefix_tokens[i],
-                prompt=prompts[i] if prompts else None)
+                prompt=prompts[i] if prompts else None, hash_ids=trace.hash_ids[i] if trace.hash_ids else None)
         for i in picked
     ]
 

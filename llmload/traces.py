@@ -9,7 +9,9 @@ Formats (`format: auto` sniffs the file's header or first record):
     burstgpt   BurstGPT CSV: `Timestamp` (s), `Request tokens`, `Response tokens`, ...; 0 response
                tokens marks a request that failed in the source (kept, flagged, not replayed)
     mooncake   Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (one id
-               per shared 512-token prefix block)
+               per 512-token prompt block; required on every row: the request mix builds each prompt
+               from them, block `h` the same text wherever it appears, so equal leading hash ids are
+               an equal prompt prefix for the server's cache)
 
 Every loader returns the columns of `TRACE_COLUMNS`, sorted by `offset_s` (seconds from the first
 arrival). `prefix_id` / `prefix_tokens` name a shared prompt prefix and its length where the trace
@@ -241,7 +243,8 @@ def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
     raw = rows.frame["hash_ids"] if "hash_ids" in rows.frame.columns else [None] * len(rows)
     for i, value in enumerate(raw):
         if value is None or (isinstance(value, float) and np.isnan(value)):
-            hashes.append(None)
+            raise ConfigError("hash_ids: missing (a Mooncake request's prompt is built from its hash_ids)",
+                              file=file, line=int(rows.lines[i]))
         elif isinstance(value, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in value):
             hashes.append(list(value))
         else:

@@ -52,6 +52,8 @@ class TraceArrivals:
     prefix_id: list[int | None]
     prefix_tokens: list[int | None]
     prompt: list[str | None] | None = None
+    #: Mooncake `hash_ids` per request (None: the trace has none): the mix builds each prompt from them
+    hash_ids: list[list[int] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets_s)

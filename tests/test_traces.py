@@ -134,3 +134,40 @@ def test_example_samples_match_their_source():
         full = load_trace(CODE).head(781)
         assert code["input_tokens"].tolist() == full["input_tokens"].tolist()
         np.testing.assert_allclose(code["offset_s"], full["offset_s"], atol=1e-6)
+
+
+def test_a_mooncake_row_without_hash_ids_is_one_line(tmp_path):
+    """Mooncake prompts are built from hash_ids: a row without them is an error naming its line."""
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 10, "input_length": 600, "output_length": 5}\n')
+    with pytest.raises(ConfigError) as err:
+        load_trace(path, "mooncake")
+    assert str(err.value).startswith(f"{path}:2") and "hash_ids: missing" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_mooncake_prompts_share_exactly_their_leading_hash_blocks():
+    """Block `h` is the same 512 tokens of text wherever it appears: two prompts share the sim's tokens
+    up to the end of their common leading hash ids, not further."""
+    from llmload.client.mix import RequestMix
+    from llmload.config import Requests, Target
+    from llmload.sim.text import prompt_token_list
+
+    mix = RequestMix(Requests(), Target(url="http://127.0.0.1:9", api="openai-chat", model="m"))
+
+    def tokens(index: int, hash_ids: list[int], n: int) -> list:
+        request = mix.build(f"r{index}", index, input_tokens=n, output_tokens=4, hash_ids=hash_ids)
+        assert request.planned_input_tokens == n
+        return prompt_token_list("", json.loads(request.body)["messages"])
+
+    a, b, c = tokens(0, [1, 2], 1028), tokens(1, [1, 2, 3], 1540), tokens(2, [1, 9], 700)
+    assert len(a) == 1028 and len(b) == 1540 and len(c) == 700  # the sim counts the planned length
+
+    def common(x: list, y: list) -> int:
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        return n
+
+    assert common(a, b) == 3 + 1024 and common(a, c) == 3 + 512  # template tokens, then whole blocks

@@ -124,7 +124,7 @@ class PlannedArrival:
         """The request the config's mix builds for this arrival (what `LLMUser.build_request` returns)."""
         a = self._arrival
         return self._sender.mix.build(self.request_id, a.index, self.seed, input_tokens=a.input_tokens,
-                                      output_tokens=a.output_tokens, prefix_id=a.prefix_id)
+                                      output_tokens=a.output_tokens, prefix_id=a.prefix_id, hash_ids=a.hash_ids)
 
     def __repr__(self) -> str:
         return f"PlannedArrival({self.request_id!r}, step={self.step!r}, scheduled_at={self.scheduled_at:.3f})"
@@ -171,7 +171,8 @@ class Sender:
             request, expect = case_request(case, self.config.target, record.request_id), case.expect
         elif user is None:
             request, expect = self.mix.build(record.request_id, a.index, job.seed, input_tokens=a.input_tokens,
-                                             output_tokens=a.output_tokens, prefix_id=a.prefix_id), None
+                                             output_tokens=a.output_tokens, prefix_id=a.prefix_id,
+                                             hash_ids=a.hash_ids), None
         else:
             planned, expect = PlannedArrival(self, job, record.request_id, record.worker), None
             try:
