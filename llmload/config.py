@@ -300,6 +300,31 @@ class Sessions(Model):
     system_prompt_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
 
 
+def _check_tools(tools: list[dict] | None) -> list[dict] | None:
+    """OpenAI function tools: `{"type": "function", "function": {"name", "parameters": JSON Schema}}`;
+    `parameters` must be a valid JSON Schema (checked with jsonschema's metaschema, imported here only)."""
+    if tools is None:
+        return None
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise ValueError(f'tools[{i}]: expected {{"type": "function", "function": {{"name": ..., '
+                             '"parameters": {...}}}}')
+        if not isinstance(fn.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", fn["name"]):
+            raise ValueError(f"tools[{i}].function.name: expected letters, digits, _ or -, at most 64")
+        params = fn.get("parameters", {})
+        import jsonschema
+
+        try:
+            if not isinstance(params, dict):
+                raise jsonschema.SchemaError(f"expected an object, got {type(params).__name__}")
+            jsonschema.Draft202012Validator.check_schema(params)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"tools[{i}].function.parameters is not a JSON Schema: "
+                             f"{str(exc).splitlines()[0][:160]}") from None
+    return tools
+
+
 class Requests(Model):
     """The request mix: lengths, shared prefixes, dataset, seed."""
 
@@ -318,6 +343,10 @@ class Requests(Model):
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     #: multi-turn sessions; null: every arrival is one request
     sessions: Sessions | None = None
+    #: OpenAI function tools sent with every chat request, and `tool_choice` (`auto`, `required`,
+    #: `none` or `{"type": "function", "function": {"name": ...}}`); null: none
+    tools: Annotated[list[dict] | None, AfterValidator(_check_tools)] = None
+    tool_choice: Literal["auto", "required", "none"] | dict | None = None
 
 
 class Client(Model):

@@ -99,6 +99,8 @@ class Record:
     #: turn index from 0; None outside sessions
     session_id: str | None = None
     turn: int | None = None
+    #: output tokens that were tool-call deltas (their arguments), counted as `reasoning_tokens` are
+    tool_call_tokens: int | None = None
 
     def as_dict(self) -> dict:
         """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
@@ -142,7 +144,7 @@ def _record_schema() -> Any:
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
             "quality_checked": pa.bool_(), "retries": pa.int64(), "usage_mismatch": pa.bool_(),
             "reported_output_tokens": pa.int64(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
-            "session_id": pa.string(), "turn": pa.int64(),
+            "session_id": pa.string(), "turn": pa.int64(), "tool_call_tokens": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
     return _SCHEMA

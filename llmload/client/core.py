@@ -97,7 +97,7 @@ class _Stream:
 
     __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
                  "cached_tokens", "timings", "finish_reason", "error", "malformed", "final", "reasoning_events",
-                 "reasoning_counted", "server_reasoning")
+                 "reasoning_counted", "server_reasoning", "tool_events", "tool_counted", "tool_texts")
 
     def __init__(self, record: Record) -> None:
         self.record = record
@@ -118,6 +118,10 @@ class _Stream:
         self.reasoning_events = 0
         self.reasoning_counted = 0
         self.server_reasoning: int | None = None
+        #: output events that carried a tool call, their counted tokens and their argument text
+        self.tool_events = 0
+        self.tool_counted = 0
+        self.tool_texts: list[str] = []
 
     def apply(self, chunk: StreamChunk, t: float) -> bool:
         """Take one chunk stamped `t`; True when the stream is over (final event or error)."""
@@ -139,6 +143,10 @@ class _Stream:
                 self.reasoning_counted += chunk.tokens or 0
             elif self.record.first_answer_at is None:
                 self.record.first_answer_at = t
+            if chunk.tool_call:
+                self.tool_events += 1
+                self.tool_counted += chunk.tokens or 0
+                self.tool_texts.append(chunk.text)
         if chunk.reasoning_tokens is not None:
             self.server_reasoning = chunk.reasoning_tokens
         if chunk.finish_reason is not None:
@@ -319,13 +327,21 @@ def _reasoning_tokens(stream: _Stream, output_tokens: int | None, *, trust_count
     is one token, as Ollama and llama.cpp stream), else the reasoning text counted by the sim's rule."""
     if stream.server_reasoning is not None:
         return min(stream.server_reasoning, output_tokens) if output_tokens is not None else stream.server_reasoning
-    if not stream.reasoning_events or not stream.times:
+    return _event_tokens(stream, stream.reasoning_events, stream.reasoning_counted, "".join(stream.reasoning),
+                         output_tokens, trust_counts=trust_counts)
+
+
+def _event_tokens(stream: _Stream, events: int, counted: int, text: str, output_tokens: int | None, *,
+                  trust_counts: bool) -> int:
+    """Tokens of some of a stream's output events (reasoning-only, tool-call): their own counts when
+    every event had one, else the output tokens shared in proportion of events, else `text` counted."""
+    if not events or not stream.times:
         return 0
     if stream.counts and trust_counts:
-        return stream.reasoning_counted
+        return counted
     if stream.output_tokens is not None and output_tokens is not None:
-        return round(output_tokens * stream.reasoning_events / len(stream.times))
-    return count_tokens("".join(stream.reasoning))
+        return round(output_tokens * events / len(stream.times))
+    return count_tokens(text)
 
 
 def usage_agrees(reported: int, events: int) -> bool:
@@ -366,6 +382,9 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
     if got_200:
         record.reasoning_tokens = _reasoning_tokens(stream, record.output_tokens,
                                                     trust_counts=not record.usage_mismatch)
+        record.tool_call_tokens = _event_tokens(stream, stream.tool_events, stream.tool_counted,
+                                                "".join(stream.tool_texts), record.output_tokens,
+                                                trust_counts=not record.usage_mismatch)
     timings = stream.timings
     if timings is not None:
         record.server_load_s = timings.load_s

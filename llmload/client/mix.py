@@ -81,7 +81,8 @@ class RequestMix:
                     if self.chat else count_tokens("\n".join(m["content"] for m in messages))
                 body = build_body(self.api, model=self.model, max_tokens=n_out, messages=messages,
                                   temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                                  server=self.server, reasoning_effort=self.requests.reasoning_effort)
+                                  server=self.server, reasoning_effort=self.requests.reasoning_effort,
+                          tools=self.requests.tools, tool_choice=self.requests.tool_choice)
             else:
                 prompt = entry.prompt or ""
                 planned = count_tokens(prompt) + (CHAT_TOKENS_PER_MESSAGE if self.chat else 0)
@@ -113,7 +114,8 @@ class RequestMix:
     def _body(self, prompt: str, max_tokens: int) -> bytes:
         return build_body(self.api, model=self.model, max_tokens=max_tokens, prompt=prompt,
                           temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                          server=self.server, reasoning_effort=self.requests.reasoning_effort)
+                          server=self.server, reasoning_effort=self.requests.reasoning_effort,
+                          tools=self.requests.tools, tool_choice=self.requests.tool_choice)
 
     def _blocks(self, hash_ids: list[int], n_tokens: int) -> str:
         """Mooncake's `hash_ids` as text: block `h` is the same `HASH_BLOCK_TOKENS` tokens of text in

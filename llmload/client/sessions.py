@@ -107,7 +107,8 @@ class SessionPlanner:
         """The request of `turn`: its whole conversation, `X-Request-Id` its `request_id`."""
         body = build_body(self.api, model=self.model, max_tokens=turn.output_tokens, messages=turn.messages,
                           temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                          server=self.server, reasoning_effort=self.requests.reasoning_effort)
+                          server=self.server, reasoning_effort=self.requests.reasoning_effort,
+                          tools=self.requests.tools, tool_choice=self.requests.tool_choice)
         planned = sum(count_tokens(m["content"]) + CHAT_TOKENS_PER_MESSAGE for m in turn.messages)
         return PreparedRequest(turn.request_id, self.api, body, planned_input_tokens=planned,
                                planned_output_tokens=turn.output_tokens)

@@ -64,6 +64,8 @@ class StreamChunk:
     reasoning: str = ""
     #: the event carries output (first_token_at / token_times are taken at such events)
     output: bool = False
+    #: the event carries a tool call (its arguments, as text, are in `text`): counted apart
+    tool_call: bool = False
     #: output tokens in this event when the server says (continuous usage stats delta); else None
     tokens: int | None = None
     finish_reason: str | None = None

@@ -79,6 +79,7 @@ class OpenAIStreamParser:
                     chunk.reasoning = text_field(reasoning, "delta.reasoning")
                 calls = delta.get("tool_calls")
                 if calls:
+                    chunk.tool_call = True
                     chunk.text += "".join(text_field((c.get("function") or {}).get("arguments"),
                                                      "tool_calls.arguments") or "" for c in calls)
                     chunk.output = True

@@ -85,7 +85,7 @@ def check_params(flavor: str, kind: str, body: dict, model: str, *, thinking: bo
                                     "--tool-call-parser to be set")
         if flavor == "ollama":
             raise ParamRefusal(400, f"registry.ollama.ai/library/{_tagged(model)} does not support tools")
-        if body.get("tool_choice") not in (None, "none"):
+        if kind != "chat" and body.get("tool_choice") not in (None, "none"):
             raise ParamRefusal(400, _SIM.format(what="tool calls", real="the server would call the tool"))
     if openai and isinstance(n, int) and n > 1:
         raise ParamRefusal(400, _SIM.format(what="n > 1", real=f"vLLM would return {n} choices, "

@@ -249,6 +249,8 @@ class SimServer:
         ex.stop_reason = stopped[1] if stopped is not None else None
         ex.n_predict = max_tokens if eos_at is None else -1
         ex.reasoning = self._reasoning_tokens(body, kind, index, draws.output_tokens)
+        ex.sent_planned = draws.output_tokens
+        ex.tool = _called_tool(body) if kind == "chat" else None
         if conn.closed:  # the client left while its request waited for the model or the headers
             if self.residency is not None:
                 self.residency.release()
@@ -474,3 +476,18 @@ def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | N
         asyncio.run(_main(server, host, port, reuse_port))
     finally:
         writer.close()
+
+
+def _called_tool(body: dict) -> str | None:
+    """The function a chat request with `tools` gets called (the sim's model always calls one unless
+    `tool_choice` is `none`): the named one, else the first tool's. None without tools."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or not tools or choice == "none":
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if isinstance(name, str):
+            return name
+    first = tools[0].get("function") if isinstance(tools[0], dict) else None
+    return first.get("name") if isinstance(first, dict) and isinstance(first.get("name"), str) else "tool"

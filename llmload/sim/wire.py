@@ -70,7 +70,9 @@ class Exchange:
     sent: int = 0  # tokens written so far
     stop_reason: str | None = None  # vLLM: the stop string that ended the answer
     n_predict: int = -1  # the output cap the request asked for (-1: none)
+    sent_planned: int = 0  # the tokens this answer will have (its draws), for a tool call's closing
     reasoning: int = 0  # the first this many output tokens are reasoning (chat kinds only)
+    tool: str | None = None  # chat with tools: the answer is a call of this function (finish `tool_calls`)
 
     def piece(self, k: int) -> tuple[str, str]:
         """Token k as streamed: ("reasoning" or "answer", its text); the answer counts from its first."""
@@ -180,9 +182,32 @@ class OpenAIChat(Renderer):
         role = {"role": "assistant", "content": "" if ex.flavor in _VLLM_LIKE else None}
         return [self.sse(self._chunk(ex, role, None))]
 
+    def _tool_delta(self, ex: Exchange, j: int) -> dict:
+        """Answer token j of a tool call: the call's opening (id, type, name) at 0, then one token of
+        its JSON arguments per event (`{"q": "w1 w2 ... wn"}`), in the flavour's shape: vLLM and SGLang
+        leave unset fields out (the opening has no `arguments`), llama.cpp opens with `arguments: ""`."""
+        n = max(1, ex.sent_planned - ex.reasoning)
+        if j == 0:
+            fn: dict = {"name": ex.tool}
+            if n == 1:
+                fn["arguments"] = "{}"
+            elif ex.flavor not in _VLLM_LIKE:
+                fn["arguments"] = ""
+            call = {"index": 0, "id": "call_" + ex.completion_id[-24:], "type": "function", "function": fn}
+            if ex.flavor in _VLLM_LIKE:
+                call = {"id": call["id"], "type": "function", "index": 0, "function": fn}
+            return {"tool_calls": [call]}
+        word = ex.answer.delta(j).strip()
+        piece = ('{"q": "' if j == 1 else " ") + word + ('"}' if j == n - 1 else "")
+        return {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
         kind, text = ex.piece(k)
-        if kind == "answer":
+        if finish is not None and ex.tool:
+            finish = "tool_calls"
+        if kind == "answer" and ex.tool:
+            delta = self._tool_delta(ex, k - ex.reasoning)
+        elif kind == "answer":
             delta = {"content": text}
         elif ex.flavor == "vllm":  # DeltaMessage copies `reasoning` into the deprecated field
             delta = {"reasoning": text, "reasoning_content": text}
@@ -196,6 +221,8 @@ class OpenAIChat(Renderer):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        if ex.tool:
+            reason = "tool_calls"
         # llama.cpp (server-context.cpp, to_json_oaicompat_chat_stream): `timings` ride on the usage
         # chunk when include_usage asks for one, else on the finish chunk
         if ex.flavor == "llamacpp":
