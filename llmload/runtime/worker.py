@@ -327,29 +327,31 @@ class WorkerRuntime:
         state = self.steps.get(job.label)
         if state is None:
             return
-        self._next_turn(state, job, record)
+        continued = self._next_turn(state, job, record)
         state.finished += 1
-        if state.loop is not None and not state.cancelled:
+        if state.loop is not None and not state.cancelled and not continued:  # a session's turn is its next
             successor = state.loop.next(now())
             if successor is not None:
                 self._put(state, successor)
         self._maybe_drained(state)
 
-    def _next_turn(self, state: StepState, job: Job, record: Record) -> None:
+    def _next_turn(self, state: StepState, job: Job, record: Record) -> bool:
         """A session's answered turn: queue its next turn after the think time (counted as put now, so
-        the step is not drained while a session thinks). A failed turn ends its session."""
+        the step is not drained while a session thinks); True when it did. A failed turn ends its
+        session. In a closed loop the session's next turn is its user's next request."""
         sessions = getattr(self.sender, "sessions", None)
         if sessions is None or job.session is None or record.outcome != "ok" or state.cancelled:
-            return
+            return False
         turn = sessions.next_turn(job.session, job.session.answer)
         if turn is None:
-            return
+            return False
         a = job.arrival
         at = now() + turn.think_s
         successor = Job(label=job.label, seed=job.seed, session=turn, arrival=Arrival(
             request_id=turn.request_id, step=a.step, index=a.index, scheduled_at=at))
         state.put += 1
         gevent.spawn_later(max(0.0, turn.think_s - TURN_LEAD_S), self._put_turn, state, successor)
+        return True
 
     def _put_turn(self, state: StepState, job: Job) -> None:
         """Queue a session's next turn (already counted in `put`); a cancelled step records it unsent."""
