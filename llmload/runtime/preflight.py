@@ -1,7 +1,8 @@
 """Pre-flight on the master, before the first step: reachable, model served, cold load, quality.
 
 - reachable: each endpoint answers HTTP at all (a refused connection or a timeout stops the run with
-  one line and exit code 3; any HTTP status counts as reachable);
+  one line and exit code 3; any HTTP status counts as reachable); the timeout bounds the whole probe,
+  so a server that drips its answer cannot hold the pre-flight;
 - model: listed by the API's probe path (`ApiSpec.probe_path`: `/v1/models` for OpenAI and SGLang,
   `/api/tags` for Ollama); a missing model is a warning, since
   llama.cpp serves whatever it loaded under any name;
@@ -14,6 +15,7 @@ Also the manifest (`manifest.json`, fixed conditions, secrets removed) and the t
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
@@ -24,7 +26,7 @@ from typing import Any
 from llmload.apis import get_api
 from llmload.clock import now
 from llmload.config import Config
-from llmload.errors import RunError
+from llmload.errors import RunError, TelemetryError
 from llmload.redaction import redact
 
 __all__ = ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
@@ -37,13 +39,22 @@ class PreflightFailed(RunError):
 
 
 def _get_json(url: str, *, timeout_s: float, headers: dict[str, str]) -> tuple[int, Any]:
+    """GET `url` within `timeout_s` in all (a server dripping its answer cannot hold the pre-flight) and
+    at most `MAX_BODY_BYTES`; (status, JSON body or None)."""
+    from llmload.telemetry.http import open_url, read_capped
+
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (the user's target)
-            body = resp.read()
+        with open_url(request, timeout_s=timeout_s) as resp:
+            body = read_capped(resp, url)
             status = resp.status
     except urllib.error.HTTPError as exc:
         return exc.code, None
+    except TelemetryError as exc:  # too long: it answered HTTP, but not with a model list
+        log.warning("%s", exc)
+        return 200, None
+    except http.client.HTTPException as exc:  # a broken answer: not an HTTP server we can talk to
+        raise OSError(f"{type(exc).__name__}: {exc}") from None
     try:
         return status, json.loads(body)
     except ValueError:
@@ -63,6 +74,8 @@ def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[s
             status, body = _get_json(base + path, timeout_s=timeout, headers=headers)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError):
+                reason = f"no complete answer to GET {path} within {timeout:g}s"
             raise PreflightFailed(f"target {base} is unreachable: {reason}") from None
         found[base] = {"status": status, "models": _model_names(body)}
     return found

@@ -1,26 +1,126 @@
-"""Small blocking HTTP GETs for telemetry and probes (stdlib `urllib`, a short timeout).
+"""Small blocking HTTP GETs for telemetry and probes (stdlib `urllib`, a total deadline, a size cap).
 
 Plain urllib works both in a normal process and on a Locust master patched by gevent (its sockets are
-then cooperative). Every failure becomes a `TelemetryError` whose message names the URL and the reason;
+then cooperative). urllib's `timeout` bounds each socket operation, so a server that drips one byte
+every half second would hold a scrape for ever: here `timeout_s` is the whole exchange's deadline
+(`open_url`: every read and write of the connection waits at most until it; past it, `TimeoutError`),
+and an answer longer than `MAX_BODY_BYTES` is an error, not a truncated page. Every failure becomes a `TelemetryError` whose message names the URL and the reason;
 `HttpStatusError` keeps the status so callers can tell "not available here" (404/501) from a failure.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
+import io
 import json
+import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.error import HTTPError, URLError
 from urllib.parse import unquote, urlsplit, urlunsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPHandler, HTTPSHandler, Request, build_opener
 
 from llmload.errors import TelemetryError
 
-__all__ = ["HttpStatusError", "fetch_bytes", "fetch_json", "fetch_text", "public_url"]
+__all__ = ["MAX_BODY_BYTES", "HttpStatusError", "fetch_bytes", "fetch_json", "fetch_text", "open_url", "public_url",
+           "read_capped"]
 
-#: the most we read from one telemetry answer (a vLLM /metrics page is ~100 kB)
+#: the most we read from one telemetry or probe answer (a vLLM /metrics page is ~100 kB); a longer
+#: answer is an error
 MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _DeadlineSocket:
+    """A connected socket whose every read and write waits at most until `deadline` (monotonic seconds):
+    the socket's timeout is set to the time left before each operation. http.client reads through
+    `makefile`, which this reproduces (with the socket's reference counting: urllib closes the
+    connection's socket while the response still reads from it)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock, self._deadline = sock, deadline
+        self._io_refs, self._closed = 0, False
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self._sock.settimeout(left)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self._arm()
+        return self._sock.recv(bufsize, flags)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self._arm()
+        return self._sock.send(data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._arm()
+        self._sock.sendall(data, flags)
+
+    def makefile(self, mode: str = "r", buffering: int | None = None, **_kw: Any) -> Any:
+        raw = socket.SocketIO(self, "rwb" if "w" in mode else "rb")  # type: ignore[arg-type]
+        self._io_refs += 1
+        return raw if buffering == 0 else io.BufferedReader(raw, io.DEFAULT_BUFFER_SIZE)
+
+    def _decref_socketios(self) -> None:
+        self._io_refs -= 1
+        if self._closed and self._io_refs <= 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._io_refs <= 0:
+            self._sock.close()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, setsockopt, shutdown, settimeout ...
+        return getattr(self._sock, name)
+
+
+def _deadline_handlers(deadline: float) -> list:
+    """urllib handlers whose connections keep to `deadline`."""
+
+    class Plain(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[assignment]
+
+    class Secure(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()  # TCP and TLS, each operation within the timeout
+            self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[assignment]
+
+    class PlainHandler(HTTPHandler):
+        def http_open(self, req: Request) -> Any:
+            return self.do_open(Plain, req)
+
+    class SecureHandler(HTTPSHandler):
+        def https_open(self, req: Request) -> Any:
+            return self.do_open(Secure, req, context=self._context)
+
+    return [PlainHandler(), SecureHandler()]
+
+
+def open_url(request: Request | str, *, timeout_s: float) -> Any:
+    """`urlopen(request)` where `timeout_s` is the deadline of the whole exchange (connect, headers and
+    every body read), not of each socket operation: past it, `TimeoutError` (or `URLError` wrapping
+    it, as urllib raises while opening)."""
+    deadline = time.monotonic() + timeout_s
+    return build_opener(*_deadline_handlers(deadline)).open(request, timeout=timeout_s)
+
+
+def read_capped(resp: Any, url: str, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body of `resp`, at most `max_bytes` (TelemetryError beyond: no truncated page)."""
+    data = resp.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise TelemetryError(f"{url}: answer longer than {max_bytes} bytes", url=url)
+    return data
 
 
 class HttpStatusError(TelemetryError):
@@ -40,8 +140,8 @@ def fetch_bytes(url: str, *, timeout_s: float, headers: Mapping[str, str] | None
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urlopen(request, timeout=timeout_s) as resp:
-            return resp.read(MAX_BODY_BYTES)
+        with open_url(request, timeout_s=timeout_s) as resp:
+            return read_capped(resp, url)
     except HTTPError as exc:
         exc.close()
         raise HttpStatusError(f"{url}: HTTP {exc.code}", url=url, status=exc.code) from None
@@ -51,7 +151,7 @@ def fetch_bytes(url: str, *, timeout_s: float, headers: Mapping[str, str] | None
         reason = exc.reason
         text = "timed out" if isinstance(reason, TimeoutError) else str(reason)
         raise TelemetryError(f"{url}: {text}", url=url) from None
-    except (OSError, ValueError) as exc:  # reset, bad status line, invalid URL
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # reset, bad status line, invalid URL
         raise TelemetryError(f"{url}: {type(exc).__name__}: {exc}", url=url) from None
 
 

@@ -4,11 +4,14 @@ vLLM: `/v1/models` (`max_model_len`), `/version`, `vllm:cache_config_info` label
 Ollama: `/api/version`, `/api/ps` (loaded, `size_vram`, `context_length`), `/api/show` (quantisation).
 llama.cpp: `/props` (`n_ctx`, `total_slots`, `build_info`), `/slots` (`n_ctx` per slot).
 SGLang `/get_server_info`, TGI `/info`. Every probe is optional: what fails is listed in `errors`
-and the fact stays None, so the manifest says "unknown" rather than guessing.
+and the fact stays None, so the manifest says "unknown" rather than guessing. Each GET has `timeout_s`
+as its total deadline and the whole probe of one server `PROBE_BUDGET_TIMEOUTS` times that, so a server
+that drips its answers delays the start of a run by seconds, not for ever.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +29,10 @@ FACT_KEYS = ("flavor", "server_version", "model", "model_path", "model_revision"
              "cache_state")
 
 _MAX_RAW_STRING = 500
+#: a server's whole probe (every path it asks) takes at most this many `timeout_s`: each GET has
+#: `timeout_s` as its total deadline (`llmload.telemetry.http`), and the paths left when the budget is
+#: spent are not asked (listed in `errors`)
+PROBE_BUDGET_TIMEOUTS = 3
 
 
 def _trim(value: Any) -> Any:
@@ -55,16 +62,24 @@ def _bool(value: Any) -> bool | None:
 
 
 class _Prober:
-    def __init__(self, base: str, headers: Mapping[str, str], timeout_s: float) -> None:
+    def __init__(self, base: str, headers: Mapping[str, str], timeout_s: float, *,
+                 deadline: float | None = None) -> None:
         self.base, self.headers, self.timeout_s = base, dict(headers), timeout_s
+        #: monotonic time after which no more paths are asked (the probe's total budget)
+        self.deadline = deadline if deadline is not None else time.monotonic() + PROBE_BUDGET_TIMEOUTS * timeout_s
         self.facts: dict[str, Any] = dict.fromkeys(FACT_KEYS)
         self.raw: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
 
     def get(self, path: str, fetch: Callable[..., Any] = fetch_json, body: Any = None) -> Any:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self.errors[path] = "not asked: the probe's time was spent"
+            return None
         try:
             kwargs = {"body": body} if body is not None else {}
-            answer = fetch(f"{self.base}{path}", timeout_s=self.timeout_s, headers=self.headers, **kwargs)
+            answer = fetch(f"{self.base}{path}", timeout_s=min(self.timeout_s, left), headers=self.headers,
+                           **kwargs)
         except TelemetryError as exc:
             self.errors[path] = str(exc)
             return None
@@ -177,7 +192,8 @@ def probe_server(base_url: str, *, flavor: str | None = None, model: str | None 
     prober = _Prober(base, headers or {}, timeout_s)
     if flavor is None:
         try:
-            flavor = detect_flavor(base, timeout_s=timeout_s, headers=prober.headers)
+            flavor = detect_flavor(base, timeout_s=timeout_s, headers=prober.headers,
+                                   deadline=prober.deadline)
         except TelemetryError as exc:
             prober.errors["detect"] = str(exc)
     prober.facts["flavor"] = flavor

@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
@@ -151,11 +152,22 @@ class OllamaPsPoller:
         return points
 
 
-def detect_flavor(base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> str:
-    """`vllm`, `llamacpp`, `sglang`, `tgi`, `ollama` or `generic`; TelemetryError when nothing answers."""
+def detect_flavor(base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None,
+                  deadline: float | None = None) -> str:
+    """`vllm`, `llamacpp`, `sglang`, `tgi`, `ollama` or `generic`; TelemetryError when nothing answers.
+    Each GET within `timeout_s`, all of them before `deadline` (monotonic; default 3 x `timeout_s`)."""
     headers = dict(headers or {})
+    if deadline is None:
+        deadline = time.monotonic() + 3 * timeout_s
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TelemetryError(f"{base_url}: no flavour found within the probe's time", url=base_url)
+        return min(timeout_s, remaining)
+
     try:
-        text = fetch_text(f"{base_url}/metrics", timeout_s=timeout_s, headers=headers)
+        text = fetch_text(f"{base_url}/metrics", timeout_s=left(), headers=headers)
         try:
             names = [s.name for s in parse_exposition(text)]
         except TelemetryError:
@@ -165,7 +177,7 @@ def detect_flavor(base_url: str, *, timeout_s: float, headers: Mapping[str, str]
         pass
     for path, flavor in (("/api/version", "ollama"), ("/props", "llamacpp")):
         try:
-            body = fetch_json(f"{base_url}{path}", timeout_s=timeout_s, headers=headers)
+            body = fetch_json(f"{base_url}{path}", timeout_s=left(), headers=headers)
         except HttpStatusError:
             continue
         except TelemetryError as exc:
