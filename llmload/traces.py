@@ -33,7 +33,7 @@ __all__ = ["MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trac
 
 TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake")
 TRACE_COLUMNS = ("offset_s", "input_tokens", "output_tokens", "prefix_ids", "prefix_id", "prefix_tokens",
-                 "prompt", "failed_in_source")
+                 "prompt", "failed_in_source", "hash_ids")
 #: tokens per `hash_ids` block in the Mooncake traces
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -199,6 +199,7 @@ def _frame(offsets: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, **extra
         "prefix_tokens": pd.array(extra.get("prefix_tokens", none), dtype="Int64"),
         "prompt": pd.Series(extra.get("prompt", none), dtype=object),
         "failed_in_source": np.asarray(extra.get("failed", np.zeros(n, dtype=bool)), dtype=bool),
+        "hash_ids": pd.Series(extra.get("hash_ids", none), dtype=object),  # Mooncake's, for the prompts
     })
 
 
@@ -254,7 +255,7 @@ def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
     return _frame(offsets,
                   _numbers(rows, "input_length", file, integer=True),
                   _numbers(rows, "output_length", file, integer=True),
-                  prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens)
+                  prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens, hash_ids=hashes)
 
 
 def _shared_prefixes(hashes: list[list[int] | None]) -> tuple[list[int | None], list[int | None]]:

@@ -194,8 +194,8 @@ def to_trace_arrivals(frame: pd.DataFrame, *, use_sizes: bool = True) -> TraceAr
 
 def _hash_ids(frame: pd.DataFrame) -> list[list[int] | None] | None:
     """Mooncake's `hash_ids` per row as plain lists (None when the trace has none)."""
-    if "prefix_ids" not in frame.columns:
+    if "hash_ids" not in frame.columns:
         return None
     out = [[int(h) for h in v] if isinstance(v, (list, tuple)) or hasattr(v, "tolist") else None
-           for v in frame["prefix_ids"]]
+           for v in frame["hash_ids"]]
     return out if any(v is not None for v in out) else None

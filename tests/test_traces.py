@@ -171,3 +171,11 @@ def test_mooncake_prompts_share_exactly_their_leading_hash_blocks():
         return n
 
     assert common(a, b) == 3 + 1024 and common(a, c) == 3 + 512  # template tokens, then whole blocks
+
+
+def test_only_mooncake_rows_carry_hash_ids(tmp_path):
+    """An llmload trace's `prefix_id` keeps the shared-prefix prompts: it is not a list of hash blocks."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,input_tokens,output_tokens,prefix_id\n0,100,5,1\n1,100,5,1\n")
+    frame = load_trace(path)
+    assert frame["hash_ids"].isna().all() and list(frame["prefix_id"]) == [1, 1]
