@@ -403,7 +403,7 @@ class TraceShape(Model):
     """Replay of recorded arrivals with their request sizes."""
 
     file: str
-    format: Literal["auto", "llmload", "azure", "burstgpt", "mooncake"] = "auto"
+    format: Literal["auto", "llmload", "azure", "burstgpt", "mooncake", "conversation"] = "auto"
     speedup: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     window: tuple[Duration, Duration] | None = None
     rate_scale: float = Field(default=1.0, gt=0, le=MAX_FACTOR)

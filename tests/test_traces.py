@@ -179,3 +179,25 @@ def test_only_mooncake_rows_carry_hash_ids(tmp_path):
     path.write_text("timestamp,input_tokens,output_tokens,prefix_id\n0,100,5,1\n1,100,5,1\n")
     frame = load_trace(path)
     assert frame["hash_ids"].isna().all() and list(frame["prefix_id"]) == [1, 1]
+
+
+def test_conversation_trace_is_one_arrival_per_session_with_its_later_turns(tmp_path):
+    path = tmp_path / "conv.jsonl"
+    rows = [{"session_id": "a", "turn_idx": 0, "arrival_time_ns": 0, "input_toks": 100, "output_toks": 10},
+            {"session_id": "b", "turn_idx": 0, "arrival_time_ns": 500_000_000, "input_toks": 50, "output_toks": 5},
+            {"session_id": "a", "turn_idx": 1, "arrival_time_ns": 2_000_000_000, "input_toks": 150,
+             "output_toks": 20}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sniff_format(path) == "conversation"
+    frame = load_trace(path)
+    assert list(frame["offset_s"]) == [0.0, 0.5] and list(frame["input_tokens"]) == [100, 50]
+    assert frame["session_turns"][0] == [{"new_tokens": 40, "output_tokens": 20, "think_s": 2.0}]
+    assert frame["session_turns"][1] == []
+
+
+def test_conversation_turns_out_of_order_are_one_line(tmp_path):
+    path = tmp_path / "conv.csv"
+    path.write_text("session_id,turn_idx,arrival_time_ns,input_toks,output_toks\na,0,0,10,1\na,2,5,30,1\n")
+    with pytest.raises(ConfigError) as err:
+        load_trace(path)
+    assert str(err.value).startswith(f"{path}:3") and "in order without gaps" in str(err.value)

@@ -22,7 +22,7 @@ from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.lengths import LengthSampler
 from llmload.client.mix import CHAT_TOKENS_PER_MESSAGE
 from llmload.client.prompts import synthesize_words, words_for_tokens
-from llmload.config import ExponentialTime, FixedTime, Requests, Sessions, UniformTime
+from llmload.config import ExponentialTime, FixedDist, FixedTime, Requests, Sessions, UniformTime
 from llmload.tokens import count_tokens
 
 __all__ = ["SessionPlanner", "SessionTurn", "draw_seconds"]
@@ -55,6 +55,9 @@ class SessionTurn:
     think_s: float = 0.0
     #: this turn's answer text once received (the next turn's assistant message)
     answer: str = ""
+    #: a trace's session: its later turns as recorded (`new_tokens`, `output_tokens`, `think_s`),
+    #: replacing the draws; None: drawn from `requests.sessions`
+    script: list[dict] | None = None
 
     @property
     def request_id(self) -> str:
@@ -66,10 +69,9 @@ class SessionPlanner:
 
     def __init__(self, requests: Requests, *, api: str, model: str, server: str | None,
                  tokens_per_word: float = 1.0, base_dir: str = ".") -> None:
-        if requests.sessions is None:
-            raise ValueError("requests.sessions is not set")
         self.requests: Requests = requests
-        self.sessions: Sessions = requests.sessions
+        #: without `requests.sessions` only recorded (trace) sessions are planned: one turn each otherwise
+        self.sessions: Sessions = requests.sessions or Sessions(turns=FixedDist(dist="fixed", value=1))
         self.api, self.model, self.server = api, model, server
         self.tokens_per_word = tokens_per_word
         self.turns = LengthSampler.from_dist(self.sessions.turns, base_dir=base_dir)
@@ -92,16 +94,31 @@ class SessionPlanner:
         return SessionTurn(session_id=request_id, turn=0, turns=turns, index=index, seed=seed,
                            messages=messages, output_tokens=self.output.draw(rng))
 
+    def start_recorded(self, request_id: str, index: int, seed: int, *, input_tokens: int | None,
+                       output_tokens: int | None, later: list[dict]) -> SessionTurn:
+        """The first turn of a trace's session: its recorded sizes, then `later` turns as recorded."""
+        rng = self._rng(index, seed, 0)
+        n_in = max(1, (input_tokens or self.first_tokens.draw(rng)) - CHAT_TOKENS_PER_MESSAGE)
+        return SessionTurn(session_id=request_id, turn=0, turns=1 + len(later), index=index, seed=seed,
+                           messages=[{"role": "user", "content": self._text(n_in, rng)}],
+                           output_tokens=output_tokens or self.output.draw(rng), script=list(later))
+
     def next_turn(self, turn: SessionTurn, answer: str) -> SessionTurn | None:
         """The turn after `turn`, whose answer was `answer`; None after the last one."""
         if turn.turn + 1 >= turn.turns:
             return None
         rng = self._rng(turn.index, turn.seed, turn.turn + 1)
+        if turn.script is not None:
+            step = turn.script[turn.turn]
+            new, out, think = int(step["new_tokens"]), int(step["output_tokens"]), float(step["think_s"])
+        else:
+            new, out = self.new_tokens.draw(rng), self.output.draw(rng)
+            think = draw_seconds(self.sessions.think_time, rng)
         messages = [*turn.messages, {"role": "assistant", "content": answer},
-                    {"role": "user", "content": self._text(self.new_tokens.draw(rng), rng)}]
+                    {"role": "user", "content": self._text(new, rng)}]
         return SessionTurn(session_id=turn.session_id, turn=turn.turn + 1, turns=turn.turns, index=turn.index,
-                           seed=turn.seed, messages=messages, output_tokens=self.output.draw(rng),
-                           think_s=draw_seconds(self.sessions.think_time, rng))
+                           seed=turn.seed, messages=messages, output_tokens=max(1, out), think_s=think,
+                           script=turn.script)
 
     def request(self, turn: SessionTurn) -> PreparedRequest:
         """The request of `turn`: its whole conversation, `X-Request-Id` its `request_id`."""

@@ -149,6 +149,7 @@ class Sender:
         self.sessions = SessionPlanner(config.requests, api=config.target.api, model=config.target.model,
                                        server=config.target.server, tokens_per_word=self.mix.tokens_per_word,
                                        base_dir=base_dir) if config.requests.sessions is not None else None
+        self._recorded: SessionPlanner | None = None  # a conversation trace's sessions, made when needed
 
     def send(self, record: Record, job: Any, *, user: Any = None) -> None:
         """Fill `record` by sending `job` (server failures are data; a kill propagates as cancelled).
@@ -160,13 +161,17 @@ class Sender:
         """
         a = job.arrival
         session = job.session
-        if session is None and self.sessions is not None and _mix_user(user):
+        if session is None and a.session_turns is not None and _mix_user(user):  # a trace's session
+            session = job.session = self.planner().start_recorded(
+                record.request_id, a.index, job.seed, input_tokens=a.input_tokens, output_tokens=a.output_tokens,
+                later=a.session_turns)
+        elif session is None and self.sessions is not None and _mix_user(user):
             session = job.session = self.sessions.start(record.request_id, a.index, job.seed)
         case = self._sampled_case(job.seed, a.index) if session is None else None
         planned = built = None
         if session is not None:  # a session's turn: the whole conversation so far
             record.session_id, record.turn = session.session_id, session.turn
-            request, expect = self.sessions.request(session), None
+            request, expect = self.planner().request(session), None
         elif case is not None:
             request, expect = case_request(case, self.config.target, record.request_id), case.expect
         elif user is None:
@@ -191,6 +196,16 @@ class Sender:
                 user.on_result(planned, built, result)
             except Exception as exc:
                 self._hook_failed(record, user, "on_result", exc)
+
+    def planner(self) -> SessionPlanner:
+        """The session planner: `requests.sessions`'s, else one for a trace's recorded sessions."""
+        if self.sessions is not None:
+            return self.sessions
+        if self._recorded is None:
+            self._recorded = SessionPlanner(self.config.requests, api=self.config.target.api,
+                                            model=self.config.target.model, server=self.config.target.server,
+                                            tokens_per_word=self.mix.tokens_per_word)
+        return self._recorded
 
     def prepare(self, built: Any, request_id: str) -> PreparedRequest:
         """What a user's `build_request` returned, ready to send (ValueError / TypeError if it cannot be)."""

@@ -339,10 +339,9 @@ class WorkerRuntime:
         """A session's answered turn: queue its next turn after the think time (counted as put now, so
         the step is not drained while a session thinks); True when it did. A failed turn ends its
         session. In a closed loop the session's next turn is its user's next request."""
-        sessions = getattr(self.sender, "sessions", None)
-        if sessions is None or job.session is None or record.outcome != "ok" or state.cancelled:
+        if job.session is None or record.outcome != "ok" or state.cancelled:
             return False
-        turn = sessions.next_turn(job.session, job.session.answer)
+        turn = self.sender.planner().next_turn(job.session, job.session.answer)
         if turn is None:
             return False
         a = job.arrival
