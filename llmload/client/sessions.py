@@ -8,7 +8,10 @@ time to wait before sending it), or None after the session's last turn.
 
 Everything a session draws (its number of turns, each turn's new text, output length and think time)
 comes from generators seeded by `requests.seed`, the step's seed, the arrival index and the turn, so a
-session is the same in every process and every run. The system prompt (`system_prompt_tokens`) is one
+session is the same in every process and every run. With `requests.tools`, a turn answered with a tool
+call (finish_reason `tool_calls`, OpenAI chat) is followed by its result: the next turn sends the call
+as an assistant `tool_calls` message and `new_tokens_per_turn` of text as the `tool` message, closing
+the agent's loop, instead of a new user message. The system prompt (`system_prompt_tokens`) is one
 text shared by every session of the run, as an application's is; each session's user text is its own.
 """
 
@@ -18,6 +21,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from llmload.apis import get_api
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.lengths import LengthSampler
 from llmload.client.mix import CHAT_TOKENS_PER_MESSAGE
@@ -58,6 +62,8 @@ class SessionTurn:
     #: a trace's session: its later turns as recorded (`new_tokens`, `output_tokens`, `think_s`),
     #: replacing the draws; None: drawn from `requests.sessions`
     script: list[dict] | None = None
+    #: this turn's answer was a tool call (finish_reason `tool_calls`): the next turn sends its result
+    tool_called: bool = False
 
     @property
     def request_id(self) -> str:
@@ -74,6 +80,8 @@ class SessionPlanner:
         self.sessions: Sessions = requests.sessions or Sessions(turns=FixedDist(dist="fixed", value=1))
         self.api, self.model, self.server = api, model, server
         self.tokens_per_word = tokens_per_word
+        #: OpenAI chat carries tool calls and `tool` results in its messages (Ollama's differ: not sent)
+        self.chat_tools = get_api(api).chat and get_api(api).framing == "sse"
         self.turns = LengthSampler.from_dist(self.sessions.turns, base_dir=base_dir)
         self.new_tokens = LengthSampler.from_dist(self.sessions.new_tokens_per_turn, base_dir=base_dir)
         self.first_tokens = LengthSampler.from_dist(requests.input_tokens, base_dir=base_dir)
@@ -114,8 +122,15 @@ class SessionPlanner:
         else:
             new, out = self.new_tokens.draw(rng), self.output.draw(rng)
             think = draw_seconds(self.sessions.think_time, rng)
-        messages = [*turn.messages, {"role": "assistant", "content": answer},
-                    {"role": "user", "content": self._text(new, rng)}]
+        if turn.tool_called and self.requests.tools and self.chat_tools:  # close the loop: the tool's result
+            call_id = f"call_{turn.session_id}_{turn.turn}"
+            call = {"id": call_id, "type": "function",
+                    "function": {"name": self._tool_name(), "arguments": answer or "{}"}}
+            messages = [*turn.messages, {"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": call_id, "content": self._text(new, rng)}]
+        else:
+            messages = [*turn.messages, {"role": "assistant", "content": answer},
+                        {"role": "user", "content": self._text(new, rng)}]
         return SessionTurn(session_id=turn.session_id, turn=turn.turn + 1, turns=turn.turns, index=turn.index,
                            seed=turn.seed, messages=messages, output_tokens=max(1, out), think_s=think,
                            script=turn.script)
@@ -126,9 +141,16 @@ class SessionPlanner:
                           temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
                           server=self.server, reasoning_effort=self.requests.reasoning_effort,
                           tools=self.requests.tools, tool_choice=self.requests.tool_choice)
-        planned = sum(count_tokens(m["content"]) + CHAT_TOKENS_PER_MESSAGE for m in turn.messages)
+        planned = sum(count_tokens(m["content"] or "") + CHAT_TOKENS_PER_MESSAGE for m in turn.messages)
         return PreparedRequest(turn.request_id, self.api, body, planned_input_tokens=planned,
                                planned_output_tokens=turn.output_tokens)
+
+    def _tool_name(self) -> str:
+        """The function the model was asked to call: `tool_choice`'s, else the first tool's."""
+        choice = self.requests.tool_choice
+        if isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str):
+            return choice["function"]["name"]
+        return str(self.requests.tools[0]["function"]["name"])
 
     def _text(self, n_tokens: int, rng: random.Random) -> str:
         return synthesize_words(words_for_tokens(n_tokens, self.tokens_per_word), rng)

@@ -191,6 +191,7 @@ class Sender:
         result = send(self.transport, request, record, expect=expect)
         if session is not None:
             session.answer = result.text
+            session.tool_called = record.finish_reason == "tool_calls"
         if planned is not None:
             try:
                 user.on_result(planned, built, result)

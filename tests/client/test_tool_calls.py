@@ -59,3 +59,38 @@ def test_a_tool_schema_that_is_not_json_schema_is_one_line(tmp_path, capsys) -> 
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "requests.tools" in err[0] and "not a JSON Schema" in err[0], err
+
+
+@pytest.mark.slow
+def test_a_session_sends_each_tool_result_back_as_its_next_turn(sim_factory) -> None:
+    """`requests.sessions` with tools: a turn answered with a tool call is followed by the call and its
+    result (`role: tool`), and the sim's prefix cache finds the conversation so far."""
+    from llmload.client.sessions import SessionPlanner
+
+    sim = sim_factory(flavor="vllm", config={"load_time_s": "0.1s"})
+    target = sim_target(sim.url, "openai-chat", "vllm")
+    requests = fixed_requests(40, 5, ignore_eos=True, tools=TOOLS, tool_choice="required",
+                              sessions={"turns": {"dist": "fixed", "value": 3},
+                                        "new_tokens_per_turn": {"dist": "fixed", "value": 30}})
+    planner = SessionPlanner(requests, api="openai-chat", model="sim-model", server="vllm")
+    transport = Transport.from_target(target, concurrency=1)
+    turn, records = planner.start("sess-0", 0, seed=1), []
+    try:
+        while turn is not None:
+            record = Record(request_id=turn.request_id, step="s0", worker="w0", scheduled_at=now())
+            result = send(transport, planner.request(turn), record)
+            assert record.outcome == "ok" and record.finish_reason == "tool_calls", record.error
+            turn.answer, turn.tool_called = result.text, True
+            records.append((record, turn))
+            turn = planner.next_turn(turn, turn.answer)
+    finally:
+        transport.close()
+    assert len(records) == 3
+    for (_, prev), (_, turn) in zip(records[:-1], records[1:], strict=True):
+        call, result = turn.messages[-2], turn.messages[-1]
+        assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "search"
+        assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == json.loads(prev.answer)
+        assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
+    truth = {r["request_id"]: r for r in sim.ground_truth_rows()}
+    rows = [truth[rec.request_id] for rec, _ in records]
+    assert all(b["cached_tokens"] >= a["input_tokens"] // 16 * 16 - 16 > 0 for a, b in zip(rows[:-1], rows[1:], strict=True))
