@@ -62,3 +62,12 @@ def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
     assert "1100ms" in format_row(step_row("s", stats, "pass", [], None))  # TTFA p95 = 0.1 + 1.0 s
     plain_row = step_row("s", plain.iloc[0].to_dict(), "pass", [], None)
     assert plain_row["ttfa_p95_s"] is None
+
+
+def test_live_request_values_have_ttfa_as_the_analysis() -> None:
+    from llmload.runtime.live import request_values
+
+    row = _reasoning(request("r0", "s", 10.0, wait=0.5, ttft=0.2, e2e=3.2, out=21), thinking_s=1.0, reasoning=10)
+    values = request_values(row)
+    assert np.isclose(values["ttfa"], 1.2) and np.isclose(values["user_ttfa"], 1.7)
+    assert request_values(request("r1", "s", 10.0))["ttfa"] is None  # no first_answer_at: not judged
