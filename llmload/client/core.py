@@ -39,7 +39,9 @@ counted without output). `token_counts` is filled only when every output event c
 (vLLM `continuous_usage_stats`). A reported output count that disagrees with the output events seen
 (`usage_agrees`: fewer than the events less 5% and one, or more than 64 per event) is not believed:
 `output_tokens` is the events seen (`tokens_estimated`), `usage_mismatch` is set and the server's count
-kept in `reported_output_tokens`, so TPOT and rates are timed on what arrived. `retries`: how often the
+kept in `reported_output_tokens`, so TPOT and rates are timed on what arrived. A reported prompt count
+over `MAX_INPUT_OVER_PLANNED` (10) times the planned one plus 1000 is replaced by the planned count
+(estimated, `usage_mismatch`). `retries`: how often the
 request was sent again (`_post`). Ollama durations fill `server_*_s`; `server_queue_s = total - load -
 prompt - decode`; `cold` is true when the load took over `COLD_LOAD_S`.
 
@@ -71,7 +73,8 @@ from llmload.protocols import ServerTimings, StreamChunk
 from llmload.records import Record
 from llmload.tokens import count_tokens
 
-__all__ = ["COLD_LOAD_S", "MAX_TOKENS_PER_EVENT", "USAGE_TOLERANCE", "SendResult", "send", "usage_agrees"]
+__all__ = ["COLD_LOAD_S", "MAX_INPUT_OVER_PLANNED", "MAX_TOKENS_PER_EVENT", "USAGE_TOLERANCE", "SendResult", "send",
+           "usage_agrees"]
 
 #: an Ollama `load_duration` above this means the model had to be loaded (warm requests report a few ms)
 COLD_LOAD_S = 0.5
@@ -80,6 +83,8 @@ COLD_LOAD_S = 0.5
 USAGE_TOLERANCE = 0.05
 #: ... and at most this many tokens per output event (vLLM's `--stream-interval` batches a few)
 MAX_TOKENS_PER_EVENT = 64
+#: a reported prompt count above this many times the planned one (plus 1000 tokens) is not believed
+MAX_INPUT_OVER_PLANNED = 10
 #: how long to wait for the end of the body after the final event, to keep the connection reusable
 _DRAIN_S = 0.2
 
@@ -359,9 +364,14 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
     record.finish_reason = stream.finish_reason
     record.cached_tokens = stream.cached_tokens
     estimated = False
-    if stream.input_tokens is not None:
+    planned_in = request.planned_input_tokens
+    if stream.input_tokens is not None and (
+            planned_in is None or stream.input_tokens <= planned_in * MAX_INPUT_OVER_PLANNED + 1000):
         record.input_tokens = stream.input_tokens
-    elif got_200 and request.planned_input_tokens is not None:
+    elif stream.input_tokens is not None:  # an absurd prompt count: the planned one, flagged
+        record.usage_mismatch = True
+        record.input_tokens, estimated = planned_in, True
+    elif got_200 and planned_in is not None:
         record.input_tokens, estimated = request.planned_input_tokens, True
     if got_200 and not stream.times:
         record.output_tokens = 0  # nothing was received: a server's count without output is not counted

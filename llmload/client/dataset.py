@@ -38,7 +38,7 @@ def _entry(obj: object, where: dict) -> DatasetEntry:
     if not isinstance(obj, dict):
         raise ConfigError("expected a JSON object per line", **where)
     out = obj.get("output_tokens")
-    if out is not None and (not isinstance(out, int) or out < 1):
+    if out is not None and (type(out) is not int or out < 1):  # not a bool: `true` is no length
         raise ConfigError(f"output_tokens must be a positive integer, got {out!r}", **where)
     if isinstance(obj.get("prompt"), str):
         return DatasetEntry(prompt=obj["prompt"], output_tokens=out)

@@ -28,11 +28,13 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.protocols.events import (
+    MAX_TOKEN_COUNT,
     MalformedChunk,
     ServerTimings,
     StreamChunk,
     error_message,
-    parse_guarded,
+    load_payload,
+    malformed_chunk,
     text_field,
     token_count,
 )
@@ -57,7 +59,16 @@ class OpenAIStreamParser:
         self._completion_tokens = 0
 
     def parse(self, data: str) -> StreamChunk:
-        return parse_guarded(self._read, data)
+        # `events.parse_guarded`, inlined: this runs once per stream event
+        obj = load_payload(data)
+        if obj.__class__ is StreamChunk:
+            return obj
+        try:
+            return self._read(obj)
+        except MalformedChunk as exc:
+            return malformed_chunk(data, str(exc))
+        except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError) as exc:
+            return malformed_chunk(data, f"unexpected shape ({type(exc).__name__})")
 
     def _read(self, obj: dict[str, Any]) -> StreamChunk:
         if obj.get("object") == "error":
@@ -97,8 +108,12 @@ class OpenAIStreamParser:
 
         usage = obj.get("usage")
         if usage:
-            completion = token_count(usage.get("completion_tokens"))
-            chunk.input_tokens = token_count(usage.get("prompt_tokens"))
+            completion = usage.get("completion_tokens")
+            if completion.__class__ is not int or not 0 <= completion <= MAX_TOKEN_COUNT:
+                completion = token_count(completion)  # None, a whole float, or malformed
+            prompt = usage.get("prompt_tokens")
+            chunk.input_tokens = prompt if prompt.__class__ is int and 0 <= prompt <= MAX_TOKEN_COUNT \
+                else token_count(prompt)
             chunk.output_tokens = completion
             details = usage.get("prompt_tokens_details")
             if details:

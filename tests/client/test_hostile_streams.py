@@ -157,3 +157,22 @@ def test_usage_that_disagrees_with_the_events_is_flagged(claimed, mismatch) -> N
         assert rec.output_tokens == 16 and rec.reported_output_tokens == claimed and rec.tokens_estimated
     else:
         assert rec.output_tokens == claimed and rec.reported_output_tokens is None
+
+
+def test_an_absurd_prompt_count_is_replaced_by_the_planned_one() -> None:
+    with hostile_server("lying_usage", events=4, delay_s=0.0, completion_tokens=4, prompt_tokens=10**9) as server:
+        (rec,) = send_batch(_target(server.url), fixed_requests(24, 8), 1)
+    assert rec.outcome == "ok" and rec.usage_mismatch and rec.tokens_estimated
+    assert rec.input_tokens == rec.planned_input_tokens == 24 and rec.output_tokens == 4
+
+
+def test_a_lying_count_cannot_hide_a_slow_tpot() -> None:
+    """Item 6, the issue's case: 16 events 50 ms apart claiming one token: TPOT is timed on the events
+    (about 50 ms), not on the claim (which made it unmeasured), nor on 10**6 (which made it ~1 us)."""
+    from llmload.latency import latencies
+
+    for claimed in (1, 10**6):
+        with hostile_server("lying_usage", events=16, delay_s=0.05, completion_tokens=claimed) as server:
+            (rec,) = send_batch(_target(server.url), fixed_requests(), 1)
+        tpot = latencies(rec.sent_at, rec.first_token_at, rec.last_token_at, rec.output_tokens).tpot
+        assert tpot >= 0.04, (claimed, tpot)  # the server slept 50 ms between events

@@ -124,6 +124,7 @@ def test_dataset_shapes(tmp_path) -> None:
     ('{"text": "x"}', r'd\.jsonl:2: expected "prompt", "messages" or "conversations"'),
     ('{"messages": [{"role": "user"}]}', r"d\.jsonl:2: messages must be"),
     ('{"conversations": [{"from": "gpt", "value": "x"}]}', r"d\.jsonl:2: conversation has no human turn"),
+    ('{"prompt": "x", "output_tokens": true}', r"d\.jsonl:2: output_tokens must be a positive integer"),
 ])
 def test_bad_dataset_line_is_one_line_error(tmp_path, line: str, message: str) -> None:
     (tmp_path / "d.jsonl").write_text('{"prompt": "ok"}\n' + line + "\n")

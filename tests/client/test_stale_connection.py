@@ -52,4 +52,5 @@ def test_dead_kept_alive_connection_is_not_a_disconnect() -> None:
         server.stop()
     assert [r.outcome for r in records] == ["ok"] * 6, [r.error for r in records]
     assert len(served) == 6  # each request reached the server exactly once
+    assert sum(r.retries for r in records) >= 1  # the record says which ones were sent again
     assert all(r.first_token_at >= r.sent_at for r in records)
