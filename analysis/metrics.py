@@ -37,6 +37,9 @@ Which requests each number uses (a step's requests are those with `step == label
   throughput / window; `total_tokens_per_s` = their input + output tokens / window;
   `good_output_tokens_per_s` = output tokens of those same requests that also meet every per-request
   threshold (arrived in the window) / window: one basis (finish time in the window), so good <= all.
+  Reasoning and answer apart: `reasoning_tokens_per_s` and `answer_tokens_per_s` (the same requests'
+  reasoning and remaining output tokens / window), and the medians of the per-request phase rates
+  `reasoning_rate_p50` / `answer_rate_p50` (tokens/s, `analysis.requests`).
 - `split`: the queueing split of the step's completed requests (`analysis.split.step_split`).
 - GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
@@ -78,7 +81,7 @@ __all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "e
 LATENCIES = {
     "ttft": "ttft_s", "user_ttft": "user_ttft_s", "tpot": "tpot_s", "itl": None, "itl_token": None,
     "e2e": "e2e_s", "user_e2e": "user_e2e_s", "client_wait": "client_wait_s", "server_queue": None,
-    "send_lag": None,
+    "send_lag": None, "ttfa": "ttfa_s", "user_ttfa": "user_ttfa_s",
 }
 ERROR_OUTCOMES = ("http_error", "malformed", "timeout", "disconnect", "connect_error", "oom", "cancelled")
 #: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
@@ -113,7 +116,8 @@ def empty_metrics(step: dict) -> dict:
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
                 "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
-                "served_start", "served_end", "workers", "capped_share", "received_rate"):
+                "served_start", "served_end", "workers", "capped_share", "received_rate",
+                "reasoning_tokens_per_s", "answer_tokens_per_s", "reasoning_rate_p50", "answer_rate_p50"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
@@ -246,6 +250,13 @@ def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, p
     row["output_tokens_per_s"] = per_s(np.nansum(out[done]))
     row["total_tokens_per_s"] = per_s(np.nansum(out[done]) + np.nansum(inp[done]))
     row["good_output_tokens_per_s"] = per_s(np.nansum(out[good & done]))  # a subset of `done`: good <= all
+    reasoning = np.nan_to_num(counts("reasoning_tokens"))  # reasoning and answer kept apart
+    row["reasoning_tokens_per_s"] = per_s(np.nansum(reasoning[done]))
+    row["answer_tokens_per_s"] = per_s(np.nansum(out[done]) - np.nansum(reasoning[done]))
+    for name in ("reasoning_rate", "answer_rate"):
+        rates = counts(name)[done] if name in req else np.array([])
+        rates = rates[~np.isnan(rates)]
+        row[f"{name}_p50"] = float(np.median(rates)) if rates.size else math.nan
 
 
 def _split(row: dict, req: pd.DataFrame, step: dict) -> None:

@@ -7,6 +7,11 @@ from `llmload.latency.latencies`, the one definition the live table and Locust e
 - `e2e_s = last_token_at - sent_at`, `user_e2e_s = last_token_at - scheduled_at`
 - `tpot_s = (e2e_s - ttft_s) / (output_tokens - 1)` only for `output_tokens >= 2` (else NaN: a 1-token
   answer has no TPOT and is never entered as 0)
+- `ttfa_s = first_answer_at - sent_at`, `user_ttfa_s = first_answer_at - scheduled_at` (time to the
+  first answer token; NaN where no answer came or records predate `first_answer_at`)
+- `answer_tokens = output_tokens - reasoning_tokens`; `reasoning_rate = reasoning_tokens /
+  (first_answer_at - first_token_at)` and `answer_rate = (answer_tokens - 1) / (last_token_at -
+  first_answer_at)`, tokens per second of each phase (NaN where a phase had no length)
 - `client_wait_s = sent_at - scheduled_at`; `send_lag_s` the same but only where `capped` is False
   (a capped arrival waited for a free slot: that is client wait, not generator lateness)
 - `end_at`: when the request stopped being in flight (closed_at, else last token, else first token,
@@ -82,11 +87,21 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
     bounds = np.array(known or [(np.nan, np.nan)], dtype=float)
     w0, w1 = bounds[codes, 0], bounds[codes, 1]
     in_window = pd.Series((sched.to_numpy() >= w0) & (sched.to_numpy() < w1), index=records.index)
-    derived = records.assign(
+    answer_at = _float(records, "first_answer_at")
+    reasoning = _float(records, "reasoning_tokens").fillna(0.0)
+    answer_tokens = out_tokens - reasoning
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reasoning_span, answer_span = answer_at - first, last - answer_at
+        reasoning_rate = (reasoning / reasoning_span).where((reasoning > 0) & (reasoning_span > 0))
+        answer_rate = ((answer_tokens - 1) / answer_span).where((answer_tokens >= 2) & (answer_span > 0))
+    new = pd.DataFrame(dict(
         ttft_s=ttft, user_ttft_s=first - sched, e2e_s=e2e, user_e2e_s=last - sched, tpot_s=tpot,
         client_wait_s=wait, send_lag_s=wait.where(~capped), end_at=end, in_window=in_window,
         finished=outcome.isin(FINISHED), server_queue_s=_float(records, "server_queue_s"),
-    )
+        ttfa_s=answer_at - sent, user_ttfa_s=answer_at - sched, answer_tokens=answer_tokens,
+        reasoning_rate=reasoning_rate, answer_rate=answer_rate,
+    ), index=records.index)  # one block, joined once: column by column fragments the frame
+    derived = pd.concat([records.drop(columns=[c for c in new if c in records]), new], axis=1)
     return derived.assign(good=meets_thresholds(derived, slo) & (outcome == "ok") & in_window)
 
 

@@ -65,6 +65,10 @@ class Arrival:
     prefix_id: int | None = None
     prefix_tokens: int | None = None
     prompt: str | None = None
+    #: Mooncake `hash_ids`: the prompt is these blocks of shared text (`llmload.client.mix`)
+    hash_ids: list[int] | None = None
+    #: a conversation trace's session: its later turns (`llmload.client.sessions`), None otherwise
+    session_turns: list[dict] | None = None
 
 
 def request_id(label: str, index: int) -> str:
@@ -199,7 +203,8 @@ def plan_arrivals(step: StepSpec, start_at: float, shard: int, shards: int) -> l
         Arrival(request_id(step.label, i), step.label, i, start_at + float(offsets[i]),
                 input_tokens=trace.input_tokens[i], output_tokens=trace.output_tokens[i],
                 prefix_id=trace.prefix_id[i], prefix_tokens=trace.prefix_tokens[i],
-                prompt=prompts[i] if prompts else None)
+                prompt=prompts[i] if prompts else None, hash_ids=trace.hash_ids[i] if trace.hash_ids else None,
+                session_turns=trace.session_turns[i] if trace.session_turns else None)
         for i in picked
     ]
 

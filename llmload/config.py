@@ -281,6 +281,64 @@ class SharedPrefix(Model):
     tokens: Tokens = 256
 
 
+class FixedTime(Model):
+    dist: Literal["fixed"]
+    value: Duration
+
+
+class UniformTime(Model):
+    dist: Literal["uniform"]
+    min: Duration
+    max: Duration
+
+    _ordered = model_validator(mode="after")(_min_max)
+
+
+class ExponentialTime(Model):
+    dist: Literal["exponential"]
+    mean: Duration
+
+
+#: a distribution of durations (think times): fixed, uniform or exponential
+TimeDist = Annotated[Union[FixedTime, UniformTime, ExponentialTime], Field(discriminator="dist")]
+
+
+class Sessions(Model):
+    """Multi-turn sessions (CONFIG.md `requests.sessions`): each arrival starts a session; each turn
+    sends the whole conversation so far plus `new_tokens_per_turn` of new user text; the next turn is
+    sent once the answer is in plus a think time."""
+
+    turns: Dist
+    think_time: TimeDist = Field(default_factory=lambda: FixedTime(dist="fixed", value=0.0))
+    new_tokens_per_turn: Dist = Field(default_factory=lambda: FixedDist(dist="fixed", value=64))
+    system_prompt_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+
+
+def _check_tools(tools: list[dict] | None) -> list[dict] | None:
+    """OpenAI function tools: `{"type": "function", "function": {"name", "parameters": JSON Schema}}`;
+    `parameters` must be a valid JSON Schema (checked with jsonschema's metaschema, imported here only)."""
+    if tools is None:
+        return None
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise ValueError(f'tools[{i}]: expected {{"type": "function", "function": {{"name": ..., '
+                             '"parameters": {...}}}}')
+        if not isinstance(fn.get("name"), str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", fn["name"]):
+            raise ValueError(f"tools[{i}].function.name: expected letters, digits, _ or -, at most 64")
+        params = fn.get("parameters", {})
+        import jsonschema
+
+        try:
+            if not isinstance(params, dict):
+                raise jsonschema.SchemaError(f"expected an object, got {type(params).__name__}")
+            jsonschema.Draft202012Validator.check_schema(params)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"tools[{i}].function.parameters is not a JSON Schema: "
+                             f"{str(exc).splitlines()[0][:160]}") from None
+    return tools
+
+
 class Requests(Model):
     """The request mix: lengths, shared prefixes, dataset, seed."""
 
@@ -294,6 +352,15 @@ class Requests(Model):
     #: server tokens per synthesised prompt word; null = measured by the pre-flight with the server's
     #: `/tokenize` (vLLM, llama.cpp, SGLang), else 1.0 (the sim's rule)
     tokens_per_word: float | None = Field(default=None, gt=0, le=1000)
+    #: ask a reasoning model for this effort: OpenAI chat `reasoning_effort`, Ollama `think`; null: the
+    #: server's default (nothing sent)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    #: multi-turn sessions; null: every arrival is one request
+    sessions: Sessions | None = None
+    #: OpenAI function tools sent with every chat request, and `tool_choice` (`auto`, `required`,
+    #: `none` or `{"type": "function", "function": {"name": ...}}`); null: none
+    tools: Annotated[list[dict] | None, AfterValidator(_check_tools)] = None
+    tool_choice: Literal["auto", "required", "none"] | dict | None = None
 
 
 class Client(Model):
@@ -362,7 +429,7 @@ class TraceShape(Model):
     """Replay of recorded arrivals with their request sizes."""
 
     file: str
-    format: Literal["auto", "llmload", "azure", "burstgpt", "mooncake"] = "auto"
+    format: Literal["auto", "llmload", "azure", "burstgpt", "mooncake", "conversation"] = "auto"
     speedup: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     window: tuple[Duration, Duration] | None = None
     rate_scale: float = Field(default=1.0, gt=0, le=MAX_FACTOR)

@@ -91,6 +91,16 @@ class Record:
     #: events seen and the server's count is `reported_output_tokens` (METRICS.md)
     usage_mismatch: bool = False
     reported_output_tokens: int | None = None
+    #: the first answer-bearing event (content, completion text, tool call; not reasoning only): TTFA
+    first_answer_at: float | None = None
+    #: reasoning tokens among `output_tokens` (0: the answer had none; None: unknown, no 200 stream)
+    reasoning_tokens: int | None = None
+    #: multi-turn sessions (`requests.sessions`): the session (its first turn's request_id) and the
+    #: turn index from 0; None outside sessions
+    session_id: str | None = None
+    turn: int | None = None
+    #: output tokens that were tool-call deltas (their arguments), counted as `reasoning_tokens` are
+    tool_call_tokens: int | None = None
 
     def as_dict(self) -> dict:
         """The fields as a shallow dict (lists shared, not copied: `asdict` deep-copies every float of
@@ -133,7 +143,8 @@ def _record_schema() -> Any:
             "cold": pa.bool_(), "server_load_s": pa.float64(), "server_prompt_s": pa.float64(),
             "server_decode_s": pa.float64(), "server_total_s": pa.float64(), "server_queue_s": pa.float64(),
             "quality_checked": pa.bool_(), "retries": pa.int64(), "usage_mismatch": pa.bool_(),
-            "reported_output_tokens": pa.int64(),
+            "reported_output_tokens": pa.int64(), "first_answer_at": pa.float64(), "reasoning_tokens": pa.int64(),
+            "session_id": pa.string(), "turn": pa.int64(), "tool_call_tokens": pa.int64(),
         }
         _SCHEMA = pa.schema([(f.name, types[f.name]) for f in fields(Record)])
     return _SCHEMA

@@ -98,6 +98,8 @@ def _latency(name: str, display: str, column: str | None, *, standard: bool = Fa
 DIMENSIONS: tuple[Dimension, ...] = (
     _latency("ttft", "TTFT", "ttft_s", standard=True),
     _latency("user_ttft", "user TTFT", "user_ttft_s"),
+    _latency("ttfa", "TTFA", "ttfa_s"),  # time to the first answer token (after any reasoning)
+    _latency("user_ttfa", "user TTFA", "user_ttfa_s"),
     _latency("tpot", "TPOT", "tpot_s", standard=True, lag=False),  # a delay spread over the whole answer
     _latency("itl", "ITL", None),  # step-level only: a request has many gaps
     _latency("e2e", "E2E", "e2e_s", standard=True),

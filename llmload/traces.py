@@ -8,8 +8,17 @@ Formats (`format: auto` sniffs the file's header or first record):
                `ContextTokens`, `GeneratedTokens`
     burstgpt   BurstGPT CSV: `Timestamp` (s), `Request tokens`, `Response tokens`, ...; 0 response
                tokens marks a request that failed in the source (kept, flagged, not replayed)
+    conversation  multi-turn sessions, one row per turn (CSV or JSONL), the columns published with the
+               `swe_multiturn` coding-agent traces on Hugging Face: `session_id`, `turn_idx` (0, 1, ...),
+               `arrival_time_ns`, `input_toks` (the turn's whole prompt), `output_toks`. Each session
+               is one arrival (its first turn); its later turns are replayed as dependent turns
+               (`session_turns`: new prompt tokens = this prompt - the previous prompt - the previous
+               answer, at least 1; think time = the gap between the two turns' arrivals, waited after
+               the previous answer, so a slow server stretches a session and never overlaps its turns)
     mooncake   Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (one id
-               per shared 512-token prefix block)
+               per 512-token prompt block; required on every row: the request mix builds each prompt
+               from them, block `h` the same text wherever it appears, so equal leading hash ids are
+               an equal prompt prefix for the server's cache)
 
 Every loader returns the columns of `TRACE_COLUMNS`, sorted by `offset_s` (seconds from the first
 arrival). `prefix_id` / `prefix_tokens` name a shared prompt prefix and its length where the trace
@@ -33,9 +42,9 @@ from llmload.errors import ConfigError
 __all__ = ["MAX_TRACE_SPAN_S", "MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace",
            "sniff_format"]
 
-TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake")
+TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake", "conversation")
 TRACE_COLUMNS = ("offset_s", "input_tokens", "output_tokens", "prefix_ids", "prefix_id", "prefix_tokens",
-                 "prompt", "failed_in_source")
+                 "prompt", "failed_in_source", "hash_ids", "session_turns")
 #: tokens per `hash_ids` block in the Mooncake traces
 MOONCAKE_BLOCK_TOKENS = 512
 #: the longest time from the first to the last arrival of a trace (a month)
@@ -61,7 +70,8 @@ def load_trace(path: str | Path, format: str = "auto") -> pd.DataFrame:
     rows = _jsonl_rows(p) if _is_jsonl(p) else _csv_rows(p)
     if not len(rows):
         raise ConfigError("trace has no arrivals", file=str(path))
-    loader = {"llmload": _llmload, "azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake}[kind]
+    loader = {"llmload": _llmload, "azure": _azure, "burstgpt": _burstgpt, "mooncake": _mooncake,
+              "conversation": _conversation}[kind]
     return _finish(loader(rows, str(path)))
 
 
@@ -87,6 +97,8 @@ def sniff_format(path: str | Path) -> str:
         return "azure"
     if {"Timestamp", "Request tokens"} <= names:
         return "burstgpt"
+    if {"session_id", "turn_idx"} <= names:
+        return "conversation"
     if {"input_length", "output_length"} <= names or "hash_ids" in names:
         return "mooncake"
     if "timestamp" in names:
@@ -235,6 +247,8 @@ def _frame(offsets: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, **extra
         "prefix_tokens": pd.array(extra.get("prefix_tokens", none), dtype="Int64"),
         "prompt": pd.Series(extra.get("prompt", none), dtype=object),
         "failed_in_source": np.asarray(extra.get("failed", np.zeros(n, dtype=bool)), dtype=bool),
+        "hash_ids": pd.Series(extra.get("hash_ids", none), dtype=object),  # Mooncake's, for the prompts
+        "session_turns": pd.Series(extra.get("session_turns", none), dtype=object),  # conversation traces
     })
 
 
@@ -279,7 +293,8 @@ def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
     raw = rows.frame["hash_ids"] if "hash_ids" in rows.frame.columns else [None] * len(rows)
     for i, value in enumerate(raw):
         if value is None or (isinstance(value, float) and np.isnan(value)):
-            hashes.append(None)
+            raise ConfigError("hash_ids: missing (a Mooncake request's prompt is built from its hash_ids)",
+                              file=file, line=int(rows.lines[i]))
         elif isinstance(value, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in value):
             hashes.append(list(value))
         else:
@@ -289,7 +304,38 @@ def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
     return _frame(offsets,
                   _tokens(rows, "input_length", file),
                   _tokens(rows, "output_length", file),
-                  prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens)
+                  prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens, hash_ids=hashes)
+
+
+def _conversation(rows: _Rows, file: str) -> pd.DataFrame:
+    """One arrival per session (its first turn) with its later turns in `session_turns`."""
+    sessions = _need(rows, "session_id", file).astype(str).to_numpy()
+    turns = _numbers(rows, "turn_idx", file, integer=True)
+    arrivals = _bounded_times(_numbers(rows, "arrival_time_ns", file, integer=True) / 1e9, rows,
+                              "arrival_time_ns", file)
+    inputs = _tokens(rows, "input_toks", file)
+    outputs = _tokens(rows, "output_toks", file)
+    order = sorted(range(len(rows)), key=lambda i: (sessions[i], turns[i]))
+    firsts: list[int] = []
+    scripts: list[list[dict]] = []
+    for i in order:
+        if not firsts or sessions[firsts[-1]] != sessions[i]:
+            if turns[i] != 0:
+                raise ConfigError(f'session "{sessions[i]}" starts at turn_idx {int(turns[i])}, expected 0',
+                                  file=file, line=int(rows.lines[i]))
+            firsts.append(i)
+            scripts.append([])
+            prev = i
+            continue
+        script = scripts[-1]
+        if turns[i] != len(script) + 1:
+            raise ConfigError(f'session "{sessions[i]}": turn_idx {int(turns[i])} after {len(script)}, '
+                              "expected turns in order without gaps", file=file, line=int(rows.lines[i]))
+        script.append({"new_tokens": int(max(1, inputs[i] - inputs[prev] - outputs[prev])),
+                       "output_tokens": int(outputs[i]), "think_s": float(max(0.0, arrivals[i] - arrivals[prev]))})
+        prev = i
+    pick = np.asarray(firsts, dtype=np.int64)
+    return _frame(arrivals[pick], inputs[pick], outputs[pick], session_turns=scripts)
 
 
 def _shared_prefixes(hashes: list[list[int] | None]) -> tuple[list[int | None], list[int | None]]:

@@ -116,6 +116,8 @@ class LLMUser(User):
         """
         return arrival.default_request()
 
+    build_request.default_mix = True  # not overridden: `requests.sessions` may take the arrivals
+
     def on_result(self, arrival: PlannedArrival, request: RequestSpec | PreparedRequest,
                   result: SendResult) -> None:
         """Called after the request `build_request` returned was answered (any outcome but

@@ -188,4 +188,23 @@ def to_trace_arrivals(frame: pd.DataFrame, *, use_sizes: bool = True) -> TraceAr
         prefix_tokens=_ints(frame["prefix_tokens"]),
         prompt=[p if isinstance(p, str) else None for p in prompts] if any(isinstance(p, str) for p in prompts)
         else None,
+        hash_ids=_hash_ids(frame),
+        session_turns=_session_turns(frame),
     )
+
+
+def _session_turns(frame: pd.DataFrame) -> list[list[dict] | None] | None:
+    """A conversation trace's later turns per session (None when the trace has no sessions)."""
+    if "session_turns" not in frame.columns:
+        return None
+    out = [list(v) if isinstance(v, list) else None for v in frame["session_turns"]]
+    return out if any(v is not None for v in out) else None
+
+
+def _hash_ids(frame: pd.DataFrame) -> list[list[int] | None] | None:
+    """Mooncake's `hash_ids` per row as plain lists (None when the trace has none)."""
+    if "hash_ids" not in frame.columns:
+        return None
+    out = [[int(h) for h in v] if isinstance(v, (list, tuple)) or hasattr(v, "tolist") else None
+           for v in frame["hash_ids"]]
+    return out if any(v is not None for v in out) else None

@@ -52,6 +52,10 @@ class TraceArrivals:
     prefix_id: list[int | None]
     prefix_tokens: list[int | None]
     prompt: list[str | None] | None = None
+    #: Mooncake `hash_ids` per request (None: the trace has none): the mix builds each prompt from them
+    hash_ids: list[list[int] | None] | None = None
+    #: conversation traces: each session's later turns (`new_tokens`, `output_tokens`, `think_s`)
+    session_turns: list[list[dict] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets_s)

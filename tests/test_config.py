@@ -54,7 +54,7 @@ def test_unknown_key_is_an_error(tmp_path):
         load_config(path)
     # a typo of a threshold key is named with the valid metrics (llmload.slo), not just "unknown key"
     assert str(err.value) == (f'{path}:12 slo.tfft_p95: unknown latency metric "tfft": expected one of '
-                              "ttft, user_ttft, tpot, itl, e2e, user_e2e, client_wait, server_queue")
+                              "ttft, user_ttft, ttfa, user_ttfa, tpot, itl, e2e, user_e2e, client_wait, server_queue")
 
 
 def test_unknown_top_level_key(tmp_path):

@@ -16,7 +16,7 @@ from llmload.config import SLO, load_config, load_slo
 from llmload.errors import ConfigError
 
 HEAD = "target:\n  url: http://127.0.0.1:8000\nshape:\n  ladder:\n    steps: [{rate: 1, duration: 10s}]\nslo:\n"
-METRICS = "ttft, user_ttft, tpot, itl, e2e, user_e2e, client_wait, server_queue"
+METRICS = "ttft, user_ttft, ttfa, user_ttfa, tpot, itl, e2e, user_e2e, client_wait, server_queue"
 PCT = "percentile must be more than 0 and less than 100, got"
 
 

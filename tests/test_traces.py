@@ -134,3 +134,70 @@ def test_example_samples_match_their_source():
         full = load_trace(CODE).head(781)
         assert code["input_tokens"].tolist() == full["input_tokens"].tolist()
         np.testing.assert_allclose(code["offset_s"], full["offset_s"], atol=1e-6)
+
+
+def test_a_mooncake_row_without_hash_ids_is_one_line(tmp_path):
+    """Mooncake prompts are built from hash_ids: a row without them is an error naming its line."""
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 10, "input_length": 600, "output_length": 5}\n')
+    with pytest.raises(ConfigError) as err:
+        load_trace(path, "mooncake")
+    assert str(err.value).startswith(f"{path}:2") and "hash_ids: missing" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_mooncake_prompts_share_exactly_their_leading_hash_blocks():
+    """Block `h` is the same 512 tokens of text wherever it appears: two prompts share the sim's tokens
+    up to the end of their common leading hash ids, not further."""
+    from llmload.client.mix import RequestMix
+    from llmload.config import Requests, Target
+    from llmload.sim.text import prompt_token_list
+
+    mix = RequestMix(Requests(), Target(url="http://127.0.0.1:9", api="openai-chat", model="m"))
+
+    def tokens(index: int, hash_ids: list[int], n: int) -> list:
+        request = mix.build(f"r{index}", index, input_tokens=n, output_tokens=4, hash_ids=hash_ids)
+        assert request.planned_input_tokens == n
+        return prompt_token_list("", json.loads(request.body)["messages"])
+
+    a, b, c = tokens(0, [1, 2], 1028), tokens(1, [1, 2, 3], 1540), tokens(2, [1, 9], 700)
+    assert len(a) == 1028 and len(b) == 1540 and len(c) == 700  # the sim counts the planned length
+
+    def common(x: list, y: list) -> int:
+        n = 0
+        while n < min(len(x), len(y)) and x[n] == y[n]:
+            n += 1
+        return n
+
+    assert common(a, b) == 3 + 1024 and common(a, c) == 3 + 512  # template tokens, then whole blocks
+
+
+def test_only_mooncake_rows_carry_hash_ids(tmp_path):
+    """An llmload trace's `prefix_id` keeps the shared-prefix prompts: it is not a list of hash blocks."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,input_tokens,output_tokens,prefix_id\n0,100,5,1\n1,100,5,1\n")
+    frame = load_trace(path)
+    assert frame["hash_ids"].isna().all() and list(frame["prefix_id"]) == [1, 1]
+
+
+def test_conversation_trace_is_one_arrival_per_session_with_its_later_turns(tmp_path):
+    path = tmp_path / "conv.jsonl"
+    rows = [{"session_id": "a", "turn_idx": 0, "arrival_time_ns": 0, "input_toks": 100, "output_toks": 10},
+            {"session_id": "b", "turn_idx": 0, "arrival_time_ns": 500_000_000, "input_toks": 50, "output_toks": 5},
+            {"session_id": "a", "turn_idx": 1, "arrival_time_ns": 2_000_000_000, "input_toks": 150,
+             "output_toks": 20}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert sniff_format(path) == "conversation"
+    frame = load_trace(path)
+    assert list(frame["offset_s"]) == [0.0, 0.5] and list(frame["input_tokens"]) == [100, 50]
+    assert frame["session_turns"][0] == [{"new_tokens": 40, "output_tokens": 20, "think_s": 2.0}]
+    assert frame["session_turns"][1] == []
+
+
+def test_conversation_turns_out_of_order_are_one_line(tmp_path):
+    path = tmp_path / "conv.csv"
+    path.write_text("session_id,turn_idx,arrival_time_ns,input_toks,output_toks\na,0,0,10,1\na,2,5,30,1\n")
+    with pytest.raises(ConfigError) as err:
+        load_trace(path)
+    assert str(err.value).startswith(f"{path}:3") and "in order without gaps" in str(err.value)

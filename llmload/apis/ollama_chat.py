@@ -14,10 +14,14 @@ __all__ = ["SPEC", "ollama_body"]
 
 
 def ollama_body(payload: dict, *, model: str, max_tokens: int, temperature: float, ignore_eos: bool,
-                server: str | None) -> dict:
-    """The Ollama streaming body around `payload` (`messages` or `prompt`)."""
-    return {"model": model, **payload, "stream": True,
+                server: str | None, reasoning_effort: str | None = None) -> dict:
+    """The Ollama streaming body around `payload` (`messages` or `prompt`); a reasoning effort is
+    Ollama's `think` (`"low"`, `"medium"`, `"high"`: api/types.go `ThinkValue`)."""
+    body = {"model": model, **payload, "stream": True,
             "options": {"num_predict": max_tokens, "temperature": temperature}}
+    if reasoning_effort is not None:
+        body["think"] = reasoning_effort
+    return body
 
 
 def build(*, messages: list[dict], prompt: str, **params) -> dict:

@@ -4,7 +4,9 @@ OpenAI-compatible server).
 The body asks for a stream with `stream_options.include_usage` (the usage chunk after the last delta);
 `continuous_usage_stats` (tokens per event) only for vLLM, the server that has it. `ignore_eos` (exact
 output lengths) is a top-level extra that vLLM, llama.cpp and SGLang accept; it is sent only when
-`target.server` is one of those, because the OpenAI API rejects unknown fields.
+`target.server` is one of those, because the OpenAI API rejects unknown fields. `requests.reasoning_effort`
+is sent as chat's `reasoning_effort` (OpenAI's field; vLLM and SGLang pass it to the chat template,
+Ollama's /v1 maps it to `think`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ IGNORE_EOS_SERVERS = ("vllm", "llamacpp", "sglang")
 
 
 def openai_body(payload: dict, *, model: str, max_tokens: int, temperature: float, ignore_eos: bool,
-                server: str | None) -> dict:
-    """The OpenAI streaming body around `payload` (`messages` or `prompt`)."""
+                server: str | None, reasoning_effort: str | None = None) -> dict:
+    """The OpenAI streaming body around `payload` (`messages` or `prompt`); `reasoning_effort` goes to
+    chat only (the completions API has no such field)."""
     body: dict = {"model": model, **payload, "max_tokens": max_tokens, "temperature": temperature,
                   "stream": True}
     options = {"include_usage": True}
@@ -28,6 +31,8 @@ def openai_body(payload: dict, *, model: str, max_tokens: int, temperature: floa
     body["stream_options"] = options
     if ignore_eos and server in IGNORE_EOS_SERVERS:
         body["ignore_eos"] = True
+    if reasoning_effort is not None and "messages" in payload:
+        body["reasoning_effort"] = reasoning_effort
     return body
 
 

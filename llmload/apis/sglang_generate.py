@@ -29,7 +29,9 @@ __all__ = ["SPEC", "SGLangGenerateParser", "build"]
 
 
 def build(*, messages: list[dict], prompt: str, model: str, max_tokens: int, temperature: float,
-          ignore_eos: bool, server: str | None) -> dict:
+          ignore_eos: bool, server: str | None, reasoning_effort: str | None = None) -> dict:
+    """The `/generate` body; it has no reasoning effort (the native API takes no chat template
+    arguments), so `reasoning_effort` is not sent."""
     params: dict = {"max_new_tokens": max_tokens, "temperature": temperature}
     if ignore_eos:
         params["ignore_eos"] = True

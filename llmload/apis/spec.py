@@ -24,7 +24,8 @@ class ChunkParser(Protocol):
     def parse(self, payload: Any) -> StreamChunk: ...
 
 
-#: `build(model=, max_tokens=, prompt=, messages=, temperature=, ignore_eos=, server=) -> dict`: the
+#: `build(model=, max_tokens=, prompt=, messages=, temperature=, ignore_eos=, server=,
+#: reasoning_effort=None) -> dict`: the
 #: JSON body of one streaming request; `prompt` and `messages` are both given (the caller derives one
 #: from the other), a chat API uses `messages`, a completion API `prompt`
 BodyBuilder = Callable[..., dict]

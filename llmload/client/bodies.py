@@ -33,7 +33,8 @@ def _as_prompt(messages: list[dict]) -> str:
 
 def build_body(api: str, *, model: str, max_tokens: int, prompt: str | None = None,
                messages: list[dict] | None = None, temperature: float = 0.0, ignore_eos: bool = False,
-               server: str | None = None) -> bytes:
+               server: str | None = None, reasoning_effort: str | None = None, tools: list[dict] | None = None,
+               tool_choice: object = None) -> bytes:
     """The JSON body (bytes) of one streaming request. Give `prompt` or `messages`. An unknown `api`
     raises `llmload.apis.UnknownApi` (a ValueError)."""
     spec = get_api(api)
@@ -42,7 +43,12 @@ def build_body(api: str, *, model: str, max_tokens: int, prompt: str | None = No
     elif prompt is None:
         prompt = _as_prompt(messages)
     body = spec.build(messages=messages, prompt=prompt, model=model, max_tokens=max_tokens,
-                      temperature=temperature, ignore_eos=ignore_eos, server=server)
+                      temperature=temperature, ignore_eos=ignore_eos, server=server,
+                      reasoning_effort=reasoning_effort)
+    if tools and spec.chat:  # OpenAI chat and Ollama chat take `tools`; only OpenAI has `tool_choice`
+        body["tools"] = tools
+        if tool_choice is not None and spec.framing == "sse":
+            body["tool_choice"] = tool_choice
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

@@ -8,6 +8,9 @@ stopped) fills the record as `cancelled` with the times seen so far, then re-rai
 Timestamps (METRICS.md), all from `llmload.clock.now()`:
 - `sent_at` when the pool hands over a connected socket, right before the bytes are written (a new
   connection's connect time is not in TTFT; if the connection fails, the time of the attempt);
+- `first_answer_at` at the first output-bearing event that is not reasoning only (content, text, a
+  tool call); `reasoning_tokens` from the server's count, per-event counts or the share of reasoning
+  events (`_reasoning_tokens`);
 - each event is stamped when the bytes that complete it were read (`StreamResponse.read_some()`: what
   one socket read brought, for SSE the blank line, which servers write together with the `data:`
   line); events that arrived in the same read share its time. `first_token_at` and `token_times` at
@@ -98,7 +101,8 @@ class _Stream:
     """What one response stream has said so far."""
 
     __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
-                 "cached_tokens", "timings", "finish_reason", "error", "malformed", "final")
+                 "cached_tokens", "timings", "finish_reason", "error", "malformed", "final", "reasoning_events",
+                 "reasoning_counted", "server_reasoning", "tool_events", "tool_counted", "tool_texts")
 
     def __init__(self, record: Record) -> None:
         self.record = record
@@ -114,6 +118,15 @@ class _Stream:
         self.error: str | None = None
         self.malformed = False
         self.final = False
+        #: output events that carried reasoning only, the tokens they carried (when counted), and the
+        #: server's own reasoning count
+        self.reasoning_events = 0
+        self.reasoning_counted = 0
+        self.server_reasoning: int | None = None
+        #: output events that carried a tool call, their counted tokens and their argument text
+        self.tool_events = 0
+        self.tool_counted = 0
+        self.tool_texts: list[str] = []
 
     def apply(self, chunk: StreamChunk, t: float) -> bool:
         """Take one chunk stamped `t`; True when the stream is over (final event or error)."""
@@ -130,6 +143,17 @@ class _Stream:
                 self.texts.append(chunk.text)
             if chunk.reasoning:
                 self.reasoning.append(chunk.reasoning)
+            if chunk.reasoning and not chunk.text:  # reasoning only: not yet the answer
+                self.reasoning_events += 1
+                self.reasoning_counted += chunk.tokens or 0
+            elif self.record.first_answer_at is None:
+                self.record.first_answer_at = t
+            if chunk.tool_call:
+                self.tool_events += 1
+                self.tool_counted += chunk.tokens or 0
+                self.tool_texts.append(chunk.text)
+        if chunk.reasoning_tokens is not None:
+            self.server_reasoning = chunk.reasoning_tokens
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
         if chunk.output_tokens is not None:
@@ -301,6 +325,30 @@ def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: 
         _fail(record, "disconnect", "stream ended before its final event", transport)
 
 
+def _reasoning_tokens(stream: _Stream, output_tokens: int | None, *, trust_counts: bool = True) -> int:
+    """Reasoning tokens of a 200 stream: the server's own count (OpenAI's `completion_tokens_details`),
+    else the tokens the reasoning-only events carried when every event had a count (vLLM continuous
+    usage), else the output tokens shared in proportion of reasoning-only events (exact when each event
+    is one token, as Ollama and llama.cpp stream), else the reasoning text counted by the sim's rule."""
+    if stream.server_reasoning is not None:
+        return min(stream.server_reasoning, output_tokens) if output_tokens is not None else stream.server_reasoning
+    return _event_tokens(stream, stream.reasoning_events, stream.reasoning_counted, "".join(stream.reasoning),
+                         output_tokens, trust_counts=trust_counts)
+
+
+def _event_tokens(stream: _Stream, events: int, counted: int, text: str, output_tokens: int | None, *,
+                  trust_counts: bool) -> int:
+    """Tokens of some of a stream's output events (reasoning-only, tool-call): their own counts when
+    every event had one, else the output tokens shared in proportion of events, else `text` counted."""
+    if not events or not stream.times:
+        return 0
+    if stream.counts and trust_counts:
+        return counted
+    if stream.output_tokens is not None and output_tokens is not None:
+        return round(output_tokens * events / len(stream.times))
+    return count_tokens(text)
+
+
 def usage_agrees(reported: int, events: int) -> bool:
     """A reported output count is consistent with `events` output-bearing events (each carries at least
     one token; `USAGE_TOLERANCE`, `MAX_TOKENS_PER_EVENT`)."""
@@ -341,6 +389,12 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
         record.output_tokens = count_tokens("".join(stream.reasoning) + " " + "".join(stream.texts))
         estimated = True
     record.tokens_estimated = estimated
+    if got_200:
+        record.reasoning_tokens = _reasoning_tokens(stream, record.output_tokens,
+                                                    trust_counts=not record.usage_mismatch)
+        record.tool_call_tokens = _event_tokens(stream, stream.tool_events, stream.tool_counted,
+                                                "".join(stream.tool_texts), record.output_tokens,
+                                                trust_counts=not record.usage_mismatch)
     timings = stream.timings
     if timings is not None:
         record.server_load_s = timings.load_s

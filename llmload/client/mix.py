@@ -35,6 +35,8 @@ __all__ = ["CHAT_TOKENS_PER_MESSAGE", "RequestMix"]
 
 #: template tokens a chat message adds around its content (the sim's rule; see llmload.sim.text)
 CHAT_TOKENS_PER_MESSAGE = 4
+#: tokens per Mooncake `hash_ids` block (`llmload.traces.MOONCAKE_BLOCK_TOKENS`)
+HASH_BLOCK_TOKENS = 512
 
 
 class RequestMix:
@@ -54,9 +56,11 @@ class RequestMix:
         if requests.dataset:
             self.dataset = load_dataset(Path(base_dir) / requests.dataset)
         self._prefixes: dict[tuple[int, int], str] = {}
+        self._block_words: dict[int, list[str]] = {}
 
     def build(self, request_id: str, index: int, seed: int = 0, *, input_tokens: int | None = None,
-              output_tokens: int | None = None, prefix_id: int | None = None) -> PreparedRequest:
+              output_tokens: int | None = None, prefix_id: int | None = None,
+              hash_ids: list[int] | None = None) -> PreparedRequest:
         """The request number `index` of the shard/step identified by `seed`. Trace sizes and a forced
         prefix override the draws (the draws still happen, so other requests do not shift)."""
         rng = random.Random(f"llmload-mix/{self.requests.seed}/{seed}/{index}")
@@ -77,7 +81,8 @@ class RequestMix:
                     if self.chat else count_tokens("\n".join(m["content"] for m in messages))
                 body = build_body(self.api, model=self.model, max_tokens=n_out, messages=messages,
                                   temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                                  server=self.server)
+                                  server=self.server, reasoning_effort=self.requests.reasoning_effort,
+                          tools=self.requests.tools, tool_choice=self.requests.tool_choice)
             else:
                 prompt = entry.prompt or ""
                 planned = count_tokens(prompt) + (CHAT_TOKENS_PER_MESSAGE if self.chat else 0)
@@ -90,14 +95,18 @@ class RequestMix:
             n_in = max(n_in, CHAT_TOKENS_PER_MESSAGE + 1)
         content_tokens = n_in - CHAT_TOKENS_PER_MESSAGE if self.chat else n_in
         parts = []
-        if prefix_id is not None:
+        if hash_ids:  # Mooncake: the prompt is the trace's blocks, then text of its own
+            parts.append(self._blocks(hash_ids, content_tokens))
+            content_tokens -= min(content_tokens, len(hash_ids) * HASH_BLOCK_TOKENS)
+        elif prefix_id is not None:
             prefix_tokens = min(shared.tokens, content_tokens - 1)
             if prefix_tokens >= 1:
                 parts.append(self._prefix(prefix_id, prefix_tokens))
                 content_tokens -= prefix_tokens
             else:
                 prefix_id = None
-        parts.append(synthesize_words(words_for_tokens(content_tokens, self.tokens_per_word), rng))
+        if content_tokens > 0 or not parts:
+            parts.append(synthesize_words(words_for_tokens(content_tokens, self.tokens_per_word), rng))
         prompt = " ".join(parts)
         return PreparedRequest(request_id, self.api, self._body(prompt, n_out), planned_input_tokens=n_in,
                                planned_output_tokens=n_out, prefix_id=prefix_id)
@@ -105,7 +114,27 @@ class RequestMix:
     def _body(self, prompt: str, max_tokens: int) -> bytes:
         return build_body(self.api, model=self.model, max_tokens=max_tokens, prompt=prompt,
                           temperature=self.requests.temperature, ignore_eos=self.requests.ignore_eos,
-                          server=self.server)
+                          server=self.server, reasoning_effort=self.requests.reasoning_effort,
+                          tools=self.requests.tools, tool_choice=self.requests.tool_choice)
+
+    def _blocks(self, hash_ids: list[int], n_tokens: int) -> str:
+        """Mooncake's `hash_ids` as text: block `h` is the same `HASH_BLOCK_TOKENS` tokens of text in
+        every request that has it (seeded by the run's seed and `h`), so equal leading hash ids are an
+        equal prompt prefix for the server's cache; cut to the request's `n_tokens`."""
+        words: list[str] = []
+        used = 0
+        for h in hash_ids:
+            take = min(n_tokens - used, HASH_BLOCK_TOKENS)
+            if take <= 0:
+                break
+            block = self._block_words.get(h)
+            if block is None:
+                n_words = words_for_tokens(HASH_BLOCK_TOKENS, self.tokens_per_word)
+                block = self._block_words[h] = synthesize_words(
+                    n_words, random.Random(f"llmload-hash-block/{self.requests.seed}/{h}")).split(" ")
+            words += block if take == HASH_BLOCK_TOKENS else block[:words_for_tokens(take, self.tokens_per_word)]
+            used += take
+        return " ".join(words)
 
     def _prefix(self, prefix_id: int, n_tokens: int) -> str:
         """The shared prefix text, cut to `n_tokens` (every cut of one prefix is a prefix of it)."""

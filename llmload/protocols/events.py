@@ -64,12 +64,17 @@ class StreamChunk:
     reasoning: str = ""
     #: the event carries output (first_token_at / token_times are taken at such events)
     output: bool = False
+    #: the event carries a tool call (its arguments, as text, are in `text`): counted apart
+    tool_call: bool = False
     #: output tokens in this event when the server says (continuous usage stats delta); else None
     tokens: int | None = None
     finish_reason: str | None = None
     #: usage or final counts, when this event reports them (the last report wins)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: reasoning tokens among the output tokens, when the server says (OpenAI's
+    #: `usage.completion_tokens_details.reasoning_tokens`); else None
+    reasoning_tokens: int | None = None
     cached_tokens: int | None = None
     timings: ServerTimings | None = None
     #: an error reported inside the stream (`{"error": ...}`), its message

@@ -46,6 +46,7 @@ def _read(obj: dict[str, Any]) -> StreamChunk:
         content, thinking = message.get("content"), message.get("thinking")
         calls = message.get("tool_calls")
         if calls:
+            chunk.tool_call = True
             chunk.text = json.dumps([(c.get("function") or {}).get("arguments") for c in calls])
     else:
         content, thinking = obj.get("response"), obj.get("thinking")

@@ -3,7 +3,11 @@
 `OpenAIStreamParser().parse(data)` takes one SSE `data:` payload and returns a `StreamChunk`:
 - `[DONE]` is final;
 - chat: `choices[0].delta.content`, `reasoning_content` (or `reasoning`) and `tool_calls` are output;
-  `{"role": "assistant"}` and `{"content": ""}` / `null` deltas are not;
+  `{"role": "assistant"}` and `{"content": ""}` / `null` deltas are not. Reasoning comes as
+  `reasoning_content` (SGLang, llama.cpp `--reasoning-format`, vLLM before its rename) or `reasoning`
+  (vLLM now, which still mirrors it into `reasoning_content`; Ollama's /v1): docs/SIM.md names the
+  source files read. A delta with reasoning only is reasoning; one with content or a tool call is answer;
+- `usage.completion_tokens_details.reasoning_tokens` (OpenAI's API), when present, is the reasoning count;
 - completions: `choices[0].text` is output;
 - `usage` (the `choices: []` chunk from `stream_options.include_usage`, or on every chunk with vLLM's
   `continuous_usage_stats`) gives input/output/cached tokens; on an output chunk the rise of
@@ -86,6 +90,7 @@ class OpenAIStreamParser:
                     chunk.reasoning = text_field(reasoning, "delta.reasoning")
                 calls = delta.get("tool_calls")
                 if calls:
+                    chunk.tool_call = True
                     chunk.text += "".join(text_field((c.get("function") or {}).get("arguments"),
                                                      "tool_calls.arguments") or "" for c in calls)
                     chunk.output = True
@@ -113,6 +118,9 @@ class OpenAIStreamParser:
             details = usage.get("prompt_tokens_details")
             if details:
                 chunk.cached_tokens = token_count(details.get("cached_tokens"))
+            out_details = usage.get("completion_tokens_details")
+            if isinstance(out_details, dict):
+                chunk.reasoning_tokens = token_count(out_details.get("reasoning_tokens"))
             if completion is not None and chunk.output:
                 rise = completion - self._completion_tokens
                 chunk.tokens = rise if rise >= 0 else None  # a count that went down says nothing per event

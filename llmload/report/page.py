@@ -105,7 +105,10 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
         df.loc[hist, "server_queue_p95_ms"] = [_range_text(r) for r in df.loc[hist, "server_queue_p95_range_s"]]
     df.loc[unrun, measured] = None
     extra, slo_headers = _slo_columns(slo)
-    headers = {**_HEADERS, **slo_headers}
+    if saw_reasoning(steps) and "ttfa_p95_ms" not in extra:  # TTFA beside TTFT when answers reasoned
+        extra = ["ttfa_p95_ms", "reasoning_tokens_per_s", "answer_tokens_per_s", *extra]
+    headers = {**_HEADERS, **slo_headers, "ttfa_p95_ms": "TTFA p95 ms", "reasoning_tokens_per_s":
+               "reasoning tok/s", "answer_tokens_per_s": "answer tok/s"}
     row_class = ["not-run" if u else "" for u in unrun]
     glance = table(df, columns=list(_STEP_COLUMNS) + extra, headers=headers, table_id="steps-table",
                    row_class=row_class)
@@ -113,6 +116,13 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
                    row_class=row_class)
     return glance + fold("Every figure of each step (rates, tokens/s, client wait, server queue)", detail,
                          fold_id="steps-detail-fold")
+
+
+def saw_reasoning(steps: Any) -> bool:
+    """Whether any step's answers carried reasoning tokens (then TTFA is shown beside TTFT)."""
+    if steps is None or "reasoning_tokens_per_s" not in steps:
+        return False
+    return bool((pd.to_numeric(steps["reasoning_tokens_per_s"], errors="coerce") > 0).any())
 
 
 def _range_text(value: Any) -> str | None:
@@ -264,6 +274,19 @@ def _optional_sections(analysis: Any) -> list[tuple[str, str, str]]:
             '<p class="muted">The step numbers of each instance\'s requests (no verdict per instance: the '
             "generator checks belong to the whole run). Counts add up to the combined step table.</p>"
             + table(display_frame(instances, _INSTANCE_COLUMNS), table_id="instances-table"))))
+    from analysis.turns import turn_table
+
+    turns = turn_table(analysis.requests) if getattr(analysis, "requests", None) is not None else None
+    if turns is not None and not turns.empty:
+        shown = turns.assign(ttft_p50_ms=turns["ttft_p50_s"] * 1000, ttft_p95_ms=turns["ttft_p95_s"] * 1000,
+                             ttfa_p95_ms=turns["ttfa_p95_s"] * 1000)
+        columns = ["turn", "requests", "ttft_p50_ms", "ttft_p95_ms", "input_tokens_mean", "cached_tokens_mean"]
+        if saw_reasoning(analysis.steps):
+            columns.insert(4, "ttfa_p95_ms")
+        out.append(("turns", "Sessions: TTFT by turn", (
+            '<p class="muted">Every finished session turn of the run, by turn index (0: the session\'s first '
+            "turn, an arrival; later turns carry the whole conversation so far). A prefix cache keeps TTFT "
+            "flat while the prompt grows.</p>" + table(shown[columns], table_id="turns-table"))))
     from llmload.report.planning import planning_html
 
     planning = planning_html(analysis)

@@ -9,6 +9,7 @@ restamped with the time it is taken, until the shard's requests (or the step's d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llmload.arrivals import Arrival, closed_loop_arrival, closed_loop_users, plan_arrivals
 from llmload.records import Record
@@ -31,6 +32,8 @@ class Job:
     #: send it (built, waiting for its time): `worker.Lead` learns from the two
     queued_for: float | None = None
     ready_at: float | None = None
+    #: a multi-turn session's turn (`llmload.client.sessions.SessionTurn`); None: not (yet) a session
+    session: Any = None
 
     @property
     def scheduled_at(self) -> float:

@@ -44,7 +44,15 @@ def request_values(row: dict) -> dict[str, float | None]:
     return {"ttft": ttft, "tpot": tpot, "e2e": e2e,
             "user_ttft": first - sched if first is not None and sched is not None else None,
             "user_e2e": last - sched if last is not None and sched is not None else None,
-            "client_wait": sent - sched if sent is not None and sched is not None else None}
+            "client_wait": sent - sched if sent is not None and sched is not None else None,
+            **_answer_values(row, sched, sent)}
+
+
+def _answer_values(row: dict, sched: float | None, sent: float | None) -> dict[str, float | None]:
+    """TTFA and user TTFA (time to the first answer token), None where unknown."""
+    answer = row.get("first_answer_at")
+    return {"ttfa": answer - sent if answer is not None and sent is not None else None,
+            "user_ttfa": answer - sched if answer is not None and sched is not None else None}
 
 
 def meets_slo(row: dict, values: dict, slo: SLO | None) -> bool:

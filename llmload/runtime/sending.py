@@ -11,6 +11,10 @@ its `build_request` returns (a `RequestSpec` or a `PreparedRequest`; the default
 ran: after the user took the arrival off the queue, before the wait until `scheduled_at`, so the
 timing is the same (a hook slower than the queue's lead shows as client wait and send lag, never as
 TTFT). A hook that raises is the user's `client_error` record (nothing was sent); the worker goes on.
+
+Sessions (`requests.sessions`, without a user hook): an arrival starts a session and sends its first
+turn (`llmload.client.sessions`); the turn and its answer ride on the job, and the worker queues the next
+turn after the think time (`WorkerRuntime.finish`). Quality cases are not sampled into sessions.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from llmload.client.mix import RequestMix
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.client.prompts import synthesize_words, words_for_tokens
 from llmload.client.quality import case_request
+from llmload.client.sessions import SessionPlanner
 from llmload.client.spec import prepare_spec
 from llmload.client.transport import Transport
 from llmload.clock import now
@@ -119,10 +124,15 @@ class PlannedArrival:
         """The request the config's mix builds for this arrival (what `LLMUser.build_request` returns)."""
         a = self._arrival
         return self._sender.mix.build(self.request_id, a.index, self.seed, input_tokens=a.input_tokens,
-                                      output_tokens=a.output_tokens, prefix_id=a.prefix_id)
+                                      output_tokens=a.output_tokens, prefix_id=a.prefix_id, hash_ids=a.hash_ids)
 
     def __repr__(self) -> str:
         return f"PlannedArrival({self.request_id!r}, step={self.step!r}, scheduled_at={self.scheduled_at:.3f})"
+
+
+def _mix_user(user: Any) -> bool:
+    """No user, or one whose `build_request` is the default (the config's mix): sessions apply."""
+    return user is None or getattr(type(user).build_request, "default_mix", False)
 
 
 class Sender:
@@ -135,6 +145,11 @@ class Sender:
         self.mix = RequestMix(config.requests, config.target, base_dir=base_dir,
                               tokens_per_word=config.requests.tokens_per_word)
         self._hook_errors: set[str] = set()
+        #: multi-turn sessions (`requests.sessions`): each arrival starts one, the worker sends its turns
+        self.sessions = SessionPlanner(config.requests, api=config.target.api, model=config.target.model,
+                                       server=config.target.server, tokens_per_word=self.mix.tokens_per_word,
+                                       base_dir=base_dir) if config.requests.sessions is not None else None
+        self._recorded: SessionPlanner | None = None  # a conversation trace's sessions, made when needed
 
     def send(self, record: Record, job: Any, *, user: Any = None) -> None:
         """Fill `record` by sending `job` (server failures are data; a kill propagates as cancelled).
@@ -145,13 +160,24 @@ class Sender:
         the mix builds it.
         """
         a = job.arrival
-        case = self._sampled_case(job.seed, a.index)
+        session = job.session
+        if session is None and a.session_turns is not None and _mix_user(user):  # a trace's session
+            session = job.session = self.planner().start_recorded(
+                record.request_id, a.index, job.seed, input_tokens=a.input_tokens, output_tokens=a.output_tokens,
+                later=a.session_turns)
+        elif session is None and self.sessions is not None and _mix_user(user):
+            session = job.session = self.sessions.start(record.request_id, a.index, job.seed)
+        case = self._sampled_case(job.seed, a.index) if session is None else None
         planned = built = None
-        if case is not None:
+        if session is not None:  # a session's turn: the whole conversation so far
+            record.session_id, record.turn = session.session_id, session.turn
+            request, expect = self.planner().request(session), None
+        elif case is not None:
             request, expect = case_request(case, self.config.target, record.request_id), case.expect
         elif user is None:
             request, expect = self.mix.build(record.request_id, a.index, job.seed, input_tokens=a.input_tokens,
-                                             output_tokens=a.output_tokens, prefix_id=a.prefix_id), None
+                                             output_tokens=a.output_tokens, prefix_id=a.prefix_id,
+                                             hash_ids=a.hash_ids), None
         else:
             planned, expect = PlannedArrival(self, job, record.request_id, record.worker), None
             try:
@@ -163,11 +189,24 @@ class Sender:
         job.ready_at = now()  # the worker learns its lead from this (worker.Lead)
         wait_until(job.scheduled_at)  # the job is queued a little early (worker.Lead)
         result = send(self.transport, request, record, expect=expect)
+        if session is not None:
+            session.answer = result.text
+            session.tool_called = record.finish_reason == "tool_calls"
         if planned is not None:
             try:
                 user.on_result(planned, built, result)
             except Exception as exc:
                 self._hook_failed(record, user, "on_result", exc)
+
+    def planner(self) -> SessionPlanner:
+        """The session planner: `requests.sessions`'s, else one for a trace's recorded sessions."""
+        if self.sessions is not None:
+            return self.sessions
+        if self._recorded is None:
+            self._recorded = SessionPlanner(self.config.requests, api=self.config.target.api,
+                                            model=self.config.target.model, server=self.config.target.server,
+                                            tokens_per_word=self.mix.tokens_per_word)
+        return self._recorded
 
     def prepare(self, built: Any, request_id: str) -> PreparedRequest:
         """What a user's `build_request` returned, ready to send (ValueError / TypeError if it cannot be)."""

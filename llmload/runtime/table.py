@@ -4,7 +4,8 @@ The numbers shown live come from the workers' shipped summaries, judged on the m
 `analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
 the merged records. Times are shown in milliseconds, rates in requests per second, "srv waiting"
 (the step's mean number of requests waiting in the server's queue) in requests; `out tok/s` is the
-step's output tokens per second (METRICS.md). TTFT, TPOT and E2E come from `llmload.latency`.
+step's output tokens per second (METRICS.md); `TTFA p95` (time to the first answer token) only when the
+step's answers carried reasoning, else `-` (it equals TTFT). TTFT, TPOT and E2E come from `llmload.latency`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ COLUMNS = (
     ("client_wait_p95_s", "wait p95", 9, "ms"),
     ("server_waiting", "srv waiting", 11, "req"),
     ("output_tokens_per_s", "out tok/s", 9, "t"),
+    ("ttfa_p95_s", "TTFA p95", 9, "ms"),  # shown when the step's answers reasoned, else "-"
     ("verdict", "verdict", 12, "s"),
 )
 
@@ -96,6 +98,8 @@ def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_w
     mean = stats.get("waiting_mean")
     row["server_waiting"] = mean if mean is not None and mean == mean else server_waiting
     row["verdict"] = verdict + (f" ({', '.join(failing)})" if failing else "")
+    if not (stats.get("reasoning_tokens_per_s") or 0) > 0:  # no reasoning: TTFA is TTFT, not repeated
+        row["ttfa_p95_s"] = None
     return row
 
 

@@ -57,7 +57,7 @@ HOSTS_ENV = "LLMLOAD_WEB_HOSTS"
 #: the tab's columns: (key, title)
 LLM_TABLE = (
     ("label", "Step"), ("offered_rate", "Offered req/s"), ("achieved_rate", "Achieved req/s"),
-    ("ttft_p95_ms", "TTFT p95 ms"), ("tpot_p95_ms", "TPOT p95 ms"), ("e2e_p95_ms", "E2E p95 ms"),
+    ("ttft_p95_ms", "TTFT p95 ms"), ("ttfa_p95_ms", "TTFA p95 ms"), ("tpot_p95_ms", "TPOT p95 ms"), ("e2e_p95_ms", "E2E p95 ms"),
     ("goodput", "Goodput req/s"), ("client_wait_p95_ms", "Client wait p95 ms"),
     ("server_waiting", "Server waiting"), ("verdict", "Verdict"),
 )
@@ -96,7 +96,9 @@ def step_rows(session: Any) -> list[dict]:
         rows.append({
             "label": label, "offered_rate": _num(row.get("offered_rate")),
             "achieved_rate": _num(row.get("achieved_rate")),
-            "ttft_p95_ms": _num(row.get("ttft_p95_s"), 1000, 0), "tpot_p95_ms": _num(row.get("tpot_p95_s"), 1000, 0),
+            "ttft_p95_ms": _num(row.get("ttft_p95_s"), 1000, 0),
+            "ttfa_p95_ms": _num(row.get("ttfa_p95_s"), 1000, 0) if row.get("ttfa_p95_s") is not None else None,
+            "tpot_p95_ms": _num(row.get("tpot_p95_s"), 1000, 0),
             "e2e_p95_ms": _num(row.get("e2e_p95_s"), 1000, 0), "goodput": _num(row.get("goodput")),
             "client_wait_p95_ms": _num(row.get("client_wait_p95_s"), 1000, 0),
             "server_waiting": _num(row.get("server_waiting"), 1, 1), "verdict": row.get("verdict"),

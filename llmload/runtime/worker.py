@@ -34,6 +34,7 @@ import gevent
 import gevent.queue
 from gevent.greenlet import Greenlet
 
+from llmload.arrivals import Arrival
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.records import Record, RecordWriter
@@ -46,6 +47,8 @@ __all__ = ["Lead", "RequestCancelled", "StepState", "WorkerRuntime"]
 
 log = logging.getLogger("llmload.worker")
 
+#: a session's next turn is queued this long before its time (a user then waits until it)
+TURN_LEAD_S = 0.005
 #: how often queued summaries are shipped to the master
 SHIP_INTERVAL_S = 0.25
 #: the worker's CPU is sampled over intervals this long while it sends (none shorter than the second)
@@ -324,12 +327,40 @@ class WorkerRuntime:
         state = self.steps.get(job.label)
         if state is None:
             return
+        continued = self._next_turn(state, job, record)
         state.finished += 1
-        if state.loop is not None and not state.cancelled:
+        if state.loop is not None and not state.cancelled and not continued:  # a session's turn is its next
             successor = state.loop.next(now())
             if successor is not None:
                 self._put(state, successor)
         self._maybe_drained(state)
+
+    def _next_turn(self, state: StepState, job: Job, record: Record) -> bool:
+        """A session's answered turn: queue its next turn after the think time (counted as put now, so
+        the step is not drained while a session thinks); True when it did. A failed turn ends its
+        session. In a closed loop the session's next turn is its user's next request."""
+        if job.session is None or record.outcome != "ok" or state.cancelled:
+            return False
+        turn = self.sender.planner().next_turn(job.session, job.session.answer)
+        if turn is None:
+            return False
+        a = job.arrival
+        at = now() + turn.think_s
+        successor = Job(label=job.label, seed=job.seed, session=turn, arrival=Arrival(
+            request_id=turn.request_id, step=a.step, index=a.index, scheduled_at=at))
+        state.put += 1
+        gevent.spawn_later(max(0.0, turn.think_s - TURN_LEAD_S), self._put_turn, state, successor)
+        return True
+
+    def _put_turn(self, state: StepState, job: Job) -> None:
+        """Queue a session's next turn (already counted in `put`); a cancelled step records it unsent."""
+        if state.cancelled:
+            record = job.record(self.worker)
+            record.session_id, record.turn = job.session.session_id, job.session.turn
+            self.finish(job, record)
+            return
+        job.capped = self.free_users <= 0
+        self.queue.put(job)
 
     # ------------------------------------------------------------------ shipping to the master
 

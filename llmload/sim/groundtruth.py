@@ -6,7 +6,8 @@ finds the row on disk. Keys: `request_id` (the `X-Request-Id` header, else one t
 `received_at`, `admitted_at` (first scheduled by the engine; null if never), `queue_s`
 (`admitted_at - received_at`), `first_token_at`, `token_times` (wall time just after each output-bearing
 event was written to the socket), `finished_at`, `input_tokens`, `output_tokens` (tokens written),
-`preemptions`, `cached_tokens` (vLLM flavour: prompt tokens found in the prefix cache), `outcome` (`ok`, `rejected`, `http_error`, `oom`, `disconnect`, `stall`, `malformed`,
+`preemptions`, `reasoning_tokens` (the first that many of `token_times` are reasoning tokens, the rest
+answer tokens), `first_answer_at` (the first answer token's time; null when none was written), `cached_tokens` (vLLM flavour: prompt tokens found in the prefix cache), `outcome` (`ok`, `rejected`, `http_error`, `oom`, `disconnect`, `stall`, `malformed`,
 `client_gone`), `http_status`, `load_s` (Ollama: time waiting for a model load), `planned_times`
 (the engine's planned end of the step that produced each streamed token, for the timing benchmark). Times are
 `llmload.clock.now()` seconds, the client records' wall base.
@@ -42,6 +43,8 @@ class GroundTruthRow:
     http_status: int = 200
     load_s: float = 0.0
     planned_times: list[float] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    first_answer_at: float | None = None
 
     def to_json(self) -> str:
         row = {name: getattr(self, name) for name in _FIELDS}  # not asdict(): it deep-copies the lists

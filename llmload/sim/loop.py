@@ -105,6 +105,8 @@ class Job:
         ex.last_token_at = t
         if k == 0:
             ex.first_token_at = row.first_token_at = t
+        if k == ex.reasoning:
+            row.first_answer_at = t
         if ex.stream:
             row.token_times.append(t)
         if k + 1 >= self.seq.output_tokens:
@@ -145,6 +147,7 @@ class Job:
             body = self.renderer.body(ex, self.reason, finished_at)
             t = now()  # the client gets the whole answer, first token included, with this write
             self.row.first_token_at = t
+            self.row.first_answer_at = t if ex.sent > ex.reasoning else None
             self.row.token_times.append(t)
             self.end(engine, self.row.outcome)
             if self.row.outcome == "malformed":
@@ -179,6 +182,7 @@ class Job:
         self.row.output_tokens = (len(self.row.token_times) if self.ex.stream else self.ex.sent) \
             if outcome != "oom" else 0
         self.row.preemptions = self.seq.preemptions
+        self.row.reasoning_tokens = min(self.ex.reasoning, self.ex.sent) if outcome != "oom" else 0
         self.row.cached_tokens = max(0, self.seq.cached_tokens)
         try:
             self.on_done(self, outcome)

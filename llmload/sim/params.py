@@ -60,8 +60,9 @@ def _llamacpp_error(message: str) -> ParamRefusal:
     return ParamRefusal(500, message, {"error": {"code": 500, "message": message, "type": "server_error"}})
 
 
-def check_params(flavor: str, kind: str, body: dict, model: str) -> None:
-    """Raise ParamRefusal for a parameter the flavour's server refuses or the sim cannot honour."""
+def check_params(flavor: str, kind: str, body: dict, model: str, *, thinking: bool = False) -> None:
+    """Raise ParamRefusal for a parameter the flavour's server refuses or the sim cannot honour.
+    `thinking`: the model reasons (the sim's `reasoning_tokens`), so Ollama accepts `think`."""
     openai = kind in ("chat", "completions")
     n = body.get("n", 1)
     if flavor == "llamacpp" and openai:
@@ -76,7 +77,7 @@ def check_params(flavor: str, kind: str, body: dict, model: str) -> None:
             raise _llamacpp_error("top_logprobs requires logprobs to be set to true")
     if flavor == "ollama" and kind.startswith("ollama"):
         think = body.get("think")
-        if think not in (None, False, "") and think != "false":
+        if not thinking and think not in (None, False, "") and think != "false":
             raise ParamRefusal(400, f'"{body.get("model")}" does not support thinking')
     if body.get("tools"):
         if flavor == "vllm" and body.get("tool_choice") in (None, "auto"):
@@ -84,7 +85,7 @@ def check_params(flavor: str, kind: str, body: dict, model: str) -> None:
                                     "--tool-call-parser to be set")
         if flavor == "ollama":
             raise ParamRefusal(400, f"registry.ollama.ai/library/{_tagged(model)} does not support tools")
-        if body.get("tool_choice") not in (None, "none"):
+        if kind != "chat" and body.get("tool_choice") not in (None, "none"):
             raise ParamRefusal(400, _SIM.format(what="tool calls", real="the server would call the tool"))
     if openai and isinstance(n, int) and n > 1:
         raise ParamRefusal(400, _SIM.format(what="n > 1", real=f"vLLM would return {n} choices, "

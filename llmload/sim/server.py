@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import random
 import signal
 import sys
 import uuid
 from pathlib import Path
 
+from llmload.client.lengths import LengthSampler
 from llmload.clock import now
 from llmload.errors import ConfigError, ServerError
 from llmload.sim.engine import Engine, EngineLimits, Sequence, StepResult
@@ -87,6 +89,7 @@ class SimServer:
         self.llama_metrics = LlamaCppMetrics(self.info.slot_ctx) if flavor == "llamacpp" else None
         self.residency = ModelResidency(load_time_s=s.load_time_s, keep_alive_s=s.keep_alive_s,
                                         max_queue=s.max_queue) if flavor == "ollama" else None
+        self.reasoning = LengthSampler.from_dist(s.reasoning_tokens) if s.reasoning_tokens is not None else None
         self.arrivals = 0
         self.listening_at = self.started_at  # reset when the socket is bound; fault windows count from it
         self.in_flight = 0
@@ -245,6 +248,9 @@ class SimServer:
         row.load_s = load_s
         ex.stop_reason = stopped[1] if stopped is not None else None
         ex.n_predict = max_tokens if eos_at is None else -1
+        ex.reasoning = self._reasoning_tokens(body, kind, index, draws.output_tokens)
+        ex.sent_planned = draws.output_tokens
+        ex.tool = _called_tool(body) if kind == "chat" else None
         if conn.closed:  # the client left while its request waited for the model or the headers
             if self.residency is not None:
                 self.residency.release()
@@ -279,7 +285,7 @@ class SimServer:
             raise _Refusal(500 if flavor == "llamacpp" else 400, f"invalid JSON body: {exc}") from None
         try:
             check_model(flavor, body, self.model)
-            check_params(flavor, kind, body, self.model)
+            check_params(flavor, kind, body, self.model, thinking=s.reasoning_tokens is not None)
         except ParamRefusal as exc:
             raise _Refusal(exc.status, exc.message, body=exc.body) from None
         if kind == "sglang_generate":
@@ -348,6 +354,16 @@ class SimServer:
             return -1.0 if negative else parse_duration(keep_alive) if keep_alive is not None else None
         except ValueError:
             return None
+
+    def _reasoning_tokens(self, body: dict, kind: str, index: int, output_tokens: int) -> int:
+        """How many of a chat answer's first tokens are reasoning (the sim's `reasoning_tokens`, drawn
+        from the request's own generator; none when the request turns thinking off)."""
+        if self.reasoning is None or kind not in ("chat", "ollama_chat", "ollama_generate"):
+            return 0
+        if body.get("think") in (False, "false") or body.get("reasoning_effort") == "none":
+            return 0
+        drawn = self.reasoning.draw(random.Random(f"llmload-sim/{self.seed}/{index}/reasoning"))
+        return min(drawn, output_tokens)
 
     def _block_hashes(self, body: dict, messages: list | None, n_prompt: int) -> tuple[int, ...]:
         """The prompt's full-block hashes for the prefix cache (vLLM flavour with caching on)."""
@@ -460,3 +476,18 @@ def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | N
         asyncio.run(_main(server, host, port, reuse_port))
     finally:
         writer.close()
+
+
+def _called_tool(body: dict) -> str | None:
+    """The function a chat request with `tools` gets called (the sim's model always calls one unless
+    `tool_choice` is `none`): the named one, else the first tool's. None without tools."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or not tools or choice == "none":
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if isinstance(name, str):
+            return name
+    first = tools[0].get("function") if isinstance(tools[0], dict) else None
+    return first.get("name") if isinstance(first, dict) and isinstance(first.get("name"), str) else "tool"

@@ -24,6 +24,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `enable_prefix_caching` | true | vLLM flavour: automatic prefix caching (vLLM's default; `--no-enable-prefix-caching` is false): full KV blocks of a prompt prefix already computed are reused, so that prefill is skipped |
 | `default_max_tokens` | 256 | a request with no max_tokens / num_predict / n_predict: the model stops (EOS, finish_reason stop) after this many tokens; with `ignore_eos` it runs to the context limit, as the real servers do |
 | `step_cost_growth_s_per_min` | 0 | injected slow leak (soak tests): each engine step costs this much more per minute since start |
+| `reasoning_tokens` | null | a length distribution (`{dist: fixed, value: 20}`, as `requests.input_tokens`): chat answers start with this many reasoning tokens, in each flavour's own field (`llmload.sim.wire`), out of the request's output tokens; a request with `think: false` or `reasoning_effort: none` gets none; null: no reasoning |
 | `kv_leak_blocks_per_min` | 0 | injected memory leak: this many KV blocks per minute since start are lost for good (at most half the cache); they show in KV usage |
 
 `faults:` (each a probability per request, drawn from the request's seeded generator, unless a time):
@@ -51,7 +52,7 @@ from pydantic import (
     model_validator,
 )
 
-from llmload.config import _line_index, _raise_first, _read_yaml  # the project's file:line machinery
+from llmload.config import Dist, _line_index, _raise_first, _read_yaml  # the project's file:line machinery
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
 
@@ -127,6 +128,7 @@ class SimSettings(_Model):
     enable_prefix_caching: bool = True
     step_cost_growth_s_per_min: Seconds = Field(default=0.0, ge=0)
     kv_leak_blocks_per_min: float = Field(default=0.0, ge=0)
+    reasoning_tokens: Dist | None = None
     faults: Faults = Field(default_factory=Faults)
 
     @property

@@ -11,6 +11,12 @@ Completions use `text` instead of `delta`. Ollama native is NDJSON with integer-
 llama.cpp `/completion` is SSE without `[DONE]`, with `timings` on the `stop: true` event.
 SGLang's OpenAI endpoints are rendered as vLLM's; its native `/generate` is SSE with the whole answer so
 far in `text` and the counts in `meta_info` on every event, ending `data: [DONE]` (docs/SIM.md).
+
+Reasoning (`Exchange.reasoning` > 0, the sim's `reasoning_tokens`): the first tokens of a chat answer are
+reasoning, each in its server's own field (docs/SIM.md names the sources): vLLM `delta.reasoning`, which
+it mirrors into the deprecated `delta.reasoning_content`; SGLang and llama.cpp `delta.reasoning_content`;
+Ollama's /v1 `delta.reasoning`; Ollama native `message.thinking` (chat) or `thinking` (generate), with an
+empty `content` / `response`. The answer's own tokens then follow, counted from its first.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ __all__ = ["Exchange", "Renderer", "renderer_for", "rfc3339"]
 
 #: flavours whose OpenAI-compatible streams are written as vLLM writes them
 _VLLM_LIKE = ("vllm", "sglang")
+#: the chat delta field of a reasoning token, per flavour (module docstring)
+_REASONING_FIELD = {"vllm": "reasoning", "sglang": "reasoning_content", "llamacpp": "reasoning_content",
+                    "ollama": "reasoning"}
 
 
 def _dumps(obj: object) -> bytes:
@@ -61,6 +70,22 @@ class Exchange:
     sent: int = 0  # tokens written so far
     stop_reason: str | None = None  # vLLM: the stop string that ended the answer
     n_predict: int = -1  # the output cap the request asked for (-1: none)
+    sent_planned: int = 0  # the tokens this answer will have (its draws), for a tool call's closing
+    reasoning: int = 0  # the first this many output tokens are reasoning (chat kinds only)
+    tool: str | None = None  # chat with tools: the answer is a call of this function (finish `tool_calls`)
+
+    def piece(self, k: int) -> tuple[str, str]:
+        """Token k as streamed: ("reasoning" or "answer", its text); the answer counts from its first."""
+        if k < self.reasoning:
+            return "reasoning", self.answer.delta(k)
+        return "answer", self.answer.delta(k - self.reasoning)
+
+    def answer_text(self, n: int) -> str:
+        """The answer part of the first n tokens."""
+        return self.answer.text(max(0, n - self.reasoning))
+
+    def reasoning_text(self, n: int) -> str:
+        return self.answer.text(min(n, self.reasoning))
 
     def usage(self, completion_tokens: int | None = None) -> dict:
         n = self.sent if completion_tokens is None else completion_tokens
@@ -157,8 +182,37 @@ class OpenAIChat(Renderer):
         role = {"role": "assistant", "content": "" if ex.flavor in _VLLM_LIKE else None}
         return [self.sse(self._chunk(ex, role, None))]
 
+    def _tool_delta(self, ex: Exchange, j: int) -> dict:
+        """Answer token j of a tool call: the call's opening (id, type, name) at 0, then one token of
+        its JSON arguments per event (`{"q": "w1 w2 ... wn"}`), in the flavour's shape: vLLM and SGLang
+        leave unset fields out (the opening has no `arguments`), llama.cpp opens with `arguments: ""`."""
+        n = max(1, ex.sent_planned - ex.reasoning)
+        if j == 0:
+            fn: dict = {"name": ex.tool}
+            if n == 1:
+                fn["arguments"] = "{}"
+            elif ex.flavor not in _VLLM_LIKE:
+                fn["arguments"] = ""
+            call = {"index": 0, "id": "call_" + ex.completion_id[-24:], "type": "function", "function": fn}
+            if ex.flavor in _VLLM_LIKE:
+                call = {"id": call["id"], "type": "function", "index": 0, "function": fn}
+            return {"tool_calls": [call]}
+        word = ex.answer.delta(j).strip()
+        piece = ('{"q": "' if j == 1 else " ") + word + ('"}' if j == n - 1 else "")
+        return {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
-        delta = {"content": ex.answer.delta(k)}
+        kind, text = ex.piece(k)
+        if finish is not None and ex.tool:
+            finish = "tool_calls"
+        if kind == "answer" and ex.tool:
+            delta = self._tool_delta(ex, k - ex.reasoning)
+        elif kind == "answer":
+            delta = {"content": text}
+        elif ex.flavor == "vllm":  # DeltaMessage copies `reasoning` into the deprecated field
+            delta = {"reasoning": text, "reasoning_content": text}
+        else:
+            delta = {_REASONING_FIELD[ex.flavor]: text}
         if ex.flavor == "ollama":
             delta = {"role": "assistant", **delta}
         if ex.flavor in _VLLM_LIKE:
@@ -167,6 +221,8 @@ class OpenAIChat(Renderer):
 
     def finish(self, ex: Exchange, reason: str, finished_at: float) -> list[bytes]:
         out = []
+        if ex.tool:
+            reason = "tool_calls"
         # llama.cpp (server-context.cpp, to_json_oaicompat_chat_stream): `timings` ride on the usage
         # chunk when include_usage asks for one, else on the finish chunk
         if ex.flavor == "llamacpp":
@@ -177,7 +233,9 @@ class OpenAIChat(Renderer):
         return out + self._usage_and_done(ex)
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
-        message = {"role": "assistant", "content": ex.answer.text(ex.sent)}
+        message = {"role": "assistant", "content": ex.answer_text(ex.sent)}
+        if ex.reasoning:
+            message[_REASONING_FIELD[ex.flavor]] = ex.reasoning_text(ex.sent)
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         obj = {"id": ex.completion_id, "object": "chat.completion", "created": ex.created,
                "model": ex.model, "choices": [choice], "usage": ex.usage()}
@@ -230,19 +288,26 @@ class OllamaNative(Renderer):
     def _line(self, obj: object) -> bytes:
         return _dumps(obj) + b"\n"
 
-    def _piece(self, ex: Exchange, text: str, at: float) -> dict:
+    def _piece(self, ex: Exchange, text: str, at: float, thinking: str = "") -> dict:
         obj: dict = {"model": ex.model, "created_at": rfc3339(at)}
         if self.chat:
             obj["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                obj["message"]["thinking"] = thinking
         else:
             obj["response"] = text
+            if thinking:
+                obj["thinking"] = thinking
         return obj
 
     def token(self, ex: Exchange, k: int, finish: str | None) -> list[bytes]:
-        return [self._line({**self._piece(ex, ex.answer.delta(k), time.time()), "done": False})]
+        kind, text = ex.piece(k)
+        piece = self._piece(ex, text, time.time()) if kind == "answer" else \
+            self._piece(ex, "", time.time(), thinking=text)
+        return [self._line({**piece, "done": False})]
 
-    def _final(self, ex: Exchange, text: str, reason: str, finished_at: float) -> dict:
-        obj = {**self._piece(ex, text, time.time()), "done": True, "done_reason": reason}
+    def _final(self, ex: Exchange, text: str, reason: str, finished_at: float, thinking: str = "") -> dict:
+        obj = {**self._piece(ex, text, time.time(), thinking), "done": True, "done_reason": reason}
         if not self.chat:
             obj["context"] = list(range(1, min(ex.prompt_tokens + ex.sent, 64) + 1))
         obj.update(ex.ollama_durations(finished_at))
@@ -258,7 +323,7 @@ class OllamaNative(Renderer):
         return b'{"model":"' + ex.model.encode() + b'","created_at":"2024-\n'
 
     def body(self, ex: Exchange, reason: str, finished_at: float) -> dict:
-        return self._final(ex, ex.answer.text(ex.sent), reason, finished_at)
+        return self._final(ex, ex.answer_text(ex.sent), reason, finished_at, ex.reasoning_text(ex.sent))
 
 
 class LlamaCppCompletion(Renderer):
