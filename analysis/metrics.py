@@ -25,8 +25,9 @@ Which requests each number uses (a step's requests are those with `step == label
   `client_error` is in neither numerator).
 - queue growth: Mann-Kendall (one-sided, increasing) over `slo.sub_windows` sub-window means of the
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
-  the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
-  significant rise of a fraction of a request is not a queue building up).
+  the Theil-Sen rise across the window (`queue_rise`) is at least `queue_rise_limit` =
+  max(`MIN_QUEUE_GROWTH`, z(1 - alpha) x sqrt(arrivals in the window)): more than the step's own
+  arrival noise can explain (`queue_growth`).
 - server queue from the vLLM histogram, read over the step's served period (`served_period`: from its
   start to its drained end, where its requests were admitted and observed; warm-up included): mean
   from the `_sum`/`_count` increases (exact); percentiles by Prometheus-style interpolation inside
@@ -41,15 +42,20 @@ Which requests each number uses (a step's requests are those with `step == label
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
 Percentiles are from raw values by linear interpolation (`analysis.stats.quantiles`).
+- every SLO percentile threshold's figure `F` (e.g. `ttft_p95_s`) also has `F_low` / `F_high`: its
+  two-sided interval at `slo.confidence`, autocorrelation-aware (`analysis.intervals`), from the same
+  values in `scheduled_at` order; NaN when the figure is not per request (histogram server queue).
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import percentile_interval
 from analysis.requests import EventGaps, event_gaps
 from analysis.split import empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
@@ -63,7 +69,8 @@ from llmload import slo as slo_dims
 from llmload.config import SLO
 from shapes.phases import is_closed_loop
 
-__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
+__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "queue_growth",
+           "step_metrics"]
 
 #: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
 LATENCIES = {
@@ -99,7 +106,7 @@ def empty_metrics(step: dict) -> dict:
     for key in ("arrivals", "sent", "completed", "ok", "offered_rate", "achieved_rate",
                 "completion_throughput", "goodput", "slo_attainment", "in_flight_mean", "running_mean",
                 "waiting_mean", "deferred_mean", "tpot_excluded", "reject_ratio", "error_ratio", "oom",
-                "queue_trend_p", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
+                "queue_trend_p", "queue_rise", "queue_rise_limit", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
                 "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
@@ -272,28 +279,61 @@ def _queue_trend(row: dict, slo: SLO, tel: TelemetryIndex, starts: np.ndarray, e
             break
     if series is None:
         series, name = time_average(starts, ends, edges), "in_flight"
+    growing, p, rise, limit = queue_growth(series, row["arrivals"], alpha=slo.trend_alpha)
+    row.update(queue_trend_p=p, queue_trend_series=name, queue_rise=rise, queue_rise_limit=limit,
+               queue_growth=growing)
+
+
+def queue_growth(series: np.ndarray, arrivals: float, *, alpha: float) -> tuple[bool, float, float, float]:
+    """(growing, p, rise, limit) of a queue series (sub-window means over the step window).
+
+    Growing when the rise is significant (Mann-Kendall, one-sided, p < `alpha`) AND larger than the
+    step's arrival noise can explain: the Theil-Sen rise across the window must reach
+    `limit = max(MIN_QUEUE_GROWTH, z(1 - alpha) x sqrt(arrivals))`. A queue below capacity changes by
+    arrivals minus departures, and a window's arrival count fluctuates by about sqrt(N) (Poisson): a
+    stationary queue's burst stays inside that, while an overloaded queue grows by (rate - capacity) x
+    window, which outgrows sqrt(N) as the window lengthens. (Mann-Kendall alone assumes independent
+    sub-windows; a queue's are not: bursts in a stationary queue at 75% load passed the old rule, a rise
+    of one request, in 15 of 600 series of 10 s steps, and none pass this one: tests/analysis/test_queue_growth.py.)
+
+    >>> queue_growth(np.array([1.0, 6.0, 11.0, 16.0, 21.0, 26.0]), 100, alpha=0.05)[0]  # +25 > 16.4
+    True
+    >>> queue_growth(np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), 100, alpha=0.05)[0]  # +5: a burst
+    False
+    """
     _s, p = mann_kendall(series)
-    rise = sen_slope(series) * (slo.sub_windows - 1)
-    row["queue_trend_p"] = p
-    row["queue_trend_series"] = name
-    row["queue_growth"] = bool(p < slo.trend_alpha and rise >= MIN_QUEUE_GROWTH)
+    rise = sen_slope(series) * (len(series) - 1)
+    n = float(arrivals) if arrivals == arrivals and arrivals is not None else 0.0
+    limit = max(MIN_QUEUE_GROWTH, NormalDist().inv_cdf(1.0 - alpha) * math.sqrt(max(n, 0.0)))
+    return bool(p < alpha and rise >= limit), p, rise, limit
+
+
+def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.ndarray | None:
+    """The raw values threshold `t` is judged on (None: not per request, e.g. a histogram queue)."""
+    # a registered dimension without its own p50/p95/p99 columns reads its per-request column
+    column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
+    if t.metric == "itl":
+        return itl
+    if t.metric == "server_queue":
+        if row["server_queue_basis"] == "per-request":
+            return fin["server_queue_s"].to_numpy(dtype=float)
+        return None
+    if column is not None:
+        return fin[column].to_numpy(dtype=float)
+    return None
 
 
 def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarray) -> None:
-    """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values."""
+    """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values, and
+    every threshold's interval `<figure>_low` / `<figure>_high` at `slo.confidence`
+    (`analysis.intervals`: the values in `scheduled_at` order; NaN when not per request)."""
+    if "scheduled_at" in fin and len(fin):
+        fin = fin.iloc[np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")]
     for t in slo.thresholds:
         key = f"{t.key}_s"
-        if key in row:
-            continue
-        # a registered dimension without its own p50/p95/p99 columns reads its per-request column
-        column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
-        if t.metric == "itl":
-            values = itl
-        elif t.metric == "server_queue" and row["server_queue_basis"] == "per-request":
-            values = fin["server_queue_s"].to_numpy(dtype=float)
-        elif column is not None:
-            values = fin[column].to_numpy(dtype=float)
-        else:
-            row[key] = math.nan  # histogram quantiles other than p50/p95/p99 are not computed
-            continue
-        row[key] = quantiles(values, (t.percentile,))[t.percentile]
+        values = _threshold_values(row, t, fin, itl)
+        if key not in row:
+            row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
+        low, high = (math.nan, math.nan) if values is None else percentile_interval(values, t.percentile,
+                                                                                     slo.confidence)
+        row[f"{key}_low"], row[f"{key}_high"] = low, high

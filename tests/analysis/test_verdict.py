@@ -40,8 +40,9 @@ def test_growing_waiting_queue_fails_and_flat_noisy_one_does_not() -> None:
 
 def test_growing_client_in_flight_is_caught_without_telemetry() -> None:
     slo = SLO.model_validate({"queue_growth": "forbid", "min_samples": 10})
-    # each request takes longer than the last: in flight climbs from ~1 to ~15 over the window
-    rows = [request(f"r{i}", "s", float(i), ttft=0.1, e2e=1.0 + 0.25 * i) for i in range(60)]
+    # each request takes longer than the last: in flight climbs from ~1 to ~30 over the window, more
+    # than the arrival noise of its 60 arrivals explains (1.645 x sqrt(60) = 12.7 requests)
+    rows = [request(f"r{i}", "s", float(i), ttft=0.1, e2e=1.0 + 0.5 * i) for i in range(60)]
     row = analyze(run_of(rows, [plan_step("s", 0, length=60.0)]), slo).steps.iloc[0]
     assert row["queue_trend_series"] == "in_flight"
     assert bool(row["queue_growth"]) and row["verdict"] == "fail"
@@ -97,7 +98,9 @@ def test_closed_loop_step_has_no_rate_shortfall_check() -> None:
 
 def test_judge_step_matches_the_full_analysis() -> None:
     slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5, "max_reject_ratio": 0.0})
-    rows = [request(f"a{i}", "a", float(i), ttft=0.2 * i) for i in range(10)]
+    # TTFTs in a scrambled order: a steady ramp would be one autocorrelated trend, whose p95 interval
+    # (analysis.intervals) straddles the target (inconclusive), not the clear failure this test needs
+    rows = [request(f"a{i}", "a", float(i), ttft=0.2 * ((3 * i) % 10)) for i in range(10)]
     rows += [request("x", "a", 3.5, ttft=None, e2e=None, outcome="rejected")]
     rows += [request(f"b{i}", "b", 20.0 + i) for i in range(10)]
     steps = [plan_step("a", 0), plan_step("b", 1, start=20.0)]
