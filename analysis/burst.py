@@ -304,7 +304,8 @@ def _knee_rows(steps: pd.DataFrame, side: str) -> list[dict]:
 def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:
     """summary.json's `burst_knee` (METRICS.md "The trace's own knee"): the knee of the trace replayed as
     recorded at several mean rates (`shape.trace.scales`), with its interval, and `uniform`: the knee of
-    its uniform twins; `cost`: 1 - burst knee / uniform knee (the share of capacity the bursts cost).
+    its uniform twins; `cost`: 1 - burst knee / uniform knee (the share of capacity the bursts cost);
+    `cost_at_least`: when the twins held at every rate run, 1 - burst knee / the highest rate run.
     None unless at least two mean rates of the trace were judged."""
     from analysis.knee import estimate_knee  # the knee module imports this package's siblings
 
@@ -318,14 +319,17 @@ def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:
     b, u = estimate_knee(bursts, slo), estimate_knee(uniforms, slo) if uniforms else None
     if b is None:
         return None
-    cost = None
+    cost = cost_at_least = None
     if b.rate is not None and u is not None and u.rate is not None and u.rate > 0:
         cost = 1.0 - b.rate / u.rate
+    elif b.rate is not None and u is not None and u.binding is None and u.low:
+        cost_at_least = max(0.0, 1.0 - b.rate / u.low)  # the twins held at every rate run, up to u.low
     from analysis.summary import json_value
 
     rates = sorted(judged)
     return json_value({**b.to_dict(), "rates_run": [rates[0], rates[-1]],
-                       "uniform": u.to_dict() if u is not None else None, "cost": cost})
+                       "uniform": u.to_dict() if u is not None else None, "cost": cost,
+                       "cost_at_least": cost_at_least})
 
 
 def _rate(value: float | None) -> str:
@@ -360,7 +364,8 @@ def burst_knee_sentence(entry: dict | None) -> str | None:
         tail = "its uniform twins were not judged"
     cost = entry.get("cost")
     if cost is None:
-        return f"{head}; {tail}."
+        least = entry.get("cost_at_least")
+        return f"{head}; {tail}" + (f": bursts cost at least {least * 100:.0f}% of capacity." if least else ".")
     if cost <= 0:
         return f"{head}; {tail}: the bursts cost no capacity here."
     return f"{head}; {tail}: bursts cost {cost * 100:.0f}% of capacity."

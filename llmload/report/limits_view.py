@@ -15,11 +15,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.limits import CLIENT_CAP_SHARE, KV_FULL, PREFILL_SHARE, SLOTS_FULL_SHARE, limit_sentence
+from analysis.burst import burst_knee_sentence
+from analysis.limits import (
+    CLIENT_CAP_SHARE,
+    KV_FULL,
+    PREFILL_SHARE,
+    SLOTS_FULL_SHARE,
+    limit_answer,
+    limit_sentence,
+)
 from llmload.report.html import esc, figure, is_blank, table
 from llmload.report.plots import _figure, _svg
 
-__all__ = ["SINGLE_RATE_NOTE", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
+__all__ = ["SINGLE_RATE_NOTE", "answer_lines", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
 
 #: said instead of the charts against offered rate when every step ran at one mean rate
 SINGLE_RATE_NOTE = ('<p class="muted" id="single-rate-note">Every step ran at one mean rate: the latency, '
@@ -115,12 +123,53 @@ def burstiness_sentences(summary: dict | None) -> list[str]:
     return out
 
 
+def answer_lines(analysis: Any) -> list[str]:
+    """The answer's lines on why it broke and what bursts cost: the first failing sustained step's
+    limit (`limit_answer`, at the knee's rate when there is one) and the trace's own knee
+    (`burst_knee_sentence`)."""
+    from analysis.knee import knee_of
+    from shapes.phases import sustained_phases
+
+    summary = getattr(analysis, "summary", None) or {}
+    steps = getattr(analysis, "steps", None)
+    out = []
+    if isinstance(steps, pd.DataFrame) and not steps.empty and {"phase", "verdict", "limit"} <= set(steps.columns):
+        failing = steps[steps["phase"].isin(sustained_phases()) & (steps["verdict"] == "fail")]
+        if not failing.empty:
+            row = failing.sort_values("offered_rate", kind="stable").iloc[0].to_dict()
+            knee = knee_of(summary)
+            text = limit_answer(row, knee.rate if knee is not None and knee.rate is not None else None)
+            if text:
+                out.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
+    burst = burst_knee_sentence(summary.get("burst_knee"))
+    if burst:
+        out.append(burst)
+    return out
+
+
+def _burst_knee_html(summary: dict) -> str:
+    entry = summary.get("burst_knee")
+    if not entry:
+        return ""
+    sentence = burst_knee_sentence(entry) or ""
+    rows = []
+    for side, knee in (("as recorded (bursts)", entry), ("uniform twin", entry.get("uniform") or {})):
+        rows.append({"trace": side, "knee req/s": knee.get("rate"), "low": knee.get("low"),
+                     "high": knee.get("high"), "confidence": knee.get("confidence"), "binding": knee.get("binding")})
+    note = ('<p class="muted">The trace replayed time-scaled to each mean rate of <code>shape.trace.scales</code>, '
+            "and its uniform twin at each: the knee (highest mean rate meeting the SLO, by realised offered "
+            "rate) of each side with its interval (METRICS.md \"The trace\'s own knee\").</p>")
+    return f'<p class="a" id="burst-knee">{esc(sentence)}</p>' + note + table(pd.DataFrame(rows),
+                                                                               table_id="burst-knee-table")
+
+
 def bursts_html(summary: dict | None) -> str | None:
-    """The bursts of each replayed trace with their queue, drain and recovery, and the burstiness."""
+    """The trace's own knee, the bursts of each replayed trace with their queue, drain and recovery, and
+    the burstiness."""
     summary = summary or {}
     if not summary.get("burstiness") and not summary.get("bursts"):
         return None
-    body = "".join(f'<p class="a">{esc(s)}</p>' for s in burstiness_sentences(summary))
+    body = _burst_knee_html(summary) + "".join(f'<p class="a">{esc(s)}</p>' for s in burstiness_sentences(summary))
     bursts = summary.get("bursts") or []
     if not bursts:
         return body + '<p class="muted">No burst: no sub-window\'s arrivals exceeded the rule (METRICS.md).</p>'

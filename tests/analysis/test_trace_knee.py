@@ -149,3 +149,30 @@ def test_burst_knee_sentence_words_each_case():
     below = burst_knee_sentence({"rate": None, "binding": "ttft_p95", "rates_run": [1, 8],
                                  "uniform": {"rate": 5.0}, "cost": None})
     assert below.startswith("With this trace's bursts the service misses the SLO already at 1.0 req/s")
+
+
+def test_burst_knee_sentence_bounds_the_cost_when_the_twins_held():
+    text = burst_knee_sentence({"rate": 6.0, "rates_run": [3, 12], "uniform": {"rate": None, "binding": None},
+                                "cost": None, "cost_at_least": 0.5})
+    assert text == ("With this trace's bursts the service holds 6.0 req/s; evenly spaced it holds every mean "
+                    "rate run (up to 12.0 req/s): bursts cost at least 50% of capacity.")
+
+
+def test_the_answer_names_the_first_failing_steps_limit_and_the_burst_knee():
+    from types import SimpleNamespace
+
+    from llmload.report.limits_view import answer_lines
+
+    limit = {"kind": "batch_slots", "advice": "raise max_num_seqs",
+             "evidence": {"slots": 6, "running_at_slots_share": 1.0, "waiting_mean": 3.0,
+                          "server_queue_mean_s": 0.9, "kv_usage_peak": 0.14}}
+    steps = pd.DataFrame([
+        {"label": "r2.00", "phase": "ladder", "offered_rate": 2.0, "verdict": "pass", "failing": [],
+         "limit": {"kind": "none", "evidence": {}, "advice": ""}},
+        {"label": "r6.00", "phase": "ladder", "offered_rate": 6.0, "verdict": "fail", "failing": ["ttft_p95"],
+         "limit": limit}])
+    summary = {"knee": {"rate": 4.6, "low": 4.4, "high": 4.8, "confidence": 0.9, "binding": "ttft_p95"},
+               "burst_knee": {"rate": 3.1, "uniform": {"rate": 4.6}, "cost": 1 - 3.1 / 4.6}}
+    lines = answer_lines(SimpleNamespace(steps=steps, summary=summary))
+    assert lines[0].startswith("TTFT p95 broke first at about 4.6 req/s: ") and "6" in lines[0], lines
+    assert lines[1].endswith("bursts cost 33% of capacity.")
