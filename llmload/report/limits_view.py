@@ -27,7 +27,7 @@ from analysis.limits import (
 from llmload.report.html import esc, figure, is_blank, table
 from llmload.report.plots import _figure, _svg
 
-__all__ = ["SINGLE_RATE_NOTE", "answer_lines", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
+__all__ = ["SINGLE_RATE_NOTE", "answer_lines", "burst_knee_plot", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
 
 #: said instead of the charts against offered rate when every step ran at one mean rate
 SINGLE_RATE_NOTE = ('<p class="muted" id="single-rate-note">Every step ran at one mean rate: the latency, '
@@ -147,6 +147,52 @@ def answer_lines(analysis: Any) -> list[str]:
     return out
 
 
+def burst_knee_plot(summary: dict) -> str | None:
+    """The binding target's percentile against realised offered rate, the trace as recorded and its
+    uniform twins as two lines (with each step's interval), the target dotted, each knee a vertical line."""
+    from llmload import slo as slo_dims
+
+    entry = summary.get("burst_knee") or {}
+    key = entry.get("binding") or (entry.get("uniform") or {}).get("binding") or next(iter(entry.get("targets") or {}), None)
+    parsed = slo_dims.parse_threshold_key(str(key)) if key else None
+    dim = slo_dims.by_name(parsed[0]) if parsed else None
+    if dim is None:
+        return None
+    column = dim.figure_of(parsed[1])
+    steps = pd.DataFrame(summary.get("steps") or [])
+    if steps.empty or not {"phase", "offered_rate", column} <= set(steps.columns):
+        return None
+    fig, axes = _figure(7.5, 3.4, margins=(0.8, 0.2, 0.55, 0.2))
+    ax = axes[0][0]
+    drew = False
+    for phase, colour, name in (("burst", "#c0504d", "as recorded (bursts)"), ("uniform", "#4f81bd", "uniform twin")):
+        rows = steps[steps["phase"] == phase].assign(_x=lambda d: pd.to_numeric(d["offered_rate"], errors="coerce"),
+                                                     _y=lambda d: pd.to_numeric(d[column], errors="coerce") * 1000)
+        rows = rows.dropna(subset=["_x", "_y"]).sort_values("_x")
+        if rows.empty:
+            continue
+        low = pd.to_numeric(rows.get(f"{column}_low", rows[column]), errors="coerce") * 1000
+        high = pd.to_numeric(rows.get(f"{column}_high", rows[column]), errors="coerce") * 1000
+        err = np.vstack([(rows["_y"] - low).clip(lower=0).fillna(0), (high - rows["_y"]).clip(lower=0).fillna(0)])
+        ax.errorbar(rows["_x"], rows["_y"], yerr=err, color=colour, marker="o", markersize=3, linewidth=1,
+                    capsize=2, label=name)
+        knee = entry if phase == "burst" else (entry.get("uniform") or {})
+        if knee.get("rate") is not None:
+            ax.axvline(float(knee["rate"]), color=colour, linestyle="--", linewidth=1)
+        drew = True
+    if not drew:
+        return None
+    threshold = (summary.get("slo") or {}).get("thresholds", {}).get(f"{key}_s")
+    if threshold is not None:
+        ax.axhline(float(threshold) * 1000, color="#333", linestyle=":", linewidth=1, label=f"target {key}")
+    ax.set_yscale("log")
+    ax.set_xlabel("mean offered rate (req/s)")
+    ax.set_ylabel(f"{dim.display} p{parsed[1]:g} (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+    return _svg(fig, "burst-knee")
+
+
 def _burst_knee_html(summary: dict) -> str:
     entry = summary.get("burst_knee")
     if not entry:
@@ -159,8 +205,11 @@ def _burst_knee_html(summary: dict) -> str:
     note = ('<p class="muted">The trace replayed time-scaled to each mean rate of <code>shape.trace.scales</code>, '
             "and its uniform twin at each: the knee (highest mean rate meeting the SLO, by realised offered "
             "rate) of each side with its interval (METRICS.md \"The trace\'s own knee\").</p>")
-    return f'<p class="a" id="burst-knee">{esc(sentence)}</p>' + note + table(pd.DataFrame(rows),
-                                                                               table_id="burst-knee-table")
+    caption = ("The binding target's percentile per step (bars: its interval) against the step's mean offered "
+               "rate, the trace as recorded and its uniform twin; dotted: the target; dashed: each knee.")
+    return (f'<p class="a" id="burst-knee">{esc(sentence)}</p>' + note
+            + figure(burst_knee_plot(summary), plot_id="plot-burst-knee", caption=caption)
+            + table(pd.DataFrame(rows), table_id="burst-knee-table"))
 
 
 def bursts_html(summary: dict | None) -> str | None:

@@ -25,7 +25,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
-from shapes.phases import closed_loop_phases, rate_phases
+from shapes.phases import closed_loop_phases, phases_where, rate_phases
 
 __all__ = [
     "RATE_PHASES",
@@ -133,7 +133,10 @@ def rate_axis(steps: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
         conc = run[closed].assign(_x=lambda d: _col(d, "concurrency"))
         return conc.sort_values("_x"), "_x", "concurrency (closed loop, users)"
     if rated.empty:
-        rated = run
+        # a trace at several mean rates (`shape.trace.scales`): the trace as recorded; its uniform twins
+        # are drawn beside it in the bursts section
+        bursts = run[phase.isin(phases_where(burst_pair="burst"))]
+        rated = bursts if _col(bursts, "offered_rate").round(9).nunique() > 1 else run
     offered = _col(rated, "offered_rate").fillna(_col(rated, "target_rate"))
     return rated.assign(_x=offered).dropna(subset=["_x"]).sort_values("_x"), "_x", "offered rate (req/s)"
 

@@ -85,3 +85,4 @@ def test_trace_scales_run_writes_the_burst_knee(sim_factory, tmp_path):
     # said in the answer and in the bursts section
     report = html.unescape((run_dir / "report.html").read_text())
     assert report.count("With this trace's bursts the service holds") >= 2, report[:3000]
+    assert 'id="plot-burst-knee"' in report and 'id="burst-knee-table"' in report
