@@ -138,7 +138,10 @@ def answer_lines(analysis: Any) -> list[str]:
         if not failing.empty:
             row = failing.sort_values("offered_rate", kind="stable").iloc[0].to_dict()
             knee = knee_of(summary)
-            text = limit_answer(row, knee.rate if knee is not None and knee.rate is not None else None)
+            first = (list(row.get("failing") or []) or [None])[0]
+            # the knee's rate when its binding target is what broke first there, else the step's own rate
+            at_knee = knee is not None and knee.rate is not None and knee.binding == first
+            text = limit_answer(row, knee.rate if at_knee else None)
             if text:
                 out.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
     burst = burst_knee_sentence(summary.get("burst_knee"))
