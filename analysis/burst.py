@@ -298,7 +298,8 @@ def _knee_rows(steps: pd.DataFrame, side: str) -> list[dict]:
     """The judged steps of one side (`burst` / `uniform`) as rows `estimate_knee` reads: the trace steps
     are not on the ladder's rate axis, so each is handed over as one (x = its realised offered rate)."""
     rows = steps[steps["phase"].isin(phases_where(burst_pair=side))]
-    return [{**r, "phase": "ladder"} for r in rows.to_dict(orient="records")]
+    on_axis = phases_where(rate_axis=True)[0]
+    return [{**r, "phase": on_axis} for r in rows.to_dict(orient="records")]
 
 
 def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:

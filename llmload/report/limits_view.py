@@ -168,8 +168,12 @@ def burst_knee_plot(summary: dict) -> str | None:
     fig, axes = _figure(7.5, 3.4, margins=(0.8, 0.2, 0.55, 0.2))
     ax = axes[0][0]
     drew = False
-    for phase, colour, name in (("burst", "#c0504d", "as recorded (bursts)"), ("uniform", "#4f81bd", "uniform twin")):
-        rows = steps[steps["phase"] == phase].assign(_x=lambda d: pd.to_numeric(d["offered_rate"], errors="coerce"),
+    from shapes.phases import phases_where
+
+    sides = ((entry, "burst", "#c0504d", "as recorded (bursts)"),
+             (entry.get("uniform") or {}, "uniform", "#4f81bd", "uniform twin"))
+    for knee, side, colour, name in sides:
+        rows = steps[steps["phase"].isin(phases_where(burst_pair=side))].assign(_x=lambda d: pd.to_numeric(d["offered_rate"], errors="coerce"),
                                                      _y=lambda d: pd.to_numeric(d[column], errors="coerce") * 1000)
         rows = rows.dropna(subset=["_x", "_y"]).sort_values("_x")
         if rows.empty:
@@ -179,7 +183,6 @@ def burst_knee_plot(summary: dict) -> str | None:
         err = np.vstack([(rows["_y"] - low).clip(lower=0).fillna(0), (high - rows["_y"]).clip(lower=0).fillna(0)])
         ax.errorbar(rows["_x"], rows["_y"], yerr=err, color=colour, marker="o", markersize=3, linewidth=1,
                     capsize=2, label=name)
-        knee = entry if phase == "burst" else (entry.get("uniform") or {})
         if knee.get("rate") is not None:
             ax.axvline(float(knee["rate"]), color=colour, linestyle="--", linewidth=1)
         drew = True
