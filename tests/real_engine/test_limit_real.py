@@ -1,9 +1,9 @@
 """The limit of a failing step against the real llama-server: 2 slots (`--parallel 2`) past their capacity.
 
-One ladder step at 2 req/s of 32-token prompts and 16-token answers, more than 2 slots on one thread
-serve (on a busy 2-core machine well under 1 req/s), so llama.cpp runs both slots and defers the rest. The step's `limit` must be `batch_slots`
-with the slot count read from the server itself (`/props`, `/slots`), not from `conditions:`, and the
-evidence must agree with the server's own gauges (`requests_processing`, `requests_deferred`) in the
+One ladder step at 6 req/s of 32-token prompts and 32-token answers, several times what 2 slots on one
+thread serve (about 1-2 req/s: the two slots share the thread's ~50 tokens/s), so llama.cpp runs both
+slots and defers the rest. The step's `limit` must be `batch_slots` with the slot count read from the
+server itself (`/props`, `/slots`), not from `conditions:`, and the evidence must agree with the server's own gauges (`requests_processing`, `requests_deferred`) in the
 telemetry. Bounded: 2 s warm-up, an 8 s window, a 5 s drain that cancels what is still queued.
 """
 
@@ -39,11 +39,11 @@ def test_two_slots_past_capacity_is_batch_slots_from_its_slots(two_slot_server, 
     config = {"target": {"url": two_slot_server, "api": "openai-chat", "model": "gemma3-270m",
                          "server": "llamacpp", "timeout": "30s"},
               "requests": {"input_tokens": {"dist": "fixed", "value": 32},
-                           "output_tokens": {"dist": "fixed", "value": 16}, "ignore_eos": True, "seed": 1},
+                           "output_tokens": {"dist": "fixed", "value": 32}, "ignore_eos": True, "seed": 1},
               "client": {"max_concurrency": 64, "max_send_lag_p99": "200ms", "max_worker_cpu": 1.0},
               "shape": {"ladder": {"arrival": "constant", "warmup": "2s", "drain_timeout": "5s",
-                                   "steps": [{"rate": 2, "duration": "8s"}]}},
-              "slo": {"ttft_p95": "1s", "min_samples": 5},
+                                   "steps": [{"rate": 6, "duration": "8s"}]}},
+              "slo": {"ttft_p95": "500ms", "min_samples": 5},
               "telemetry": {"interval": "250ms", "gpu": "off"}}
     run_dir = tmp_path / "run"
     code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
