@@ -446,14 +446,16 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     `ratio_colours`; red = burst worse, green = burst better)."""
     if burst is None or burst.empty or not {"metric", "ratio"} <= set(burst.columns):
         return None
-    data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
+    data = burst.assign(_r=_col(burst, "ratio"), _m=burst["metric"].astype(str)).dropna(subset=["_r"])
     if data.empty:
         return None
+    if "burst_step" in data and data["burst_step"].nunique() > 1:  # a trace at several mean rates
+        data = data.assign(metric=data["metric"].astype(str) + " · " + data["burst_step"].astype(str))
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4,
                         margins=(_text_inches(data["metric"].astype(str), 7) + 0.25, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     differences = _col(data, "difference").to_numpy(dtype=float) if "difference" in data else None
-    colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float), differences)
+    colours = ratio_colours(data["_m"].tolist(), data["_r"].to_numpy(dtype=float), differences)
     ax.barh(range(len(data)), data["_r"], color=colours)
     ax.set_yticks(range(len(data)), [str(m) for m in data["metric"]], fontsize=7)
     ax.axvline(1.0, color="#333", linewidth=1)
