@@ -191,7 +191,7 @@ def _trace(shape: TraceShape, run_seed: int, base_dir: str | Path | None) -> lis
         StepSpec(label=label, index=i, phase=phase, arrival="trace", target_rate=len(frame) / span,
                  warmup_s=shape.warmup, duration_s=span - shape.warmup,
                  drain_timeout_s=shape.drain_timeout, trace=to_trace_arrivals(frame, use_sizes=shape.use_sizes),
-                 seed=derive_seed(seed, i), failed_in_source=replay.failed_in_source if i == 0 else 0)
+                 seed=derive_seed(seed, i), failed_in_source=replay.failed_in_source)
         for i, (label, phase, frame, span) in enumerate(frames)
     ]
 
