@@ -306,7 +306,8 @@ def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:
     """summary.json's `burst_knee` (METRICS.md "The trace's own knee"): the knee of the trace replayed as
     recorded at several mean rates (`shape.trace.scales`), with its interval, and `uniform`: the knee of
     its uniform twins; `cost`: 1 - burst knee / uniform knee (the share of capacity the bursts cost);
-    `cost_at_least`: when the twins held at every rate run, 1 - burst knee / the highest rate run.
+    `cost_at_least`: when the twins held at every rate run, 1 - burst knee / the highest rate run;
+    `bracket`: the passing and failing mean rates the burst knee lies between (no interpolation).
     None unless at least two mean rates of the trace were judged."""
     from analysis.knee import estimate_knee  # the knee module imports this package's siblings
 
@@ -328,9 +329,22 @@ def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:
     from analysis.summary import json_value
 
     rates = sorted(judged)
-    return json_value({**b.to_dict(), "rates_run": [rates[0], rates[-1]],
-                       "uniform": u.to_dict() if u is not None else None, "cost": cost,
+    return json_value({**b.to_dict(), "rates_run": [rates[0], rates[-1]], "bracket": _bracket(bursts, b.rate),
+                       "uniform": {**u.to_dict(), "bracket": _bracket(uniforms, u.rate)} if u is not None else None,
+                       "cost": cost,
                        "cost_at_least": cost_at_least})
+
+
+def _bracket(rows: list[dict], rate: float | None) -> list[float | None] | None:
+    """The judged steps around the knee: [highest passing rate at or below it, lowest failing rate above
+    it] (None where there is none): where the crossing is known to lie without interpolating."""
+    if rate is None:
+        return None
+    passed = [_f(r.get("offered_rate")) for r in rows if r.get("verdict") == "pass"]
+    failed = [_f(r.get("offered_rate")) for r in rows if r.get("verdict") == "fail"]
+    below = [x for x in passed if x <= rate]
+    above = [x for x in failed if x > rate]
+    return [max(below) if below else None, min(above) if above else None]
 
 
 def _rate(value: float | None) -> str:

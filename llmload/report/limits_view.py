@@ -206,11 +206,14 @@ def _burst_knee_html(summary: dict) -> str:
     sentence = burst_knee_sentence(entry) or ""
     rows = []
     for side, knee in (("as recorded (bursts)", entry), ("uniform twin", entry.get("uniform") or {})):
+        bracket = knee.get("bracket") or [None, None]
         rows.append({"trace": side, "knee req/s": knee.get("rate"), "low": knee.get("low"),
-                     "high": knee.get("high"), "confidence": knee.get("confidence"), "binding": knee.get("binding")})
+                     "high": knee.get("high"), "confidence": knee.get("confidence"), "binding": knee.get("binding"),
+                     "last passing req/s": bracket[0], "first failing req/s": bracket[1]})
     note = ('<p class="muted">The trace replayed time-scaled to each mean rate of <code>shape.trace.scales</code>, '
             "and its uniform twin at each: the knee (highest mean rate meeting the SLO, by realised offered "
-            "rate) of each side with its interval (METRICS.md \"The trace\'s own knee\").</p>")
+            "rate) of each side with its interval, and the passing and failing mean rates it lies between "
+            "(METRICS.md \"The trace\'s own knee\").</p>")
     caption = ("The binding target's percentile per step (bars: its interval) against the step's mean offered "
                "rate, the trace as recorded and its uniform twin; dotted: the target; dashed: each knee.")
     return (f'<p class="a" id="burst-knee">{esc(sentence)}</p>' + note

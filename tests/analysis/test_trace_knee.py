@@ -126,6 +126,8 @@ def test_trace_knee_matches_the_engine_in_virtual_time(tmp_path):
         assert knee["rate"] == pytest.approx(truth, rel=0.2), (knee, truth)
         assert knee["low"] * 0.9 <= truth <= knee["high"] * 1.1, (knee, truth)
     assert entry["cost"] == pytest.approx(1 - true_burst / true_uniform, abs=0.12)
+    low, high = entry["bracket"]
+    assert low <= true_burst <= high and (low, high) == (pytest.approx(2.0, rel=0.05), pytest.approx(3.0, rel=0.05))
     sentence = burst_knee_sentence(entry)
     assert sentence.startswith("With this trace's bursts the service holds ") and "bursts cost" in sentence
 

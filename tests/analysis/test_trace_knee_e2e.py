@@ -80,6 +80,7 @@ def test_trace_scales_run_writes_the_burst_knee(sim_factory, tmp_path):
     truth = _true_burst_knee(offsets)
     assert knee["binding"] == "ttft_p95" and 3.0 <= knee["rate"] <= 12.0 and 3.0 <= truth <= 12.0, (knee, truth)
     assert knee["rates_run"] == [pytest.approx(3.0, rel=0.05), pytest.approx(12.0, rel=0.05)]
+    assert knee["bracket"] == [pytest.approx(3.0, rel=0.05), pytest.approx(12.0, rel=0.05)]
     # evenly spaced the same trace held at both mean rates: no uniform knee inside the rates run
     assert knee["uniform"]["rate"] is None and knee["uniform"]["binding"] is None
     # said in the answer and in the bursts section
