@@ -12,6 +12,10 @@ peak server queue, the drain time (burst end, or the queue's peak if later, to t
 the pre-burst level), the SLO recovery time (burst end to the first time from which the TTFT percentile
 of the next `ROLLING_S` seconds' arrivals is within its target) and whether its own requests met the
 SLO; and the trace's burstiness (inter-arrival CV, peak-to-mean per 10 s, against Poisson).
+
+The trace's own knee (`burst_knee`, METRICS.md "The trace's own knee"): with `shape.trace.scales` the
+trace is replayed time-scaled to several mean rates, each with its uniform twin; `analysis.knee`'s
+`estimate_knee` runs on the burst steps and on the uniform steps separately (x = realised offered rate).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from llmload import slo as slo_dims
 from llmload.config import SLO
 from shapes.phases import phases_where
 
-__all__ = ["BURST_METRICS", "burst_summary", "burst_vs_uniform", "burst_windows", "burstiness", "step_bursts"]
+__all__ = ["BURST_METRICS", "burst_knee", "burst_knee_sentence", "burst_summary", "burst_vs_uniform", "burst_windows",
+           "burstiness", "step_bursts"]
 
 BURST_METRICS = (
     "offered_rate", "achieved_rate", "ttft_p95_s", "user_ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p95_s",
@@ -280,4 +285,102 @@ def burst_summary(requests: pd.DataFrame, steps: pd.DataFrame, plan_steps: list[
         shape[label] = burstiness(own["scheduled_at"].to_numpy(dtype=float))
     from analysis.summary import json_value
 
-    return json_value({"bursts": bursts, "burstiness": shape})
+    out = json_value({"bursts": bursts, "burstiness": shape})
+    knee = burst_knee(steps, slo)
+    if knee is not None:
+        out["burst_knee"] = knee
+    return out
+
+
+# --------------------------------------------------------------------------- the trace's own knee
+
+def _knee_rows(steps: pd.DataFrame, side: str) -> list[dict]:
+    """The judged steps of one side (`burst` / `uniform`) as rows `estimate_knee` reads: the trace steps
+    are not on the ladder's rate axis, so each is handed over as one (x = its realised offered rate)."""
+    rows = steps[steps["phase"].isin(phases_where(burst_pair=side))]
+    on_axis = phases_where(rate_axis=True)[0]
+    return [{**r, "phase": on_axis} for r in rows.to_dict(orient="records")]
+
+
+def burst_knee(steps: pd.DataFrame, slo: SLO) -> dict | None:
+    """summary.json's `burst_knee` (METRICS.md "The trace's own knee"): the knee of the trace replayed as
+    recorded at several mean rates (`shape.trace.scales`), with its interval, and `uniform`: the knee of
+    its uniform twins; `cost`: 1 - burst knee / uniform knee (the share of capacity the bursts cost);
+    `cost_at_least`: when the twins held at every rate run, 1 - burst knee / the highest rate run;
+    `bracket`: the passing and failing mean rates the burst knee lies between (no interpolation).
+    None unless at least two mean rates of the trace were judged."""
+    from analysis.knee import estimate_knee  # the knee module imports this package's siblings
+
+    if steps.empty or "phase" not in steps:
+        return None
+    bursts, uniforms = _knee_rows(steps, "burst"), _knee_rows(steps, "uniform")
+    judged = {round(float(r["offered_rate"]), 9) for r in bursts
+              if r.get("verdict") in ("pass", "fail", "inconclusive") and _f(r.get("offered_rate")) == _f(r.get("offered_rate"))}
+    if len(judged) < 2:
+        return None
+    b, u = estimate_knee(bursts, slo), estimate_knee(uniforms, slo) if uniforms else None
+    if b is None:
+        return None
+    cost = cost_at_least = None
+    if b.rate is not None and u is not None and u.rate is not None and u.rate > 0:
+        cost = 1.0 - b.rate / u.rate
+    elif b.rate is not None and u is not None and u.binding is None and u.low:
+        cost_at_least = max(0.0, 1.0 - b.rate / u.low)  # the twins held at every rate run, up to u.low
+    from analysis.summary import json_value
+
+    rates = sorted(judged)
+    return json_value({**b.to_dict(), "rates_run": [rates[0], rates[-1]], "bracket": _bracket(bursts, b.rate),
+                       "uniform": {**u.to_dict(), "bracket": _bracket(uniforms, u.rate)} if u is not None else None,
+                       "cost": cost,
+                       "cost_at_least": cost_at_least})
+
+
+def _bracket(rows: list[dict], rate: float | None) -> list[float | None] | None:
+    """The judged steps around the knee: [highest passing rate at or below it, lowest failing rate above
+    it] (None where there is none): where the crossing is known to lie without interpolating."""
+    if rate is None:
+        return None
+    passed = [_f(r.get("offered_rate")) for r in rows if r.get("verdict") == "pass"]
+    failed = [_f(r.get("offered_rate")) for r in rows if r.get("verdict") == "fail"]
+    below = [x for x in passed if x <= rate]
+    above = [x for x in failed if x > rate]
+    return [max(below) if below else None, min(above) if above else None]
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}" if value < 1 else f"{value:.1f}"
+
+
+def burst_knee_sentence(entry: dict | None) -> str | None:
+    """The trace's own knee in one sentence, e.g. "With this trace's bursts the service holds 3.1 req/s;
+    evenly spaced it would hold 4.6: bursts cost 33% of capacity." None without a `burst_knee`.
+
+    >>> burst_knee_sentence({"rate": 3.1, "uniform": {"rate": 4.6}, "cost": 1 - 3.1 / 4.6})
+    "With this trace's bursts the service holds 3.1 req/s; evenly spaced it would hold 4.6: bursts cost 33% of capacity."
+    """
+    if not entry:
+        return None
+    lo_run, hi_run = (entry.get("rates_run") or [None, None])
+    rate, uniform = entry.get("rate"), entry.get("uniform") or {}
+    if rate is not None:
+        head = f"With this trace's bursts the service holds {_rate(rate)} req/s"
+    elif entry.get("binding"):
+        head = f"With this trace's bursts the service misses the SLO already at {_rate(lo_run)} req/s, the lowest mean rate run"
+    else:
+        head = f"With this trace's bursts the service holds every mean rate run, up to {_rate(hi_run)} req/s"
+    u_rate = uniform.get("rate")
+    if u_rate is not None:
+        tail = f"evenly spaced it would hold {_rate(u_rate)}"
+    elif uniform.get("binding"):
+        tail = f"evenly spaced it misses it too at {_rate(lo_run)} req/s"
+    elif uniform:
+        tail = f"evenly spaced it holds every mean rate run (up to {_rate(hi_run)} req/s)"
+    else:
+        tail = "its uniform twins were not judged"
+    cost = entry.get("cost")
+    if cost is None:
+        least = entry.get("cost_at_least")
+        return f"{head}; {tail}" + (f": bursts cost at least {least * 100:.0f}% of capacity." if least else ".")
+    if cost <= 0:
+        return f"{head}; {tail}: the bursts cost no capacity here."
+    return f"{head}; {tail}: bursts cost {cost * 100:.0f}% of capacity."

@@ -80,6 +80,7 @@ MAX_RATE = 10_000.0  # requests per second
 MAX_TOKENS = 1_000_000  # tokens in one prompt or one answer
 MAX_CONCURRENCY = 100_000  # requests in flight, users of a closed loop
 MAX_FACTOR = 1_000.0  # trace speedup / rate_scale, gamma burstiness
+MAX_TRACE_SCALES = 20  # shape.trace.scales: each is two steps
 MAX_COUNT = 1_000_000  # requests per level, prefixes, refine steps, min_samples, samples
 MAX_SEED = 2**63 - 1
 MAX_STEPS = 10_000  # steps of a ladder, slices of a soak
@@ -439,6 +440,9 @@ class TraceShape(Model):
     warmup: Duration = 0.0
     drain_timeout: Duration = 60.0
     seed: int | None = Field(default=None, ge=-MAX_SEED, le=MAX_SEED)
+    #: mean rates (req/s) to replay the same trace at, time-scaled, each with its uniform twin (the
+    #: trace's own knee: summary.json `burst_knee`); None: the trace once at its own rate
+    scales: list[Rate] | None = Field(default=None, max_length=MAX_TRACE_SCALES)
 
     @field_validator("window")
     @classmethod
@@ -446,6 +450,17 @@ class TraceShape(Model):
         if v is not None and v[1] <= v[0]:
             raise ValueError("the window's end must be after its start")
         return v
+
+    @field_validator("scales")
+    @classmethod
+    def _scales(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return v
+        if len(v) < 2:
+            raise ValueError("give at least two mean rates (one is the plain replay: leave scales out)")
+        if len(set(v)) != len(v):
+            raise ValueError("each mean rate at most once")
+        return sorted(v)
 
 
 class SoakShape(Model):

@@ -4,7 +4,9 @@
                  master adds from `BoundarySearch` with `refine_step`
     concurrency  one closed-loop step per level, labels `c4`, phase `concurrency` (named closed loop)
     trace        phase `burst` (label `burst`): the trace as recorded (after window, speed-up, scaling);
-                 then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced
+                 then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced.
+                 With `scales: [r1, r2, ..]`: per mean rate, ascending, the trace time-scaled to it
+                 (label `burst-r3.00`) and its uniform twin (`uniform-r3.00`), for the trace's own knee
     soak         one step per slice (labels `soak-000`, ...), phase `soak`; constant/Poisson/gamma at
                  `rate`, or a trace looped to the duration. Every slice but the last has `drain=False`:
                  the next slice should start as its arrivals end (its requests still finish, within
@@ -18,12 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
 from shapes.boundary import BoundarySearch
 from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["STEP_BUILDERS", "UNCAPPED_POOL", "pool_size", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
            "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
@@ -160,21 +166,33 @@ def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:
 
 def _trace(shape: TraceShape, run_seed: int, base_dir: str | Path | None) -> list[StepSpec]:
     seed = run_seed if shape.seed is None else shape.seed
-    from shapes.replay import prepare_replay, to_trace_arrivals, uniform_twin  # pandas: only for traces
+    from shapes.replay import prepare_replay, scale_to_rate, to_trace_arrivals, uniform_twin  # noqa: I001 (pandas)
 
     replay = prepare_replay(shape, seed=seed, base_dir=base_dir)
     if shape.warmup >= replay.span_s:
         raise ConfigError(f"warmup {shape.warmup:g}s is not shorter than the trace ({replay.span_s:g}s)",
                           key="shape.trace.warmup")
-    frames = [("burst", replay.frame)]
-    if shape.uniform_twin:
-        frames.append(("uniform", uniform_twin(replay.frame, replay.span_s)))
+    # (label, phase, frame, span): the trace as prepared, or time-scaled to each of `scales`' mean rates
+    frames: list[tuple[str, str, pd.DataFrame, float]] = []
+    if shape.scales:
+        for rate in shape.scales:
+            frame, span = scale_to_rate(replay.frame, replay.span_s, rate)
+            if shape.warmup >= span:
+                raise ConfigError(f"warmup {shape.warmup:g}s is not shorter than the trace at {rate:g} req/s "
+                                  f"({span:g}s)", key="shape.trace.warmup")
+            suffix = rate_label(rate)[1:]
+            frames.append((f"burst-r{suffix}", "burst", frame, span))
+            frames.append((f"uniform-r{suffix}", "uniform", uniform_twin(frame, span), span))
+    else:
+        frames.append(("burst", "burst", replay.frame, replay.span_s))
+        if shape.uniform_twin:
+            frames.append(("uniform", "uniform", uniform_twin(replay.frame, replay.span_s), replay.span_s))
     return [
-        StepSpec(label=phase, index=i, phase=phase, arrival="trace", target_rate=len(frame) / replay.span_s,
-                 warmup_s=shape.warmup, duration_s=replay.span_s - shape.warmup,
+        StepSpec(label=label, index=i, phase=phase, arrival="trace", target_rate=len(frame) / span,
+                 warmup_s=shape.warmup, duration_s=span - shape.warmup,
                  drain_timeout_s=shape.drain_timeout, trace=to_trace_arrivals(frame, use_sizes=shape.use_sizes),
                  seed=derive_seed(seed, i), failed_in_source=replay.failed_in_source)
-        for i, (phase, frame) in enumerate(frames)
+        for i, (label, phase, frame, span) in enumerate(frames)
     ]
 
 

@@ -9,6 +9,8 @@ failed in the source, speed-up, rate scaling, then the uniform twin is derived f
 - rate scaling by superposition: `ceil(scale)` copies of the trace overlaid, copy j shifted cyclically
   by `j * span / copies` (the last copy thinned to the fractional part), so bursts keep their shape.
 - uniform twin: the same requests in the same order, evenly spaced over the same span (same mean rate).
+- time-scaling to a mean rate (`shape.trace.scales`): the prepared trace compressed or stretched in time
+  so that its mean rate is the one asked; the same requests, the bursts keep their shape.
 
 A trace's span is the window length when one is given, else `last offset * n / (n - 1)` (so that the
 mean rate is the usual `(n - 1) / last offset`).
@@ -33,6 +35,7 @@ __all__ = [
     "loop_trace",
     "prepare_replay",
     "resolve_trace_path",
+    "scale_to_rate",
     "slice_trace",
     "speed_up",
     "superpose",
@@ -108,6 +111,14 @@ def superpose(frame: pd.DataFrame, span_s: float, factor: float, rng: np.random.
         parts.append(copy.assign(offset_s=shifted))
     merged = pd.concat(parts, ignore_index=True)
     return merged.sort_values("offset_s", kind="stable").reset_index(drop=True)
+
+
+def scale_to_rate(frame: pd.DataFrame, span_s: float, rate: float) -> tuple[pd.DataFrame, float]:
+    """The same arrivals time-scaled so that their mean rate (count / span) is `rate`: (frame, span)."""
+    if not rate > 0 or span_s <= 0 or frame.empty:
+        raise ValueError(f"cannot scale {len(frame)} arrivals over {span_s:g}s to {rate:g} req/s")
+    factor = rate * span_s / len(frame)
+    return speed_up(frame, factor), span_s / factor
 
 
 def uniform_twin(frame: pd.DataFrame, span_s: float) -> pd.DataFrame:

@@ -208,6 +208,8 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
             out.append(f"{text}: {float(summary[key]):g} users.")
     out.extend(burst_sentences(getattr(analysis, "burst", None)))
     out.extend(soak_sentences(summary.get("soak")))
+    from llmload.report.limits_view import answer_lines  # why it broke, what bursts cost (issue 30)
+    out.extend(answer_lines(analysis))
     insufficient = steps[verdicts == "insufficient"]
     if len(insufficient):
         need = getattr(analysis.slo, "min_samples", 200)

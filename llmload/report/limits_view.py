@@ -15,11 +15,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.limits import CLIENT_CAP_SHARE, KV_FULL, PREFILL_SHARE, SLOTS_FULL_SHARE, limit_sentence
+from analysis.burst import burst_knee_sentence
+from analysis.limits import (
+    CLIENT_CAP_SHARE,
+    KV_FULL,
+    PREFILL_SHARE,
+    SLOTS_FULL_SHARE,
+    limit_answer,
+    limit_sentence,
+)
 from llmload.report.html import esc, figure, is_blank, table
 from llmload.report.plots import _figure, _svg
 
-__all__ = ["SINGLE_RATE_NOTE", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
+__all__ = ["SINGLE_RATE_NOTE", "answer_lines", "burst_knee_plot", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
 
 #: said instead of the charts against offered rate when every step ran at one mean rate
 SINGLE_RATE_NOTE = ('<p class="muted" id="single-rate-note">Every step ran at one mean rate: the latency, '
@@ -115,12 +123,111 @@ def burstiness_sentences(summary: dict | None) -> list[str]:
     return out
 
 
+def answer_lines(analysis: Any) -> list[str]:
+    """The answer's lines on why it broke and what bursts cost: the first failing sustained step's
+    limit (`limit_answer`, at the knee's rate when there is one) and the trace's own knee
+    (`burst_knee_sentence`)."""
+    from analysis.knee import knee_of
+    from shapes.phases import sustained_phases
+
+    summary = getattr(analysis, "summary", None) or {}
+    steps = getattr(analysis, "steps", None)
+    out = []
+    if isinstance(steps, pd.DataFrame) and not steps.empty and {"phase", "verdict", "limit"} <= set(steps.columns):
+        failing = steps[steps["phase"].isin(sustained_phases()) & (steps["verdict"] == "fail")]
+        if not failing.empty:
+            row = failing.sort_values("offered_rate", kind="stable").iloc[0].to_dict()
+            knee = knee_of(summary)
+            first = (list(row.get("failing") or []) or [None])[0]
+            # the knee's rate when its binding target is what broke first there, else the step's own rate
+            at_knee = knee is not None and knee.rate is not None and knee.binding == first
+            text = limit_answer(row, knee.rate if at_knee else None)
+            if text:
+                out.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
+    burst = burst_knee_sentence(summary.get("burst_knee"))
+    if burst:
+        out.append(burst)
+    return out
+
+
+def burst_knee_plot(summary: dict) -> str | None:
+    """The binding target's percentile against realised offered rate, the trace as recorded and its
+    uniform twins as two lines (with each step's interval), the target dotted, each knee a vertical line."""
+    from llmload import slo as slo_dims
+
+    entry = summary.get("burst_knee") or {}
+    key = entry.get("binding") or (entry.get("uniform") or {}).get("binding") or next(iter(entry.get("targets") or {}), None)
+    parsed = slo_dims.parse_threshold_key(str(key)) if key else None
+    dim = slo_dims.by_name(parsed[0]) if parsed else None
+    if dim is None:
+        return None
+    column = dim.figure_of(parsed[1])
+    steps = pd.DataFrame(summary.get("steps") or [])
+    if steps.empty or not {"phase", "offered_rate", column} <= set(steps.columns):
+        return None
+    fig, axes = _figure(7.5, 3.4, margins=(0.8, 0.2, 0.55, 0.2))
+    ax = axes[0][0]
+    drew = False
+    from shapes.phases import phases_where
+
+    sides = ((entry, "burst", "#c0504d", "as recorded (bursts)"),
+             (entry.get("uniform") or {}, "uniform", "#4f81bd", "uniform twin"))
+    for knee, side, colour, name in sides:
+        rows = steps[steps["phase"].isin(phases_where(burst_pair=side))].assign(_x=lambda d: pd.to_numeric(d["offered_rate"], errors="coerce"),
+                                                     _y=lambda d: pd.to_numeric(d[column], errors="coerce") * 1000)
+        rows = rows.dropna(subset=["_x", "_y"]).sort_values("_x")
+        if rows.empty:
+            continue
+        low = pd.to_numeric(rows.get(f"{column}_low", rows[column]), errors="coerce") * 1000
+        high = pd.to_numeric(rows.get(f"{column}_high", rows[column]), errors="coerce") * 1000
+        err = np.vstack([(rows["_y"] - low).clip(lower=0).fillna(0), (high - rows["_y"]).clip(lower=0).fillna(0)])
+        ax.errorbar(rows["_x"], rows["_y"], yerr=err, color=colour, marker="o", markersize=3, linewidth=1,
+                    capsize=2, label=name)
+        if knee.get("rate") is not None:
+            ax.axvline(float(knee["rate"]), color=colour, linestyle="--", linewidth=1)
+        drew = True
+    if not drew:
+        return None
+    threshold = (summary.get("slo") or {}).get("thresholds", {}).get(f"{key}_s")
+    if threshold is not None:
+        ax.axhline(float(threshold) * 1000, color="#333", linestyle=":", linewidth=1, label=f"target {key}")
+    ax.set_yscale("log")
+    ax.set_xlabel("mean offered rate (req/s)")
+    ax.set_ylabel(f"{dim.display} p{parsed[1]:g} (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+    return _svg(fig, "burst-knee")
+
+
+def _burst_knee_html(summary: dict) -> str:
+    entry = summary.get("burst_knee")
+    if not entry:
+        return ""
+    sentence = burst_knee_sentence(entry) or ""
+    rows = []
+    for side, knee in (("as recorded (bursts)", entry), ("uniform twin", entry.get("uniform") or {})):
+        bracket = knee.get("bracket") or [None, None]
+        rows.append({"trace": side, "knee req/s": knee.get("rate"), "low": knee.get("low"),
+                     "high": knee.get("high"), "confidence": knee.get("confidence"), "binding": knee.get("binding"),
+                     "last passing req/s": bracket[0], "first failing req/s": bracket[1]})
+    note = ('<p class="muted">The trace replayed time-scaled to each mean rate of <code>shape.trace.scales</code>, '
+            "and its uniform twin at each: the knee (highest mean rate meeting the SLO, by realised offered "
+            "rate) of each side with its interval, and the passing and failing mean rates it lies between "
+            "(METRICS.md \"The trace\'s own knee\").</p>")
+    caption = ("The binding target's percentile per step (bars: its interval) against the step's mean offered "
+               "rate, the trace as recorded and its uniform twin; dotted: the target; dashed: each knee.")
+    return (f'<p class="a" id="burst-knee">{esc(sentence)}</p>' + note
+            + figure(burst_knee_plot(summary), plot_id="plot-burst-knee", caption=caption)
+            + table(pd.DataFrame(rows), table_id="burst-knee-table"))
+
+
 def bursts_html(summary: dict | None) -> str | None:
-    """The bursts of each replayed trace with their queue, drain and recovery, and the burstiness."""
+    """The trace's own knee, the bursts of each replayed trace with their queue, drain and recovery, and
+    the burstiness."""
     summary = summary or {}
     if not summary.get("burstiness") and not summary.get("bursts"):
         return None
-    body = "".join(f'<p class="a">{esc(s)}</p>' for s in burstiness_sentences(summary))
+    body = _burst_knee_html(summary) + "".join(f'<p class="a">{esc(s)}</p>' for s in burstiness_sentences(summary))
     bursts = summary.get("bursts") or []
     if not bursts:
         return body + '<p class="muted">No burst: no sub-window\'s arrivals exceeded the rule (METRICS.md).</p>'

@@ -25,7 +25,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
-from shapes.phases import closed_loop_phases, rate_phases
+from shapes.phases import closed_loop_phases, phases_where, rate_phases
 
 __all__ = [
     "RATE_PHASES",
@@ -133,7 +133,10 @@ def rate_axis(steps: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
         conc = run[closed].assign(_x=lambda d: _col(d, "concurrency"))
         return conc.sort_values("_x"), "_x", "concurrency (closed loop, users)"
     if rated.empty:
-        rated = run
+        # a trace at several mean rates (`shape.trace.scales`): the trace as recorded; its uniform twins
+        # are drawn beside it in the bursts section
+        bursts = run[phase.isin(phases_where(burst_pair="burst"))]
+        rated = bursts if _col(bursts, "offered_rate").round(9).nunique() > 1 else run
     offered = _col(rated, "offered_rate").fillna(_col(rated, "target_rate"))
     return rated.assign(_x=offered).dropna(subset=["_x"]).sort_values("_x"), "_x", "offered rate (req/s)"
 
@@ -443,14 +446,16 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     `ratio_colours`; red = burst worse, green = burst better)."""
     if burst is None or burst.empty or not {"metric", "ratio"} <= set(burst.columns):
         return None
-    data = burst.assign(_r=_col(burst, "ratio")).dropna(subset=["_r"])
+    data = burst.assign(_r=_col(burst, "ratio"), _m=burst["metric"].astype(str)).dropna(subset=["_r"])
     if data.empty:
         return None
+    if "burst_step" in data and data["burst_step"].nunique() > 1:  # a trace at several mean rates
+        data = data.assign(metric=data["metric"].astype(str) + " · " + data["burst_step"].astype(str))
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4,
                         margins=(_text_inches(data["metric"].astype(str), 7) + 0.25, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     differences = _col(data, "difference").to_numpy(dtype=float) if "difference" in data else None
-    colours = ratio_colours(data["metric"].astype(str).tolist(), data["_r"].to_numpy(dtype=float), differences)
+    colours = ratio_colours(data["_m"].tolist(), data["_r"].to_numpy(dtype=float), differences)
     ax.barh(range(len(data)), data["_r"], color=colours)
     ax.set_yticks(range(len(data)), [str(m) for m in data["metric"]], fontsize=7)
     ax.axvline(1.0, color="#333", linewidth=1)

@@ -24,6 +24,7 @@ def _run(sim, tmp_path, *, rates, duration="4s", input_tokens=16, output_tokens=
               "requests": {"input_tokens": {"dist": "fixed", "value": input_tokens},
                            "output_tokens": {"dist": "fixed", "value": output_tokens}},
               "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
+                                   "stop_after_failures": None,  # every step: a failing first step too
                                    "steps": [{"rate": r, "duration": duration} for r in rates]}},
               "slo": {"min_samples": 5, **(slo or {"ttft_p95": "500ms"})},
               "client": {"max_concurrency": 64, "max_send_lag_p99": "500ms", **(client or {})},
