@@ -91,6 +91,11 @@ def run(
         min=1, max=65535, help="Serve live Prometheus metrics (/metrics) on this port while the run is live "
                                "(with --web they are also at the web UI's /metrics).")] = None,
     metrics_host: Annotated[str, typer.Option(help="The address --metrics-port binds.")] = "127.0.0.1",
+    master_bind_host: Annotated[str, typer.Option(
+        help="Master: the interface to listen on for workers (0.0.0.0: all; loopback by default).")] = "127.0.0.1",
+    worker_token_file: Annotated[Optional[Path], typer.Option(
+        help="Master and workers: a file whose first line is the shared worker token (else the "
+             "LLMLOAD_WORKER_TOKEN variable; docs/SECURITY.md).")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     from llmload.runtime.launcher import run_config
@@ -98,7 +103,8 @@ def run(
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
                                 expect_workers=expect_workers, worker=worker, master_host=master_host,
                                 master_port=master_port, locustfile=locustfile, metrics_port=metrics_port,
-                                metrics_host=metrics_host))
+                                metrics_host=metrics_host, master_bind_host=master_bind_host,
+                                worker_token_file=worker_token_file))
 
 
 @app.command()

@@ -9,6 +9,7 @@ and files the config names must exist; reading the YAML itself (UTF-8, no duplic
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,8 @@ __all__ = [
     "LadderStep",
     "MAX_CONCURRENCY",
     "MAX_RATE",
+    "MAX_STEPS",
+    "MAX_STEP_ARRIVALS",
     "MAX_TOKENS",
     "SHAPE_KINDS",
     "QualityCase",
@@ -78,6 +81,8 @@ MAX_CONCURRENCY = 100_000  # requests in flight, users of a closed loop
 MAX_FACTOR = 1_000.0  # trace speedup / rate_scale, gamma burstiness
 MAX_COUNT = 1_000_000  # requests per level, prefixes, refine steps, min_samples, samples
 MAX_SEED = 2**63 - 1
+MAX_STEPS = 10_000  # steps of a ladder, slices of a soak
+MAX_STEP_ARRIVALS = 10_000_000  # arrivals one step plans: rate x (warmup + duration), rate x slice
 
 
 def _duration(value: object) -> float:
@@ -85,23 +90,31 @@ def _duration(value: object) -> float:
 
 
 def check_url(value: str) -> str:
-    """`value` if it is an http(s) URL with a host and a valid port, else ValueError saying why.
+    """`value` if it is an http(s) URL with a host and a valid port, else ValueError saying why (a
+    `user:password@` in the URL is never quoted back).
 
     >>> check_url("http://127.0.0.1:8000")
     'http://127.0.0.1:8000'
     """
+    shown = _without_userinfo(value) if isinstance(value, str) else value
     if not isinstance(value, str) or not re.match(r"^https?://", value, re.IGNORECASE):
-        raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{value}"')
+        raise ValueError(f'expected a URL like http://127.0.0.1:8000, got "{shown}"')
     try:
         parts = urlsplit(value)
         port = parts.port
     except ValueError as exc:  # `http://[::1` (unclosed bracket), `:abc`, `:99999`
-        raise ValueError(f'bad URL "{value}": {exc}') from None
+        reason = str(exc) if "@" not in str(exc) else "invalid"
+        raise ValueError(f'bad URL "{shown}": {reason}') from None
     if not parts.hostname or any(c.isspace() for c in value):
-        raise ValueError(f'bad URL "{value}": expected a host like http://127.0.0.1:8000')
+        raise ValueError(f'bad URL "{shown}": expected a host like http://127.0.0.1:8000')
     if parts.netloc.endswith(":") or port == 0:
-        raise ValueError(f'bad URL "{value}": expected a port from 1 to 65535')
+        raise ValueError(f'bad URL "{shown}": expected a port from 1 to 65535')
     return value
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` with any `user:password@` replaced by `***@`, for messages."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
 
 
 #: seconds, written by users as `800ms`, `30s`, `2m`, `4h` or a bare number (at most 30 days)
@@ -319,11 +332,20 @@ class LadderShape(Model):
     burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     warmup: Duration = 10.0
     drain_timeout: Duration = 60.0
-    steps: list[LadderStep] = Field(min_length=1)
+    steps: list[LadderStep] = Field(min_length=1, max_length=MAX_STEPS)
     refine: Refine | None = None
     #: after this many failing steps the rest of the ladder is `not_run` (the boundary search still
     #: runs); 1 keeps one failing step past the knee; null runs every step
     stop_after_failures: int | None = Field(default=1, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _bounded_steps(self) -> LadderShape:
+        for number, step in enumerate(self.steps, start=1):
+            _check_arrivals(step.rate * (self.warmup + step.duration), f"steps: step {number}")
+        if self.refine is not None and self.refine.duration is not None:
+            top = max(step.rate for step in self.steps)
+            _check_arrivals(top * (self.warmup + self.refine.duration), "refine: a refine step")
+        return self
 
 
 class ConcurrencyShape(Model):
@@ -372,6 +394,22 @@ class SoakShape(Model):
     @model_validator(mode="after")
     def _rate_or_trace(self) -> SoakShape:
         return _one_of(self, "rate", "trace")
+
+    @model_validator(mode="after")
+    def _bounded_slices(self) -> SoakShape:
+        if self.duration / self.slice > MAX_STEPS:
+            raise ValueError(f"slice: duration / slice is {math.ceil(self.duration / self.slice):,} slices; "
+                             f"a soak may have at most {MAX_STEPS:,} (make slice longer)")
+        if self.rate is not None:
+            _check_arrivals(self.rate * self.slice, "slice: each slice")
+        return self
+
+
+def _check_arrivals(count: float, where: str) -> None:
+    """ValueError when one step would plan more than `MAX_STEP_ARRIVALS` arrivals (held in memory)."""
+    if count > MAX_STEP_ARRIVALS:
+        raise ValueError(f"{where} plans {count:,.0f} arrivals (rate x time); a step may plan at most "
+                         f"{MAX_STEP_ARRIVALS:,}: shorten it or lower the rate")
 
 
 #: the `shape:` kinds, in the order they are named; each has a LoadTestShape class (`shapes.loadshapes`)
@@ -687,16 +725,22 @@ def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config
 def load_config(path: str | Path) -> Config:
     """Read and validate a run configuration file. Raises ConfigError with file:line key: reason.
 
-    Files the config names (`requests.dataset`, an `empirical` lengths `file`) must exist, relative to
-    the config's folder, so a typo stops the run before it starts rather than in its first request."""
+    Files the config names (`requests.dataset`, an `empirical` lengths `file`, `target.api_key_file`) must
+    exist, relative to the config's folder, so a typo stops the run before it starts rather than in its
+    first request. `target.api_key_file` comes back as an absolute path, so every reader of the key (the
+    pre-flight, telemetry, the load's workers) reads the same file whatever their current folder."""
     text, data = _read_yaml(path)
     config = parse_config(data, file=str(path), text=text)
-    _check_files(config, base_dir=Path(path).resolve().parent, file=str(path), lines=_line_index(text))
+    base_dir = Path(path).resolve().parent
+    if config.target.api_key_file:  # one key file for the pre-flight, telemetry and the load alike
+        key_file = str(base_dir / Path(config.target.api_key_file).expanduser())
+        config = config.model_copy(update={"target": config.target.model_copy(update={"api_key_file": key_file})})
+    _check_files(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
     return config
 
 
 def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:
-    named = [(("requests", "dataset"), config.requests.dataset)]
+    named = [(("requests", "dataset"), config.requests.dataset), (("target", "api_key_file"), config.target.api_key_file)]
     for key in ("input_tokens", "output_tokens"):
         dist = getattr(config.requests, key)
         if isinstance(dist, EmpiricalDist) and dist.file:
@@ -705,6 +749,10 @@ def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple
         if name and not (base_dir / name).is_file():
             raise ConfigError(f'file "{name}" not found (relative paths start at the config\'s folder)',
                               file=file, line=lines.get(path), key=_format_path(path))
+    if config.requests.dataset:  # every line checked now: a bad one stops the run before its pre-flight
+        from llmload.client.dataset import load_dataset
+
+        load_dataset(base_dir / config.requests.dataset)
 
 
 def load_slo(path: str | Path) -> SLO:

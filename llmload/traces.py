@@ -14,7 +14,9 @@ Formats (`format: auto` sniffs the file's header or first record):
 Every loader returns the columns of `TRACE_COLUMNS`, sorted by `offset_s` (seconds from the first
 arrival). `prefix_id` / `prefix_tokens` name a shared prompt prefix and its length where the trace
 says (Mooncake: the deepest run of leading blocks another request also has). A wrong file is a one-line
-`ConfigError` naming the file and line, never a traceback.
+`ConfigError` naming the file and line, never a traceback; so is a value past the bounds a run can
+replay: a timestamp that is not finite, a trace spanning more than `MAX_TRACE_SPAN_S` (31 days), a token
+count over `MAX_TOKENS` (the config's bound) or a prefix id over `MAX_PREFIX_ID`.
 """
 
 from __future__ import annotations
@@ -25,15 +27,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmload.config import MAX_TOKENS
 from llmload.errors import ConfigError
 
-__all__ = ["MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace", "sniff_format"]
+__all__ = ["MAX_TRACE_SPAN_S", "MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace",
+           "sniff_format"]
 
 TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake")
 TRACE_COLUMNS = ("offset_s", "input_tokens", "output_tokens", "prefix_ids", "prefix_id", "prefix_tokens",
                  "prompt", "failed_in_source")
 #: tokens per `hash_ids` block in the Mooncake traces
 MOONCAKE_BLOCK_TOKENS = 512
+#: the longest time from the first to the last arrival of a trace (a month)
+MAX_TRACE_SPAN_S = 31 * 86_400.0
+#: the largest `prefix_id` a trace may give
+MAX_PREFIX_ID = 2**31 - 1
 
 
 def load_trace(path: str | Path, format: str = "auto") -> pd.DataFrame:
@@ -118,6 +126,11 @@ def _csv_rows(p: Path) -> _Rows:
     return _Rows(frame[~blank].reset_index(drop=True), lines[~blank])
 
 
+def _json_int(text: str) -> int | float:
+    """A JSON integer; one too long for int64 becomes a float (inf past 1e308), which the bounds refuse."""
+    return int(text) if len(text) < 19 else float(text)
+
+
 def _jsonl_rows(p: Path) -> _Rows:
     records, lines = [], []
     with p.open(encoding="utf-8") as fh:
@@ -125,7 +138,7 @@ def _jsonl_rows(p: Path) -> _Rows:
             if not raw.strip():
                 continue
             try:
-                item = json.loads(raw)
+                item = json.loads(raw, parse_int=_json_int)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"not valid JSON: {exc.msg}", file=str(p), line=number) from None
             if not isinstance(item, dict):
@@ -145,22 +158,47 @@ def _need(rows: _Rows, column: str, file: str) -> pd.Series:
     return rows.frame[column]
 
 
-def _numbers(rows: _Rows, column: str, file: str, *, integer: bool, optional: bool = False) -> np.ndarray:
-    """A numeric column as float64 (NaN where empty and `optional`); a bad cell names its line."""
+def _numbers(rows: _Rows, column: str, file: str, *, integer: bool, optional: bool = False,
+             maximum: float | None = None) -> np.ndarray:
+    """A numeric column as float64 (NaN where empty and `optional`); a bad cell (not a finite
+    non-negative number, or over `maximum`) names its line."""
     if column not in rows.frame.columns and optional:
         return np.full(len(rows), np.nan)
     raw = _need(rows, column, file)
     blank = raw.isna() | (raw.astype(str).str.strip() == "")
     values = pd.to_numeric(raw.where(~blank), errors="coerce").to_numpy(dtype=np.float64)
     bad = np.isnan(values) & ~blank.to_numpy() if optional else np.isnan(values)
-    bad |= ~np.isnan(values) & (values < 0)
+    bad |= ~np.isnan(values) & ((values < 0) | np.isinf(values))
     if integer:
         bad |= ~np.isnan(values) & (values != np.round(values))
     if bad.any():
         i = int(np.argmax(bad))
         kind = "a non-negative integer" if integer else "a non-negative number"
         raise ConfigError(f'{column}: expected {kind}, got "{raw.iloc[i]}"', file=file, line=int(rows.lines[i]))
+    if maximum is not None and (values > maximum).any():
+        i = int(np.argmax(values > maximum))
+        raise ConfigError(f'{column}: {raw.iloc[i]} is more than {maximum:,.0f}', file=file,
+                          line=int(rows.lines[i]))
     return values
+
+
+def _tokens(rows: _Rows, column: str, file: str, *, optional: bool = False) -> np.ndarray:
+    return _numbers(rows, column, file, integer=True, optional=optional, maximum=MAX_TOKENS)
+
+
+def _bounded_times(offsets: np.ndarray, rows: _Rows, column: str, file: str) -> np.ndarray:
+    """`offsets` (seconds) when every one is finite and the trace spans at most `MAX_TRACE_SPAN_S`."""
+    bad = ~np.isfinite(offsets)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(f'{column}: expected a finite time, got "{rows.frame[column].iloc[i]}"', file=file,
+                          line=int(rows.lines[i]))
+    span = offsets - offsets.min()
+    if (span > MAX_TRACE_SPAN_S).any():
+        i = int(np.argmax(span > MAX_TRACE_SPAN_S))
+        raise ConfigError(f"{column}: {span[i]:.3g} s after the first arrival; a trace may span at most "
+                          f"{MAX_TRACE_SPAN_S / 86_400:.0f} days", file=file, line=int(rows.lines[i]))
+    return offsets
 
 
 def _datetimes(rows: _Rows, column: str, file: str) -> np.ndarray:
@@ -210,33 +248,33 @@ def _finish(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _llmload(rows: _Rows, file: str) -> pd.DataFrame:
-    offsets = _seconds_or_datetimes(rows, "timestamp", file)
+    offsets = _bounded_times(_seconds_or_datetimes(rows, "timestamp", file), rows, "timestamp", file)
     extra: dict[str, object] = {}
     if "prefix_id" in rows.frame.columns:
-        pid = _numbers(rows, "prefix_id", file, integer=True, optional=True)
+        pid = _numbers(rows, "prefix_id", file, integer=True, optional=True, maximum=MAX_PREFIX_ID)
         extra["prefix_id"] = [None if np.isnan(v) else int(v) for v in pid]
         extra["prefix_ids"] = [None if np.isnan(v) else [int(v)] for v in pid]
     if "prompt" in rows.frame.columns:
         extra["prompt"] = [p if isinstance(p, str) and p != "" else None for p in rows.frame["prompt"]]
     return _frame(offsets,
-                  _numbers(rows, "input_tokens", file, integer=True, optional=True),
-                  _numbers(rows, "output_tokens", file, integer=True, optional=True), **extra)
+                  _tokens(rows, "input_tokens", file, optional=True),
+                  _tokens(rows, "output_tokens", file, optional=True), **extra)
 
 
 def _azure(rows: _Rows, file: str) -> pd.DataFrame:
-    return _frame(_datetimes(rows, "TIMESTAMP", file),
-                  _numbers(rows, "ContextTokens", file, integer=True),
-                  _numbers(rows, "GeneratedTokens", file, integer=True))
+    return _frame(_bounded_times(_datetimes(rows, "TIMESTAMP", file), rows, "TIMESTAMP", file),
+                  _tokens(rows, "ContextTokens", file),
+                  _tokens(rows, "GeneratedTokens", file))
 
 
 def _burstgpt(rows: _Rows, file: str) -> pd.DataFrame:
-    outputs = _numbers(rows, "Response tokens", file, integer=True)
-    return _frame(_numbers(rows, "Timestamp", file, integer=False),
-                  _numbers(rows, "Request tokens", file, integer=True), outputs, failed=outputs == 0)
+    outputs = _tokens(rows, "Response tokens", file)
+    times = _bounded_times(_numbers(rows, "Timestamp", file, integer=False), rows, "Timestamp", file)
+    return _frame(times, _tokens(rows, "Request tokens", file), outputs, failed=outputs == 0)
 
 
 def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
-    offsets = _numbers(rows, "timestamp", file, integer=False) / 1000.0
+    offsets = _bounded_times(_numbers(rows, "timestamp", file, integer=False) / 1000.0, rows, "timestamp", file)
     hashes: list[list[int] | None] = []
     raw = rows.frame["hash_ids"] if "hash_ids" in rows.frame.columns else [None] * len(rows)
     for i, value in enumerate(raw):
@@ -249,8 +287,8 @@ def _mooncake(rows: _Rows, file: str) -> pd.DataFrame:
                               line=int(rows.lines[i]))
     prefix_id, prefix_tokens = _shared_prefixes(hashes)
     return _frame(offsets,
-                  _numbers(rows, "input_length", file, integer=True),
-                  _numbers(rows, "output_length", file, integer=True),
+                  _tokens(rows, "input_length", file),
+                  _tokens(rows, "output_length", file),
                   prefix_ids=hashes, prefix_id=prefix_id, prefix_tokens=prefix_tokens)
 
 

@@ -3,7 +3,10 @@
 `read_yaml(path)` returns `(text, data)` or raises one ConfigError naming the file and line: a binary or
 Latin-1 file (`not UTF-8 text`), a YAML syntax error, a value YAML cannot build (`2021-02-30`), and a key
 given twice in one mapping at any depth (PyYAML keeps the last silently, so a second `slo:` block would
-drop the first one's targets). `line_index(text)` maps key paths to lines for validation errors.
+drop the first one's targets), a file over `MAX_FILE_BYTES` (1 MiB: parsing it would take minutes), and
+a document whose aliases expand to more than `MAX_NODES` nodes (an alias bomb: nine levels of nine
+aliases is 387 million nodes from 100 lines). Every walk visits each
+node once, however often it is aliased. `line_index(text)` maps key paths to lines for validation errors.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ import yaml
 
 from llmload.errors import ConfigError
 
-__all__ = ["line_index", "read_yaml"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "line_index", "read_yaml"]
+
+#: the most nodes a document may hold once its aliases are expanded (a 10,000-step ladder is ~60,000)
+MAX_NODES = 1_000_000
+#: the largest file read (a 10,000-step ladder is ~350 kB; long lists belong in files: datasets, traces)
+MAX_FILE_BYTES = 1024 * 1024
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -27,8 +35,14 @@ def _format_path(path: tuple) -> str:
     return text
 
 
-def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = ()) -> None:
-    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted)."""
+def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_nodes: set[int] | None = None) -> None:
+    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted).
+
+    An aliased node is checked once, at its first path."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[object, int] = {}
         for key_node, value_node in node.value:
@@ -40,10 +54,27 @@ def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = ()) -> None:
                 raise ConfigError(f"key given twice (first at line {seen[key]}); remove one",
                                   file=file, line=line, key=_format_path(path + (key,)))
             seen[key] = line
-            _check_duplicates(value_node, file=file, path=path + (key,))
+            _check_duplicates(value_node, file=file, path=path + (key,), seen_nodes=seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicates(item, file=file, path=path + (i,))
+            _check_duplicates(item, file=file, path=path + (i,), seen_nodes=seen_nodes)
+
+
+def expanded_size(node: yaml.Node, sizes: dict[int, int] | None = None) -> int:
+    """How many nodes `node` stands for once every alias is expanded (each node counted once per use),
+    computed in one pass over the distinct nodes."""
+    sizes = {} if sizes is None else sizes
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # a recursive alias (&a [*a]) counts once rather than forever
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        total += sum(expanded_size(k, sizes) + expanded_size(v, sizes) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        total += sum(expanded_size(item, sizes) for item in node.value)
+    sizes[id(node)] = total
+    return total
 
 
 def _decode(raw: bytes, file: str) -> str:
@@ -72,6 +103,9 @@ def parse_yaml(text: str, *, file: str) -> Any:
         if node is None:
             return None
         _check_duplicates(node, file=file)
+        if expanded_size(node) > MAX_NODES:
+            raise ConfigError(f"the YAML expands to more than {MAX_NODES:,} values, counting each use of an "
+                              "alias; make it smaller", file=file, line=1)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
@@ -93,6 +127,11 @@ def read_yaml(path: str | Path) -> tuple[str, Any]:
     if p.is_dir():
         raise ConfigError("is a directory, expected a YAML file", file=file)
     try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"the file is {size / 2**20:.1f} MiB; a YAML file may be at most "
+                              f"{MAX_FILE_BYTES // 2**20} MiB (long lists belong in a dataset or trace file)",
+                              file=file)
         raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
@@ -108,8 +147,13 @@ def line_index(text: str) -> dict[tuple, int]:
     except (yaml.YAMLError, RecursionError):
         return index
 
+    visited: set[int] = set()
+
     def walk(node: yaml.Node, path: tuple) -> None:
         index[path] = node.start_mark.line + 1
+        if id(node) in visited:  # an aliased node: its insides are indexed at their first path
+            return
+        visited.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
                 name = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)

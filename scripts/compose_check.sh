@@ -93,6 +93,7 @@ FILES=(-f docker-compose.yml -f examples/compose/ci.yml)
 [ "$MODE" = web ] && FILES+=(-f examples/compose/ci-web.yml)
 export COMPOSE_PROJECT_NAME="llmloadci$$"
 export WORKERS=2
+export LLMLOAD_WORKER_TOKEN; LLMLOAD_WORKER_TOKEN=${LLMLOAD_WORKER_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 export LLMLOAD_CI_RUN="compose-${MODE}-$(date -u +%Y%m%dT%H%M%S)-$$"
 export LLMLOAD_CI_MASTER_PORT; LLMLOAD_CI_MASTER_PORT=$(free_port)
 export LLMLOAD_CI_WEB_PORT; LLMLOAD_CI_WEB_PORT=$(free_port)

@@ -4,19 +4,28 @@
 The key lives in one private attribute; `repr`/`str` say `Credentials(***)`; `headers()` is the only
 way out (the `Authorization: Bearer ...` header for the target), and `redact(text)` removes the key
 from any text (an error body that echoes the header, an exception message) before it is stored.
+
+`open_url(request, timeout_s=...)` is how every urllib probe (pre-flight, telemetry scrapes) opens a URL:
+a redirect to another origin (scheme, host or port) is followed without the credentials (`Authorization`
+and every secret-named header): urllib's own handler copies them to wherever the server points.
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
-from llmload.config import Target
 from llmload.errors import ConfigError
 from llmload.redaction import register_secret
 
-__all__ = ["Credentials", "REDACTED"]
+if TYPE_CHECKING:
+    from llmload.config import Target
+
+__all__ = ["Credentials", "REDACTED", "is_secret_header", "open_url", "same_origin"]
 
 REDACTED = "***"
 
@@ -55,7 +64,11 @@ class Credentials:
                 raise ConfigError("the API key file is empty", file=str(path), key="target.api_key_file")
         for url in target.endpoints:  # a password in a URL (http://user:pass@host) is a secret too
             register_secret(urlsplit(url).password)
-        return cls(key, extra_headers=target.headers)
+        extra = dict(target.headers)
+        basic = _url_basic_auth(target.endpoints)
+        if basic and not key and not any(name.lower() == "authorization" for name in extra):
+            extra["Authorization"] = basic  # as telemetry sends it: the pre-flight and the load alike
+        return cls(key, extra_headers=extra)
 
     @property
     def has_key(self) -> bool:
@@ -86,6 +99,69 @@ class Credentials:
         raise TypeError("Credentials are not serialisable: they hold a secret")
 
 
+def _url_basic_auth(urls: list[str]) -> str | None:
+    """`Basic <base64 user:password>` from the `user:password@` the target's URLs give (the same in
+    each), or None; ConfigError when they differ (one set of headers goes to every endpoint)."""
+    pairs = set()
+    for url in urls:
+        parts = urlsplit(url)
+        pairs.add(None if parts.username is None else (unquote(parts.username), unquote(parts.password or "")))
+    if pairs == {None}:
+        return None
+    if len(pairs) > 1:
+        raise ConfigError("give the same user:password@ in every URL, or none (one set of credentials goes "
+                          "to every endpoint)", key="target.urls")
+    user, password = pairs.pop()
+    value = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    register_secret(value.split(" ", 1)[1])
+    return value
+
+
+def is_secret_header(header: str) -> bool:
+    """Whether a header's name says its value is a secret (`Authorization`, `X-Api-Key`, `Cookie`, ...)."""
+    return _secret_name(header)
+
+
 def _secret_name(header: str) -> bool:
     h = header.lower()
     return any(word in h for word in ("key", "token", "auth", "secret", "cookie"))
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port (the port their scheme implies when not given)."""
+    pa, pb = urlsplit(a), urlsplit(b)
+
+    def origin(parts: Any) -> tuple:
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+    return origin(pa) == origin(pb)
+
+
+class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, dropping credentials (and every secret-named header) when the origin changes."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and not same_origin(req.full_url, new.full_url):
+            for name in [n for n in new.headers if _secret_name(n)]:
+                del new.headers[name]
+            for name in [n for n in new.unredirected_hdrs if _secret_name(n)]:
+                del new.unredirected_hdrs[name]
+        return new
+
+
+_opener: urllib.request.OpenerDirector | None = None
+
+
+def open_url(request: urllib.request.Request | str, *, timeout_s: float) -> Any:
+    """`urllib.request.urlopen`, except that credentials never follow a redirect to another origin."""
+    global _opener
+    if _opener is None:
+        _opener = urllib.request.build_opener(_CredentialsStayHome)
+    return _opener.open(request, timeout=timeout_s)

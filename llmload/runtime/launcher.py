@@ -65,10 +65,11 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
                    master_host: str = "127.0.0.1", master_port: int | None = None,
                    locustfile: Path | None = None, metrics_port: int | None = None,
-                   metrics_host: str = "127.0.0.1") -> list[str]:
+                   metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1") -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
-    instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.prom`)."""
+    instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.prom`);
+    `master_bind_host` the interface a `master` listens on (loopback unless told)."""
     files = [LOCUSTFILE, SHAPEFILE]
     if locustfile is not None:  # its users replace ours when it imports them (a subclass); else it adds a shape
         own = Path(locustfile).resolve()
@@ -88,8 +89,8 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
         cmd += ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                 "--master-port", str(port)]
     if master:
-        cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-port",
-                str(master_port or DEFAULT_PORT)]
+        cmd += ["--master", "--expect-workers", str(expect_workers), "--master-bind-host", master_bind_host,
+                "--master-bind-port", str(master_port or DEFAULT_PORT)]
     if metrics_port:
         cmd += ["--llmload-metrics-port", str(metrics_port), "--llmload-metrics-host", metrics_host]
     return cmd
@@ -137,9 +138,11 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
                locustfile: Path | None = None, metrics_port: int | None = None,
-               metrics_host: str = "127.0.0.1") -> int:
+               metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1",
+               worker_token_file: Path | None = None) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
     clash = _role_clash(master=master, worker=worker, processes=processes) or _bad_locustfile(locustfile)
+    clash = clash or _use_worker_token(worker_token_file, needed=master)
     if clash:
         print(f"llmload: error: {clash}", file=sys.stderr)
         return 2
@@ -155,6 +158,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     run_dir, made, child = None, False, None
     try:
         config = load_config(config_path)  # first: a config error answers before the heavy imports
+        if master:
+            _check_no_shared_secrets(config, config_path)
         child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.gate`)
         from llmload.runtime.preflight import check_reachable
         from shapes.plan import build_plan
@@ -183,7 +188,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             say_once(warning)  # `llmload demo` runs two configs in one process: one note
         cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
                              expect_workers=expect_workers, master_port=master_port, locustfile=locustfile,
-                             metrics_port=metrics_port, metrics_host=metrics_host)
+                             metrics_port=metrics_port, metrics_host=metrics_host,
+                             master_bind_host=master_bind_host)
         if skip_preflight:
             cmd.append("--llmload-skip-preflight")
         if web:
@@ -227,6 +233,39 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
         return f"--processes cannot be combined with --{'master' if master else 'worker'}: " \
                "--processes starts a master and its local workers itself"
     return None
+
+
+def _use_worker_token(path: Path | None, *, needed: bool) -> str | None:
+    """Put `--worker-token-file`'s first line in `LLMLOAD_WORKER_TOKEN` for the Locust child (never on a
+    command line); why not (None when done, or not needed: `--processes` makes its own)."""
+    from llmload.runtime.workerauth import TOKEN_ENV
+
+    if path is not None:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"--worker-token-file {path}: cannot read it ({getattr(exc, 'strerror', None) or 'not text'})"
+        token = lines[0].strip() if lines else ""
+        if len(token) < 16:
+            return f"--worker-token-file {path}: the token must be at least 16 characters on its first line"
+        os.environ[TOKEN_ENV] = token
+    elif needed and len(os.environ.get(TOKEN_ENV, "").strip()) < 16:
+        return (f"--master needs a worker token of at least 16 characters, the same on every worker: set {TOKEN_ENV} "
+                "or give --worker-token-file FILE here and on each worker (docs/SECURITY.md)")
+    return None
+
+
+def _check_no_shared_secrets(config: Config, config_path: Path) -> None:
+    """ConfigError when a run with remote workers would send them a secret header value in the config: a
+    worker reads the key itself (`api_key_env` / `api_key_file` on the worker), nothing else is sent."""
+    from llmload.client.auth import is_secret_header
+    from llmload.errors import ConfigError
+
+    for name, value in config.target.headers.items():
+        if value and is_secret_header(name):
+            raise ConfigError("a secret header is not sent to remote workers (--master): give the key with "
+                              "api_key_env or api_key_file, read on each worker", file=str(config_path),
+                              key=f"target.headers.{name}")
 
 
 def _imports_our_users(path: Path) -> bool:

@@ -37,9 +37,11 @@ class PreflightFailed(RunError):
 
 
 def _get_json(url: str, *, timeout_s: float, headers: dict[str, str]) -> tuple[int, Any]:
+    from llmload.client.auth import open_url
+
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (the user's target)
+        with open_url(request, timeout_s=timeout_s) as resp:  # a redirect elsewhere gets no credentials
             body = resp.read()
             status = resp.status
     except urllib.error.HTTPError as exc:
@@ -53,18 +55,20 @@ def _get_json(url: str, *, timeout_s: float, headers: dict[str, str]) -> tuple[i
 def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[str, Any]:
     """Each endpoint answers HTTP; returns the models each one lists. Raises PreflightFailed."""
     from llmload.client.auth import Credentials
+    from llmload.telemetry.http import public_url
 
     headers = Credentials.from_target(config.target).headers()
     path = get_api(config.target.api).probe_path
     timeout = timeout_s if timeout_s is not None else min(config.target.connect_timeout, 10.0)
     found: dict[str, Any] = {}
     for base in config.target.endpoints:
+        shown = public_url(base)  # a user:password@ goes as a header (in `headers`), never in a message
         try:
-            status, body = _get_json(base + path, timeout_s=timeout, headers=headers)
+            status, body = _get_json(shown + path, timeout_s=timeout, headers=headers)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise PreflightFailed(f"target {base} is unreachable: {reason}") from None
-        found[base] = {"status": status, "models": _model_names(body)}
+            raise PreflightFailed(f"target {shown} is unreachable: {reason}") from None
+        found[shown] = {"status": status, "models": _model_names(body)}
     return found
 
 

@@ -72,6 +72,9 @@ def _quiet_spawn_warning() -> None:
 
 def add_options(parser: Any) -> None:
     """Our Locust options, typed with non-None defaults (they travel to workers and show in the web UI)."""
+    from llmload.runtime.workerauth import install
+
+    install()  # before Locust makes its runner: workers prove the worker token (llmload.runtime.workerauth)
     group = parser.add_argument_group("llmload")
     group.add_argument("--llmload-config", type=str, default="", help="llmload run configuration (YAML)")
     group.add_argument("--llmload-run-dir", type=str, default="",

@@ -14,7 +14,8 @@ Two options, typed strings with empty defaults (they travel to workers and Locus
 
 `form_values(config)` is what the form shows for a config; `apply_form(config, rates, slo)` returns the
 config as run (validated like the file: a bad value is one `ConfigError` line naming the option).
-Locust's own Host field shows the target URL; a changed Host is the run's `target.url` (one-URL configs).
+Locust's own Host field shows the target URL; a changed Host is the run's `target.url` (one-URL configs);
+a Host of another origin than the config's target gets none of its credentials (docs/SECURITY.md).
 Pure functions: no Locust, no I/O.
 """
 
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from llmload.config import SLO, Config
 from llmload.errors import ConfigError
+from llmload.telemetry.http import public_url
 
 __all__ = ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
            "format_seconds", "shape_summary", "target_text"]
@@ -172,11 +174,25 @@ def target_text(config: Config) -> str:
 
 
 def _with_host(config: Config, host: str) -> Config:
+    """`config` aimed at `host`. Another origin (scheme, host or port) than the config's target gets none
+    of its credentials (`api_key_env`, `api_key_file`, secret `target.headers`): the key goes only where
+    the config file sends it; a `user:password@` typed in the Host field is the user's own and goes."""
+    from llmload.client.auth import is_secret_header, same_origin
+    from llmload.config import check_url
+
     if config.target.urls:
         raise ConfigError("Host: this config has several target.urls: edit them in the config file")
     if not re.match(r"^https?://[^/\s]+", host):
-        raise ConfigError(f'Host: expected a URL like http://127.0.0.1:8000, got "{host}"')
-    return config.model_copy(update={"target": config.target.model_copy(update={"url": host.rstrip("/")})})
+        raise ConfigError('Host: expected a URL like http://127.0.0.1:8000')
+    try:
+        check_url(host)
+    except ValueError as exc:
+        raise ConfigError(f"Host: {exc}") from None
+    update: dict[str, Any] = {"url": host.rstrip("/")}
+    if not same_origin(config.target.url or "", host):
+        update |= {"api_key_env": None, "api_key_file": None,
+                   "headers": {k: v for k, v in config.target.headers.items() if not is_secret_header(k)}}
+    return config.model_copy(update={"target": config.target.model_copy(update=update)})
 
 
 def apply_form(config: Config, rates: str = "", slo: str = "", host: str = "") -> tuple[Config, dict]:
@@ -187,8 +203,12 @@ def apply_form(config: Config, rates: str = "", slo: str = "", host: str = "") -
     changed: dict[str, Any] = {}
     host = host.strip()
     if host and host.rstrip("/") != target_text(config).rstrip("/"):
+        before = config.target
         config = _with_host(config, host)
-        changed["target_url"] = config.target.url
+        changed["target_url"] = public_url(config.target.url or "")
+        if (before.api_key_env, before.api_key_file, before.headers) != (
+                config.target.api_key_env, config.target.api_key_file, config.target.headers):
+            changed["credentials"] = "not sent: the Host is not the config's target (edit the config file to send them)"
     if rates.strip() and _norm(rates) != _norm(shown[RATES]):
         values = _parse_rates(rates, config.shape.kind)
         config = _with_rates(config, values)

@@ -17,12 +17,24 @@
 
 `/llmload` (the old separate page) redirects to the tab. The run's shape and SLO come from
 `--llmload-config`.
+
+Every POST (Start `/swarm`, `/stop`, `/stats/reset`, `/user`: each changes the run) is refused with 403
+unless it comes from the UI's own page (`check_post`): its `Host` is a loopback name or an IP address
+(or a name in `LLMLOAD_WEB_HOSTS`, comma-separated: a DNS name could be rebound to 127.0.0.1 by another
+site), its `Origin` (or `Referer`) is that host, a browser's `Sec-Fetch-Site` says same-origin, and it
+carries this UI's token (a random value made at start, in the page's `llmload-token` meta tag; the tab's
+script adds it to the page's own POSTs as the `X-Llmload-Token` header, or a form field
+`llmload_token`). Another site can neither read the page nor send that header. docs/SECURITY.md.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import math
+import os
+import secrets
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -34,7 +46,13 @@ from llmload.redaction import redact
 from llmload.runtime.live import LiveSeries
 from llmload.runtime.table import quick_stats
 
-__all__ = ["LLM_TABLE", "install_web_ui", "live_state", "step_rows"]
+__all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"]
+
+#: how the UI's page proves a POST is its own (the token is in the page's `llmload-token` meta tag)
+TOKEN_HEADER = "X-Llmload-Token"
+TOKEN_FIELD = "llmload_token"
+#: extra host names the UI may be reached by (comma-separated); loopback names and IP addresses always
+HOSTS_ENV = "LLMLOAD_WEB_HOSTS"
 
 #: the tab's columns: (key, title)
 LLM_TABLE = (
@@ -198,6 +216,46 @@ def _sample(session: Any, live: LiveSeries) -> None:
             continue
 
 
+def _host_allowed(host: str) -> bool:
+    """A `Host` header the UI answers POSTs for: loopback names, IP literals, `LLMLOAD_WEB_HOSTS`."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]").lower()
+    if not name:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    extra = {h.strip().lower() for h in os.environ.get(HOSTS_ENV, "").split(",") if h.strip()}
+    return name in extra
+
+
+def check_post(headers: Any, form: Any, token: str) -> str | None:
+    """Why a POST to the UI must be refused (None when it comes from the UI's own page); see the module
+    docstring. `headers` and `form` are mappings with `.get` (Flask's request.headers and request.form)."""
+    host = (headers.get("Host") or "").strip()
+    if not _host_allowed(host):
+        return f"Host {host!r} is not this UI's address (a loopback name or an IP; others in {HOSTS_ENV})"
+    own = {f"http://{host}".lower(), f"https://{host}".lower()}
+    origin = headers.get("Origin")
+    if origin is not None and origin.rstrip("/").lower() not in own:
+        return f"cross-site request from {origin!r}"
+    referer = headers.get("Referer")
+    if origin is None and referer and not any(referer.lower().startswith(o + "/") or referer.lower() == o
+                                              for o in own):
+        return "cross-site request (Referer)"
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"cross-site request (Sec-Fetch-Site: {site})"
+    given = headers.get(TOKEN_HEADER) or form.get(TOKEN_FIELD) or ""
+    if not hmac.compare_digest(str(given).encode(), token.encode()):
+        return f"the UI's token is missing or wrong (send the page's llmload-token as {TOKEN_HEADER})"
+    return None
+
+
 def _form_template_args(web_ui: Any, session: Any) -> None:
     """Show this run's values and help in the start form's custom parameters, and the target as host."""
     from llmload.runtime.webform import form_help, form_values, target_text
@@ -235,6 +293,18 @@ def install_web_ui(environment: Any, session: Any) -> None:
         {"key": "llm", "structure": [{"key": k, "title": t} for k, t in LLM_TABLE]}]
     _form_template_args(web_ui, session)
     script = files("llmload.runtime").joinpath("webui_tab.js").read_text(encoding="utf-8")
+    token = secrets.token_urlsafe(24)
+
+    @web_ui.app.before_request
+    def _same_site_posts_only():
+        """Refuse a POST that is not the UI page's own (another site's form, a rebound DNS name)."""
+        if request.method != "POST":
+            return None
+        why = check_post(request.headers, request.form, token)
+        if why is None:
+            return None
+        print(f"llmload: refused a web UI request to {request.path}: {why}", flush=True)
+        return Response(f"llmload: refused: {why}\n", status=403, mimetype="text/plain")
 
     @web_ui.app.before_request
     def _check_form():
@@ -261,7 +331,9 @@ def install_web_ui(environment: Any, session: Any) -> None:
             page = response.get_data(as_text=True)
             tag = '<script src="./llmload/tab.js"></script>'
             if tag not in page:
-                response.set_data(page.replace("</body>", tag + "</body>", 1))
+                meta = f'<meta name="llmload-token" content="{token}">'
+                response.set_data(page.replace("</body>", meta + tag + "</body>", 1))
+                response.headers["Cache-Control"] = "no-store"
         return response
 
     @web_ui.app.route("/llmload/tab.js")

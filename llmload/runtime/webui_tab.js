@@ -4,6 +4,34 @@
    No external resources: plain DOM and inline SVG. */
 (function () {
   "use strict";
+  // The page's own POSTs (Start, Stop, Reset) carry this UI's token: llmload.runtime.webui refuses any
+  // POST without it, so another site cannot start a run here (it can neither read the page nor set a header).
+  (function () {
+    var meta = document.querySelector('meta[name="llmload-token"]');
+    if (!meta || !window.fetch || window.fetch.llmloadToken) return;
+    var token = meta.getAttribute("content");
+    var original = window.fetch;
+    var wrapped = function (input, init) {
+      var isRequest = typeof Request !== "undefined" && input instanceof Request;
+      var method = String((init && init.method) || (isRequest ? input.method : "GET")).toUpperCase();
+      var url = new URL(isRequest ? input.url : String(input), window.location.href);
+      if (method === "POST" && url.origin === window.location.origin) {
+        if (isRequest && !init) {
+          var headers = new Headers(input.headers);
+          headers.set("X-Llmload-Token", token);
+          input = new Request(input, { headers: headers });
+        } else {
+          init = Object.assign({}, init || {});
+          var own = new Headers(init.headers || (isRequest ? input.headers : undefined));
+          own.set("X-Llmload-Token", token);
+          init.headers = own;
+        }
+      }
+      return original.call(this, input, init);
+    };
+    wrapped.llmloadToken = true;
+    window.fetch = wrapped;
+  })();
   var POLL_MS = 1000;
   var SVGNS = "http://www.w3.org/2000/svg";
   var COLORS = { p50: "#2c7fb8", p95: "#d95f02", slo: "#c0392b", offered: "#9a9a9a", achieved: "#2c7fb8",

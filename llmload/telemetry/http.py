@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.error import HTTPError, URLError
 from urllib.parse import unquote, urlsplit, urlunsplit
-from urllib.request import Request, urlopen
+from urllib.request import Request
 
+from llmload.client.auth import open_url
 from llmload.errors import TelemetryError
 
 __all__ = ["HttpStatusError", "fetch_bytes", "fetch_json", "fetch_text", "public_url"]
@@ -40,7 +41,7 @@ def fetch_bytes(url: str, *, timeout_s: float, headers: Mapping[str, str] | None
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urlopen(request, timeout=timeout_s) as resp:
+        with open_url(request, timeout_s=timeout_s) as resp:  # credentials never follow a redirect away
             return resp.read(MAX_BODY_BYTES)
     except HTTPError as exc:
         exc.close()

@@ -156,7 +156,11 @@ def test_web_ui_starts_a_second_run_into_a_new_directory(sim_factory, tmp_path):
         while json.loads(_get(f"http://127.0.0.1:{port}/stats/requests"))["state"] != "stopped":
             assert time.time() < deadline, "the first run did not stop"
             time.sleep(0.3)
-        answer = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/swarm", data=b"", timeout=10).read())
+        page = _get(f"http://127.0.0.1:{port}/").decode()
+        token = re.search(r'name="llmload-token" content="([^"]+)"', page).group(1)
+        start = urllib.request.Request(f"http://127.0.0.1:{port}/swarm", data=b"",
+                                       headers={"X-Llmload-Token": token})  # the UI page's own POST
+        answer = json.loads(urllib.request.urlopen(start, timeout=10).read())
         assert answer["success"]
         runs = finished_runs(2)
     finally:

@@ -56,9 +56,10 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 20}
     run_dir, port = tmp_path / "run", free_port()
     config_path = write_config(tmp_path, config)
+    env = {**os.environ, "LLMLOAD_WORKER_TOKEN": "worker-token-for-this-test"}  # workers prove it to join
     master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port),
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     try:
         wait_step_running(run_dir, after_s=3.0)

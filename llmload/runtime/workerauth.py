@@ -1,0 +1,121 @@
+"""The worker token: a worker proves a shared secret before a master gives it anything or takes its records.
+
+Locust's master accepts any process that connects to its port, sends it the step plans (the whole config)
+and takes its statistics. Here every Locust process that loads our locustfile has, once `install()` ran
+(from `session.add_options`, before Locust makes its runner):
+
+- a worker that sends `llmload:hello` with `HMAC-SHA256(token, client id)` just before each Locust
+  `client_ready` (the token itself never crosses the wire, so a fake master does not learn it);
+- a master that handles a worker's messages only once that worker's hello proved the token: an
+  unproven worker's `client_ready` is answered with `llmload:refused` (one line saying why, which our
+  worker prints before it exits with code 2) and never registered, so Locust never sends it a spawn,
+  our controller never sends it a step, and its statistics and `llmload:results` are dropped.
+
+The token is `LLMLOAD_WORKER_TOKEN` (`llmload run --worker-token-file FILE` puts a file's first line
+there). A process started without one makes a random one for itself: the local workers of
+`--processes` are forked after the locustfile is imported, so they share it and need nothing, while a
+remote worker without the master's token cannot join. `llmload run --master` refuses to start without
+a token (it would lock every worker out). See docs/SECURITY.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import sys
+from typing import Any
+
+__all__ = ["HELLO", "REFUSED", "TOKEN_ENV", "install", "proof", "worker_token"]
+
+TOKEN_ENV = "LLMLOAD_WORKER_TOKEN"
+#: the pid of the process that made the token itself (a forked local worker inherits it and uses it;
+#: the process that made it, or a worker started without one, has no token to prove)
+_MADE_BY_ENV = "LLMLOAD_WORKER_TOKEN_MADE_BY"
+HELLO = "llmload:hello"
+REFUSED = "llmload:refused"
+
+log = logging.getLogger("llmload.workerauth")
+
+_installed = False
+
+
+def worker_token() -> str | None:
+    """The shared worker token of this process (None when it has none)."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        from llmload.redaction import register_secret
+
+        register_secret(token)  # never in a log line or a run file
+    return token or None
+
+
+def _own_token_only() -> bool:
+    """Whether this process made its token itself (so it cannot prove any master's token)."""
+    return os.environ.get(_MADE_BY_ENV) == str(os.getpid())
+
+
+def proof(token: str, client_id: str) -> str:
+    """What a worker sends to prove `token` without revealing it: HMAC-SHA256 over its client id."""
+    return hmac.new(token.encode(), f"llmload-worker:{client_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def install() -> None:
+    """Patch Locust's master and worker runners (once per process) as the module docstring says."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    if worker_token() is None:
+        os.environ[TOKEN_ENV] = secrets.token_hex(16)
+        os.environ[_MADE_BY_ENV] = str(os.getpid())
+    from locust.runners import MasterRunner, WorkerRunner
+
+    handle = MasterRunner.handle_message
+    connect = WorkerRunner.connect_to_master
+
+    def handle_message(self: Any, client_id: str, msg: Any) -> None:
+        proven: set[str] = self.__dict__.setdefault("_llmload_proven", set())
+        if msg.type == HELLO:
+            token = worker_token()
+            if isinstance(msg.data, str) and token and hmac.compare_digest(msg.data, proof(token, client_id)):
+                proven.add(client_id)
+            else:
+                _refuse(self, client_id, "its worker token is not the master's")
+            return
+        if client_id in proven:
+            handle(self, client_id, msg)
+        elif msg.type == "client_ready":
+            _refuse(self, client_id, f"it gave no worker token: set {TOKEN_ENV} (or --worker-token-file) on the "
+                                     "worker to the master's")
+        # anything else from an unproven worker (stats, results, heartbeats) is dropped
+
+    def connect_to_master(self: Any) -> None:
+        from locust.rpc import Message
+
+        if REFUSED not in self.custom_messages:
+            self.register_message(REFUSED, _refused)
+        token = worker_token()
+        if token is not None and not _own_token_only():
+            self.client.send(Message(HELLO, proof(token, self.client_id), self.client_id))
+        connect(self)
+
+    MasterRunner.handle_message = handle_message
+    WorkerRunner.connect_to_master = connect_to_master
+
+
+def _refuse(runner: Any, client_id: str, reason: str) -> None:
+    refused: set[str] = runner.__dict__.setdefault("_llmload_refused", set())
+    if client_id not in refused:
+        refused.add(client_id)
+        log.warning("llmload: refused worker %s: %s", client_id, reason)
+    runner.send_message(REFUSED, {"reason": reason}, client_id=client_id)
+
+
+def _refused(environment: Any, msg: Any, **kwargs: Any) -> None:
+    reason = msg.data.get("reason") if isinstance(msg.data, dict) else None
+    print(f"llmload: error: the master refused this worker: {reason or 'no reason given'}", file=sys.stderr,
+          flush=True)
+    os._exit(2)

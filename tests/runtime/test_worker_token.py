@@ -1,0 +1,122 @@
+"""The master's door (issue 33 item 15): it listens on loopback unless told, a worker proves the shared
+worker token before it gets anything, and a forged worker's records are never accepted.
+
+The ground truth is what a forged worker (`forged_worker.py`: Locust's protocol, none of llmload's
+worker code) received, and the run's records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from runtime_helpers import base_config, records, write_config
+from support import free_port
+
+from llmload.cli import main
+from llmload.runtime.launcher import locust_command
+from llmload.runtime.workerauth import TOKEN_ENV, proof
+
+TOKEN = "a-shared-worker-token-0123456789"
+FORGED = Path(__file__).with_name("forged_worker.py")
+
+
+def _config(tmp_path: Path, url: str = "http://127.0.0.1:9", **target: object) -> Path:
+    config = base_config(url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                          "steps": [{"rate": 4, "duration": "3s"}]}})
+    config["target"].update(target)
+    return write_config(tmp_path, config)
+
+
+def test_a_master_listens_on_loopback_unless_told(tmp_path):
+    cmd = locust_command(tmp_path / "run.yaml", tmp_path / "run", master=True)
+    assert cmd[cmd.index("--master-bind-host") + 1] == "127.0.0.1"
+    cmd = locust_command(tmp_path / "run.yaml", tmp_path / "run", master=True, master_bind_host="0.0.0.0")
+    assert cmd[cmd.index("--master-bind-host") + 1] == "0.0.0.0"
+
+
+@pytest.mark.parametrize(("extra", "env", "said"), [
+    ([], {}, f"--master needs a worker token of at least 16 characters, the same on every worker: set {TOKEN_ENV}"),
+    (["--worker-token-file", "{tmp}/short"], {}, "the token must be at least 16 characters"),
+    (["--worker-token-file", "{tmp}/none"], {}, "cannot read it"),
+    ([], {TOKEN_ENV: TOKEN}, "target.headers.X-Api-Key: a secret header is not sent to remote workers"),
+])
+def test_a_master_without_a_token_or_with_a_shared_secret_does_not_start(tmp_path, monkeypatch, capsys, extra,
+                                                                          env, said):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("llmload.runtime.launcher._start_gated", lambda: pytest.fail("Locust was started"))
+    (tmp_path / "short").write_text("abc\n")
+    path = _config(tmp_path, headers={"X-Api-Key": "secret-header-value-1"})
+    code = main(["run", str(path), "--master", *[e.format(tmp=tmp_path) for e in extra]])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+    assert "secret-header-value-1" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("forged_proof", [None, "bad"])
+def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, tmp_path, forged_proof):
+    sim = sim_factory(flavor="vllm")
+    path = _config(tmp_path, sim.url)
+    run_dir, port = tmp_path / "run", free_port()
+    env = {**os.environ, TOKEN_ENV: TOKEN}
+    out, stop = tmp_path / "forged.json", tmp_path / "stop"
+    forged = subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(out), str(stop)]
+                              + ([proof("not-the-token-at-all-000", "forged_0123456789abcdef")]
+                                 if forged_proof else []),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port),
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        deadline = time.time() + 60  # the forged worker is refused before the real one joins
+        while time.time() < deadline and not (out.exists() and json.loads(out.read_text() or "[]")):
+            time.sleep(0.2)
+        worker = subprocess.Popen(locust_command(path, None, worker=True, master_port=port), env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, master_err = master.communicate(timeout=120)
+    finally:
+        stop.touch()
+        for proc in (master, worker, forged):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is not None:
+                proc.wait()
+    got = json.loads(out.read_text())
+    assert got and set(got) == {"llmload:refused"}, got  # no ack, no spawn, no step (config, headers)
+    assert "refused worker forged_0123456789abcdef" in master_err
+    df = records(run_dir)
+    assert len(df) == 12 and "forged-000001" not in set(df["request_id"])  # the real worker's 3 s at 4/s
+    assert set(df["worker"]) != {"9"}
+    assert master.returncode == 0, master_err[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("worker_token", [None, "another-token-0123456789"])
+def test_a_worker_without_the_token_is_told_why_in_one_line(tmp_path, worker_token):
+    path = _config(tmp_path)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMLOAD_WORKER_TOKEN")}
+    master = subprocess.Popen(locust_command(path, tmp_path / "run", master=True, master_port=port),
+                              env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        worker_env = env if worker_token is None else {**env, TOKEN_ENV: worker_token}
+        done = subprocess.run(locust_command(path, None, worker=True, master_port=port), env=worker_env,
+                              capture_output=True, text=True, timeout=90)
+    finally:
+        master.kill()
+        master.wait()
+    lines = [line for line in done.stderr.splitlines() if "llmload" in line]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert lines == ["llmload: error: the master refused this worker: "
+                     + ("it gave no worker token: set LLMLOAD_WORKER_TOKEN (or --worker-token-file) on the worker "
+                        "to the master's" if worker_token is None else "its worker token is not the master's")]
+    assert TOKEN not in done.stderr
