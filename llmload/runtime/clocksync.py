@@ -114,6 +114,10 @@ class ClockSync:
         self._pending: dict[int, AsyncResult] = {}
         self._seq = itertools.count(1)
 
+    def reset(self) -> None:
+        """A new run (the web UI starts runs one after another): its own measurements only."""
+        self.clocks, self.silent = {}, set()
+
     def on_pong(self, data: dict) -> None:
         """A worker's answer: resolves the exchange waiting for it (a late one is dropped)."""
         waiting = self._pending.pop(int(data["seq"]), None)

@@ -360,6 +360,7 @@ class Session:
         from llmload.telemetry.manifest import shape_record
 
         if self.clocksync is not None:  # at join: every worker's clock, before anything is scheduled
+            self.clocksync.reset()
             self.clocksync.measure(WorkerLink(self.env.runner).workers())
 
         replaced = (None if getattr(self.shape, "follows_config", False)
