@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.clock import now
 from llmload.runtime.messages import CANCEL, STEP, step_message
-from llmload.runtime.table import format_progress, quick_stats, window_ttft_p95
+from llmload.runtime.table import ProgressStats, format_progress, quick_stats
 from shapes.steps import StepSpec, step_bounds
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class StepRun:
         self.workers: list[tuple[str | None, str]] = []
         self.start_at = 0.0
         self.bounds: Any = None
+        #: the progress line's running figures (`ProgressStats`), made at launch
+        self.progress_stats: ProgressStats | None = None
         #: per worker name, the clock sample whose offset its step message carried (None: not measured)
         self.applied: dict[str, Any] = {}
 
@@ -56,6 +58,7 @@ class StepRun:
             self.applied = {name: ctl.clock.latest(name) for _, name in self.workers}
         self.start_at = max(start_at, now() + 0.05) if start_at is not None else now() + lead_s
         self.bounds = bounds = step_bounds(spec, self.start_at)
+        self.progress_stats = ProgressStats(bounds)
         ctl.current = self.row
         if not spec.closed_loop:
             from llmload.arrivals import step_offsets
@@ -168,13 +171,14 @@ class StepRun:
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
         ctl, spec, row = self.ctl, self.spec, self.row
-        rows = ctl.tally.rows[spec.label]
-        stats = quick_stats(rows)
+        if self.progress_stats is None:
+            self.progress_stats = ProgressStats(self.bounds)
+        stats = self.progress_stats.update(ctl.tally.rows[spec.label])
         pending = max(0, _planned_so_far(spec, self.start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
         t = now()
         ctl.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
                                 stats, pending, ctl.tally.server_waiting(),
-                                window_ttft_p95_s=window_ttft_p95(rows, self.bounds),
+                                window_ttft_p95_s=stats["window_ttft_p95_s"],
                                 in_warmup=self.bounds is not None and t < self.bounds.window_start))
 
     def judge(self, lost: list[str], *, threaded: bool = False) -> tuple[str, list[str], dict]:
