@@ -22,7 +22,8 @@ KEY = "sk-probe-secret-0123456789"
 
 
 class LoggingServer(ThreadingHTTPServer):
-    """Answers every GET: a redirect where `redirects` says (path -> URL), else 200 JSON; logs each request."""
+    """Answers every GET: a redirect where `redirects` says (path -> URL), else 200 JSON (a POST: 404);
+    logs each request's path and headers."""
 
     daemon_threads = True
 
@@ -54,6 +55,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 (a run's requests: logged, then refused)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.server.log.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def log_message(self, *args: object) -> None:
         pass

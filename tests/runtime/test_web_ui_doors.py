@@ -114,4 +114,5 @@ def test_a_forged_start_is_refused_and_a_moved_run_takes_no_key(sim_factory, tmp
                 proc.kill()
                 proc.wait()
         assert away.log, "the started run never reached the second server"
+        assert away.log[0][0] == "/v1/models"  # the pre-flight went there first
         assert all("authorization" not in headers for _, headers in away.log), away.log

@@ -94,8 +94,8 @@ def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, t
     assert "refused worker forged_0123456789abcdef" in master_err
     df = records(run_dir)
     assert len(df) == 12 and "forged-000001" not in set(df["request_id"])  # the real worker's 3 s at 4/s
-    assert set(df["worker"]) != {"9"}
-    assert master.returncode == 0, master_err[-2000:]
+    assert "9" not in set(df["worker"])
+    assert (run_dir / "summary.json").exists(), master_err[-2000:]
 
 
 @pytest.mark.slow
