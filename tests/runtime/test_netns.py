@@ -2,8 +2,9 @@
 of their own (`netns_lab.py`), every link through a userspace delay proxy of ours (`delay_proxy.py`: this
 kernel has no netem): 20 ms each way between a worker and the master, 10 ms each way to the sim.
 
-A short ladder runs through them. The records, the sim's ground truth and the step windows must agree,
-and the master's clock measurement must see the links' round trip. Needs root and `ip`: skipped without
+A short ladder runs through them: the records, the sim's ground truth and the step windows must agree,
+and the master's clock measurement must see the links' round trip. A worker killed mid-step: the master
+goes on, the step is judged on what survived, and the lost worker's arrivals are counted as lost. Needs root and `ip`: skipped without
 them locally, a failure under CI=true (as tests/real_engine/engine_gate.py)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from netns_lab import HUB, HUB_ADDRESS, NetLab, netns_available
-from runtime_helpers import base_config, plan, records, write_config
+from runtime_helpers import base_config, plan, records, summary, wait_step_running, write_config
 from support import run_said
 
 from llmload.runtime.launcher import locust_command
@@ -59,8 +60,8 @@ def _wait_http(lab: NetLab, url: str, timeout_s: float = 30) -> None:
     raise AssertionError(f"{url} did not answer")
 
 
-@pytest.mark.timeout(240)
-def test_a_ladder_through_namespaces_and_delayed_links_agrees_with_the_ground_truth(lab, tmp_path):
+def _start(lab: NetLab, tmp_path: Path, ladder: dict) -> tuple:
+    """The sim, the hub's delay proxies, the master and two workers, each in its namespace."""
     gt = tmp_path / "gt.jsonl"
     sim = lab.popen("sim", [sys.executable, "-m", "llmload.cli", "sim", "--flavor", "vllm", "--host",
                             lab.address("sim"), "--port", str(SIM_PORT), "--ground-truth", str(gt)],
@@ -71,9 +72,7 @@ def test_a_ladder_through_namespaces_and_delayed_links_agrees_with_the_ground_tr
                             str(MASTER_DELAY_MS)], log=tmp_path / "proxy.log")
     _wait_http(lab, f"http://{lab.address('sim')}:{SIM_PORT}/health")
     _wait_http(lab, f"http://{HUB_ADDRESS}:{SIM_PORT}/health")  # the proxy is up
-    config = base_config(f"http://{HUB_ADDRESS}:{SIM_PORT}",
-                         {"ladder": {"arrival": "poisson", "warmup": "0.5s", "drain_timeout": "10s",
-                                     "steps": [{"rate": 4, "duration": "3s"}, {"rate": 8, "duration": "3s"}]}},
+    config = base_config(f"http://{HUB_ADDRESS}:{SIM_PORT}", {"ladder": ladder},
                          client={"max_send_lag_p99": "500ms"})  # a busy machine's send lag is not tested here
     path = write_config(tmp_path, config)
     run_dir = tmp_path / "run"
@@ -81,9 +80,17 @@ def test_a_ladder_through_namespaces_and_delayed_links_agrees_with_the_ground_tr
     master = lab.popen("master", locust_command(path, run_dir, master=True, expect_workers=2, master_port=MASTER_PORT,
                                                 master_bind_host=lab.address("master")),
                        log=tmp_path / "master.log", env=env)
-    for role in ("w1", "w2"):
-        lab.popen(role, [sys.executable, "-m", "llmload.cli", "run", str(path), "--worker", "--master-host",
-                         HUB_ADDRESS, "--master-port", str(MASTER_PORT)], log=tmp_path / f"{role}.log", env=env)
+    workers = [lab.popen(role, [sys.executable, "-m", "llmload.cli", "run", str(path), "--worker", "--master-host",
+                                HUB_ADDRESS, "--master-port", str(MASTER_PORT)], log=tmp_path / f"{role}.log", env=env)
+               for role in ("w1", "w2")]
+    return sim, proxy, master, workers, run_dir, gt
+
+
+@pytest.mark.timeout(240)
+def test_a_ladder_through_namespaces_and_delayed_links_agrees_with_the_ground_truth(lab, tmp_path):
+    sim, proxy, master, _, run_dir, gt = _start(lab, tmp_path, {
+        "arrival": "poisson", "warmup": "0.5s", "drain_timeout": "10s",
+        "steps": [{"rate": 4, "duration": "3s"}, {"rate": 8, "duration": "3s"}]})
     try:
         master.wait(timeout=180)
     finally:
@@ -124,3 +131,27 @@ def test_a_ladder_through_namespaces_and_delayed_links_agrees_with_the_ground_tr
         assert abs(entry["offset_s"]) <= entry["uncertainty_s"] + 0.005, clocks  # one host, one clock
     for step in steps:
         assert set(step["clock"]) == set(clocks)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_killed_mid_step_is_lost_and_the_step_is_judged_on_what_survived(lab, tmp_path):
+    sim, proxy, master, workers, run_dir, gt = _start(lab, tmp_path, {
+        "arrival": "constant", "warmup": "0s", "drain_timeout": "10s", "steps": [{"rate": 10, "duration": "8s"}]})
+    try:
+        wait_step_running(run_dir, after_s=3.0, proc=master)
+        workers[1].kill()  # `ip netns exec` became the worker's launcher: its Locust child follows it
+        master.wait(timeout=180)
+    finally:
+        said = (tmp_path / "master.log").read_text(errors="replace")[-3000:]
+    assert master.returncode in (0, 1, 3), said  # the master went on and finished the run
+    step = plan(run_dir)["steps"][0]
+    assert step["status"] == "run" and len(step["lost_workers"]) == 1, said
+    df = records(run_dir)
+    assert len(df) == step["planned_arrivals"] and df["request_id"].is_unique  # counts stay whole
+    lost = df[df["error"] == "worker lost"]
+    assert step["lost_requests"] == len(lost) > 0
+    assert set(lost["outcome"]) == {"cancelled"} and set(lost["worker"]) == set(step["lost_workers"])
+    truth = {json.loads(line)["request_id"] for line in gt.read_text().splitlines() if line.strip()}
+    sent = df[df["sent_at"].notna() & (df["outcome"] == "ok")]
+    assert len(sent) > len(lost) and set(sent["request_id"]) <= truth  # what survived reached the sim
+    assert step["live_verdict"] == summary(run_dir)["steps"][0]["verdict"]
