@@ -4,7 +4,8 @@ kernel has no netem): 20 ms each way between a worker and the master, 10 ms each
 
 A short ladder runs through them: the records, the sim's ground truth and the step windows must agree,
 and the master's clock measurement must see the links' round trip. A worker killed mid-step: the master
-goes on, the step is judged on what survived, and the lost worker's arrivals are counted as lost. Needs root and `ip`: skipped without
+goes on, the step is judged on what survived, and the lost worker's arrivals are counted as lost. A
+worker that joins mid-run is measured and gets its share from the next step on. Needs root and `ip`: skipped without
 them locally, a failure under CI=true (as tests/real_engine/engine_gate.py)."""
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _require_netns() -> None:
 @pytest.fixture
 def lab():
     _require_netns()
-    with NetLab(["sim", "master", "w1", "w2"]) as made:
+    with NetLab(["sim", "master", "w1", "w2", "w3"]) as made:  # w3: a late joiner
         yield made
 
 
@@ -155,3 +156,28 @@ def test_a_worker_killed_mid_step_is_lost_and_the_step_is_judged_on_what_survive
     sent = df[df["sent_at"].notna() & (df["outcome"] == "ok")]
     assert len(sent) > len(lost) and set(sent["request_id"]) <= truth  # what survived reached the sim
     assert step["live_verdict"] == summary(run_dir)["steps"][0]["verdict"]
+
+
+@pytest.mark.timeout(240)
+def test_a_late_joiner_is_measured_and_gets_its_share_from_the_next_step_on(lab, tmp_path):
+    sim, proxy, master, workers, run_dir, gt = _start(lab, tmp_path, {
+        "arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+        "steps": [{"rate": 6, "duration": "4s"}, {"rate": 6, "duration": "4s"}, {"rate": 6, "duration": "4s"}]})
+    wait_step_running(run_dir, after_s=0.5, proc=master)
+    lab.popen("w3", [sys.executable, "-m", "llmload.cli", "run", str(tmp_path / "run.yaml"), "--worker",
+                     "--master-host", HUB_ADDRESS, "--master-port", str(MASTER_PORT)],
+              log=tmp_path / "w3.log", env={TOKEN_ENV: TOKEN})
+    master.wait(timeout=180)
+    said = (tmp_path / "master.log").read_text(errors="replace")[-3000:]
+    assert master.returncode in (0, 1), said
+    df = records(run_dir)
+    steps = plan(run_dir)["steps"]
+    assert steps[0]["workers"] == 2 and steps[-1]["workers"] == 3, [s["workers"] for s in steps]
+    for step in steps:  # no arrival lost or doubled while the pool grew; each worker its even share
+        own = df[df["step"] == step["label"]]
+        assert len(own) == step["planned_arrivals"] and set(own["outcome"]) == {"ok"}, run_said(run_dir)
+        shares = own["worker"].value_counts()
+        assert len(shares) == step["workers"] and shares.max() - shares.min() <= 1
+        assert set(step["clock"]) == set(shares.index)  # every worker of the step was on the master's clock
+    clocks = json.loads((run_dir / "manifest.json").read_text())["clocks"]
+    assert len(clocks) == 3 and all(e["uncertainty_s"] >= MASTER_DELAY_MS / 1000 * 0.9 for e in clocks.values())
