@@ -5,12 +5,15 @@ kernel has no netem): 20 ms each way between a worker and the master, 10 ms each
 A short ladder runs through them: the records, the sim's ground truth and the step windows must agree,
 and the master's clock measurement must see the links' round trip. A worker killed mid-step: the master
 goes on, the step is judged on what survived, and the lost worker's arrivals are counted as lost. A
-worker that joins mid-run is measured and gets its share from the next step on. Needs root and `ip`: skipped without
+worker that joins mid-run is measured and gets its share from the next step on. A worker's link cut for
+10 s mid-step: nothing is lost or doubled, what it could not send is its own `connect_error`, the step
+does not pass, and the next steps run on both workers again. Needs root and `ip`: skipped without
 them locally, a failure under CI=true (as tests/real_engine/engine_gate.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,3 +184,32 @@ def test_a_late_joiner_is_measured_and_gets_its_share_from_the_next_step_on(lab,
         assert set(step["clock"]) == set(shares.index)  # every worker of the step was on the master's clock
     clocks = json.loads((run_dir / "manifest.json").read_text())["clocks"]
     assert len(clocks) == 3 and all(e["uncertainty_s"] >= MASTER_DELAY_MS / 1000 * 0.9 for e in clocks.values())
+
+
+@pytest.mark.timeout(240)
+def test_a_workers_link_cut_for_ten_seconds_loses_nothing_and_the_next_steps_have_it_back(lab, tmp_path):
+    sim, proxy, master, workers, run_dir, gt = _start(lab, tmp_path, {
+        "arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
+        "steps": [{"rate": 6, "duration": "14s"}, {"rate": 6, "duration": "4s"}, {"rate": 6, "duration": "4s"}]})
+    wait_step_running(run_dir, after_s=2.0, proc=master)
+    link = f"{lab.prefix}h{lab.roles.index('w2') + 1}"  # w2's link, at the hub: to the master and the sim
+    subprocess.run(["ip", "-n", lab.ns(HUB), "link", "set", link, "down"], check=True, timeout=30)
+    time.sleep(10)
+    subprocess.run(["ip", "-n", lab.ns(HUB), "link", "set", link, "up"], check=True, timeout=30)
+    master.wait(timeout=180)
+    said = (tmp_path / "master.log").read_text(errors="replace")[-3000:]
+    assert master.returncode in (1, 3), said  # the cut step does not pass; the run went on
+    df = records(run_dir)
+    steps = plan(run_dir)["steps"]
+    assert [s["status"] for s in steps] == ["run"] * 3, said
+    for step in steps:
+        own = df[df["step"] == step["label"]]
+        assert len(own) == step["planned_arrivals"] and own["request_id"].is_unique, run_said(run_dir)
+        assert own["worker"].nunique() == 2
+    cut = df[df["step"] == steps[0]["label"]]
+    failed = cut[cut["outcome"] != "ok"]  # what w2 could not send while cut off: its own, never w1's
+    assert len(failed) > 0 and failed["worker"].nunique() == 1 and set(failed["outcome"]) <= {"connect_error",
+                                                                                              "timeout", "disconnect"}
+    assert steps[0]["live_verdict"] != "pass"
+    later = df[df["step"] != steps[0]["label"]]
+    assert set(later["outcome"]) == {"ok"}  # its link back, the worker sends its share again
