@@ -404,6 +404,7 @@ class Session:
         self._to(RunState.FINALISING)
         self._settled.clear()
         try:
+            self._record_clocks()  # the workers' clocks over the whole run, before the report reads the manifest
             self._write_final()
         finally:
             self._settled.set()
@@ -420,7 +421,6 @@ class Session:
             log.exception("clocks not recorded in manifest.json")
 
     def _write_final(self) -> None:
-        self._record_clocks()
         if self.telemetry is not None:
             try:
                 # one last sample now, after the last step drained: the polling loop's latest may be an
