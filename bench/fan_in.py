@@ -20,6 +20,7 @@ Measured, over the step's arrivals:
     python bench/fan_in.py                                 # 32 workers, 10,000 req/s, 60 s
     python bench/fan_in.py --quick                         # 4 workers, 400 req/s, 3 s (the smoke test)
     python bench/fan_in.py --profile prof.out --duration 20 # the master under cProfile
+    python bench/fan_in.py --metrics                       # and serving live /metrics (as on Kubernetes)
 
 Results: bench/results/fan_in.json; bench/README.md ("Fan-in") and docs/SCALING.md read them.
 """
@@ -158,10 +159,12 @@ def _config(folder: Path, rate: float, duration_s: float) -> Path:
     return path
 
 
-def _master_command(config: Path, run_dir: Path, workers: int, port: int, profile: Path | None) -> list[str]:
-    from llmload.runtime.launcher import locust_command
+def _master_command(config: Path, run_dir: Path, workers: int, port: int, profile: Path | None,
+                    metrics: bool = False) -> list[str]:
+    from llmload.runtime.launcher import free_loopback_port, locust_command
 
-    cmd = locust_command(config, run_dir, master=True, expect_workers=workers, master_port=port)
+    cmd = locust_command(config, run_dir, master=True, expect_workers=workers, master_port=port,
+                         metrics_port=free_loopback_port() if metrics else None)
     cmd += ["--llmload-skip-preflight", "--llmload-no-report"]
     if profile is not None:  # the boot snippet as a file, run under cProfile
         boot = run_dir.parent / "boot.py"
@@ -177,7 +180,8 @@ def _plan_step(run_dir: Path) -> dict | None:
         return None
 
 
-def measure(workers: int, rate: float, duration_s: float, drivers: int, profile: Path | None) -> dict:
+def measure(workers: int, rate: float, duration_s: float, drivers: int, profile: Path | None,
+            metrics: bool = False) -> dict:
     import psutil
 
     from llmload.clock import now
@@ -189,7 +193,7 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
     port = free_loopback_port()
     env = {**os.environ, "LLMLOAD_WORKER_TOKEN": TOKEN,
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    master = subprocess.Popen(_master_command(_config(folder, rate, duration_s), run_dir, workers, port, profile),
+    master = subprocess.Popen(_master_command(_config(folder, rate, duration_s), run_dir, workers, port, profile, metrics),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     proc = psutil.Process(master.pid)
@@ -258,6 +262,7 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
     wall_s = (t_last - t_start) if t_start is not None and t_last is not None else None
     return {
         "workers": workers, "rate": rate, "duration_s": duration_s, "drivers": len(driver_procs),
+        "live_metrics": metrics,
         "expected_records": expected, "shipped_records": shipped if drivers_done else None,
         "counted_records": counted, "lost_records": (shipped - counted) if drivers_done else None,
         "master_cpu_s": cpu_s, "master_wall_s": wall_s,
@@ -286,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drivers", type=int, default=2, help="processes that host the fake workers")
     parser.add_argument("--quick", action="store_true", help="4 workers, 400 req/s, 3 s (the smoke test)")
     parser.add_argument("--profile", type=Path, default=None, help="run the master under cProfile into this file")
+    parser.add_argument("--metrics", action="store_true",
+                        help="the master also serves live Prometheus metrics (as deploy/kubernetes/ runs it)")
     parser.add_argument("--out", type=Path, default=RESULTS / "fan_in.json")
     args = parser.parse_args(argv)
     if args.quick:
@@ -293,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     from _common import machine, write_result
 
     before = machine()
-    result = measure(args.workers, args.rate, args.duration, args.drivers, args.profile)
+    result = measure(args.workers, args.rate, args.duration, args.drivers, args.profile, args.metrics)
     write_result(args.out, "fan_in", argv, before, **result)
     shown = {k: v for k, v in result.items() if k != "master_said"}
     print(json.dumps(shown, indent=1))
