@@ -75,7 +75,7 @@ from llmload.config import SLO
 from shapes.phases import is_closed_loop
 
 __all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "queue_growth",
-           "step_metrics"]
+           "step_metrics", "worst_clock"]
 
 #: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
 LATENCIES = {
@@ -124,7 +124,16 @@ def empty_metrics(step: dict) -> dict:
     row.update({f"server_queue_p{q:g}_resolution_s": math.nan for q in QUANTILES})
     row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None,
                server_queue_note=None, server_queue_p95_range_s=None, split=None)
+    row["clock"] = worst_clock(step.get("clock"))
     return row
+
+
+def worst_clock(clocks: dict | None) -> dict | None:
+    """The step's worker whose clock is known least well (plan.json's `clock`,
+    `llmload.runtime.clocksync`): its entry with `worker` added; None when no worker was measured."""
+    measured = [{"worker": str(name), **entry} for name, entry in (clocks or {}).items()
+                if isinstance(entry, dict) and entry.get("error_s") is not None]
+    return max(measured, key=lambda e: e["error_s"]) if measured else None
 
 
 def _f(value: object) -> float:

@@ -31,6 +31,10 @@ limit and what to do; any failed check makes the step `invalid`.
   the cap holds that share back, judged or not, the row gets `limit: {kind: "client_cap", evidence:
   {waited_share, client_wait_p95_s, server_received_rate}, advice}` (`client_cap_limit`), which the
   live table, the closing lines and summary.json show.
+- `clock`: a worker on another host runs on the master's clock as the master measured it
+  (`llmload.runtime.clocksync`); its error over the step, the offset's uncertainty (half the round trip)
+  plus how far the offset drifted by the step's end, shifts that worker's arrivals and timestamps against
+  the others' and the server's as a constant send lag would. Its limit is the send lag's.
 
 The advice follows the cause (`generator_advice`): a lost worker, a server whose answers kept the
 generator busy (most requests failed or were malformed while a worker's CPU was high) and requests that
@@ -206,6 +210,15 @@ def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
         fail("worker_cpu", cpu, client.max_worker_cpu, "client.max_worker_cpu",
              f"worker CPU {cpu:.0%} of a core while sending, over client.max_worker_cpu "
              f"{client.max_worker_cpu:.0%}", advice)
+    clock = metrics.get("clock")
+    if limit is not None and isinstance(clock, dict) and not _nan(clock.get("error_s")) and clock["error_s"] > limit:
+        name = clock["worker"]
+        fail("clock", clock["error_s"], limit, key,
+             f"worker {name}'s clock is known only to {clock['error_s'] * 1000:.3g} ms over the step "
+             f"(half its round trip to the master {clock['uncertainty_s'] * 1000:.3g} ms, drift "
+             f"{clock['drift_s'] * 1000:.3g} ms), over the limit {limit * 1000:.3g} ms ({key}: {basis})",
+             f"sync worker {name}'s host with NTP (chrony) and run it nearer the master (a shorter round trip), "
+             "or run without it")
     errors = (metrics.get("outcomes") or {}).get("client_error", 0)
     if errors:
         fail("client_error", float(errors), 0.0, None,

@@ -2,13 +2,17 @@
 
 Records, ground-truth logs and telemetry all carry seconds on this shared wall-clock base, so client
 and server timestamps on one machine (or NTP-synced machines) line up.
+
+A worker on another host moves its base onto the master's timeline with `set_offset` (the offset the
+master measured, `llmload.runtime.clocksync`): from then on `now()` (its schedule, its records) is the
+master's clock, while `raw_now()` stays this host's own (what the master's measurement reads).
 """
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["now", "wall_base", "to_wall"]
+__all__ = ["now", "offset", "raw_now", "set_offset", "to_wall", "wall_base"]
 
 
 def _measure_base() -> float:
@@ -23,11 +27,31 @@ def _measure_base() -> float:
     return best_base
 
 
-_BASE = _measure_base()
+_RAW_BASE = _measure_base()
+_BASE = _RAW_BASE
+#: this host's clock minus the master's (seconds), as last set by `set_offset`
+_OFFSET = 0.0
+
+
+def set_offset(offset_s: float) -> None:
+    """Put `now()` on another clock's timeline: `offset_s` is this host's clock minus that clock."""
+    global _BASE, _OFFSET
+    _OFFSET = float(offset_s)
+    _BASE = _RAW_BASE - _OFFSET
+
+
+def offset() -> float:
+    """The offset `set_offset` applied (0.0: `now()` is this host's own clock)."""
+    return _OFFSET
+
+
+def raw_now() -> float:
+    """This host's own wall-clock seconds (from the monotonic clock), whatever `set_offset` applied."""
+    return _RAW_BASE + time.perf_counter_ns() / 1e9
 
 
 def wall_base() -> float:
-    """Seconds to add to `perf_counter()` to get this process's wall time."""
+    """Seconds to add to `perf_counter()` to get `now()` (this process's wall time, or the master's)."""
     return _BASE
 
 

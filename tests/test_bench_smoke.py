@@ -28,6 +28,7 @@ TINY = {
     "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
     "finalize.py": ["--records", "1000", "--rounds", "1", "--telemetry"],
     "prefix_ladder.py": ["--rates", "2", "--step-s", "2", "--work", "work"],
+    "fan_in.py": ["--quick"],
     "scaling.py": ["--workers", "1", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
     # without a GPU (CI) it says "no NVIDIA GPU here" and exits 0; with one, a 256 MiB step check
     "gpu_telemetry_check.py": ["--steps-mib", "256", "--hold-s", "1", "--interval", "0.25"],

@@ -110,8 +110,11 @@ class StepController:
 
     def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
                  judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
-                 wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None) -> None:
+                 wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None,
+                 clock: Any = None) -> None:
         self.config = config
+        #: the master's measurements of the workers' clocks (`llmload.runtime.clocksync.ClockSync`), or None
+        self.clock = clock
         #: the shape that planned the steps (`shapes.loadshapes`): it may add steps (`_refine`)
         self.shape = shape
         self.config_dict = config.model_dump(mode="json")

@@ -124,6 +124,8 @@ class Session:
         self.worker_ready = gevent.event.Event()
         self.controller: StepController | None = None
         self.telemetry: Any = None
+        #: the master's measurements of its workers' clocks (`llmload.runtime.clocksync`); None elsewhere
+        self.clocksync: Any = None
         self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
         self.exit_code: int | None = None
         self.greenlet: gevent.Greenlet | None = None
@@ -201,9 +203,20 @@ class Session:
             runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
                                     concurrent=True)
             self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
+            if self.is_worker:
+                from llmload.runtime import clocksync
+
+                runner.register_message(clocksync.PING, lambda environment, msg, **kw: clocksync.answer_ping(
+                    msg.data, runner.send_message))
         if not self.is_worker:
             runner.register_message(RESULTS, self._on_results)
             runner.register_message(DRAINED, self._on_drained)
+            if self.is_master:
+                from llmload.runtime.clocksync import PONG, ClockSync
+
+                link = WorkerLink(runner)
+                self.clocksync = ClockSync(link.send)
+                runner.register_message(PONG, lambda environment, msg, **kw: self.clocksync.on_pong(msg.data))
             self._load_config()
             self.env.events.test_start.add_listener(self._on_test_start)
             self.env.events.test_stopping.add_listener(self._on_test_stopping)
@@ -354,6 +367,10 @@ class Session:
             return
         from llmload.telemetry.manifest import shape_record
 
+        if self.clocksync is not None:  # at join: every worker's clock, before anything is scheduled
+            self.clocksync.reset()
+            self.clocksync.measure(WorkerLink(self.env.runner).workers())
+
         replaced = (None if getattr(self.shape, "follows_config", False)
                     or type(self.shape) is type(shape_for_config(config)) else config.shape.kind)
         if replaced:  # a locustfile's own shape plans the run: the config's `shape:` is not what runs
@@ -366,13 +383,15 @@ class Session:
         except Exception as exc:  # the run can go on; the report will say the manifest is missing
             log.exception("manifest not written")
             print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
+        self._record_clocks()
         self.telemetry = start_telemetry(config, run_dir)
         from llmload.runtime.judging import live_judge
 
         recent = getattr(self.telemetry, "recent", None)
         self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
                                          judge=live_judge(run_dir, recent), telemetry=self.telemetry,
-                                         wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape)
+                                         wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape,
+                                         clock=self.clocksync)
         self.controller.plan.data["shape"] = type(self.shape).__name__
         self._to(RunState.RUNNING)
         self.controller.run()
@@ -393,9 +412,21 @@ class Session:
         self._to(RunState.FINALISING)
         self._settled.clear()
         try:
+            self._record_clocks()  # the workers' clocks over the whole run, before the report reads the manifest
             self._write_final()
         finally:
             self._settled.set()
+
+    def _record_clocks(self) -> None:
+        """manifest.json's `clocks`: each worker's offset, uncertainty and drift so far (a master only)."""
+        if self.clocksync is None or self.run_dir is None:
+            return
+        from llmload.telemetry.manifest import record_clocks
+
+        try:
+            record_clocks(self.run_dir, self.clocksync.clocks_record())
+        except Exception:
+            log.exception("clocks not recorded in manifest.json")
 
     def _write_final(self) -> None:
         if self.telemetry is not None:

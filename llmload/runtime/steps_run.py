@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.clock import now
 from llmload.runtime.messages import CANCEL, STEP, step_message
-from llmload.runtime.table import format_progress, quick_stats, window_ttft_p95
+from llmload.runtime.table import ProgressStats, format_progress, quick_stats
 from shapes.steps import StepSpec, step_bounds
 
 if TYPE_CHECKING:
@@ -40,6 +40,10 @@ class StepRun:
         self.workers: list[tuple[str | None, str]] = []
         self.start_at = 0.0
         self.bounds: Any = None
+        #: the progress line's running figures (`ProgressStats`), made at launch
+        self.progress_stats: ProgressStats | None = None
+        #: per worker name, the clock sample whose offset its step message carried (None: not measured)
+        self.applied: dict[str, Any] = {}
 
     @property
     def label(self) -> str:
@@ -49,8 +53,12 @@ class StepRun:
         """Send the step to every worker to start at `start_at` (default: `lead_s` from now)."""
         ctl, spec = self.ctl, self.spec
         self.workers = ctl.link.workers()
+        if ctl.clock is not None:  # a worker that joined since the last measurement is measured first
+            ctl.clock.measure([(cid, name) for cid, name in self.workers if ctl.clock.latest(name) is None])
+            self.applied = {name: ctl.clock.latest(name) for _, name in self.workers}
         self.start_at = max(start_at, now() + 0.05) if start_at is not None else now() + lead_s
         self.bounds = bounds = step_bounds(spec, self.start_at)
+        self.progress_stats = ProgressStats(bounds)
         ctl.current = self.row
         if not spec.closed_loop:
             from llmload.arrivals import step_offsets
@@ -63,9 +71,11 @@ class StepRun:
                         status="running", workers=len(self.workers))
         step_dict = spec.to_dict()
         for shard, (client_id, name) in enumerate(self.workers):
+            applied = self.applied.get(name)
             ctl.link.send(STEP, step_message(step=step_dict, start_at=self.start_at, seed=spec.seed, shard=shard,
                                              shards=len(self.workers), run_dir=str(ctl.run_dir),
-                                             config=ctl.config_dict, worker=name, base_dir=ctl.base_dir),
+                                             config=ctl.config_dict, worker=name, base_dir=ctl.base_dir,
+                                             clock_offset_s=applied.offset_s if applied is not None else None),
                           client_id)
         return self
 
@@ -89,6 +99,7 @@ class StepRun:
         lost = [name for cid, name in self.workers if name not in ctl.tally.drained[spec.label]]
         ctl.plan.update(row, drained_at=drained_at, window_end=window_end,
                         status="partial" if ctl.stopping else "run", cancelled=cancelled, lost_workers=lost)
+        self._record_clocks(lost)
         errors = ctl.tally.errors(spec.label)
         if errors:
             ctl.plan.update(row, error=errors[0])
@@ -99,6 +110,21 @@ class StepRun:
             ctl.tally.rows[spec.label].extend(
                 ctl.lost.add(spec, row, lost, self.workers, self.start_at, ctl.tally.rows[spec.label]))
         return self.judge(lost, threaded=threaded)
+
+    def _record_clocks(self, lost: list[str]) -> None:
+        """Measure the step's workers again and write each one's clock error for the step into plan.json
+        (`ClockSync.step_clock`: the offset's uncertainty plus its drift over the step)."""
+        clock = self.ctl.clock
+        if clock is None:
+            return
+        kept = [(cid, name) for cid, name in self.workers if name not in lost and not self.ctl.link.missing(cid)]
+        try:
+            clock.measure(kept)
+        except Exception:  # the step stands without its clock check rather than failing the run
+            log.exception("measuring the workers' clocks after %s failed", self.label)
+            return
+        self.ctl.plan.update(self.row, clock={name: clock.step_clock(name, self.applied.get(name))
+                                              for _, name in kept})
 
     def _wait_drained(self, *, progress: bool = True) -> bool:
         """Block until every live worker drained the step; cancel stragglers at the deadline."""
@@ -145,13 +171,14 @@ class StepRun:
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
         ctl, spec, row = self.ctl, self.spec, self.row
-        rows = ctl.tally.rows[spec.label]
-        stats = quick_stats(rows)
+        if self.progress_stats is None:
+            self.progress_stats = ProgressStats(self.bounds)
+        stats = self.progress_stats.update(ctl.tally.rows[spec.label])
         pending = max(0, _planned_so_far(spec, self.start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
         t = now()
         ctl.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
                                 stats, pending, ctl.tally.server_waiting(),
-                                window_ttft_p95_s=window_ttft_p95(rows, self.bounds),
+                                window_ttft_p95_s=stats["window_ttft_p95_s"],
                                 in_warmup=self.bounds is not None and t < self.bounds.window_start))
 
     def judge(self, lost: list[str], *, threaded: bool = False) -> tuple[str, list[str], dict]:

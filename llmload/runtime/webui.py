@@ -44,7 +44,7 @@ import gevent
 from llmload.clock import now
 from llmload.redaction import redact
 from llmload.runtime.live import LiveSeries
-from llmload.runtime.table import quick_stats
+from llmload.runtime.table import ProgressStats
 
 __all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"]
 
@@ -75,18 +75,33 @@ def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
     return None if math.isnan(x) else round(x, digits)
 
 
+def _running_stats(session: Any, controller: Any, label: str) -> dict:
+    """`quick_stats` of the running step, folded in as its summaries arrive (`table.ProgressStats`): a
+    poll re-reading every summary of a long step cost the master seconds at 10,000 req/s."""
+    cache = vars(session).setdefault("_web_running_stats", {})
+    key = (id(controller), label)
+    if key not in cache:
+        cache[key] = ProgressStats()
+    return cache[key].update(controller.rows.get(label, []))
+
+
 def step_rows(session: Any) -> list[dict]:
     """One row per step of the current run (judged steps from the live table, the running one so far)."""
     controller = getattr(session, "controller", None)
     if controller is None:
         return []
     judged = {r["label"]: r for r in controller.table_rows}
+    running = {(id(controller), s["label"]) for s in controller.plan.steps
+               if s["label"] not in judged and s.get("status") == "running"}
+    cache = vars(session).get("_web_running_stats", {})
+    for key in [k for k in cache if k not in running]:  # judged or another run's: done with
+        del cache[key]
     rows = []
     for step in controller.plan.steps:
         label = step["label"]
         row = judged.get(label)
         if row is None and step.get("status") == "running":
-            stats = quick_stats(controller.rows.get(label, []))
+            stats = _running_stats(session, controller, label)
             offered, achieved = controller.running_rates(label, step)
             row = {"label": label, **stats, "verdict": "running", "offered_rate": offered,
                    "achieved_rate": achieved, "server_waiting": controller.step_waiting(step)}

@@ -9,6 +9,9 @@ marked `capped`: its wait shows as client wait (`sent_at - scheduled_at`), never
 Closed-loop (concurrency) steps use the same queue: the scheduler puts this shard's share of the level
 at once and each finished request puts its successor, until the shard's share of the requests is sent.
 
+The step message carries the worker's clock offset the master measured: `on_step` applies it
+(`llmload.clock.set_offset`), so the schedule and every timestamp are on the master's clock.
+
 Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and a compact summary is
 queued for the master, with the process's CPU while it sends a step's arrivals (`sample_cpu`). When a step's arrivals are over and every job of it has finished, the worker
 flushes its summaries and sends `llmload:drained`. On `llmload:cancel` (drain timeout) the in-flight
@@ -34,6 +37,7 @@ import gevent
 import gevent.queue
 from gevent.greenlet import Greenlet
 
+from llmload import clock
 from llmload.arrivals import Arrival
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
@@ -159,6 +163,8 @@ class WorkerRuntime:
     def on_step(self, data: dict) -> None:
         """Start one step: the message carries everything (see `llmload.runtime.messages`)."""
         self.worker = str(data["worker"])
+        if data.get("clock_offset_s") is not None:  # onto the master's timeline (llmload.runtime.clocksync)
+            clock.set_offset(data["clock_offset_s"])
         run_dir = Path(data["run_dir"])
         if self.writer is None or self.run_dir != run_dir:
             if self.writer is not None:

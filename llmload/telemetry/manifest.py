@@ -39,6 +39,7 @@ __all__ = [
     "diff_conditions",
     "fingerprint",
     "read_manifest",
+    "record_clocks",
     "redact_config",
     "shape_record",
     "write_manifest",
@@ -229,6 +230,17 @@ def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> Path:
     tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def record_clocks(run_dir: str | Path, clocks: dict[str, dict]) -> None:
+    """Put `clocks` (per worker: offset, uncertainty, drift; `llmload.runtime.clocksync`) into an
+    existing `manifest.json` (a run whose manifest was not written gets none)."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        return
+    manifest = read_manifest(run_dir)
+    manifest["clocks"] = clocks
+    write_manifest(run_dir, manifest)
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:

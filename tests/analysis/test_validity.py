@@ -106,3 +106,27 @@ def test_client_errors_make_the_step_invalid_and_stay_out_of_the_servers_counts(
     assert row["slo_attainment"] == 1.0 and row["error_ratio"] == 0.0
     assert row["goodput"] == pytest.approx(0.8)  # the 8 good ones over the 10 s window
     assert row["outcomes"]["client_error"] == 2
+
+
+def test_a_workers_clock_known_too_loosely_for_the_latency_targets_makes_the_step_invalid():
+    """Issue 29: a worker on another host runs on the master's clock as measured (llmload.runtime.clocksync);
+    its error over the step (half the round trip plus the drift) is judged like a constant send lag."""
+    slo = SLO.model_validate({"min_samples": 1, "ttft_p95": "1s"})
+    rows = [request(f"r{i}", "s", float(i), ttft=0.95, e2e=1.5) for i in range(10)]  # limit 100 ms: near 1 s
+    loose = {"1": {"offset_s": 0.002, "uncertainty_s": 0.0001, "drift_s": 0.0, "error_s": 0.0001},
+             "2": {"offset_s": 1.5, "uncertainty_s": 0.09, "drift_s": -0.03, "error_s": 0.12}}
+    row = analyze(run_of(rows, [plan_step("s", 0) | {"clock": loose}]), slo, Client()).steps.iloc[0]
+    assert row["verdict"] == "invalid" and list(row["failing"]) == ["clock"]
+    (reason,) = row["invalid_reasons"]
+    assert reason["measured"] == pytest.approx(0.12) and reason["limit"] == pytest.approx(0.1)
+    assert "worker 2's clock is known only to 120 ms" in reason["message"]
+    assert "half its round trip to the master 90 ms, drift -30 ms" in reason["message"]
+    assert "sync worker 2's host with NTP" in reason["advice"]
+    assert row["clock"]["worker"] == "2"
+    tight = {"1": loose["1"], "2": {"offset_s": 1.5, "uncertainty_s": 0.0004, "drift_s": 0.0002, "error_s": 0.0006}}
+    row = analyze(run_of(rows, [plan_step("s", 0) | {"clock": tight}]), slo, Client()).steps.iloc[0]
+    assert row["verdict"] == "pass" and row["clock"]["error_s"] == pytest.approx(0.0006)
+    # a worker that answered no exchange is not judged on its clock (no error known)
+    silent = {"1": {"offset_s": None, "uncertainty_s": None, "drift_s": None, "error_s": None}}
+    row = analyze(run_of(rows, [plan_step("s", 0) | {"clock": silent}]), slo, Client()).steps.iloc[0]
+    assert row["verdict"] == "pass" and row["clock"] is None

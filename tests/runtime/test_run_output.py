@@ -12,7 +12,14 @@ from runtime_helpers import base_config, run_locust, write_config
 
 from llmload.config import parse_config
 from llmload.runtime.console import configure_logging
-from llmload.runtime.table import format_header, format_progress, format_row, quick_stats, window_ttft_p95
+from llmload.runtime.table import (
+    ProgressStats,
+    format_header,
+    format_progress,
+    format_row,
+    quick_stats,
+    window_ttft_p95,
+)
 from llmload.telemetry.collector import TelemetryCollector
 
 LOCUST_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \S+/[A-Z]+/")
@@ -93,6 +100,34 @@ def test_progress_line_leaves_the_warm_up_out_of_its_ttft():
     assert "TTFT p95 85ms (warm-up left out)" in line and "426" not in line
     warming = format_progress("r4.00", 2.0, 12.0, 40, stats, 0, 0.0, window_ttft_p95_s=None, in_warmup=True)
     assert "TTFT p95 - (warm-up, not counted)" in warming and "426" not in warming
+
+
+def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_full_pass():
+    """Issue 29 (bench/fan_in.py): the progress line (and the web UI's running row) re-read every summary
+    of the step each time, seconds of the master's CPU at 10,000 req/s; `ProgressStats` reads each once
+    and gives the same figures."""
+    from shapes.steps import StepBounds
+
+    def row(i: int) -> dict:
+        at, ttft = 100.0 + i * 0.01, 0.05 + (i % 37) * 0.01
+        ok = i % 11 != 0
+        return {"scheduled_at": at, "sent_at": at, "first_token_at": at + ttft if ok else None,
+                "last_token_at": at + ttft + 1 if ok else None, "output_tokens": 10,
+                "outcome": "ok" if ok else "http_error"}
+
+    bounds = StepBounds(100.0, 103.0, 112.0, 120.0)
+    running, rows = ProgressStats(bounds), []
+    for batch in range(6):
+        rows.extend(row(i) for i in range(batch * 250, (batch + 1) * 250))
+        rows.append({**rows[-1], "first_token_at": float("nan")})  # a NaN is left out, as quick_stats does
+        stats, full = running.update(rows), quick_stats(rows)
+        assert (stats["done"], stats["ok"], stats["failed"]) == (full["done"], full["ok"], full["failed"])
+        assert stats["window_ttft_p95_s"] == pytest.approx(window_ttft_p95(rows, bounds))
+        assert running.seen == len(rows)
+    whole = ProgressStats().update(rows)  # no window: every quick_stats figure (the web UI's running row)
+    assert whole["window_ttft_p95_s"] == pytest.approx(quick_stats(rows)["ttft_p95_s"])
+    for key, value in quick_stats(rows).items():
+        assert whole[key] == pytest.approx(value), key
 
 
 @pytest.mark.slow
