@@ -36,7 +36,10 @@ def expected_figures(run_dir, gpus: int) -> dict:
     mine = records[(records["step"] == step["label"]) & records["in_window"]]
     good = mine[good_mask(mine, e2e_s=E2E_SLO_S)]
     goodput = len(good) / (end - start)
-    tokens_s = good["output_tokens"].sum() / (end - start)
+    # good output tokens/s: of those good requests, the ones that also finished (stream closed) in the
+    # window, as output tokens/s counts them (docs/METRICS.md: good never exceeds all)
+    finished = good["closed_at"].fillna(good["last_token_at"])
+    tokens_s = good.loc[(finished >= start) & (finished < end), "output_tokens"].sum() / (end - start)
     cost = COST_PER_HOUR[gpus]
     return {"last": last, "goodput": goodput, "tokens_s": tokens_s, "per_gpu": goodput / gpus,
             "per_million_tokens": cost / (tokens_s * 3600) * 1e6,
