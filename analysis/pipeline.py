@@ -117,6 +117,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
+    if isinstance(run.plan.get("search"), dict):  # the knee search's record (why it stopped, its steps)
+        summary["search"] = dict(run.plan["search"])
     decision = summary["decision"]
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),

@@ -55,8 +55,10 @@ class StepTally:
         self.step_cpu: dict[str, dict[str, float]] = defaultdict(dict)
         #: the live table's rows of judged steps (also shown by the web UI's LLM tab)
         self.table_rows: list[dict] = []
-        #: label, target rate, verdict, failing, samples of each judged step (the boundary search's input)
+        #: label, target rate, verdict, failing, samples, realised offered rate of each judged step
         self.results: list[dict] = []
+        #: the judged row of each step (`judge_step`'s stats with its verdict): the knee search's input
+        self.judged: list[dict] = []
         self._cpu_seen: dict[str, float | None] = {}
         self._cpu_sink: Any = None
         self._master_file: _JsonLines | None = None
@@ -169,6 +171,8 @@ class StepTally:
                              "failing": list(failing), "samples": stats.get("completed", stats.get("ok")),
                              "offered_rate": stats.get("offered_rate")})
         self.table_rows.append({**stats, **table_row})
+        self.judged.append({**stats, "label": label, "target_rate": target_rate, "verdict": verdict,
+                            "failing": list(failing)})
         self.out(format_row(table_row))
         for reason in stats.get("invalid_reasons") or []:
             self.out(f"  {label} invalid: {reason['message']}")

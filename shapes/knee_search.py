@@ -1,0 +1,236 @@
+"""The knee search after a ladder: refine steps where the knee estimate says, until it is precise enough.
+
+Pure: it sees judged step rows (dicts with `label`, `target_rate`, the realised `offered_rate`, `verdict`
+and the percentile figures with their `_low` / `_high` interval) and asks an injected `estimate`
+(`analysis.knee.estimate_knee` bound to the run's SLO) for the knee over every judged step so far. The
+clock is injected too, so a test drives a whole search against a synthetic server in milliseconds:
+
+    search = KneeSearch(ladder_rows, estimate=..., precision=0.05, budget_s=600, max_steps=6,
+                        max_extensions=2, step_s=lambda rate: 12.0, clock=time.monotonic)
+    while (ask := search.next_step()) is not None:
+        row = judge(run_step(ask.rate))          # a refine step at ask.rate
+        search.record(row, wall_s=seconds_it_took, nominal_s=its_warmup_plus_window)
+    search.answer                                 # SearchAnswer: knee, stopped, steps, extensions
+
+Each `next_step`, in this order:
+1. no knee at all (no judged step): stop `no_verdict`;
+2. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`: stop `precision`;
+3. `max_steps` refine steps ran: stop `max_steps`;
+4. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
+   threshold just where the answer is decided) is run again at the same target rate, at most
+   `max_extensions` times per rate (`Ask.extends` names it). The repeat is an extra point of the same
+   rate, not a longer window: the estimate fits every point, so the repeats pool where they agree;
+5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
+   crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
+6. the next rate: the knee's point estimate (rounded to 3 significant figures), or the middle of its
+   interval when it has no point;
+7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
+   largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
+   `budget_s` since the search began is not started: stop `budget`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
+
+#: why a search stopped (plan.json and summary.json `search.stopped`)
+STOP_REASONS = ("precision", "budget", "max_steps", "no_failure", "no_pass", "no_verdict", "stopped")
+
+_STOP_TEXT = {
+    "precision": "the knee's interval is within the precision asked",
+    "budget": "the search's time budget would run out before another step",
+    "max_steps": "the refine step cap (max_steps) was reached",
+    "no_failure": "no target was crossed at any rate run; extend the ladder upward",
+    "no_pass": "the targets were crossed already at the lowest rate run; extend the ladder downward",
+    "no_verdict": "no step gave a verdict to estimate from",
+    "stopped": "the run was stopped",
+}
+
+
+def stop_text(stopped: str | None) -> str:
+    """A short phrase for a stop reason ("" for None)."""
+    return "" if not stopped else _STOP_TEXT.get(stopped, stopped)
+
+
+def round_rate(rate: float, digits: int = 3) -> float:
+    """`rate` to `digits` significant figures (a step label stays short: r4.63, not r4.6271...).
+
+    >>> round_rate(4.62718), round_rate(12.345), round_rate(0.0123456)
+    (4.63, 12.3, 0.0123)
+    """
+    if not rate > 0 or not math.isfinite(rate):
+        return rate
+    return round(rate, digits - 1 - math.floor(math.log10(rate)))
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """The next refine step: its target `rate`, and the label of the inconclusive step it repeats
+    (`extends`, None for a step at the knee estimate)."""
+
+    rate: float
+    extends: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """The search's result: the last knee estimate (an `analysis.knee.Knee` or None), why it stopped,
+    the refine steps it ran (`steps`), how many of them repeated an inconclusive step (`extensions`),
+    and the wall time it took."""
+
+    knee: Any
+    stopped: str
+    steps: int
+    extensions: int
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        """plan.json's `search` (summary.json copies it)."""
+        return {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
+                "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def _inside(rate: float, low: float | None, high: float | None) -> bool:
+    return (low is None or rate >= low) and (high is None or rate <= high)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+class KneeSearch:
+    """Refine steps chosen from the knee estimate; see the module docstring."""
+
+    def __init__(self, rows: Iterable[Mapping] = (), *, estimate: Callable[[list[dict]], Any],
+                 precision: float = 0.05, budget_s: float = 600.0, max_steps: int = 6, max_extensions: int = 2,
+                 step_s: Callable[[float], float] | float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 < precision < 1:
+            raise ValueError(f"precision must be in (0, 1), got {precision}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.rows: list[dict] = [dict(r) for r in rows]
+        self.estimate = estimate
+        self.precision = float(precision)
+        self.budget_s = float(budget_s)
+        self.max_steps = int(max_steps)
+        self.max_extensions = int(max_extensions)
+        self._step_s = step_s if callable(step_s) else (lambda _rate, s=float(step_s): s)
+        self.clock = clock
+        self.started = clock()
+        self.refine_steps = 0
+        self.extensions: dict[float, int] = {}
+        self.overrun_s = 0.0
+        self.stopped: str | None = None
+        self._knee: Any = None
+        self._fresh = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def knee(self) -> Any:
+        """The knee over every judged step so far (estimated once per new step)."""
+        if not self._fresh:
+            self._knee = self.estimate(self.rows)
+            self._fresh = True
+        return self._knee
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started
+
+    def record(self, row: Mapping, *, wall_s: float | None = None, nominal_s: float | None = None) -> None:
+        """A refine step's judged row; `wall_s` (sent to judged) and `nominal_s` (warm-up + window) teach
+        the budget how much a step costs beyond its schedule."""
+        self.rows.append(dict(row))
+        self.refine_steps += 1
+        self._fresh = False
+        if wall_s is not None and nominal_s is not None:
+            self.overrun_s = max(self.overrun_s, float(wall_s) - float(nominal_s))
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the search from outside (the run was stopped)."""
+        if self.stopped is None:
+            self.stopped = reason
+
+    # ------------------------------------------------------------------ the next step
+
+    def next_step(self) -> Ask | None:
+        """The next refine step, or None when the search is done (`stopped` says why)."""
+        if self.stopped is not None:
+            return None
+        ask, reason = self._decide()
+        if ask is None:
+            self.stopped = reason
+            return None
+        if self.step_cost_s(ask.rate) > self.budget_s - self.elapsed_s:
+            self.stopped = "budget"
+            return None
+        if ask.extends is not None:
+            key = round(ask.rate, 9)
+            self.extensions[key] = self.extensions.get(key, 0) + 1
+        return ask
+
+    def step_cost_s(self, rate: float) -> float:
+        """The projected wall time of a step at `rate`: its schedule plus the largest overrun so far."""
+        return float(self._step_s(rate)) + max(0.0, self.overrun_s)
+
+    def _decide(self) -> tuple[Ask | None, str]:
+        knee = self.knee
+        if knee is None:
+            return None, "no_verdict"
+        width = knee.half_width_rel
+        if knee.rate is not None and width is not None and width <= self.precision:
+            return None, "precision"
+        if self.refine_steps >= self.max_steps:
+            return None, "max_steps"
+        repeat = self._extension(knee)
+        if repeat is not None:
+            return repeat, ""
+        if knee.rate is None:
+            if knee.low is not None and knee.high is not None:
+                return Ask(round_rate((knee.low + knee.high) / 2)), ""
+            return None, "no_pass" if knee.low is None and knee.high is not None else (
+                "no_failure" if knee.high is None and knee.low is not None else "no_verdict")
+        return Ask(round_rate(float(knee.rate))), ""
+
+    def _extension(self, knee: Any) -> Ask | None:
+        """The inconclusive step nearest the knee, inside its interval, not yet repeated
+        `max_extensions` times (None if there is none)."""
+        if self.max_extensions < 1:
+            return None
+        centre = knee.rate if knee.rate is not None else (
+            (knee.low + knee.high) / 2 if knee.low is not None and knee.high is not None else None)
+        candidates = []
+        for row in self.rows:
+            if row.get("verdict") != "inconclusive":
+                continue
+            target, offered = _number(row.get("target_rate")), _number(row.get("offered_rate"))
+            if target is None:
+                continue
+            at = offered if offered is not None else target
+            if not _inside(at, knee.low, knee.high):
+                continue
+            if self.extensions.get(round(target, 9), 0) >= self.max_extensions:
+                continue
+            candidates.append((abs(at - centre) if centre is not None else 0.0, target, str(row.get("label"))))
+        if not candidates:
+            return None
+        _, target, label = min(candidates)
+        return Ask(target, extends=label)
+
+    # ------------------------------------------------------------------ the result
+
+    @property
+    def answer(self) -> SearchAnswer:
+        return SearchAnswer(knee=self.knee, stopped=self.stopped or "running", steps=self.refine_steps,
+                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s)
