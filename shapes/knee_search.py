@@ -22,8 +22,7 @@ Each `next_step`, in this order:
    rate, not a longer window: the estimate fits every point, so the repeats pool where they agree;
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
-6. the next rate: the knee's point estimate (rounded to 3 significant figures), or the middle of its
-   interval when it has no point;
+6. the next rate: the knee's point estimate (rounded to 3 significant figures);
 7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
    largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
    `budget_s` since the search began is not started: stop `budget`.
@@ -196,11 +195,8 @@ class KneeSearch:
         repeat = self._extension(knee)
         if repeat is not None:
             return repeat, ""
-        if knee.rate is None:
-            if knee.low is not None and knee.high is not None:
-                return Ask(round_rate((knee.low + knee.high) / 2)), ""
-            return None, "no_pass" if knee.low is None and knee.high is not None else (
-                "no_failure" if knee.high is None and knee.low is not None else "no_verdict")
+        if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
+            return None, "no_failure" if knee.binding is None else "no_pass"
         return Ask(round_rate(float(knee.rate))), ""
 
     def _extension(self, knee: Any) -> Ask | None:
@@ -232,5 +228,6 @@ class KneeSearch:
 
     @property
     def answer(self) -> SearchAnswer:
-        return SearchAnswer(knee=self.knee, stopped=self.stopped or "running", steps=self.refine_steps,
+        """The result; `knee` is the last estimate made (None if none was)."""
+        return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
                             extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s)

@@ -77,23 +77,14 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
     return min(LEAD_S, LOCAL_LEAD_S + arrivals * LEAD_PER_ARRIVAL_S)
 
 
-def search_line(knee: Any, stopped: str | None, steps: int, slo: Any = None) -> str:
-    """The knee search's closing line: the knee with its interval (`analysis.knee.knee_sentence`), or
-    what is known without one, why the search stopped and how many refine steps it ran. Never a None."""
+def search_line(stopped: str | None, steps: int) -> str:
+    """The knee search's closing line: why it stopped and how many refine steps it ran (the knee itself
+    is the run's answer, printed from the analysis once the run is finalised). Never a None."""
     from shapes.knee_search import stop_text
 
-    if knee is not None and knee.rate is not None:
-        from analysis.knee import knee_sentence
-
-        what = knee_sentence(knee, slo)
-    elif stopped == "no_pass":
-        what = "no rate passed"
-    elif stopped == "no_failure":
-        what = "no rate failed"
-    else:
-        what = "no knee estimated"
-    why = stop_text(stopped) or "not run"
-    return f"  knee search: {what} (stopped: {why}; {steps} refine step{'s' if steps != 1 else ''})"
+    lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
+    return (f"  knee search: {lead}stopped: {stop_text(stopped) or 'not run'} "
+            f"({steps} refine step{'s' if steps != 1 else ''})")
 
 
 class WorkerLink:
@@ -348,16 +339,9 @@ class StepController:
                            "failing": failing}, wall_s=now() - started, nominal_s=spec.arrivals_s)
         if self.stopping or self.failed:
             search.stop()
-        try:
-            answer = search.answer
-        except Exception:  # the estimate failed: the search's record still says why it stopped
-            log.exception("the knee estimate failed")
-            answer = None
-        self.plan.data["search"] = answer.to_dict() if answer is not None else {
-            "stopped": search.stopped, "steps": search.refine_steps}
+        self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
-        self.out(search_line(answer.knee if answer is not None else None, search.stopped, search.refine_steps,
-                             self.config.slo))
+        self.out(search_line(search.stopped, search.refine_steps))
 
     # ------------------------------------------------------------------ stops from outside
 

@@ -40,8 +40,8 @@ class FakeRunner:
 
 
 class Knee:
-    def __init__(self, rate, low, high):
-        self.rate, self.low, self.high = rate, low, high
+    def __init__(self, rate, low, high, binding="ttft_p95"):
+        self.rate, self.low, self.high, self.binding = rate, low, high, binding
 
     @property
     def half_width_rel(self):
@@ -83,8 +83,8 @@ def run(tmp_path, verdict_of, estimate, refine=None):
 def test_no_step_passing_says_so_and_never_prints_none(tmp_path):
     controller, lines = run(tmp_path, lambda rate, label: "fail", lambda rows: Knee(None, None, 20.0))
     said = [line for line in lines if "knee search" in line]
-    assert said == ["  knee search: no rate passed (stopped: the targets were crossed already at the lowest "
-                    "rate run; extend the ladder downward; 0 refine steps)"]
+    assert said == ["  knee search: no rate passed; stopped: the targets were crossed already at the lowest "
+                    "rate run; extend the ladder downward (0 refine steps)"]
     assert "None" not in "\n".join(lines)
     assert controller.plan.data["search"]["stopped"] == "no_pass"
 
@@ -110,5 +110,5 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
 
 def test_the_closing_line_without_a_knee_never_shows_none():
     for stopped in ("no_failure", "no_pass", "no_verdict", "budget", None):
-        line = search_line(None, stopped, 1)
+        line = search_line(stopped, 1)
         assert "None" not in line and line.startswith("  knee search: ")

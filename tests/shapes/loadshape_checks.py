@@ -72,7 +72,7 @@ def test_every_kind_has_a_class_and_only_the_knee_search_adds_steps():
     assert shape_for_config(ladder).search(ladder, rows) is None
     refine = config(SHAPES_BY_KIND["refine"][0])
     search = shape_for_config(refine).search(refine, rows)
-    search.estimate = lambda rows: SimpleNamespace(rate=2.5, low=2.0, high=3.0, half_width_rel=0.2)
+    search.estimate = lambda rows: SimpleNamespace(rate=2.5, low=2.0, high=3.0, half_width_rel=0.2, binding="ttft_p95")
     rate = search.next_step().rate
     step = shape_for_config(refine).search_step(refine, rate, index=1, seed=0, taken=["r1.00"])
     assert (step.phase, step.index, step.target_rate) == ("refine", 1, rate)

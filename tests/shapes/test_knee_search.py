@@ -22,6 +22,7 @@ class FakeKnee:
     rate: float | None
     low: float | None
     high: float | None
+    binding: str | None = "ttft_p95"
 
     @property
     def half_width_rel(self) -> float | None:
@@ -48,7 +49,7 @@ def crossing_estimate(rows):
 
     (point, gap), (at_high, gap_h), (at_low, gap_l) = cross(0), cross(2), cross(1)
     if point == math.inf and at_high == math.inf:
-        return FakeKnee(None, pts[-1][0], None)
+        return FakeKnee(None, pts[-1][0], None, binding=None)
     if point < 0 and at_low < 0:
         return FakeKnee(None, None, pts[0][0])
     ends = [x for x in (at_high, point) if 0 < x < math.inf]

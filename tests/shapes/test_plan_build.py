@@ -49,7 +49,7 @@ def test_refine_steps_extend_the_ladder_with_unique_labels():
     cfg = config(LADDER)
     steps = build_plan(cfg)
     search = knee_search(cfg, [], estimate=lambda rows: SimpleNamespace(rate=1.25, low=1.0, high=1.5,
-                                                                        half_width_rel=0.2))
+                                                                        half_width_rel=0.2, binding="ttft_p95"))
     rate = search.next_step().rate
     step = refine_step(cfg.shape.ladder, rate, index=len(steps), seed=1, taken=[s.label for s in steps])
     assert (step.label, step.phase, step.index, step.duration_s) == ("r1.25", "refine", 3, 60.0)
