@@ -29,6 +29,7 @@ TINY = {
     "finalize.py": ["--records", "1000", "--rounds", "1", "--telemetry"],
     "prefix_ladder.py": ["--rates", "2", "--step-s", "2", "--work", "work"],
     "scaling.py": ["--workers", "1", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
+    "knee_accuracy.py": ["--quick", "--work", "work"],
 }
 
 

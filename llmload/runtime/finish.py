@@ -54,6 +54,15 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     for step in result.summary.get("steps", []):  # why the exit code says "invalid", and what to do
         for reason in step.get("invalid_reasons") or []:
             print(f"llmload: step {step['label']} invalid: {reason['message']}", flush=True)
+    try:  # the run's answer, as the report, `llmload report`, compare and plan state it
+        from llmload.report.answer import knee_text
+
+        knee = knee_text(result.summary)
+    except Exception:
+        log.exception("the knee could not be stated")
+        knee = ""
+    if knee:
+        print(f"llmload: {knee}", flush=True)
     if not report:
         return int(analysis.exit_code(result.summary))
     try:
