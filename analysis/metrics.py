@@ -40,6 +40,9 @@ Which requests each number uses (a step's requests are those with `step == label
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
 Percentiles are from raw values by linear interpolation (`analysis.stats.quantiles`).
+- every SLO percentile threshold's figure `F` (e.g. `ttft_p95_s`) also has `F_low` / `F_high`: its
+  two-sided interval at `slo.confidence`, autocorrelation-aware (`analysis.intervals`), from the same
+  values in `scheduled_at` order; NaN when the figure is not per request (histogram server queue).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import percentile_interval
 from analysis.requests import EventGaps, event_gaps
 from analysis.split import empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
@@ -278,21 +282,32 @@ def _queue_trend(row: dict, slo: SLO, tel: TelemetryIndex, starts: np.ndarray, e
     row["queue_growth"] = bool(p < slo.trend_alpha and rise >= MIN_QUEUE_GROWTH)
 
 
+def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.ndarray | None:
+    """The raw values threshold `t` is judged on (None: not per request, e.g. a histogram queue)."""
+    # a registered dimension without its own p50/p95/p99 columns reads its per-request column
+    column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
+    if t.metric == "itl":
+        return itl
+    if t.metric == "server_queue":
+        if row["server_queue_basis"] == "per-request":
+            return fin["server_queue_s"].to_numpy(dtype=float)
+        return None
+    if column is not None:
+        return fin[column].to_numpy(dtype=float)
+    return None
+
+
 def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarray) -> None:
-    """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values."""
+    """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values, and
+    every threshold's interval `<figure>_low` / `<figure>_high` at `slo.confidence`
+    (`analysis.intervals`: the values in `scheduled_at` order; NaN when not per request)."""
+    if "scheduled_at" in fin and len(fin):
+        fin = fin.iloc[np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")]
     for t in slo.thresholds:
         key = f"{t.key}_s"
-        if key in row:
-            continue
-        # a registered dimension without its own p50/p95/p99 columns reads its per-request column
-        column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
-        if t.metric == "itl":
-            values = itl
-        elif t.metric == "server_queue" and row["server_queue_basis"] == "per-request":
-            values = fin["server_queue_s"].to_numpy(dtype=float)
-        elif column is not None:
-            values = fin[column].to_numpy(dtype=float)
-        else:
-            row[key] = math.nan  # histogram quantiles other than p50/p95/p99 are not computed
-            continue
-        row[key] = quantiles(values, (t.percentile,))[t.percentile]
+        values = _threshold_values(row, t, fin, itl)
+        if key not in row:
+            row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
+        low, high = (math.nan, math.nan) if values is None else percentile_interval(values, t.percentile,
+                                                                                     slo.confidence)
+        row[f"{key}_low"], row[f"{key}_high"] = low, high

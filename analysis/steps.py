@@ -54,7 +54,7 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
         if step.get("status") == "not_run":
             row = empty_metrics(step)
             row.update(verdict="not_run", failing=[], unmeasured=[], undecided=[], invalid_reasons=[],
-                       over_on_few_samples=[])
+                       over_on_few_samples=[], undecided_targets=[])
             rows.append(row)
             continue
         pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
@@ -62,7 +62,8 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
         verdict, failing, details = judge(row, step, slo, client)
         row.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
                    undecided=details["undecided"], invalid_reasons=details["invalid"],
-                   over_on_few_samples=details["over_on_few_samples"])
+                   over_on_few_samples=details["over_on_few_samples"],
+                   undecided_targets=details["undecided_targets"])
         rows.append(row)
     return _typed(pd.DataFrame(rows))
 
@@ -70,7 +71,8 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
-    return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table})
+    # copy(): consolidates the blocks, so a caller's `assign` does not warn of a fragmented frame
+    return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table}).copy()
 
 
 def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel: TelemetryIndex,

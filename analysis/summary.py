@@ -1,13 +1,18 @@
 """`summary.json` (METRICS.md contract), the ladder's result, the decision record, the exit code.
 
 Run verdict over the steps that ran: `invalid` if any step is invalid (fix the generator first), else
-`fail` if any failed, else `insufficient` if any had too few samples (or none ran), else `pass`.
-The ladder result uses the sustained-rate steps (phases `ladder`, `refine`, `soak`) sorted by rate:
-the first failing rate is the lowest failing one, the last passing rate the highest passing rate below
-it; invalid and insufficient steps are neither. `failed_first` names the first failing step's
+`fail` if any failed, else `insufficient` if any had too few samples (or none ran), else `inconclusive`
+if any step's interval straddled a target (no step failed, but one could not be decided: the run
+proves neither), else `pass`.
+The ladder result uses the sustained-rate steps (phases `ladder`, `refine`, `soak`) sorted by their
+realised offered rate (the target rate where none was measured): the first failing rate is the lowest
+failing one, the last passing rate the highest passing rate below it; invalid, insufficient and
+inconclusive steps are neither. Both rates are the steps' *realised* offered rates
+(`last_passing_target_rate` / `first_failing_target_rate`: their target labels).
+`knee`: `analysis.knee.estimate_knee` over the same step rows (so a re-analysis recomputes it). `failed_first` names the first failing step's
 dimensions, furthest over their limits first. Closed-loop steps give `last_passing_concurrency`.
 
-Exit code: 0 pass, 1 fail, 3 invalid, and 3 for insufficient too: no conclusion could be drawn, and
+Exit code: 0 pass, 1 fail, 3 invalid, and 3 for insufficient and inconclusive too: no conclusion could be drawn, and
 a CI gate must not pass on a test that proved nothing (the CLI documents 3 as "not a valid test").
 """
 
@@ -20,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.conditions import retest_triggers
+from analysis.knee import estimate_knee
 from llmload import slo as slo_dims
 from llmload.config import SLO
 from shapes.phases import closed_loop_phases, sustained_phases
@@ -48,12 +54,12 @@ _EXTRA_STEP_KEYS = (
     "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
-    "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples",
+    "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples", "undecided_targets",
 )
 _SUSTAINED = sustained_phases()
 #: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)
 _STANDARD_SLO = slo_dims.standard_keys()
-_EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
+_EXIT = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3, "inconclusive": 3}
 
 
 def json_value(value: Any) -> Any:
@@ -74,15 +80,17 @@ def json_value(value: Any) -> Any:
 def overall_verdict(steps: pd.DataFrame) -> str:
     """The run's verdict from its steps' verdicts (rule in the module docstring)."""
     ran = [] if steps.empty else [v for v in steps["verdict"] if v != "not_run"]
-    for verdict in ("invalid", "fail", "insufficient"):
+    for verdict in ("invalid", "fail", "insufficient", "inconclusive"):
         if verdict in ran:
             return verdict
     return "pass" if ran else "insufficient"
 
 
-def _first_failing(steps: pd.DataFrame, phases: tuple[str, ...], key: str) -> tuple[Any, Any, list[str]]:
-    if steps.empty:
-        return None, None, []
+def _first_failing(steps: pd.DataFrame, phases: tuple[str, ...],
+                   key: str) -> tuple[pd.Series | None, pd.Series | None]:
+    """(the highest passing step below the first failing one, the first failing step), by `key`."""
+    if steps.empty or key not in steps:
+        return None, None
     own = steps[steps["phase"].isin(phases) & (steps["verdict"] != "not_run") & steps[key].notna()]
     own = own.sort_values([key, "index"], kind="stable")
     failing = own[own["verdict"] == "fail"]
@@ -90,17 +98,38 @@ def _first_failing(steps: pd.DataFrame, phases: tuple[str, ...], key: str) -> tu
     passing = own[own["verdict"] == "pass"]
     if first is not None:
         passing = passing[passing[key] < first[key]]
-    last = passing[key].max() if len(passing) else None
-    return (json_value(last), json_value(first[key]) if first is not None else None,
-            list(first["failing"]) if first is not None else [])
+    return (passing.iloc[-1] if len(passing) else None), first
+
+
+def _rate_axis(steps: pd.DataFrame) -> pd.DataFrame:
+    """The columns the ladder result needs, with `_rate`: the realised offered rate, the target rate
+    where none was measured (a small new frame: assigning to the wide step table fragments it)."""
+    if steps.empty or "target_rate" not in steps:
+        return pd.DataFrame()
+    target = pd.to_numeric(steps["target_rate"], errors="coerce")
+    offered = pd.to_numeric(steps["offered_rate"], errors="coerce") if "offered_rate" in steps else target
+    return pd.DataFrame({"phase": steps["phase"], "verdict": steps["verdict"], "index": steps["index"],
+                         "failing": steps["failing"], "target_rate": target,
+                         "_rate": offered.where(offered.notna(), target)})
+
+
+def _get(row: pd.Series | None, column: str) -> Any:
+    return None if row is None else json_value(row.get(column))
 
 
 def ladder_result(steps: pd.DataFrame) -> dict:
-    """last_passing_rate, first_failing_rate, failed_first (+ the same for closed-loop concurrency)."""
-    last, first, failed = _first_failing(steps, _SUSTAINED, "target_rate")
-    last_c, first_c, failed_c = _first_failing(steps, closed_loop_phases(), "concurrency")
-    return {"last_passing_rate": last, "first_failing_rate": first, "failed_first": failed or failed_c,
-            "last_passing_concurrency": last_c, "first_failing_concurrency": first_c}
+    """last_passing_rate, first_failing_rate (realised offered rates; `*_target_rate`: their labels),
+    failed_first (+ the same for closed-loop concurrency)."""
+    last, first = _first_failing(_rate_axis(steps), _SUSTAINED, "_rate")
+    last_c, first_c = _first_failing(steps, closed_loop_phases(), "concurrency")
+    failed = list(first["failing"]) if first is not None else []
+    failed_c = list(first_c["failing"]) if first_c is not None else []
+    return {"last_passing_rate": _get(last, "_rate"), "first_failing_rate": _get(first, "_rate"),
+            "failed_first": failed or failed_c,
+            "last_passing_target_rate": _get(last, "target_rate"),
+            "first_failing_target_rate": _get(first, "target_rate"),
+            "last_passing_concurrency": _get(last_c, "concurrency"),
+            "first_failing_concurrency": _get(first_c, "concurrency")}
 
 
 def _thresholds(slo: SLO) -> dict:
@@ -157,7 +186,8 @@ def _range(value: Any) -> list | None:
 
 
 def _step_entry(row: pd.Series) -> dict:
-    keys = SUMMARY_STEP_KEYS + tuple(k for k in _EXTRA_STEP_KEYS if k in row.index)
+    intervals = tuple(k for k in row.index if str(k).endswith(("_s_low", "_s_high")))
+    keys = SUMMARY_STEP_KEYS + tuple(k for k in _EXTRA_STEP_KEYS if k in row.index) + intervals
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))
     entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
@@ -182,11 +212,15 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
                   soak: dict | None = None, burst: pd.DataFrame | None = None) -> dict:
     """The whole summary.json document."""
     ladder = ladder_result(steps)
+    knee = estimate_knee(steps, slo) if not steps.empty else None
     summary = {
         "verdict": overall_verdict(steps),
         "last_passing_rate": ladder["last_passing_rate"],
+        "last_passing_target_rate": ladder["last_passing_target_rate"],
+        "knee": json_value(knee.to_dict()) if knee is not None else None,
         "steps": [_step_entry(r) for _, r in steps.iterrows()],
         "first_failing_rate": ladder["first_failing_rate"],
+        "first_failing_target_rate": ladder["first_failing_target_rate"],
         "failed_first": ladder["failed_first"],
         "last_passing_concurrency": ladder["last_passing_concurrency"],
         "first_failing_concurrency": ladder["first_failing_concurrency"],
@@ -216,5 +250,5 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
 
 
 def exit_code(summary: dict) -> int:
-    """0 pass, 1 fail, 3 invalid or insufficient (no conclusion)."""
+    """0 pass, 1 fail, 3 invalid, insufficient or inconclusive (no conclusion)."""
     return _EXIT.get(summary.get("verdict", "insufficient"), 3)

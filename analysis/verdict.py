@@ -18,11 +18,18 @@ Every SLO dimension (the figure it reads, its setting, how it is compared) is de
 4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
    Thresholds the few samples are over anyway are listed in `stats["over_on_few_samples"]` (not
    judged, but never silent: a reader must not take "insufficient" for "probably fine").
-5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...).
+5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...). Where the step row
+   carries the figure's interval (`<figure>_low` / `_high`, `analysis.intervals`, at `slo.confidence`),
+   a threshold fails only when the whole interval is over it (`low` over the limit); an interval that
+   straddles it (`low` at or under, `high` over, whichever side the point is on) leaves that target
+   undecided: listed in `details["undecided_targets"]` (the row's `undecided_targets`). Without an
+   interval (NaN: too few values, a histogram figure) the point is compared, as before.
 6. `insufficient` when the SLO has percentile thresholds and none of them could be measured (no
    latency sample carried them: nothing was judged), and for a `partial` step, which never passes:
    a stopped step does not decide a passing rate.
-7. `pass`.
+7. `inconclusive`: nothing failed, enough samples, and at least one percentile target's interval
+   straddles its threshold (`undecided_targets` names them; `failing` is empty). A longer step decides.
+8. `pass`.
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
 a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
 A threshold whose value could not be measured (e.g. server queue without telemetry) is not judged and
@@ -46,7 +53,7 @@ from llmload.config import SLO, Client
 
 __all__ = ["VERDICTS", "judge", "judge_step"]
 
-VERDICTS = ("pass", "fail", "invalid", "insufficient", "not_run")
+VERDICTS = ("pass", "fail", "inconclusive", "invalid", "insufficient", "not_run")
 
 
 #: the ratio and flag dimensions in rule order: an event that must not happen at all (OOM) first, then
@@ -67,16 +74,29 @@ def _straddles(metrics: dict, key: str, value: float, limit: float) -> bool:
     return value - width <= limit
 
 
+def _interval(metrics: dict, figure: str) -> tuple[float, float] | None:
+    """The figure's (low, high) interval from the row, None when absent or not measured."""
+    low, high = metrics.get(f"{figure}_low"), metrics.get(f"{figure}_high")
+    try:
+        low, high = float(low), float(high)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(low) or math.isnan(high) else (low, high)
+
+
+def _empty_details(**extra: object) -> dict:
+    return {"excess": {}, "unmeasured": [], "undecided": [], "invalid": [], "over_on_few_samples": [],
+            "undecided_targets": [], **extra}
+
+
 def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> tuple[str, list[str], dict]:
     """(verdict, failing dimensions, details) of one step from its `step_metrics` row."""
     client = client or Client()
     if step.get("status") == "not_run":
-        return "not_run", [], {"excess": {}, "unmeasured": [], "undecided": [], "invalid": [],
-                               "over_on_few_samples": []}
+        return "not_run", [], _empty_details()
     invalid = generator_checks(metrics, slo, client)
     if invalid:
-        return "invalid", [c["check"] for c in invalid], {"excess": {}, "unmeasured": [], "undecided": [],
-                                                          "invalid": invalid, "over_on_few_samples": []}
+        return "invalid", [c["check"] for c in invalid], _empty_details(invalid=invalid)
 
     partial = step.get("status") == "partial"
     excess: dict[str, float] = {}
@@ -89,16 +109,28 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
             excess[dim.name] = over
     unmeasured: list[str] = []
     undecided: list[str] = []
+    undecided_targets: list[str] = []
     over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
     for t in slo.thresholds:
         dim = slo_dims.by_name(t.metric)
-        value = metrics.get(dim.figure_of(t.percentile), math.nan)
+        figure = dim.figure_of(t.percentile)
+        value = metrics.get(figure, math.nan)
         if value is None or math.isnan(value):
             if enough:
                 unmeasured.append(t.key)
             continue
         over = dim.excess(value, t.value_s)
+        interval = _interval(metrics, figure) if enough else None
+        if interval is not None:
+            low_over = dim.excess(interval[0], t.value_s) is not None
+            high_over = dim.excess(interval[1], t.value_s) is not None
+            if high_over and not low_over:
+                undecided_targets.append(t.key)  # the interval straddles the threshold
+                continue
+            if not low_over:
+                continue
+            over = over if over is not None else dim.excess(interval[0], t.value_s)
         if over is None:
             continue
         if not enough:
@@ -108,7 +140,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         else:
             excess[t.key] = over
     details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided,
-               "over_on_few_samples": over_on_few, "invalid": []}
+               "over_on_few_samples": over_on_few, "invalid": [], "undecided_targets": undecided_targets}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
@@ -118,6 +150,8 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         return "insufficient", [], details  # every latency target unmeasured: nothing was judged
     if partial:
         return "insufficient", [], details
+    if undecided_targets:
+        return "inconclusive", [], details
     return "pass", [], details
 
 
@@ -138,7 +172,7 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     """
     if step.get("status") == "not_run":
         stats = empty_metrics(step)
-        stats.update(verdict="not_run", failing=[])
+        stats.update(verdict="not_run", failing=[], undecided_targets=[])
         return "not_run", [], stats
     label = str(step["label"])
     windows = {label: (_float(step.get("window_start")), _float(step.get("window_end")))}
@@ -148,5 +182,6 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     verdict, failing, details = judge(stats, step, slo, client)
     stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
                  undecided=details["undecided"], invalid_reasons=details["invalid"],
-                 over_on_few_samples=details["over_on_few_samples"])
+                 over_on_few_samples=details["over_on_few_samples"],
+                 undecided_targets=details["undecided_targets"])
     return verdict, failing, stats

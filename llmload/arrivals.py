@@ -8,7 +8,12 @@ forked worker never depends on numpy's global state.
 Processes (offsets in seconds from the step start, covering warm-up + window):
 
     constant   i / rate
-    poisson    exponential gaps, mean 1 / rate (CV 1)
+    poisson    exponential gaps, mean 1 / rate (CV 1): the count in a window is itself random
+               (a 10 s step at 4 req/s carries 28 to 52 arrivals one time in twenty)
+    poisson_exact  a Poisson process conditioned on its count (the ladder's default): exactly
+               round(rate x warm-up) arrivals at sorted uniform times in the warm-up and exactly
+               round(rate x window) in the window, so the step carries its stated rate while its
+               gaps stay exponential-like (the order statistics of uniforms)
     gamma      gamma gaps, shape = burstiness, scale = 1 / (rate * burstiness) (vLLM's convention:
                burstiness 1 is Poisson, < 1 burstier; CV = 1 / sqrt(burstiness))
     trace      the step's own offsets (`StepSpec.trace`)
@@ -35,6 +40,7 @@ __all__ = [
     "gamma_offsets",
     "plan_arrivals",
     "planned_count",
+    "poisson_exact_offsets",
     "poisson_offsets",
     "request_id",
     "shard_indices",
@@ -87,6 +93,23 @@ def poisson_offsets(rate: float, span_s: float, rng: np.random.Generator) -> np.
     return _renewal(lambda n: rng.exponential(1.0 / rate, n), rate, span_s)
 
 
+def poisson_exact_offsets(rate: float, spans_s: tuple[float, ...], rng: np.random.Generator) -> np.ndarray:
+    """Exactly `round(rate x span)` arrivals at sorted uniform times in each consecutive span (warm-up,
+    window), from 0: a Poisson process of `rate` conditioned on its count in each span.
+
+    >>> len(poisson_exact_offsets(4.0, (2.0, 10.0), np.random.default_rng(1)))
+    48
+    """
+    out, start = [], 0.0
+    for span_s in spans_s:
+        _check(rate, span_s)
+        count = int(round(rate * span_s))
+        out.append(start + np.sort(rng.uniform(0.0, span_s, count)))
+        start += span_s
+    offsets = np.concatenate(out) if out else np.empty(0)
+    return offsets[offsets < start]  # uniform(0, span) < span, but keep the bound explicit
+
+
 def gamma_offsets(rate: float, span_s: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
     """A gamma renewal process of mean `rate` in `[0, span_s)`; gap CV is `1 / sqrt(burstiness)`."""
     _check(rate, span_s)
@@ -131,6 +154,8 @@ def step_offsets(step: StepSpec) -> np.ndarray:
     rng = np.random.default_rng(step.seed)
     if step.arrival == "poisson":
         return poisson_offsets(rate, span_s, rng)
+    if step.arrival == "poisson_exact":
+        return poisson_exact_offsets(rate, (step.warmup_s, step.duration_s or 0.0), rng)
     return gamma_offsets(rate, span_s, step.burstiness, rng)
 
 

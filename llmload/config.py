@@ -323,7 +323,7 @@ class Refine(Model):
 class LadderShape(Model):
     """Open-loop rate ladder: one arrival rate per step, drained between steps."""
 
-    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    arrival: Literal["constant", "poisson", "poisson_exact", "gamma"] = "poisson_exact"
     burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     warmup: Duration = 10.0
     drain_timeout: Duration = 60.0
@@ -369,7 +369,7 @@ class SoakShape(Model):
     rate: Rate | None = None
     duration: Positive
     slice: Positive = 600.0
-    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    arrival: Literal["constant", "poisson", "poisson_exact", "gamma"] = "poisson"
     burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
     trace: TraceShape | None = None
     drain_timeout: Duration = 60.0
@@ -466,6 +466,8 @@ class SLO(Model):
     min_samples: int = Field(default=200, ge=1, le=MAX_COUNT)
     trend_alpha: float = Field(default=0.05, gt=0, lt=1)
     sub_windows: int = Field(default=6, ge=3, le=1000)
+    #: two-sided confidence of every step's percentile intervals and of the knee's interval
+    confidence: float = Field(default=0.9, gt=0.5, lt=1)
 
     @model_validator(mode="before")
     @classmethod

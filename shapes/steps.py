@@ -35,7 +35,7 @@ __all__ = [
 #: the phase names a step may carry (their traits: `shapes.phases.PHASES`)
 PHASES = tuple(_PHASES)
 #: how a step's arrivals are made: a process of `llmload.arrivals`, a trace, or a closed loop
-ARRIVALS = ("constant", "poisson", "gamma", "trace", "closed")
+ARRIVALS = ("constant", "poisson", "poisson_exact", "gamma", "trace", "closed")
 
 
 @dataclass
@@ -98,7 +98,7 @@ class StepSpec:
         if self.arrival not in ARRIVALS:
             raise ValueError(f'step {self.label}: arrival must be one of {", ".join(ARRIVALS)}, '
                              f'got "{self.arrival}"')
-        if self.arrival in ("constant", "poisson", "gamma") and not (self.target_rate and self.duration_s):
+        if self.arrival in ("constant", "poisson", "poisson_exact", "gamma") and not (self.target_rate and self.duration_s):
             raise ValueError(f"step {self.label}: an open-loop step needs target_rate and duration_s")
         if self.arrival == "trace" and (self.trace is None or self.duration_s is None):
             raise ValueError(f"step {self.label}: a trace step needs trace and duration_s")

@@ -72,6 +72,19 @@ def test_bad_threshold_is_one_line_naming_the_key(run_cli, slo_lines, where):
     assert err.strip().endswith(where), err
 
 
+@pytest.mark.parametrize("value", ["0.5", "1", "1.5", "0.2", "high"])
+def test_confidence_outside_half_to_one_is_one_line_naming_the_key(run_cli, value):
+    code, err, _path = run_cli(f"  ttft_p95: 1s\n  confidence: {value}\n")
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "slo.confidence" in err, err
+
+
+def test_confidence_defaults_to_ninety_percent():
+    assert SLO().confidence == 0.9
+    assert SLO(confidence=0.95).confidence == 0.95
+
+
 def test_load_slo_rejects_a_bogus_threshold_with_its_line(tmp_path):
     """`llmload report RUN --slo FILE` reads the file with load_slo: the same check, the file's own line."""
     path = tmp_path / "slo.yaml"

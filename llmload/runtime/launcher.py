@@ -93,7 +93,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
 
 
 #: `analysis.exit_code`'s mapping, here so that the launcher never imports pandas (a test keeps them equal)
-VERDICT_EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3}
+VERDICT_EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "insufficient": 3, "inconclusive": 3}
 
 
 def verdict_exit_code(run_dir: Path) -> int | None:

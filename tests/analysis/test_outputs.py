@@ -36,7 +36,7 @@ def _write_run(root: Path, rows: list[dict], steps: list[dict], manifest: dict |
 
 def _ladder(tmp_path: Path) -> Path:
     rows = [request(f"a{i}", "r1", float(i)) for i in range(10)]
-    rows += [request(f"b{i}", "r2", 20.0 + i, ttft=2.0, e2e=3.0) for i in range(10)]
+    rows += [request(f"b{i}", "r2", 20.0 + i / 2, ttft=2.0, e2e=3.0) for i in range(20)]  # carries its 2 req/s
     steps = [plan_step("r1", 0), plan_step("r2", 1, rate=2.0, start=20.0),
              plan_step("r4", 2, rate=4.0, start=40.0, status="not_run")]
     manifest = {"config": {"target": {"model": "m1"}, "client": {"max_concurrency": 64},
@@ -52,6 +52,7 @@ def test_summary_and_worksheet_follow_the_contract(tmp_path: Path) -> None:
     summary = json.loads(summary_path.read_text())
     assert summary["verdict"] == "fail" and summary["last_passing_rate"] == 1.0
     assert summary["first_failing_rate"] == 2.0 and summary["failed_first"] == ["ttft_p95"]
+    assert summary["last_passing_target_rate"] == 1.0 and summary["first_failing_target_rate"] == 2.0
     assert [s["verdict"] for s in summary["steps"]] == ["pass", "fail", "not_run"]
     for step in summary["steps"]:
         assert set(step) >= CONTRACT_STEP_KEYS

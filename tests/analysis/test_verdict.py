@@ -97,7 +97,9 @@ def test_closed_loop_step_has_no_rate_shortfall_check() -> None:
 
 def test_judge_step_matches_the_full_analysis() -> None:
     slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 5, "max_reject_ratio": 0.0})
-    rows = [request(f"a{i}", "a", float(i), ttft=0.2 * i) for i in range(10)]
+    # TTFTs in a scrambled order: a steady ramp would be one autocorrelated trend, whose p95 interval
+    # (analysis.intervals) straddles the target (inconclusive), not the clear failure this test needs
+    rows = [request(f"a{i}", "a", float(i), ttft=0.2 * ((3 * i) % 10)) for i in range(10)]
     rows += [request("x", "a", 3.5, ttft=None, e2e=None, outcome="rejected")]
     rows += [request(f"b{i}", "b", 20.0 + i) for i in range(10)]
     steps = [plan_step("a", 0), plan_step("b", 1, start=20.0)]

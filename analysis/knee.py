@@ -1,0 +1,320 @@
+"""The knee with its interval (METRICS.md "The knee"): `estimate_knee(step rows, slo) -> Knee`.
+
+Per SLO percentile target, from every judged step on the rate axis (phases `ladder`, `refine`; verdict
+pass, fail or inconclusive), with x the step's *realised* offered rate and y its percentile with the
+step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
+
+1. Three monotone (non-decreasing) curves in log(y) against x, by weighted isotonic regression (pool
+   adjacent violators): the central one through log(y), the upper one through log(y_high), the lower
+   one through log(y_low). Weights are 1 / (half-width of the step's log interval)^2: a long, tight step
+   counts more than a short, loose one. Queueing curves rise steeply (a p95 moves ~4x faster than the
+   rate near the knee), and a log scale makes them close to linear between neighbouring steps.
+2. Each curve's crossing of log(threshold): the first fitted point over it, interpolated linearly in
+   log(y) against x from the point before. The central curve gives the target's crossing `rate`; the
+   upper curve crosses first and gives `low`, the lower curve `high`. A curve already over at the lowest
+   rate run: unbounded below (None); never over: unbounded above (None).
+3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs; the target
+   with the lowest crossing binds. `headroom`: each other target's central fit at the knee rate /
+   its threshold (0.41 = at 41% of its target there).
+
+`knee_of(summary)` is the one reader every surface calls: summary.json's `knee`, or (an older summary
+without one) the estimate from its `steps` and thresholds. `knee_sentence` words it with no more
+precision than its interval has.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from llmload import slo as slo_dims
+from llmload.config import SLO
+from shapes.phases import rate_phases
+
+__all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
+
+#: step verdicts whose percentiles the knee uses (invalid/insufficient/not_run/partial are ignored)
+JUDGED = ("pass", "fail", "inconclusive")
+BASIS = "realised_offered_rate"
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One target's crossing rate, in realised offered req/s."""
+
+    rate: float | None  # None: not crossed inside the rates run (see low/high)
+    low: float | None  # None: unbounded below (crossed at/below the lowest rate run)
+    high: float | None  # None: unbounded above (never crossed: the target holds at every rate run)
+
+    def to_dict(self) -> dict:
+        return {"rate": self.rate, "low": self.low, "high": self.high}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Crossing:
+        return cls(_num(d.get("rate")), _num(d.get("low")), _num(d.get("high")))
+
+
+@dataclass(frozen=True)
+class Knee:
+    """The knee: the lowest target crossing, its interval at `confidence`, the binding target."""
+
+    rate: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+    binding: str | None
+    targets: dict[str, Crossing] = field(default_factory=dict)
+    headroom: dict[str, float] = field(default_factory=dict)
+    basis: str = BASIS
+    steps_used: int = 0
+
+    def to_dict(self) -> dict:
+        """summary.json's `knee`."""
+        return {"rate": self.rate, "low": self.low, "high": self.high, "confidence": self.confidence,
+                "binding": self.binding, "targets": {k: c.to_dict() for k, c in self.targets.items()},
+                "headroom": dict(self.headroom), "basis": self.basis, "steps_used": self.steps_used}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Knee:
+        return cls(rate=_num(d.get("rate")), low=_num(d.get("low")), high=_num(d.get("high")),
+                   confidence=float(d.get("confidence") or 0.9), binding=d.get("binding"),
+                   targets={str(k): Crossing.from_dict(v) for k, v in (d.get("targets") or {}).items()},
+                   headroom={str(k): float(v) for k, v in (d.get("headroom") or {}).items() if v is not None},
+                   basis=str(d.get("basis") or BASIS), steps_used=int(d.get("steps_used") or 0))
+
+    @property
+    def half_width_rel(self) -> float | None:
+        """(high - low) / 2 / rate; None when an end is unbounded or there is no rate."""
+        if self.rate is None or self.low is None or self.high is None or not self.rate > 0:
+            return None
+        return (self.high - self.low) / 2.0 / self.rate
+
+
+def _num(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+# --------------------------------------------------------------------------- fitting
+
+def isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted non-decreasing least-squares fit of `y` (in its order), pool adjacent violators.
+
+    >>> isotonic(np.array([1.0, 3.0, 2.0, 4.0]), np.ones(4)).tolist()
+    [1.0, 2.5, 2.5, 4.0]
+    """
+    values: list[float] = []
+    weights: list[float] = []
+    counts: list[int] = []
+    for v, wt in zip(y.tolist(), w.tolist(), strict=True):
+        values.append(v)
+        weights.append(wt)
+        counts.append(1)
+        while len(values) > 1 and values[-2] > values[-1]:
+            wsum = weights[-2] + weights[-1]
+            merged = (values[-2] * weights[-2] + values[-1] * weights[-1]) / wsum
+            count = counts[-2] + counts[-1]
+            del values[-1], weights[-1], counts[-1]
+            values[-1], weights[-1], counts[-1] = merged, wsum, count
+    return np.repeat(values, counts)
+
+
+def _crossing(x: np.ndarray, f: np.ndarray, level: float) -> tuple[float | None, str]:
+    """Where the increasing piecewise-linear curve (x, f) first goes over `level`:
+    (rate, "inside") | (None, "below": over at the lowest x) | (None, "never")."""
+    over = np.flatnonzero(f > level)
+    if over.size == 0:
+        return None, "never"
+    i = int(over[0])
+    if i == 0:
+        return None, "below"
+    x0, x1, f0, f1 = x[i - 1], x[i], f[i - 1], f[i]
+    if x1 <= x0:
+        return float(x1), "inside"
+    return float(x0 + (level - f0) / (f1 - f0) * (x1 - x0)), "inside"
+
+
+def _at(x: np.ndarray, f: np.ndarray, rate: float) -> float:
+    """The curve's value at `rate`, linear between points, flat past the ends."""
+    return float(np.interp(rate, x, f))
+
+
+@dataclass
+class _Fit:
+    key: str
+    x: np.ndarray
+    central: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+    level: float
+    crossing: Crossing
+    where: str  # "inside" | "below" | "never" (the central curve)
+
+
+def _points(rows: list[Mapping], figure: str, scale: float) -> tuple[np.ndarray, ...] | None:
+    xs, ys, lows, highs = [], [], [], []
+    for row in rows:
+        x, y = _num(row.get("offered_rate")), _num(row.get(figure))
+        if x is None or y is None or y <= 0:
+            continue
+        low, high = _num(row.get(f"{figure}_low")), _num(row.get(f"{figure}_high"))
+        low = y if low is None or low <= 0 else min(low, y)
+        high = y if high is None else max(high, y)
+        # rescale the interval to the asked confidence (symmetric in log around the point)
+        xs.append(x)
+        ys.append(math.log(y))
+        lows.append(math.log(y) - scale * (math.log(y) - math.log(low)))
+        highs.append(math.log(y) + scale * (math.log(high) - math.log(y)))
+    if not xs:
+        return None
+    order = np.argsort(np.asarray(xs), kind="stable")
+    x, y, lo, hi = (np.asarray(v, dtype=float)[order] for v in (xs, ys, lows, highs))
+    half = np.maximum((hi - lo) / 2.0, 0.02)  # a point interval (no interval known) weighs as +-2%
+    return x, y, lo, hi, 1.0 / half**2
+
+
+def _fit(rows: list[Mapping], key: str, figure: str, threshold_s: float, scale: float) -> _Fit | None:
+    points = _points(rows, figure, scale)
+    if points is None:
+        return None
+    x, y, lo, hi, w = points
+    central, upper, lower = isotonic(y, w), isotonic(hi, w), isotonic(lo, w)
+    level = math.log(threshold_s)
+    rate, where = _crossing(x, central, level)
+    low, _ = _crossing(x, upper, level)
+    high, _ = _crossing(x, lower, level)
+    if rate is not None:
+        low = min(low, rate) if low is not None else None
+        high = max(high, rate) if high is not None else None
+    return _Fit(key, x, central, upper, lower, level, Crossing(rate, low, high), where)
+
+
+def _z(confidence: float) -> float:
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float | None = None) -> Knee | None:
+    """The knee from step rows (module docstring); None when no usable step or no percentile target.
+
+    `steps`: step rows (dicts, or a DataFrame of them) with `phase`, `verdict`, `offered_rate` and each
+    target's figure with `_low` / `_high`. `confidence`: of the interval (default `slo.confidence`;
+    the steps' intervals are rescaled from `slo.confidence` to it).
+    """
+    records = steps.to_dict(orient="records") if hasattr(steps, "to_dict") else list(steps)
+    phases = set(rate_phases())
+    rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
+            and _num(r.get("offered_rate")) is not None]
+    confidence = slo.confidence if confidence is None else confidence
+    scale = _z(confidence) / _z(slo.confidence)
+    fits = []
+    for t in slo.thresholds:
+        figure = slo_dims.by_name(t.metric).figure_of(t.percentile)
+        fit = _fit(rows, t.key, figure, t.value_s, scale)
+        if fit is not None:
+            fits.append(fit)
+    if not fits:
+        return None
+    used = sum(1 for r in rows if any(_num(r.get(slo_dims.by_name(t.metric).figure_of(t.percentile)))
+                                      is not None for t in slo.thresholds))
+
+    def order(fit: _Fit) -> float:
+        if fit.where == "below":
+            return -math.inf
+        return fit.crossing.rate if fit.crossing.rate is not None else math.inf
+
+    binding_fit = min(fits, key=order)
+    crossed = order(binding_fit) < math.inf
+    rate = binding_fit.crossing.rate
+    lows = [f.crossing.low for f in fits]
+    low = None if any(v is None for v in lows) else min(lows)  # type: ignore[type-var]
+    highs = [f.crossing.high for f in fits if f.crossing.high is not None]
+    high = min(highs) if highs else None
+    if rate is not None:
+        low = min(low, rate) if low is not None else None
+        high = max(high, rate) if high is not None else None
+    headroom = {}
+    if rate is not None:
+        for f in fits:
+            if f is not binding_fit:
+                headroom[f.key] = math.exp(_at(f.x, f.central, rate) - f.level)
+    return Knee(rate=rate, low=low, high=high, confidence=confidence,
+                binding=binding_fit.key if crossed else None,
+                targets={f.key: f.crossing for f in fits}, headroom=headroom, steps_used=used)
+
+
+# --------------------------------------------------------------------------- readers
+
+def _slo_of(summary: Mapping) -> SLO | None:
+    thresholds = ((summary.get("slo") or {}).get("thresholds") or {})
+    keys = {k[:-2]: v for k, v in thresholds.items() if k.endswith("_s") and slo_dims.parse_threshold_key(k[:-2])}
+    try:
+        return SLO(**keys) if keys else None
+    except ValueError:
+        return None
+
+
+def knee_of(summary: Mapping) -> Knee | None:
+    """The knee of a run from its summary.json: its `knee` entry (null: None), or, for a summary written
+    before the knee existed, the estimate from its `steps` and thresholds."""
+    if "knee" in summary:
+        entry = summary.get("knee")
+        return Knee.from_dict(entry) if isinstance(entry, Mapping) else None
+    slo = _slo_of(summary)
+    if slo is None:
+        return None
+    return estimate_knee(summary.get("steps") or [], slo)
+
+
+def _decimals(knee: Knee) -> int:
+    """Decimals for the knee's numbers: the interval's half-width sets the last digit shown."""
+    if knee.low is not None and knee.high is not None and knee.high > knee.low:
+        half = (knee.high - knee.low) / 2.0
+        return max(0, min(3, -math.floor(math.log10(half))))
+    return 1
+
+
+def _label(key: str) -> str:
+    parsed = slo_dims.parse_threshold_key(key)
+    if parsed is None:
+        return key
+    dim = slo_dims.by_name(parsed[0])
+    return f"{dim.display if dim else parsed[0]} p{parsed[1]:g}"
+
+
+def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
+    """The knee in words, e.g. "knee 4.6 req/s (4.4 to 4.8, 90%): TTFT p95 binds; TPOT p95 at 41% of its
+    target there"; never more digits than the interval supports. `slo` is accepted for the callers'
+    convenience (the wording needs only the knee).
+
+    >>> knee_sentence(Knee(4.63, 4.41, 4.82, 0.9, "ttft_p95", headroom={"tpot_p95": 0.41}))
+    'knee 4.6 req/s (4.4 to 4.8, 90%): TTFT p95 binds; TPOT p95 at 41% of its target there'
+    """
+    del slo
+    if knee is None:
+        return "knee: not estimated (no judged step on the rate axis with a percentile target)"
+    d = _decimals(knee)
+    conf = f"{knee.confidence * 100:g}%"
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.{d}f}"
+
+    if knee.rate is None:
+        if knee.binding is not None:  # crossed at or below the lowest rate run
+            bound = f"below {fmt(knee.high)} req/s ({conf})" if knee.high is not None else "below the rates run"
+            return f"knee {bound}: {_label(knee.binding)} is over its target at the lowest rate run"
+        if knee.low is not None:
+            return f"knee above {fmt(knee.low)} req/s ({conf}): every target held at every rate run"
+        return "knee not reached: every target held at every rate run"
+    low = fmt(knee.low) if knee.low is not None else "below the rates run"
+    high = fmt(knee.high) if knee.high is not None else "above the rates run"
+    text = f"knee {fmt(knee.rate)} req/s ({low} to {high}, {conf}): {_label(knee.binding or '')} binds"
+    others = [f"{_label(k)} at {v * 100:.0f}% of its target there" for k, v in knee.headroom.items()]
+    return text + ("; " + "; ".join(others) if others else "")
