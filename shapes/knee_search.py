@@ -14,7 +14,9 @@ clock is injected too, so a test drives a whole search against a synthetic serve
 
 Each `next_step`, in this order:
 1. no knee at all (no judged step): stop `no_verdict`;
-2. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`: stop `precision`;
+2. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, and a judged step
+   ran within 2 x `precision` of the knee: stop `precision` (an interval interpolated across a wide gap
+   between ladder steps does not know the curve's bend there, so it is not trusted on its own);
 3. `max_steps` refine steps ran: stop `max_steps`;
 4. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
    threshold just where the answer is decided) is run again at the same target rate, at most
@@ -36,7 +38,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
+__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
+
+#: the verdicts that place a step on the curve (as `analysis.knee` reads them)
+JUDGED = ("pass", "fail", "inconclusive")
 
 #: why a search stopped (plan.json and summary.json `search.stopped`)
 STOP_REASONS = ("precision", "budget", "max_steps", "no_failure", "no_pass", "no_verdict", "stopped")
@@ -188,7 +193,7 @@ class KneeSearch:
         if knee is None:
             return None, "no_verdict"
         width = knee.half_width_rel
-        if knee.rate is not None and width is not None and width <= self.precision:
+        if knee.rate is not None and width is not None and width <= self.precision and self._measured_near(knee.rate):
             return None, "precision"
         if self.refine_steps >= self.max_steps:
             return None, "max_steps"
@@ -198,6 +203,14 @@ class KneeSearch:
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
         return Ask(round_rate(float(knee.rate))), ""
+
+    def _measured_near(self, rate: float) -> bool:
+        """A judged step ran at a realised rate within 2 x `precision` of `rate`."""
+        for row in self.rows:
+            at = _number(row.get("offered_rate"))
+            if row.get("verdict") in JUDGED and at is not None and abs(at - rate) <= 2 * self.precision * rate:
+                return True
+        return False
 
     def _extension(self, knee: Any) -> Ask | None:
         """The inconclusive step nearest the knee, inside its interval, not yet repeated

@@ -178,3 +178,27 @@ def test_the_realised_rate_is_stated_when_a_short_step_drew_far_from_its_target(
     assert realised_rate_note(5.5, [4.1]) == " (offered 4.1 req/s realised)"
     assert realised_rate_note(5.5, [5.2, None, float("nan")]) == ""  # within 10%: the label stands
     assert realised_rate_note(5.5, [6.2, 5.4]) == " (offered 6.2 req/s realised)"
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_with_the_analysis_estimate_the_interval_holds_the_true_knee(seed):
+    """The whole loop with `analysis.knee.estimate_knee` (the estimate a run uses) against the synthetic
+    server: the search ends inside its budget with a knee whose interval holds the truth."""
+    from analysis.knee import estimate_knee
+    from llmload.config import SLO
+
+    slo = SLO.model_validate({"ttft_p95": "1s"})
+    knee = 4.6
+    server = Server(knee, seed=seed)
+    clock = Clock()
+    search = KneeSearch([server.row(r, phase="ladder") for r in (2, 4, 6, 8)],
+                        estimate=lambda rows: estimate_knee(rows, slo), precision=0.05, budget_s=600,
+                        max_steps=8, step_s=60.0, clock=clock)
+    while (ask := search.next_step()) is not None:
+        clock.t += 70.0
+        search.record(server.row(ask.rate), wall_s=70.0, nominal_s=60.0)
+    answer = search.answer
+    assert answer.stopped in ("precision", "budget", "max_steps") and clock.t <= 600
+    assert answer.knee.binding == "ttft_p95"
+    assert answer.knee.low <= knee <= answer.knee.high, answer.knee
+    assert abs(answer.knee.rate - knee) / knee < 0.1
