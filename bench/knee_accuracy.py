@@ -52,8 +52,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tpot": {"sim": {"max_num_seqs": 16, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
                      "load_time_s": "0.2s"},
              "slo": {"ttft_p95": 1.0, "tpot_p95": 0.038},
-             "rates": (4.0, 8.0, 12.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
-             "input": 64, "output": 32, "search": (1.0, 20.0)},
+             "rates": (3.0, 6.0, 9.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
+             "input": 64, "output": 32, "search": (1.0, 10.0)},
 }
 _COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 
@@ -90,9 +90,9 @@ def truth(name: str, *, quick: bool) -> dict:
     settings = SimSettings.model_validate(c["sim"])
     slo = SLO(**{k: v for k, v in c["slo"].items()})
     lo, hi = c["search"]
-    found = true_knee(settings, {"input_tokens": c["input"], "output_tokens": c["output"]}, slo, lo=lo, hi=hi,
-                      **({"arrivals": 20_000, "seeds": (1,)} if quick else {}))
-    return {"rate": _rate_of(found.get("knee", found)), "binding": found.get("binding"), "detail": found}
+    found = true_knee(settings, (c["input"], c["output"]), slo, lo=lo, hi=hi, tol=0.005,
+                      **({"arrivals": 5_000, "seeds": (1,)} if quick else {"arrivals": 50_000, "seeds": (1, 2, 3)}))
+    return {"rate": _rate_of(found), "binding": found.get("binding"), "detail": found}
 
 
 def _rate_of(value: Any) -> float | None:

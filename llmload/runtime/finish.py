@@ -62,7 +62,7 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
         log.exception("the knee could not be stated")
         knee = ""
     if knee:
-        print(f"llmload: {knee}", flush=True)
+        print(f"llmload: {knee[0].lower()}{knee[1:]}", flush=True)
     if not report:
         return int(analysis.exit_code(result.summary))
     try:
