@@ -63,10 +63,11 @@ def compressed_sim(sim: dict, k: float) -> dict:
     return {key: (parse_duration(v) / k if key in _COSTS else v) for key, v in sim.items()}
 
 
-def run_config(name: str, url: str, seed: int, k: float, *, quick: bool) -> dict:
-    """The llmload config of one search, compressed by `k`."""
+def run_config(name: str, url: str, seed: int, k: float, *, quick: bool, budget_s: float | None = None) -> dict:
+    """The llmload config of one search, compressed by `k` (`budget_s`: the search's budget in the
+    sim's own seconds, default the configuration's)."""
     c = CONFIGS[name]
-    step_s, refine_s, budget_s = ((5.0, 10.0, 30.0) if quick else (c["step_s"], c["refine_s"], c["budget_s"]))
+    step_s, refine_s, budget_s = ((5.0, 10.0, 30.0) if quick else (c["step_s"], c["refine_s"], budget_s or c["budget_s"]))
     slo = {key: f"{value / k * 1000:g}ms" for key, value in c["slo"].items()}
     return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
             "requests": {"input_tokens": {"dist": "fixed", "value": c["input"]},
@@ -101,7 +102,7 @@ def _rate_of(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool) -> dict:
+def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool, budget_s: float | None = None) -> dict:
     """One `llmload run` against a fresh compressed sim; the knee in the sim's own units."""
     folder = work / f"{name}-{seed}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,7 +110,7 @@ def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool) -> di
     started = time.monotonic()
     try:
         path = folder / "run.yaml"
-        path.write_text(yaml.safe_dump(run_config(name, sim.url, seed, k, quick=quick), sort_keys=False))
+        path.write_text(yaml.safe_dump(run_config(name, sim.url, seed, k, quick=quick, budget_s=budget_s), sort_keys=False))
         done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(folder / "run")],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     finally:
@@ -123,6 +124,10 @@ def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool) -> di
     return {"seed": seed, "exit_code": done.returncode, **scaled, "binding": knee.get("binding"),
             "search": summary.get("search"), "steps": len(summary.get("steps", [])), "invalid_steps": invalid,
             "wall_s": round(wall_s, 1)}
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def score(runs: list[dict], true_rate: float | None) -> dict:
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compress", type=float, default=4.0, help="time compression k (NOTES.md)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/knee-accuracy"), help="run directories")
     ap.add_argument("--out", type=Path, default=RESULT, help="the result JSON")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="the knee search's budget in the sim's own seconds (default 600: refine.budget's default)")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
@@ -153,17 +160,18 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for name in names:
         true = truth(name, quick=args.quick)
-        print(f"{name}: true knee {true['rate']} req/s ({true['binding']} binds)", flush=True)
+        print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         runs = []
         for seed in seeds:
-            run = one_search(name, seed, args.compress, args.work, quick=args.quick)
+            run = one_search(name, seed, args.compress, args.work, quick=args.quick, budget_s=args.budget_s)
             runs.append(run)
-            print(f"  seed {seed}: knee {run['rate']} ({run['low']} to {run['high']}) {run['binding']}, "
-                  f"search {run['search']}, {run['wall_s']} s", flush=True)
+            print(f"  seed {seed}: knee {_num(run['rate'])} ({_num(run['low'])} to {_num(run['high'])}) "
+                  f"{run['binding'] or 'nothing'} binds, search {run['search']}, {run['wall_s']} s", flush=True)
         results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, "runs": runs,
                          "score": score(runs, true["rate"]), "config": CONFIGS[name]}
         print(f"  {name}: {results[name]['score']}", flush=True)
     write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick,
+                 budget_s=args.budget_s,
                  results=json.loads(json.dumps(results, default=str)))
     print(f"wrote {args.out}")
 
