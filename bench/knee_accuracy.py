@@ -134,9 +134,11 @@ def score(runs: list[dict], true_rate: float | None) -> dict:
     """Coverage of the intervals, point errors, wall times."""
     found = [r for r in runs if r["rate"] is not None]
     errors = [abs(r["rate"] - true_rate) / true_rate for r in found] if true_rate else []
-    covered = [r for r in runs if true_rate is not None and r["low"] is not None and r["high"] is not None
-               and r["low"] <= true_rate <= r["high"]]
-    return {"searches": len(runs), "with_knee": len(found), "covered": len(covered),
+    # an end that is None is unbounded (Knee: crossed below the rates run / never crossed): it covers
+    covered = [r for r in found if true_rate is not None and (r["low"] is None or r["low"] <= true_rate)
+               and (r["high"] is None or true_rate <= r["high"])]
+    open_ended = [r for r in found if r["low"] is None or r["high"] is None]
+    return {"searches": len(runs), "with_knee": len(found), "covered": len(covered), "open_ended": len(open_ended),
             "coverage": len(covered) / len(runs) if runs else None,
             "median_error": statistics.median(errors) if errors else None, "worst_error": max(errors, default=None),
             "median_wall_s": statistics.median(r["wall_s"] for r in runs) if runs else None,

@@ -2,10 +2,10 @@
 
 1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
    batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
-2. Run a ladder 2 → 4 → 6 req/s (the default arrivals: Poisson times, exactly rate x window of
-   them) against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue growth): the low steps pass, the high one
-   fails on TTFT. Then the knee search (`refine`) runs longer steps at the knee estimate until its
-   interval is within 5% or its budget (2.5 min) is spent. The answer: the knee with its interval and
+2. Run a ladder 2 → 4 → 6 → 8 req/s (the default arrivals: Poisson times, exactly rate x window of
+   them) against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue growth): the low steps pass, the step
+   past capacity fails on TTFT. Then the knee search (`refine`) runs longer steps at the knee estimate
+   until its interval is within 5% or its budget (140 s) is spent. The answer: the knee with its interval and
    the target that binds (its true value, `llmload.sim.truth`: about 4.6 req/s, TTFT p95).
    Run directory: `<out>/ladder/`.
 3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
@@ -46,13 +46,13 @@ _REQUESTS = {"input_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"
 
 
 #: the demo ladder's rates (req/s): across the knee (about 4.6) and up to the sim's capacity (about 6)
-DEMO_RATES = (2, 4, 6)
+DEMO_RATES = (2, 4, 6, 8)
 
 
 def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0) -> dict[str, dict]:
     """The two run configurations of the demo (ladder + knee search, burst-vs-uniform) for a sim at `url`.
 
-    `step_s` is each ladder step's window (refine steps run twice as long, within a budget of 7.5
+    `step_s` is each ladder step's window (refine steps run twice as long, within a budget of 7
     windows) and `trace_s` the replayed slice of the trace (shorter values make a quick demo for tests).
     """
     target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
@@ -66,7 +66,7 @@ def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0) -> di
               "conditions": {"gpus": 0, "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"warmup": "3s", "drain_timeout": "20s",
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in DEMO_RATES],
-              "refine": {"duration": f"{2 * step_s:g}s", "precision": 0.05, "budget": f"{7.5 * step_s:g}s",
+              "refine": {"duration": f"{2 * step_s:g}s", "precision": 0.05, "budget": f"{7 * step_s:g}s",
                          "max_steps": 6, "max_extensions": 2}}
     trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "uniform_twin": True,
