@@ -11,8 +11,10 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    rate near the knee), and a log scale makes them close to linear between neighbouring steps.
 2. Each curve's crossing of log(threshold): the first fitted point over it, interpolated linearly in
    log(y) against x from the point before. The central curve gives the target's crossing `rate`; the
-   upper curve crosses first and gives `low`, the lower curve `high`. A curve already over at the lowest
-   rate run: unbounded below (None); never over: unbounded above (None).
+   upper curve crosses first and gives `low`, the lower curve `high`. An upper curve already over at the
+   lowest rate run: `low` unbounded (None); a lower curve never over: `high` unbounded (None). An upper
+   curve never over gives `low` = the highest rate run (the crossing is above it), a lower curve over
+   at the lowest rate run `high` = the lowest rate run.
 3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs; the target
    with the lowest crossing binds. `headroom`: each other target's central fit at the knee rate /
    its threshold (0.41 = at 41% of its target there).
@@ -189,8 +191,12 @@ def _fit(rows: list[Mapping], key: str, figure: str, threshold_s: float, scale: 
     central, upper, lower = isotonic(y, w), isotonic(hi, w), isotonic(lo, w)
     level = math.log(threshold_s)
     rate, where = _crossing(x, central, level)
-    low, _ = _crossing(x, upper, level)
-    high, _ = _crossing(x, lower, level)
+    low, low_where = _crossing(x, upper, level)
+    high, high_where = _crossing(x, lower, level)
+    if low_where == "never":
+        low = float(x[-1])  # the upper bound holds at every rate run: the crossing is above them all
+    if high_where == "below":
+        high = float(x[0])  # even the lower bound is over at the lowest rate run
     if rate is not None:
         low = min(low, rate) if low is not None else None
         high = max(high, rate) if high is not None else None

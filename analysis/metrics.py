@@ -25,8 +25,9 @@ Which requests each number uses (a step's requests are those with `step == label
   `client_error` is in neither numerator).
 - queue growth: Mann-Kendall (one-sided, increasing) over `slo.sub_windows` sub-window means of the
   server `waiting` gauge, else llama.cpp `deferred`, else client in-flight; growing when p < alpha and
-  the Theil-Sen rise across the window is at least `MIN_QUEUE_GROWTH` requests (a statistically
-  significant rise of a fraction of a request is not a queue building up).
+  the Theil-Sen rise across the window (`queue_rise`) is at least `queue_rise_limit` =
+  max(`MIN_QUEUE_GROWTH`, z(1 - alpha) x sqrt(arrivals in the window)): more than the step's own
+  arrival noise can explain (`queue_growth`).
 - server queue from the vLLM histogram, read over the step's served period (`served_period`: from its
   start to its drained end, where its requests were admitted and observed; warm-up included): mean
   from the `_sum`/`_count` increases (exact); percentiles by Prometheus-style interpolation inside
@@ -48,6 +49,7 @@ Percentiles are from raw values by linear interpolation (`analysis.stats.quantil
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -66,7 +68,8 @@ from llmload import slo as slo_dims
 from llmload.config import SLO
 from shapes.phases import is_closed_loop
 
-__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "step_metrics"]
+__all__ = ["ERROR_OUTCOMES", "LATENCIES", "MIN_QUEUE_GROWTH", "SEND_GRACE_S", "empty_metrics", "queue_growth",
+           "step_metrics"]
 
 #: latencies with p50/p95/p99/max columns: name -> per-request column (None: computed apart)
 LATENCIES = {
@@ -102,7 +105,7 @@ def empty_metrics(step: dict) -> dict:
     for key in ("arrivals", "sent", "completed", "ok", "offered_rate", "achieved_rate",
                 "completion_throughput", "goodput", "slo_attainment", "in_flight_mean", "running_mean",
                 "waiting_mean", "deferred_mean", "tpot_excluded", "reject_ratio", "error_ratio", "oom",
-                "queue_trend_p", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
+                "queue_trend_p", "queue_rise", "queue_rise_limit", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
                 "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
@@ -275,11 +278,33 @@ def _queue_trend(row: dict, slo: SLO, tel: TelemetryIndex, starts: np.ndarray, e
             break
     if series is None:
         series, name = time_average(starts, ends, edges), "in_flight"
+    growing, p, rise, limit = queue_growth(series, row["arrivals"], alpha=slo.trend_alpha)
+    row.update(queue_trend_p=p, queue_trend_series=name, queue_rise=rise, queue_rise_limit=limit,
+               queue_growth=growing)
+
+
+def queue_growth(series: np.ndarray, arrivals: float, *, alpha: float) -> tuple[bool, float, float, float]:
+    """(growing, p, rise, limit) of a queue series (sub-window means over the step window).
+
+    Growing when the rise is significant (Mann-Kendall, one-sided, p < `alpha`) AND larger than the
+    step's arrival noise can explain: the Theil-Sen rise across the window must reach
+    `limit = max(MIN_QUEUE_GROWTH, z(1 - alpha) x sqrt(arrivals))`. A queue below capacity changes by
+    arrivals minus departures, and a window's arrival count fluctuates by about sqrt(N) (Poisson): a
+    stationary queue's burst stays inside that, while an overloaded queue grows by (rate - capacity) x
+    window, which outgrows sqrt(N) as the window lengthens. (Mann-Kendall alone assumes independent
+    sub-windows; a queue's are not: bursts in a stationary queue at 75% load passed the old rule, a rise
+    of one request, in 15 of 600 series of 10 s steps, and none pass this one: tests/analysis/test_queue_growth.py.)
+
+    >>> queue_growth(np.array([1.0, 6.0, 11.0, 16.0, 21.0, 26.0]), 100, alpha=0.05)[0]  # +25 > 16.4
+    True
+    >>> queue_growth(np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), 100, alpha=0.05)[0]  # +5: a burst
+    False
+    """
     _s, p = mann_kendall(series)
-    rise = sen_slope(series) * (slo.sub_windows - 1)
-    row["queue_trend_p"] = p
-    row["queue_trend_series"] = name
-    row["queue_growth"] = bool(p < slo.trend_alpha and rise >= MIN_QUEUE_GROWTH)
+    rise = sen_slope(series) * (len(series) - 1)
+    n = float(arrivals) if arrivals == arrivals and arrivals is not None else 0.0
+    limit = max(MIN_QUEUE_GROWTH, NormalDist().inv_cdf(1.0 - alpha) * math.sqrt(max(n, 0.0)))
+    return bool(p < alpha and rise >= limit), p, rise, limit
 
 
 def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.ndarray | None:

@@ -13,6 +13,7 @@ from llmload.arrivals import (
     gamma_offsets,
     plan_arrivals,
     planned_count,
+    poisson_exact_offsets,
     poisson_offsets,
     request_id,
     shard_indices,
@@ -66,6 +67,52 @@ def test_gamma_burstiness_sets_cv_and_keeps_mean_rate():
     assert smooth.std() / smooth.mean() == pytest.approx(0.5, abs=0.05)
 
 
+@pytest.mark.parametrize("rate,warmup_s,window_s", [(4.6, 2.0, 10.0), (0.35, 10.0, 7.0), (20.0, 0.0, 18.0),
+                                                     (5.5, 3.0, 240.0)])
+def test_poisson_exact_carries_exactly_its_rate_in_every_seed(rate, warmup_s, window_s):
+    """Every seed: round(rate x warm-up) arrivals in the warm-up, round(rate x window) in the window,
+    so the window's realised offered rate is the target (plain Poisson: 0.6x to 1.65x in 10 s steps)."""
+    for seed in range(50):
+        offsets = step_offsets(open_step("poisson_exact", rate, seed=seed, warmup_s=warmup_s, duration_s=window_s))
+        assert (offsets < warmup_s).sum() == round(rate * warmup_s)
+        assert ((offsets >= warmup_s) & (offsets < warmup_s + window_s)).sum() == round(rate * window_s)
+        assert np.all(np.diff(offsets) >= 0) and offsets.min(initial=0.0) >= 0
+    plain = [len(step_offsets(open_step("poisson", 4.0, seed=s, warmup_s=0.0, duration_s=10.0))) for s in range(50)]
+    assert len(set(plain)) > 5  # the old default: the count itself is random
+
+
+def test_poisson_exact_gaps_are_exponential():
+    """Sorted uniform times have the gaps of a Poisson process (conditioned on its count): a
+    Kolmogorov-Smirnov test against the exponential of mean 1 / rate does not reject them."""
+    from scipy import stats
+
+    offsets = poisson_exact_offsets(50.0, (400.0,), np.random.default_rng(3))
+    assert len(offsets) == 20_000
+    gaps = np.diff(offsets)
+    assert stats.kstest(gaps, "expon", args=(0, 1 / 50.0)).pvalue > 0.05
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.03)
+    # and the counts in equal sub-intervals are Poisson-like (dispersion ~1), not evenly spaced
+    counts = np.histogram(offsets, bins=400, range=(0, 400.0))[0]
+    assert counts.var() / counts.mean() == pytest.approx(1.0, abs=0.2)
+
+
+def test_poisson_exact_is_deterministic_per_seed_and_sharded_without_loss():
+    step = open_step("poisson_exact", 4.6, warmup_s=2.0, duration_s=10.0)
+    np.testing.assert_array_equal(step_offsets(step), step_offsets(step))
+    assert planned_count(step) == 9 + 46
+    parts = [plan_arrivals(step, 0.0, i, 3) for i in range(3)]
+    assert sum(len(p) for p in parts) == 55
+    window = [a for p in parts for a in p if 2.0 <= a.scheduled_at < 12.0]
+    assert len(window) == 46
+
+
+def test_ladder_arrival_defaults_to_poisson_exact_and_poisson_stays():
+    from llmload.config import LadderShape
+
+    assert LadderShape(steps=[{"rate": 1, "duration": 10}]).arrival == "poisson_exact"
+    assert LadderShape(steps=[{"rate": 1, "duration": 10}], arrival="poisson").arrival == "poisson"
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_bad_rate_is_refused(bad):
     with pytest.raises(ValueError, match="rate"):
@@ -89,6 +136,7 @@ def test_step_offsets_cover_warmup_and_window():
 @pytest.mark.parametrize("make", [
     lambda: open_step("constant", 33.0),
     lambda: open_step("poisson", 33.0),
+    lambda: open_step("poisson_exact", 33.0),
     lambda: open_step("gamma", 33.0, burstiness=0.25),
     trace_step,
     closed_step,

@@ -40,8 +40,9 @@ def test_growing_waiting_queue_fails_and_flat_noisy_one_does_not() -> None:
 
 def test_growing_client_in_flight_is_caught_without_telemetry() -> None:
     slo = SLO.model_validate({"queue_growth": "forbid", "min_samples": 10})
-    # each request takes longer than the last: in flight climbs from ~1 to ~15 over the window
-    rows = [request(f"r{i}", "s", float(i), ttft=0.1, e2e=1.0 + 0.25 * i) for i in range(60)]
+    # each request takes longer than the last: in flight climbs from ~1 to ~30 over the window, more
+    # than the arrival noise of its 60 arrivals explains (1.645 x sqrt(60) = 12.7 requests)
+    rows = [request(f"r{i}", "s", float(i), ttft=0.1, e2e=1.0 + 0.5 * i) for i in range(60)]
     row = analyze(run_of(rows, [plan_step("s", 0, length=60.0)]), slo).steps.iloc[0]
     assert row["queue_trend_series"] == "in_flight"
     assert bool(row["queue_growth"]) and row["verdict"] == "fail"

@@ -1,0 +1,74 @@
+"""Percentile intervals on autocorrelated series whose percentiles are known (analysis.intervals).
+
+An AR(1) series x_t = phi x_{t-1} + e_t with Gaussian e of variance 1 - phi^2 is stationary N(0, 1): its
+true p95 is 1.6449 whatever phi. Over 200 series (seeds 0-199, deterministic), the nominal 90% interval
+must hold the truth in at least 80% of them, while the i.i.d. formula (the same interval with tau = 1)
+holds it far less often: that difference is why the interval exists.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+from scipy.signal import lfilter
+
+from analysis.intervals import autocorrelation_time, iid_percentile_interval, percentile_interval
+
+TRUE_P95 = NormalDist().inv_cdf(0.95)
+
+
+def ar1(n: int, phi: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
+    e[0] = rng.standard_normal()  # start in the stationary distribution
+    return lfilter([1.0], [1.0, -phi], e)
+
+
+def coverage(n: int, phi: float, interval) -> float:
+    hits = 0
+    for seed in range(200):
+        low, high = interval(ar1(n, phi, seed), 95, 0.9)
+        hits += low <= TRUE_P95 <= high
+    return hits / 200
+
+
+@pytest.mark.parametrize("n,phi", [(1000, 0.9), (300, 0.5), (2000, 0.95)])
+def test_interval_covers_the_true_p95_of_autocorrelated_series(n, phi):
+    ours, iid = coverage(n, phi, percentile_interval), coverage(n, phi, iid_percentile_interval)
+    assert ours >= 0.8, (ours, iid)
+    assert iid < ours - 0.15, (ours, iid)  # the i.i.d. formula under-covers: measured 0.39 vs 0.94 at phi .9
+
+
+def test_iid_formula_under_covers_strongly_correlated_series():
+    """The gap, measured (n 1000, phi 0.9): the i.i.d. interval holds the truth in under 55% of series."""
+    assert coverage(1000, 0.9, iid_percentile_interval) < 0.55
+
+
+def test_independent_series_keep_their_nominal_coverage_and_width():
+    """No autocorrelation: tau is about 1 and the interval is as narrow as the i.i.d. one (not padded)."""
+    assert coverage(1000, 0.0, percentile_interval) >= 0.85
+    x = ar1(1000, 0.0, 1)
+    ours, iid = percentile_interval(x, 95, 0.9), iid_percentile_interval(x, 95, 0.9)
+    assert (ours[1] - ours[0]) <= 1.3 * (iid[1] - iid[0])
+
+
+def test_autocorrelation_time_of_ar1_is_about_its_theory():
+    """tau = (1 + phi) / (1 - phi) for an AR(1) series: 19 at phi 0.9, 1 for white noise."""
+    assert autocorrelation_time(ar1(20_000, 0.9, 5)) == pytest.approx(19.0, rel=0.25)
+    assert autocorrelation_time(ar1(20_000, 0.0, 5)) == pytest.approx(1.0, abs=0.2)
+
+
+def test_interval_brackets_the_point_and_widens_with_confidence():
+    x = ar1(500, 0.7, 2)
+    point = np.percentile(x, 95)
+    lo90, hi90 = percentile_interval(x, 95, 0.9)
+    lo99, hi99 = percentile_interval(x, 95, 0.99)
+    assert lo99 <= lo90 <= point <= hi90 <= hi99
+
+
+def test_too_few_values_give_no_interval():
+    assert all(math.isnan(v) for v in percentile_interval(np.array([1.0, 2.0, np.nan]), 95, 0.9))
+    assert all(math.isnan(v) for v in percentile_interval(np.array([]), 95, 0.9))

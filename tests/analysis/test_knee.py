@@ -1,0 +1,150 @@
+"""The knee with its interval (analysis.knee) on hand-built step rows with known crossings."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis.knee import Crossing, Knee, estimate_knee, isotonic, knee_of, knee_sentence
+from llmload.config import SLO
+
+SLO2 = SLO(ttft_p95=1.0, tpot_p95=0.08)
+
+
+def row(rate: float, ttft: float, *, rel: float = 0.1, tpot: float = 0.03, verdict: str | None = None,
+        phase: str = "ladder") -> dict:
+    """A step at realised `rate` with TTFT p95 `ttft` (interval `ttft / (1 + rel)` to `ttft x (1 + rel)`)."""
+    if verdict is None:
+        verdict = "pass" if ttft * (1 + rel) <= 1.0 else "fail" if ttft / (1 + rel) > 1.0 else "inconclusive"
+    return {"label": f"r{rate:g}", "phase": phase, "verdict": verdict, "offered_rate": rate,
+            "target_rate": round(rate), "ttft_p95_s": ttft, "ttft_p95_s_low": ttft / (1 + rel),
+            "ttft_p95_s_high": ttft * (1 + rel), "tpot_p95_s": tpot, "tpot_p95_s_low": tpot * 0.95,
+            "tpot_p95_s_high": tpot * 1.05}
+
+
+def curve(rate: float) -> float:
+    """A queueing-like TTFT p95: 1 s exactly at 4.6 req/s, rising steeply (log-linear between steps)."""
+    return math.exp(3.5 * (rate - 4.6))  # doubles every 0.2 req/s
+
+
+def test_crossing_is_interpolated_in_log_between_the_bracketing_steps():
+    steps = [row(r, curve(r), rel=0.0) for r in (2.0, 4.0, 4.4, 4.8, 6.0)]
+    knee = estimate_knee(steps, SLO2)
+    assert knee.rate == pytest.approx(4.6, rel=1e-6)  # exact: the curve is log-linear
+    assert knee.binding == "ttft_p95" and knee.basis == "realised_offered_rate"
+    assert knee.steps_used == 5
+    assert knee.low == pytest.approx(4.6, rel=0.03) and knee.high == pytest.approx(4.6, rel=0.03)
+
+
+def test_interval_comes_from_the_bounds_upper_crosses_first():
+    steps = [row(r, curve(r), rel=0.3) for r in (4.0, 4.4, 4.8, 5.2)]
+    knee = estimate_knee(steps, SLO2)
+    t = knee.targets["ttft_p95"]
+    assert t.low < t.rate < t.high
+    # the high-bound curve (x1.3) crosses 1 s where the curve is 1/1.3, and log-linearly in between
+    log_slope = (math.log(curve(4.8)) - math.log(curve(4.4))) / 0.4
+    assert t.low == pytest.approx(4.6 - math.log(1.3) / log_slope, rel=1e-6)
+    assert t.high == pytest.approx(4.6 + math.log(1.3) / log_slope, rel=1e-6)
+    assert knee.half_width_rel == pytest.approx((t.high - t.low) / 2 / t.rate)
+
+
+def test_headroom_of_the_other_target_at_the_knee():
+    steps = [row(r, curve(r), rel=0.05, tpot=0.02 + 0.01 * r) for r in (4.0, 4.4, 4.8, 5.2)]
+    knee = estimate_knee(steps, SLO2)
+    assert knee.binding == "ttft_p95"
+    # TPOT p95 at 4.6: log-linear between 0.064 at 4.4 and 0.068 at 4.8 -> ~0.066 / 0.08
+    assert knee.headroom["tpot_p95"] == pytest.approx(0.066 / 0.08, rel=0.01)
+    assert "ttft_p95" not in knee.headroom
+    assert knee.targets["tpot_p95"] == Crossing(None, 5.2, None)  # held at every rate run: above 5.2
+
+
+def test_the_lower_crossing_target_binds():
+    steps = [row(r, 0.5, rel=0.05, tpot=0.05 * r / 4.0) for r in (4.0, 6.0, 8.0)]  # TPOT 80 ms at 6.4
+    knee = estimate_knee(steps, SLO2)
+    assert knee.binding == "tpot_p95" and 6.0 < knee.rate < 8.0
+    assert knee.targets["ttft_p95"].rate is None and knee.targets["ttft_p95"].high is None
+
+
+def test_a_monotonicity_violation_is_pooled_not_followed():
+    """A noisy high step below a lower one: the isotonic fit pools them; the crossing stays between the
+    last step under and the first step over the pooled curve, and the answer is a single crossing."""
+    steps = [row(4.0, 0.6, rel=0.05), row(4.4, 1.2, rel=0.05), row(4.8, 0.9, rel=0.05), row(5.2, 2.0, rel=0.05)]
+    knee = estimate_knee(steps, SLO2)
+    assert 4.0 < knee.rate < 4.8
+    assert isotonic(np.array([1.0, 3.0, 2.0, 4.0]), np.ones(4)).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert isotonic(np.array([1.0, 3.0, 2.0]), np.array([1.0, 1.0, 3.0])).tolist() == [1.0, 2.25, 2.25]
+
+
+def test_one_step_only():
+    under = estimate_knee([row(4.0, 0.5, rel=0.1)], SLO2)
+    assert under.rate is None and under.binding is None and under.high is None  # never crossed
+    assert under.low == 4.0  # the knee is above the one rate run
+    over = estimate_knee([row(4.0, 2.0, rel=0.1)], SLO2)
+    assert over.rate is None and over.low is None and over.binding == "ttft_p95"  # crossed below
+    assert over.high == 4.0
+
+
+def test_all_pass_and_all_fail():
+    passing = estimate_knee([row(r, 0.2 * r / 4.0, rel=0.1) for r in (1.0, 2.0, 4.0)], SLO2)
+    assert passing.rate is None and passing.high is None and passing.binding is None and passing.low == 4.0
+    assert knee_sentence(passing) == "knee above 4.0 req/s (90%): every target held at every rate run"
+    failing = estimate_knee([row(r, 2.0 * r, rel=0.1) for r in (1.0, 2.0, 4.0)], SLO2)
+    assert failing.rate is None and failing.low is None and failing.binding == "ttft_p95"
+    assert knee_sentence(failing) == "knee below 1.0 req/s (90%): TTFT p95 is over its target at the lowest rate run"
+
+
+def test_steps_not_judged_or_off_the_rate_axis_are_ignored():
+    good = [row(r, curve(r), rel=0.0) for r in (4.0, 4.4, 4.8, 5.2)]
+    noise = [row(4.2, 9.0, verdict="invalid"), row(4.3, 9.0, verdict="insufficient"),
+             row(4.1, 9.0, verdict="not_run"), row(4.0, 9.0, phase="concurrency"),
+             {**row(3.9, 9.0), "offered_rate": None}]
+    assert estimate_knee(good + noise, SLO2).rate == pytest.approx(estimate_knee(good, SLO2).rate)
+    assert estimate_knee(noise, SLO2) is None
+    assert estimate_knee([], SLO2) is None
+    assert estimate_knee(good, SLO(max_reject_ratio=0.0)) is None  # no percentile target
+
+
+def test_refine_steps_count_and_a_dataframe_is_accepted():
+    import pandas as pd
+
+    steps = [row(r, curve(r), rel=0.0, phase="refine" if r > 4.3 else "ladder") for r in (4.0, 4.4, 4.8)]
+    assert estimate_knee(pd.DataFrame(steps), SLO2).rate == pytest.approx(4.6, rel=1e-6)
+
+
+def test_confidence_rescales_the_interval():
+    steps = [row(r, curve(r), rel=0.2) for r in (4.0, 4.4, 4.8, 5.2)]
+    k90, k99 = estimate_knee(steps, SLO2), estimate_knee(steps, SLO2, confidence=0.99)
+    assert k99.confidence == 0.99 and k99.low < k90.low and k99.high > k90.high
+    assert k99.rate == pytest.approx(k90.rate)
+
+
+def test_to_dict_round_trips_through_json_and_knee_of_reads_it():
+    knee = estimate_knee([row(r, curve(r), rel=0.1) for r in (4.0, 4.4, 4.8, 5.2)], SLO2)
+    entry = json.loads(json.dumps(knee.to_dict()))
+    assert set(entry) >= {"rate", "low", "high", "confidence", "binding", "targets", "basis"}
+    assert entry["targets"]["ttft_p95"].keys() == {"rate", "low", "high"}
+    assert Knee.from_dict(entry) == knee
+    assert knee_of({"knee": entry}) == knee
+    assert knee_of({"knee": None}) is None
+
+
+def test_knee_of_an_older_summary_estimates_from_its_steps():
+    steps = [row(r, curve(r), rel=0.1) for r in (4.0, 4.4, 4.8, 5.2)]
+    summary = {"steps": steps, "slo": {"thresholds": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.08, "min_samples": 5}}}
+    assert knee_of(summary).rate == pytest.approx(estimate_knee(steps, SLO2).rate)
+
+
+@pytest.mark.parametrize("knee,text", [
+    (Knee(4.63, 4.41, 4.82, 0.9, "ttft_p95", headroom={"tpot_p95": 0.41}),
+     "knee 4.6 req/s (4.4 to 4.8, 90%): TTFT p95 binds; TPOT p95 at 41% of its target there"),
+    (Knee(4.634, 4.601, 4.668, 0.9, "ttft_p95"), "knee 4.63 req/s (4.60 to 4.67, 90%): TTFT p95 binds"),
+    (Knee(46.3, 41.0, 52.0, 0.95, "e2e_p99"), "knee 46 req/s (41 to 52, 95%): E2E p99 binds"),
+    (Knee(4.6, 4.4, None, 0.9, "ttft_p95"), "knee 4.6 req/s (4.4 to above the rates run, 90%): TTFT p95 binds"),
+    (Knee(None, 6.1, None, 0.9, None), "knee above 6.1 req/s (90%): every target held at every rate run"),
+    (None, "knee: not estimated (no judged step on the rate axis with a percentile target)"),
+])
+def test_sentence_never_claims_more_precision_than_the_interval(knee, text):
+    assert knee_sentence(knee) == text

@@ -1,0 +1,65 @@
+"""The truth helper (llmload.sim.truth): the sim engine in virtual time, driven as the live loop drives it.
+
+The demo sim's steady-state TTFT p95 (NOTES.md "The knee and its noise", 200k Poisson arrivals, 64-in /
+32-out): 0.90 s at 4.5 req/s, 1.00 at 4.6, 1.11 at 4.7, 1.62 at 5.0. Fewer arrivals here (looser bounds).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmload.config import SLO
+from llmload.runtime.demo import DEMO_SIM
+from llmload.sim.truth import engine_limits, run_virtual, steady_state_percentiles, true_knee
+
+NOTES_TTFT_P95 = {4.5: 0.90, 4.6: 1.00, 4.7: 1.11, 5.0: 1.62}
+
+
+def test_one_request_on_an_idle_engine_takes_the_modelled_steps():
+    """Prefill step: 25 ms + 64 x 0.1 ms + 1 ms = 32.4 ms to the first token, then 31 decode steps of
+    26 ms: E2E 838.4 ms, TPOT 26 ms; a second request after the first ends sees an idle engine again."""
+    limits = engine_limits(DEMO_SIM)
+    assert limits.max_num_seqs == 6 and limits.step_base_s == pytest.approx(0.025)
+    got = run_virtual(limits, np.array([1.0, 10.0]), np.array([64, 64]), np.array([32, 32]))
+    np.testing.assert_allclose(got["ttft_s"], [0.0324, 0.0324], atol=1e-9)
+    np.testing.assert_allclose(got["e2e_s"], [0.8384, 0.8384], atol=1e-9)
+    np.testing.assert_allclose(got["tpot_s"], [0.026, 0.026], atol=1e-9)
+
+
+def test_a_request_arriving_mid_step_waits_for_the_next_step():
+    limits = engine_limits(DEMO_SIM)
+    got = run_virtual(limits, np.array([0.0, 0.01]), np.array([64, 64]), np.array([2, 2]))
+    # the second arrives inside the first's prefill step (0 to 32.4 ms) and is prefilled in the next
+    # step with the first one's decode: 25 + 6.4 + 2 x 1 = 33.4 ms, ending at 65.8 ms
+    assert got["ttft_s"][1] == pytest.approx(0.0658 - 0.01)
+    assert not math.isnan(got["e2e_s"][1])
+
+
+def test_the_demo_sims_curve_matches_the_measured_truth():
+    got = steady_state_percentiles(DEMO_SIM, (64, 32), [4.6, 5.0], figures=("ttft",), arrivals=20_000,
+                                   seeds=(1, 2))
+    for rate, value in zip(got["rate"], got["ttft_p95_s"], strict=True):
+        assert value == pytest.approx(NOTES_TTFT_P95[rate], rel=0.08), (rate, value)
+    assert got["ttft_p95_s"].is_monotonic_increasing
+
+
+@pytest.mark.slow
+def test_the_demo_sims_curve_matches_the_measured_truth_closely():
+    """Measured (60k arrivals x 3 seeds): within 4% of every NOTES value, and rising as the rate does."""
+    got = steady_state_percentiles(DEMO_SIM, (64, 32), sorted(NOTES_TTFT_P95), figures=("ttft", "tpot"),
+                                   arrivals=60_000)
+    for rate, value in zip(got["rate"], got["ttft_p95_s"], strict=True):
+        assert value == pytest.approx(NOTES_TTFT_P95[rate], rel=0.04), (rate, value)
+    assert got["ttft_p95_s"].is_monotonic_increasing
+    assert (got["tpot_p95_s"] < 0.08).all()  # TPOT never binds on the demo sim
+
+
+@pytest.mark.slow
+def test_true_knee_of_the_demo_sim_is_about_4_6():
+    slo = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "80ms"})
+    knee = true_knee(DEMO_SIM, (64, 32), slo, lo=4.0, hi=5.2, tol=0.01, arrivals=15_000, seeds=(1, 2))
+    assert knee["binding"] == "ttft_p95" and knee["rate"] == pytest.approx(4.6, rel=0.04)
+    assert knee["targets"]["tpot_p95"] is None
