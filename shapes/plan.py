@@ -37,7 +37,7 @@ def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[St
 
 
 def ladder_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
-    """`shape.ladder`'s steps (the boundary search's `refine` steps come later, `refine_step`)."""
+    """`shape.ladder`'s steps (the knee search's `refine` steps come later, `refine_step`)."""
     return _ladder(config.shape.ladder, config.requests.seed)
 
 

@@ -4,7 +4,7 @@ the rows of the steps judged so far.
 Per step: the workers' per-request summaries (`rows`), their `llmload:drained` notices, the arrivals of
 the measurement window sent so far (the web UI's running rate), the planned arrival offsets (open loop),
 and each worker's highest CPU while sending it. Across the run: the live table's rows (`table_rows`,
-also the web UI's LLM tab) and the verdicts the boundary search reads (`results`). On a master the
+also the web UI's LLM tab) and the judged rows the knee search reads (`judged`). On a master the
 shipped records are also copied to `records/master.jsonl`; worker CPU samples go to
 `telemetry-workers.jsonl`. A judged step's summaries are dropped (`forget`): hours of soak slices do not
 pile up in the master's memory.
