@@ -19,8 +19,9 @@ Each `next_step`, in this order:
    between ladder steps does not know the curve's bend there, so it is not trusted on its own);
 3. `max_steps` refine steps ran: stop `max_steps`;
 4. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
-   threshold just where the answer is decided) is run again at the same target rate, at most
-   `max_extensions` times per rate (`Ask.extends` names it). The repeat is an extra point of the same
+   threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
+   knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
+   step at that rate passed or failed (`Ask.extends` names it). The repeat is an extra point of the same
    rate, not a longer window: the estimate fits every point, so the repeats pool where they agree;
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
@@ -40,6 +41,8 @@ from typing import Any
 
 __all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
 
+#: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
+NEAR_OPEN_END = 0.10
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -219,6 +222,10 @@ class KneeSearch:
             return None
         centre = knee.rate if knee.rate is not None else (
             (knee.low + knee.high) / 2 if knee.low is not None and knee.high is not None else None)
+        low = knee.low if knee.low is not None or centre is None else centre * (1 - NEAR_OPEN_END)
+        high = knee.high if knee.high is not None or centre is None else centre * (1 + NEAR_OPEN_END)
+        decided = {round(t, 9) for row in self.rows if row.get("verdict") in ("pass", "fail")
+                   and (t := _number(row.get("target_rate"))) is not None}
         candidates = []
         for row in self.rows:
             if row.get("verdict") != "inconclusive":
@@ -227,7 +234,7 @@ class KneeSearch:
             if target is None:
                 continue
             at = offered if offered is not None else target
-            if not _inside(at, knee.low, knee.high):
+            if not _inside(at, low, high) or round(target, 9) in decided:
                 continue
             if self.extensions.get(round(target, 9), 0) >= self.max_extensions:
                 continue

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from shapes.boundary import realised_rate_note
-from shapes.knee_search import KneeSearch, round_rate, stop_text
+from shapes.knee_search import Ask, KneeSearch, round_rate, stop_text
 
 THRESHOLD = 1.0  # the TTFT p95 target, seconds
 
@@ -133,6 +133,16 @@ def test_an_inconclusive_step_near_the_knee_is_repeated_up_to_max_extensions():
     # so they share its count); r2.00 lies outside the interval: never repeated; then the estimate
     assert asks == [(4.0, "r4.00"), (4.0, "r4.00"), (4.2, None), (4.2, "x")]
     assert search.answer.extensions == 3
+
+
+def test_no_extension_once_a_step_at_that_rate_decided_nor_far_below_an_open_interval():
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"},
+            {"label": "r4.00-2", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "fail"},
+            {"label": "r2.00", "target_rate": 2.0, "offered_rate": 2.0, "verdict": "inconclusive"}]
+    # the interval is open below: r2.00 is more than 10% under the knee, not near it
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(4.2, None, 5.0), max_extensions=2, step_s=1,
+                        clock=Clock())
+    assert search.next_step() == Ask(4.2)
 
 
 def test_no_extension_when_max_extensions_is_zero():
