@@ -150,5 +150,8 @@ def test_knee_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
     assert refine["status"] == "run" and 3 < refine["target_rate"] < 30
     assert data["search"]["stopped"] in ("precision", "max_steps") and data["search"]["steps"] == 1
     assert summary(run_dir)["search"] == data["search"]
+    # the closing lines: why the search stopped, then the knee as the report states it (never a None)
+    assert "  knee search: stopped: " in done.stdout and "\nllmload: knee " in done.stdout
+    assert "None" not in done.stdout
     assert [s["live_verdict"] for s in data["steps"][:2]] == ["pass", "fail"]
     assert len(records(run_dir)[lambda d: d["step"] == refine["label"]]) > 0
