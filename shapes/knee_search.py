@@ -53,7 +53,8 @@ _STOP_TEXT = {
     "precision": "the knee's interval is within the precision asked",
     "budget": "the search's time budget would run out before another step",
     "max_steps": "the refine step cap (max_steps) was reached",
-    "no_failure": "no target was crossed at any rate run; extend the ladder upward",
+    "no_failure": "no target was crossed at any rate judged (invalid and insufficient steps do not count); "
+                  "extend the ladder upward",
     "no_pass": "the targets were crossed already at the lowest rate run; extend the ladder downward",
     "no_verdict": "no step gave a verdict to estimate from",
     "stopped": "the run was stopped",
