@@ -19,6 +19,13 @@ it), with the sample size replaced by an *effective* sample size measured on the
    `[p_low, p_high]`; the percentile's interval is `[Q(p_low), Q(p_high)]`. Past the data
    (`p_high` above `(n - 1) / n`) the high end is the sample maximum: the data say nothing beyond it.
 
+4. A rising step: when the values, in `blocks` consecutive blocks of equal count, have block medians with
+   a significant rising trend (one-sided Mann-Kendall, p < `alpha`), the step had not reached its steady
+   state (an overloaded queue still building, or a step that started on an empty server near the knee):
+   its steady-state percentile is at least what the window saw, so the low end is the point itself
+   (the interval is one-sided below). Without this, an overloaded step's steadily rising latencies read
+   as "autocorrelated" and its interval reached far under the point: a clear failure looked undecided.
+
 `iid_percentile_interval` is the same with `tau = 1` (the i.i.d. formula), kept to show in tests how
 much it under-covers an autocorrelated series.
 """
@@ -30,10 +37,15 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["autocorrelation_time", "iid_percentile_interval", "percentile_interval"]
+from analysis.stats import mann_kendall
+
+__all__ = ["autocorrelation_time", "iid_percentile_interval", "percentile_interval", "rising"]
 
 #: fewer values than this: no interval (NaN, NaN)
 MIN_VALUES = 5
+#: blocks and one-sided level of the rising-trend check (the SLO's `sub_windows` and `trend_alpha` defaults)
+TREND_BLOCKS = 6
+TREND_ALPHA = 0.05
 
 
 def _z(confidence: float) -> float:
@@ -85,7 +97,20 @@ def _wilson(p: float, n_eff: float, z: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool) -> tuple[float, float]:
+def rising(values: np.ndarray, *, blocks: int = TREND_BLOCKS, alpha: float = TREND_ALPHA) -> bool:
+    """True when the medians of `blocks` consecutive equal-count blocks of `values` (time order) rise
+    significantly (one-sided Mann-Kendall p < `alpha`); False with fewer than 2 values per block."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    size = x.size // blocks
+    if blocks < 3 or size < 2:
+        return False
+    medians = np.median(x[: size * blocks].reshape(blocks, size), axis=1)
+    return mann_kendall(medians)[1] < alpha
+
+
+def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blocks: int = TREND_BLOCKS,
+              alpha: float = TREND_ALPHA) -> tuple[float, float]:
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     n = x.size
@@ -103,19 +128,22 @@ def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool) -> 
     ordered = np.sort(x)
     low = float(np.percentile(ordered, 100.0 * p_low))
     high = float(np.percentile(ordered, 100.0 * p_high))
+    if not iid and rising(x, blocks=blocks, alpha=alpha):
+        low = point  # not yet at its steady state, which is at least what the window saw
     return min(low, point), max(high, point)
 
 
-def percentile_interval(values: np.ndarray, q: float, confidence: float) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray, q: float, confidence: float, *, blocks: int = TREND_BLOCKS,
+                        alpha: float = TREND_ALPHA) -> tuple[float, float]:
     """(low, high): the two-sided `confidence` interval of the `q`-th percentile of `values`, which must
-    be in time order (by `scheduled_at`); autocorrelation-aware (module docstring). (NaN, NaN) with fewer
-    than `MIN_VALUES` values.
+    be in time order (by `scheduled_at`); autocorrelation-aware, one-sided below when the values rise
+    (`blocks`, `alpha`: the trend check; module docstring). (NaN, NaN) with fewer than `MIN_VALUES` values.
 
     >>> values = np.random.default_rng(1).exponential(1.0, 2000)  # independent: tau about 1
     >>> [round(v, 2) for v in percentile_interval(values, 95, 0.9)]
     [2.69, 3.05]
     """
-    return _interval(values, q, confidence, iid=False)
+    return _interval(values, q, confidence, iid=False, blocks=blocks, alpha=alpha)
 
 
 def iid_percentile_interval(values: np.ndarray, q: float, confidence: float) -> tuple[float, float]:

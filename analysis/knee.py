@@ -40,7 +40,8 @@ from shapes.phases import rate_phases
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
 
-#: step verdicts whose percentiles the knee uses (invalid/insufficient/not_run/partial are ignored)
+#: step verdicts whose percentiles the knee uses (invalid/insufficient/not_run are ignored, and so is a
+#: `partial` step, stopped inside its window)
 JUDGED = ("pass", "fail", "inconclusive")
 BASIS = "realised_offered_rate"
 
@@ -217,7 +218,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     records = steps.to_dict(orient="records") if hasattr(steps, "to_dict") else list(steps)
     phases = set(rate_phases())
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
-            and _num(r.get("offered_rate")) is not None]
+            and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
     scale = _z(confidence) / _z(slo.confidence)
     fits = []

@@ -333,6 +333,6 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
         values = _threshold_values(row, t, fin, itl)
         if key not in row:
             row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
-        low, high = (math.nan, math.nan) if values is None else percentile_interval(values, t.percentile,
-                                                                                     slo.confidence)
+        low, high = (math.nan, math.nan) if values is None else percentile_interval(
+            values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
         row[f"{key}_low"], row[f"{key}_high"] = low, high

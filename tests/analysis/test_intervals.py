@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy.signal import lfilter
 
-from analysis.intervals import autocorrelation_time, iid_percentile_interval, percentile_interval
+from analysis.intervals import autocorrelation_time, iid_percentile_interval, percentile_interval, rising
 
 TRUE_P95 = NormalDist().inv_cdf(0.95)
 
@@ -72,3 +72,22 @@ def test_interval_brackets_the_point_and_widens_with_confidence():
 def test_too_few_values_give_no_interval():
     assert all(math.isnan(v) for v in percentile_interval(np.array([1.0, 2.0, np.nan]), 95, 0.9))
     assert all(math.isnan(v) for v in percentile_interval(np.array([]), 95, 0.9))
+
+
+def test_an_overloaded_steps_rising_latencies_give_a_one_sided_interval():
+    """The demo sim at 1.5x its capacity for 10 s (virtual time): TTFTs climb all through the window.
+    The steady state is at least what the window saw, so the low end is the point and a step over its
+    target fails instead of reading as undecided; a stationary series keeps its two-sided interval."""
+    from llmload.arrivals import poisson_exact_offsets
+    from llmload.runtime.demo import DEMO_SIM
+    from llmload.sim.truth import engine_limits, run_virtual
+
+    offsets = poisson_exact_offsets(8.7, (2.0, 10.0), np.random.default_rng(1))
+    got = run_virtual(engine_limits(DEMO_SIM), offsets, np.full(len(offsets), 64), np.full(len(offsets), 32))
+    ttft = got["ttft_s"].to_numpy()[offsets >= 2.0]
+    assert rising(ttft)
+    low, high = percentile_interval(ttft, 95, 0.9)
+    assert low == pytest.approx(np.percentile(ttft, 95)) and high >= low
+    assert not rising(ar1(600, 0.5, 3))
+    x = ar1(600, 0.5, 3)
+    assert percentile_interval(x, 95, 0.9)[0] < np.percentile(x, 95)

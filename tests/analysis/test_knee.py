@@ -100,6 +100,7 @@ def test_steps_not_judged_or_off_the_rate_axis_are_ignored():
     good = [row(r, curve(r), rel=0.0) for r in (4.0, 4.4, 4.8, 5.2)]
     noise = [row(4.2, 9.0, verdict="invalid"), row(4.3, 9.0, verdict="insufficient"),
              row(4.1, 9.0, verdict="not_run"), row(4.0, 9.0, phase="concurrency"),
+             {**row(4.25, 9.0, verdict="fail"), "status": "partial"},
              {**row(3.9, 9.0), "offered_rate": None}]
     assert estimate_knee(good + noise, SLO2).rate == pytest.approx(estimate_knee(good, SLO2).rate)
     assert estimate_knee(noise, SLO2) is None
@@ -148,3 +149,27 @@ def test_knee_of_an_older_summary_estimates_from_its_steps():
 ])
 def test_sentence_never_claims_more_precision_than_the_interval(knee, text):
     assert knee_sentence(knee) == text
+
+
+def test_summary_knee_is_computed_from_the_step_rows_and_follows_the_slo():
+    """summary.json's `knee` is estimate_knee over the analysis' own step rows: another SLO (what
+    `llmload report --slo` passes) gives another knee, with realised rates on its axis."""
+    from analysis_frames import plan_step, request, run_of
+
+    from analysis import analyze
+
+    rows, steps = [], []
+    for i, (rate, scale) in enumerate([(2.0, 0.2), (3.0, 0.4), (4.0, 0.8), (5.0, 1.6)]):
+        start = i * 100.0
+        steps.append(plan_step(f"r{rate:g}", i, rate=rate, start=start, length=60.0))
+        n = int(rate * 60)
+        for k in range(n):  # TTFTs spread 0.5x to 1.5x the scale, scrambled in time
+            ttft = scale * (0.5 + ((k * 37) % n) / n)
+            rows.append(request(f"r{rate:g}-{k}", f"r{rate:g}", start + k / rate, ttft=ttft, e2e=ttft + 0.5))
+    strict, loose = SLO(ttft_p95=0.5, min_samples=20), SLO(ttft_p95=1.5, min_samples=20)
+    a, b = analyze(run_of(rows, steps), strict), analyze(run_of(rows, steps), loose)
+    assert a.summary["knee"] == json.loads(json.dumps(estimate_knee(a.steps, strict).to_dict()))
+    ka, kb = knee_of(a.summary), knee_of(b.summary)
+    assert ka.binding == kb.binding == "ttft_p95" and 2.0 < ka.rate < 3.0 < 4.0 < kb.rate < 5.0
+    assert ka.low <= ka.rate <= ka.high
+    assert a.summary["last_passing_rate"] == 2.0 and b.summary["last_passing_rate"] == 4.0

@@ -120,8 +120,10 @@ def test_conditions_argument_overrides_the_manifest(tmp_path: Path) -> None:
 
 
 def test_public_surface() -> None:
-    assert sorted(analysis.__all__) == ["Analysis", "Run", "analyze", "exit_code", "judge_step", "load_run",
-                                        "plan_in_flight", "write_outputs"]
+    assert sorted(analysis.__all__) == ["Analysis", "Knee", "Run", "analyze", "estimate_knee", "exit_code",
+                                        "judge_step", "knee_of", "knee_sentence", "load_run", "plan_in_flight",
+                                        "write_outputs"]
+    assert all(getattr(analysis, name) is not None for name in analysis.__all__)
     fields = set(analysis.Analysis.__dataclass_fields__)
     assert fields == {"steps", "summary", "worksheet", "requests", "split", "burst", "timeline", "slices",
                       "instances", "decision", "warnings", "slo"}

@@ -46,6 +46,7 @@ def test_a_passing_step_is_stated_at_its_realised_offered_rate_never_its_label()
     result = _analysis([("r4.00", 4.0, 40, 0.1), ("r5.50", 5.5, 41, 0.1), ("r6.00", 6.0, 60, 0.5)])
     row = result.steps.set_index("label").loc["r5.50"]
     assert row["verdict"] == "pass" and abs(row["offered_rate"] - 41 / WINDOW) < 1e-9  # ground truth: the records
+    assert result.summary["last_passing_rate"] == 4.1 and result.summary["last_passing_target_rate"] == 5.5
     _, sentences = answer_sentences(result, {})
     assert "Highest passing step: 4.1 req/s offered (step r5.50)." in sentences
     assert any(s.startswith("First failing step: 6 req/s offered (step r6.00)") for s in sentences)
