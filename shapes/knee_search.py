@@ -14,15 +14,17 @@ clock is injected too, so a test drives a whole search against a synthetic serve
 
 Each `next_step`, in this order:
 1. no knee at all (no judged step): stop `no_verdict`;
-2. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, and a judged step
-   ran within 2 x `precision` of the knee: stop `precision` (an interval interpolated across a wide gap
-   between ladder steps does not know the curve's bend there, so it is not trusted on its own);
-3. `max_steps` refine steps ran: stop `max_steps`;
-4. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
+2. `max_steps` refine steps ran: stop `max_steps`;
+3. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
    threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
    knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
    step at that rate passed or failed (`Ask.extends` names it). The repeat is an extra point of the same
-   rate, not a longer window: the estimate fits every point, so the repeats pool where they agree;
+   rate, not a longer window: the estimate fits every point, so the repeats pool where they agree. It
+   comes before the precision stop: an undecided step inside the interval says the interval is not to
+   be trusted yet;
+4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, and a judged step
+   ran within 2 x `precision` of the knee: stop `precision` (an interval interpolated across a wide gap
+   between ladder steps does not know the curve's bend there, so it is not trusted on its own);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
 6. the next rate: the knee's point estimate (rounded to 3 significant figures);
@@ -196,14 +198,14 @@ class KneeSearch:
         knee = self.knee
         if knee is None:
             return None, "no_verdict"
+        if self.refine_steps >= self.max_steps:
+            return None, "max_steps"
+        repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
+        if repeat is not None:          # says the interval is not yet to be trusted
+            return repeat, ""
         width = knee.half_width_rel
         if knee.rate is not None and width is not None and width <= self.precision and self._measured_near(knee.rate):
             return None, "precision"
-        if self.refine_steps >= self.max_steps:
-            return None, "max_steps"
-        repeat = self._extension(knee)
-        if repeat is not None:
-            return repeat, ""
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
         return Ask(round_rate(float(knee.rate))), ""

@@ -97,7 +97,8 @@ def answer_lines(folder: Path) -> list[str]:
         from shapes.knee_search import stop_text
 
         search = ladder.get("search") or {}
-        stopped = (f" (knee search: {search.get('steps', 0)} refine steps, stopped: "
+        steps = search.get("steps") or 0
+        stopped = (f" (knee search: {steps} refine step{'s' if steps != 1 else ''}, stopped: "
                    f"{stop_text(search['stopped'])})" if search.get("stopped") else "")
         lines.append(f"llmload demo: {knee_sentence(knee_of(ladder))}{stopped}")
     if burst is not None:

@@ -212,3 +212,12 @@ def test_with_the_analysis_estimate_the_interval_holds_the_true_knee(seed):
     assert answer.knee.binding == "ttft_p95"
     assert answer.knee.low <= knee <= answer.knee.high, answer.knee
     assert abs(answer.knee.rate - knee) / knee < 0.1
+
+
+def test_an_undecided_step_inside_a_narrow_interval_is_repeated_before_the_precision_stop():
+    rows = [{"label": "r5.16", "target_rate": 5.16, "offered_rate": 5.15, "verdict": "inconclusive"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(5.4, 5.1, 5.6), precision=0.05, max_extensions=1,
+                        step_s=1, clock=Clock())  # half-width 4.6%: precise enough, but r5.16 is undecided
+    assert search.next_step() == Ask(5.16, extends="r5.16")
+    search.record({"label": "r5.16-2", "target_rate": 5.16, "offered_rate": 5.16, "verdict": "pass"})
+    assert search.next_step() is None and search.answer.stopped == "precision"
