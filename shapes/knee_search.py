@@ -22,9 +22,10 @@ Each `next_step`, in this order:
    rate, not a longer window: the estimate fits every point, so the repeats pool where they agree. It
    comes before the precision stop: an undecided step inside the interval says the interval is not to
    be trusted yet;
-4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, and a judged step
-   ran within 2 x `precision` of the knee: stop `precision` (an interval interpolated across a wide gap
-   between ladder steps does not know the curve's bend there, so it is not trusted on its own);
+4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, at least one refine
+   step ran, and a judged step ran within 2 x `precision` of the knee: stop `precision` (an interval
+   from the ladder alone, interpolated across a wide gap between its steps, does not know the curve's
+   bend there: bench/knee_accuracy.py found such intervals too narrow);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
 6. the next rate: the knee's point estimate (rounded to 3 significant figures);
@@ -204,7 +205,8 @@ class KneeSearch:
         if repeat is not None:          # says the interval is not yet to be trusted
             return repeat, ""
         width = knee.half_width_rel
-        if knee.rate is not None and width is not None and width <= self.precision and self._measured_near(knee.rate):
+        if (knee.rate is not None and width is not None and width <= self.precision and self.refine_steps
+                and self._measured_near(knee.rate)):
             return None, "precision"
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"

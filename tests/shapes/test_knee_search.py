@@ -221,3 +221,12 @@ def test_an_undecided_step_inside_a_narrow_interval_is_repeated_before_the_preci
     assert search.next_step() == Ask(5.16, extends="r5.16")
     search.record({"label": "r5.16-2", "target_rate": 5.16, "offered_rate": 5.16, "verdict": "pass"})
     assert search.next_step() is None and search.answer.stopped == "precision"
+
+
+def test_a_precise_estimate_from_the_ladder_alone_still_gets_one_refine_step():
+    rows = [{"label": "r6.00", "target_rate": 6.0, "offered_rate": 6.0, "verdict": "pass"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(6.29, 6.04, 6.65), precision=0.05, step_s=1,
+                        clock=Clock())  # +-4.9% from the ladder's steps: not trusted without a probe
+    assert search.next_step() == Ask(6.29)
+    search.record({"label": "r6.29", "target_rate": 6.29, "offered_rate": 6.29, "verdict": "fail"})
+    assert search.next_step() is None and search.answer.stopped == "precision"
