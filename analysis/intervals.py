@@ -26,6 +26,12 @@ it), with the sample size replaced by an *effective* sample size measured on the
    (the interval is one-sided below). Without this, an overloaded step's steadily rising latencies read
    as "autocorrelated" and its interval reached far under the point: a clear failure looked undecided.
 
+`exceedance_interval(values, limit, confidence)`: the share of the values over `limit` (an SLO threshold)
+with its interval, the same way (a Wilson interval with `n / tau` trials, tau the larger of the
+indicator's and the ranks'; one-sided below on a rising step). A share is a mean, so unlike a step's
+percentile it is not biased low when a short window misses the queue's rare long episodes: the knee
+(`analysis.knee`) is placed where the share crosses `1 - q / 100`.
+
 `iid_percentile_interval` is the same with `tau = 1` (the i.i.d. formula), kept to show in tests how
 much it under-covers an autocorrelated series.
 """
@@ -39,7 +45,7 @@ import numpy as np
 
 from analysis.stats import mann_kendall
 
-__all__ = ["autocorrelation_time", "iid_percentile_interval", "percentile_interval", "rising"]
+__all__ = ["autocorrelation_time", "exceedance_interval", "iid_percentile_interval", "percentile_interval", "rising"]
 
 #: fewer values than this: no interval (NaN, NaN)
 MIN_VALUES = 5
@@ -109,6 +115,32 @@ def rising(values: np.ndarray, *, blocks: int = TREND_BLOCKS, alpha: float = TRE
     return mann_kendall(medians)[1] < alpha
 
 
+def _tau(x: np.ndarray, indicator: np.ndarray) -> float:
+    ranks = np.empty(x.size)
+    ranks[np.argsort(x, kind="stable")] = np.arange(x.size)
+    return max(autocorrelation_time(indicator), autocorrelation_time(ranks))
+
+
+def exceedance_interval(values: np.ndarray, limit: float, confidence: float, *, blocks: int = TREND_BLOCKS,
+                        alpha: float = TREND_ALPHA) -> tuple[float, float, float]:
+    """(share, low, high): the share of `values` (time order) over `limit` and its `confidence` interval,
+    autocorrelation-aware (module docstring); NaNs with fewer than `MIN_VALUES` values.
+
+    >>> [round(v, 3) for v in exceedance_interval(np.arange(100.0) % 10, 8.5, 0.9)]
+    [0.1, 0.05, 0.191]
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    if x.size < MIN_VALUES:
+        return math.nan, math.nan, math.nan
+    indicator = (x > limit).astype(float)
+    share = float(indicator.mean())
+    low, high = _wilson(share, x.size / _tau(x, indicator), _z(confidence))
+    if rising(x, blocks=blocks, alpha=alpha):
+        low = share
+    return share, min(low, share), max(high, share)
+
+
 def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blocks: int = TREND_BLOCKS,
               alpha: float = TREND_ALPHA) -> tuple[float, float]:
     x = np.asarray(values, dtype=float)
@@ -118,12 +150,7 @@ def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blo
         return math.nan, math.nan
     p = q / 100.0
     point = float(np.percentile(x, q))
-    if iid:
-        tau = 1.0
-    else:
-        ranks = np.empty(n)
-        ranks[np.argsort(x, kind="stable")] = np.arange(n)
-        tau = max(autocorrelation_time((x > point).astype(float)), autocorrelation_time(ranks))
+    tau = 1.0 if iid else _tau(x, (x > point).astype(float))
     p_low, p_high = _wilson(p, n / tau, _z(confidence))
     ordered = np.sort(x)
     low = float(np.percentile(ordered, 100.0 * p_low))

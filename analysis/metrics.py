@@ -44,6 +44,8 @@ Percentiles are from raw values by linear interpolation (`analysis.stats.quantil
 - every SLO percentile threshold's figure `F` (e.g. `ttft_p95_s`) also has `F_low` / `F_high`: its
   two-sided interval at `slo.confidence`, autocorrelation-aware (`analysis.intervals`), from the same
   values in `scheduled_at` order; NaN when the figure is not per request (histogram server queue).
+  And `<key>_over` (e.g. `ttft_p95_over`): the share of those values over the threshold, with
+  `<key>_over_low` / `_over_high` (`exceedance_interval`): what the knee is placed with.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import percentile_interval
+from analysis.intervals import exceedance_interval, percentile_interval
 from analysis.requests import EventGaps, event_gaps
 from analysis.split import empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
@@ -336,3 +338,6 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
         low, high = (math.nan, math.nan) if values is None else percentile_interval(
             values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
         row[f"{key}_low"], row[f"{key}_high"] = low, high
+        over = (math.nan,) * 3 if values is None else exceedance_interval(
+            values, t.value_s, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
+        row[f"{t.key}_over"], row[f"{t.key}_over_low"], row[f"{t.key}_over_high"] = over

@@ -186,7 +186,8 @@ def _range(value: Any) -> list | None:
 
 
 def _step_entry(row: pd.Series) -> dict:
-    intervals = tuple(k for k in row.index if str(k).endswith(("_s_low", "_s_high")))
+    intervals = tuple(k for k in row.index if str(k).endswith(("_s_low", "_s_high", "_over", "_over_low",
+                                                                "_over_high")))
     keys = SUMMARY_STEP_KEYS + tuple(k for k in _EXTRA_STEP_KEYS if k in row.index) + intervals
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))

@@ -173,3 +173,32 @@ def test_summary_knee_is_computed_from_the_step_rows_and_follows_the_slo():
     assert ka.binding == kb.binding == "ttft_p95" and 2.0 < ka.rate < 3.0 < 4.0 < kb.rate < 5.0
     assert ka.low <= ka.rate <= ka.high
     assert a.summary["last_passing_rate"] == 2.0 and b.summary["last_passing_rate"] == 4.0
+
+
+def test_the_share_over_the_threshold_places_the_crossing_when_rows_carry_it():
+    """`<key>_over`: the share of a step's values over the threshold (a mean: unbiased where a short
+    step's percentile reads low). The crossing is where it passes 1 - q / 100 = 5%, linear between steps;
+    its interval from the shares' bounds; the percentile still gives the headroom."""
+    steps = [row(r, curve(r), rel=0.1) for r in (4.0, 4.4, 4.8, 5.2)]
+    shares = {4.0: (0.01, 0.005, 0.02), 4.4: (0.03, 0.02, 0.045), 4.8: (0.07, 0.05, 0.09), 5.2: (0.2, 0.15, 0.25)}
+    for s in steps:
+        s["ttft_p95_over"], s["ttft_p95_over_low"], s["ttft_p95_over_high"] = shares[s["offered_rate"]]
+    t = estimate_knee(steps, SLO2).targets["ttft_p95"]
+    assert t.rate == pytest.approx(4.6)  # 3% at 4.4, 7% at 4.8: 5% half-way
+    assert t.low == pytest.approx(4.4 + 0.4 * (0.05 - 0.045) / (0.09 - 0.045))  # the high-end fit crosses first
+    assert t.high == pytest.approx(4.8)  # the low-end fit reaches 5% at 4.8
+    assert estimate_knee(steps, SLO2).headroom["tpot_p95"] == pytest.approx(0.03 / 0.08)
+
+
+def test_a_step_far_under_its_target_bounds_the_knee_from_below_despite_a_wide_share():
+    """30 values far under the target: their share over it is 0, but counting alone cannot exclude 5%
+    (Wilson high 8%); the step's percentile interval, wholly under, can. So the knee's low end is bounded."""
+    low_step = {**row(2.0, 0.1, rel=0.2), "ttft_p95_over": 0.0, "ttft_p95_over_low": 0.0, "ttft_p95_over_high": 0.08}
+    mid = {**row(4.0, 0.8, rel=0.1), "ttft_p95_over": 0.03, "ttft_p95_over_low": 0.01, "ttft_p95_over_high": 0.06}
+    high = {**row(5.0, 2.0, rel=0.2), "ttft_p95_over": 0.3, "ttft_p95_over_low": 0.2, "ttft_p95_over_high": 0.4}
+    t = estimate_knee([low_step, mid, high], SLO2).targets["ttft_p95"]
+    # both lower steps' percentile intervals are wholly under 1 s: the share's high-end fit stays at 5%
+    # through 4.0 and crosses after it
+    assert t.low == pytest.approx(4.0) and t.rate == pytest.approx(4.0 + (0.05 - 0.03) / 0.27)
+    unclamped = {**low_step, "ttft_p95_s_high": 1.5}  # a percentile interval reaching over the target
+    assert estimate_knee([unclamped, mid, high], SLO2).targets["ttft_p95"].low is None
