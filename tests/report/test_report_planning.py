@@ -66,18 +66,26 @@ def test_plan_beyond_the_last_passing_rate_says_so_and_exits_1(run_dir, capsys):
 
 def test_plan_follows_the_last_reanalysis_and_judges_by_the_knee(run_dir, tmp_path, capsys):
     """Issue 27: after `llmload report --slo` the plan reads the same knee as the report (TTFT p95 300 ms
-    crosses between r1.00 at 200 ms and r2.00 at 400 ms, about 1.6 req/s), not the run's own SLO."""
+    is crossed between r1.00 at 200 ms and r2.00 at 400 ms), not the run's own SLO, and the knee's
+    interval decides the exit code."""
+    import json
+    import math
+
+    from analysis.knee import knee_of, knee_sentence
+
     strict = tmp_path / "strict.yaml"
     strict.write_text("ttft_p95: 300ms\nmin_samples: 50\n")
     assert main(["report", str(run_dir), "--slo", str(strict)]) == 1
     capsys.readouterr()
-    # 41 users, 30 s think time, R 1.46 s (r1.00): 1.30 req/s, above the highest passing step (1 req/s)
-    # but below the knee: the knee decides
-    assert main(["plan", str(run_dir), "--users", "41", "--think-time", "30s"]) == 0
+    knee = knee_of(json.loads((run_dir / "summary.json").read_text()))
+    assert knee is not None and knee.binding == "ttft_p95" and 1.0 <= knee.rate <= 2.0
+    below = math.floor(0.9 * knee.low * (30 + R1))  # users whose rate (users / (Z + R1)) is under the interval
+    assert main(["plan", str(run_dir), "--users", str(below), "--think-time", "30s"]) == 0
     out = capsys.readouterr().out
-    assert "below the knee's interval" in line_with(out, "knee") and "TTFT p95 binds" in out
+    assert line_with(out, "knee").strip() == f"{knee_sentence(knee)}: the expected rate is below the knee's interval"
     assert "the SLO of the last re-analysis" in out
-    assert main(["plan", str(run_dir), "--users", "57", "--think-time", "30s"]) == 1  # 1.81 req/s
+    above = math.ceil(1.1 * knee.high * (30 + R1))
+    assert main(["plan", str(run_dir), "--users", str(above), "--think-time", "30s"]) == 1
     assert "BEYOND the knee" in capsys.readouterr().out
 
 
