@@ -122,6 +122,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
     add_limits(summary, steps)
     summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
+    if isinstance(run.plan.get("search"), dict):  # the knee search's record (why it stopped, its steps)
+        summary["search"] = dict(run.plan["search"])
     decision = summary["decision"]
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),

@@ -40,13 +40,13 @@ def plan_in_flight(analysis: Analysis, users: int, think_time_s: float) -> dict[
         out["note"] = "no passing sustained step: nothing to plan from"
         return out
     last = passing.iloc[-1]
-    out["last_passing_rate"] = float(last["target_rate"])
+    out["last_passing_rate"] = _realised(last)
     req = analysis.requests
     ref = last
     for _, step in passing.iterrows():
         r = _mean_user_e2e(req, step["label"])
         rate = users / (think_time_s + r) if think_time_s + r > 0 else math.inf
-        if rate <= step["target_rate"]:
+        if rate <= _realised(step):
             ref = step
             break
     r = _mean_user_e2e(req, ref["label"])
@@ -57,6 +57,12 @@ def plan_in_flight(analysis: Analysis, users: int, think_time_s: float) -> dict[
         out["note"] = ("the population's arrival rate exceeds the last passing rate: response times would "
                        "grow; test that rate before relying on these figures")
     return out
+
+
+def _realised(step: Any) -> float:
+    """A step's realised offered rate (its target label when nothing was offered)."""
+    offered = step.get("offered_rate")
+    return float(offered) if offered is not None and offered == offered else float(step["target_rate"])
 
 
 def _mean_user_e2e(requests, label: str) -> float:

@@ -389,9 +389,17 @@ class LadderStep(Model):
 
 
 class Refine(Model):
+    """The knee search after a ladder (`shapes.knee_search`): refine steps at the knee estimate until
+    its interval is within `precision` of it (relative half-width), `budget` (wall time) runs out, or
+    `max_steps` refine steps ran; an inconclusive step near the knee is run again up to
+    `max_extensions` times. `resolution` is kept for old configs (the search no longer bisects)."""
+
     resolution: float = Field(default=0.1, gt=0, le=MAX_RATE)
     max_steps: int = Field(default=6, ge=1, le=1000)
     duration: Positive | None = None
+    precision: float = Field(default=0.05, gt=0, lt=1)
+    budget: Positive = 600.0
+    max_extensions: int = Field(default=2, ge=0, le=100)
 
 
 class LadderShape(Model):
@@ -806,10 +814,31 @@ def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping with at least target: and shape:", file=file, line=1)
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
         _raise_first(exc, file=file, lines=_line_index(text))
-    raise AssertionError("unreachable")
+    _check_refine_budget(config, file=file, lines=_line_index(text) if text else {})
+    return config
+
+
+def refine_step_s(ladder: LadderShape) -> float:
+    """The shortest refine step a ladder can run: warm-up plus `refine.duration`, else plus the
+    shortest ladder window (`shapes.plan.refine_step` takes the window of a ladder step)."""
+    window = ladder.refine.duration if ladder.refine and ladder.refine.duration else min(s.duration for s in ladder.steps)
+    return float(ladder.warmup) + float(window)
+
+
+def _check_refine_budget(config: Config, *, file: str, lines: dict[tuple, int]) -> None:
+    """`shape.ladder.refine.budget` must hold one refine step (else the search could never run one)."""
+    ladder = config.shape.ladder
+    if ladder is None or ladder.refine is None:
+        return
+    step_s = refine_step_s(ladder)
+    if ladder.refine.budget < step_s:
+        path = ("shape", "ladder", "refine", "budget")
+        raise ConfigError(f"{ladder.refine.budget:g}s is shorter than one refine step (warm-up + window: "
+                          f"{step_s:g}s)", file=file, line=lines.get(path) or lines.get(path[:-1]),
+                          key=_format_path(path))
 
 
 def load_config(path: str | Path) -> Config:

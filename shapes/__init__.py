@@ -1,25 +1,26 @@
-"""Pure planning for the load shapes: steps, plans, trace replay options, boundary search, phases.
+"""Pure planning for the load shapes: steps, plans, trace replay options, knee search, phases.
 
 Nothing imported here imports Locust: `shapes/loadshapes.py` (the LoadTestShape classes, which do),
 `shapes/llm.py` and `llmload/runtime/` call these; `shapes/phases.py` declares each phase's traits.
 """
 
-from shapes.boundary import BoundaryAnswer, BoundarySearch
-from shapes.plan import boundary_search, build_plan, rate_label, refine_step
+from shapes.knee_search import Ask, KneeSearch, SearchAnswer
+from shapes.plan import build_plan, knee_search, rate_label, refine_step
 from shapes.steps import PHASES, StepBounds, StepSpec, TraceArrivals, active_step, derive_seed, step_bounds
 
 __all__ = [
     "PHASES",
-    "BoundaryAnswer",
-    "BoundarySearch",
+    "Ask",
+    "KneeSearch",
     "Replay",
+    "SearchAnswer",
     "StepBounds",
     "StepSpec",
     "TraceArrivals",
     "active_step",
-    "boundary_search",
     "build_plan",
     "derive_seed",
+    "knee_search",
     "prepare_replay",
     "rate_label",
     "refine_step",

@@ -3,7 +3,7 @@
 Load with the users: `locust -f locustfiles/llm.py,shapes/llm.py --llmload-config run.yaml`.
 
 `LLMShape` follows the config: `config.shape.kind` picks the class that plans the steps
-(`shapes.loadshapes.shape_for_config`: ladder, boundary search, concurrency, trace replay, soak). To
+(`shapes.loadshapes.shape_for_config`: ladder, knee search, concurrency, trace replay, soak). To
 run a shape of your own, load your locustfile with a subclass of `shapes.loadshapes.LLMLoadShape`
 instead of (or beside) this file: a shape of your own plans the run in place of the config's kind.
 
@@ -20,7 +20,7 @@ put there by the locustfile's `init` listener: `LLMLoadShape._session`); it impo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from shapes.loadshapes import LLMLoadShape, shape_for_config
 
 if TYPE_CHECKING:
     from llmload.config import Config
-    from shapes.boundary import BoundarySearch
+    from shapes.knee_search import KneeSearch
     from shapes.steps import StepSpec
 
 __all__ = ["LLMShape"]
@@ -43,8 +43,8 @@ class LLMShape(LLMLoadShape):
     def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
         return shape_for_config(config).steps(config, base_dir)
 
-    def search(self, config: Config, results: Iterable[tuple]) -> BoundarySearch | None:
-        return shape_for_config(config).search(config, results)
+    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | None:
+        return shape_for_config(config).search(config, rows)
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int,
                     taken: Iterable[str]) -> StepSpec:

@@ -2,7 +2,7 @@
 
     LLMLoadShape         the base: `steps(config)` is the plan; `tick()` keeps the user pool alive
     LadderLoadShape      `shape: {ladder: ...}`: one open-loop step per rate (phase `ladder`)
-    BoundarySearchShape  a ladder with `refine:`: then bisects between the last pass and the first fail
+    BoundarySearchShape  a ladder with `refine:`: then the knee search's refine steps
     ConcurrencyLoadShape `shape: {concurrency: ...}`: one closed-loop step per level
     TraceLoadShape       `shape: {trace: ...}`: the trace as recorded (`burst`), then its uniform twin
     SoakLoadShape        `shape: {soak: ...}`: back-to-back slices of one long load
@@ -24,7 +24,7 @@ phases and their traits are in `shapes.phases` (pure, for the analysis).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,7 +37,7 @@ from shapes.steps import StepSpec
 
 if TYPE_CHECKING:
     from llmload.config import Config
-    from shapes.boundary import BoundarySearch
+    from shapes.knee_search import KneeSearch
 
 __all__ = ["SHAPES", "BoundarySearchShape", "ConcurrencyLoadShape", "LLMLoadShape", "LadderLoadShape",
            "SoakLoadShape", "TraceLoadShape", "planning_shape", "register_shape", "shape_for_config"]
@@ -52,8 +52,8 @@ class LLMLoadShape(LoadTestShape):
     (e.g. phase `ladder`: an open-loop rate step on the capacity curve, drained, judged, sustained).
 
     Override `users(config)` if your steps need more users than the client concurrency cap (a closed
-    loop above it). `search()` / `search_step()` add steps after the plan, from the judged results
-    (the boundary search); by default there are none. Keep `tick()` and `reset_time()` as they are.
+    loop above it). `search()` / `search_step()` add steps after the plan, from the judged step rows
+    (the knee search); by default there are none. Keep `tick()` and `reset_time()` as they are.
     """
 
     abstract = True
@@ -87,9 +87,9 @@ class LLMLoadShape(LoadTestShape):
             seen.add(step.label)
         return steps
 
-    def search(self, config: Config, results: Iterable[tuple]) -> BoundarySearch | None:
-        """A search that adds steps after the plan, given (target rate, verdict, samples) of the steps
-        run; None: no steps are added."""
+    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | None:
+        """A search that adds steps after the plan (`shapes.knee_search.KneeSearch`), given the judged
+        rows of the steps run (label, target and realised offered rate, verdict, figures); None: no steps."""
         return None
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int,
@@ -170,8 +170,8 @@ class LadderLoadShape(_ConfigShape):
 
 @register_shape
 class BoundarySearchShape(ConfigSearch, LadderLoadShape):
-    """A ladder with `refine:`: after the ladder, `refine` steps bisect between the highest passing and
-    the lowest failing rate (`shapes.boundary.BoundarySearch`) until `resolution` or `max_steps`."""
+    """A ladder with `refine:`: after the ladder, `refine` steps at the knee estimate
+    (`shapes.knee_search.KneeSearch`) until `precision`, `budget` or `max_steps`."""
 
     abstract = True
 

@@ -6,7 +6,7 @@ never a list of phase names of their own, so a new phase is one `Phase` below.
 
     phase        made by                       closed  drained  rate axis  sustained  burst pair  slices
     ladder       ladder steps                  -       yes      yes        yes        -           -
-    refine       the boundary search           -       yes      yes        yes        -           -
+    refine       the knee search               -       yes      yes        yes        -           -
     concurrency  concurrency levels            yes     yes      -          -          -           -
     burst        trace replay, as recorded     -       yes      -          -          burst       -
     uniform      trace replay, evenly spaced   -       yes      -          -          uniform     -

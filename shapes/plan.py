@@ -1,7 +1,7 @@
 """The plan of a run: the steps of each shape kind, built from a validated config. Pure, no Locust.
 
     ladder       one open-loop step per rate, labels `r0.50`, phase `ladder`; then `refine` steps the
-                 master adds from `BoundarySearch` with `refine_step`
+                 master adds from the knee search (`shapes.knee_search.KneeSearch`) with `refine_step`
     concurrency  one closed-loop step per level, labels `c4`, phase `concurrency` (named closed loop)
     trace        phase `burst` (label `burst`): the trace as recorded (after window, speed-up, scaling);
                  then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced.
@@ -18,20 +18,21 @@ Every step's seed comes from the run seed (`requests.seed`, or `trace.seed`) and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
-from shapes.boundary import BoundarySearch
+from shapes.knee_search import KneeSearch
 from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["STEP_BUILDERS", "UNCAPPED_POOL", "pool_size", "ConfigSearch", "StepSpec", "boundary_search", "build_plan", "closed_loop_levels", "concurrency_steps", "ladder_steps",
+__all__ = ["STEP_BUILDERS", "UNCAPPED_POOL", "pool_size", "ConfigSearch", "StepSpec", "build_plan", "closed_loop_levels", "concurrency_steps", "knee_search", "ladder_steps",
            "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
 
 
@@ -41,7 +42,7 @@ def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[St
 
 
 def ladder_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
-    """`shape.ladder`'s steps (the boundary search's `refine` steps come later, `refine_step`)."""
+    """`shape.ladder`'s steps (the knee search's `refine` steps come later, `refine_step`)."""
     return _ladder(config.shape.ladder, config.requests.seed)
 
 
@@ -120,7 +121,7 @@ def _ladder(ladder: LadderShape, seed: int) -> list[StepSpec]:
 
 
 def refine_step(ladder: LadderShape, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
-    """A `refine` step at `rate` (from `BoundarySearch.next_rate`), the `index`-th step of the run.
+    """A `refine` step at `rate` (from `KneeSearch.next_step`), the `index`-th step of the run.
 
     Its window is `refine.duration`, else that of the ladder step with the highest rate at or below
     `rate`; warm-up, arrival process and drain are the ladder's.
@@ -134,20 +135,43 @@ def refine_step(ladder: LadderShape, rate: float, *, index: int, seed: int, take
                     seed=derive_seed(seed, index))
 
 
-def boundary_search(config: Config, results: Iterable[tuple] = ()) -> BoundarySearch | None:
-    """The boundary search a ladder config asks for (`shape.ladder.refine`), or None when it asks none."""
+def refine_window_s(ladder: LadderShape, rate: float) -> float:
+    """Warm-up plus window of a refine step at `rate` (`refine_step`): what the search's budget counts."""
+    below = [s for s in ladder.steps if s.rate <= rate] or ladder.steps[:1]
+    duration = (ladder.refine.duration if ladder.refine and ladder.refine.duration
+                else max(below, key=lambda s: s.rate).duration)
+    return float(ladder.warmup) + float(duration)
+
+
+def knee_estimator(config: Config) -> Callable[[list[dict]], Any]:
+    """`analysis.knee.estimate_knee` over step rows, with the config's SLO (and its confidence)."""
+    def estimate(rows: list[dict]) -> Any:
+        from analysis.knee import estimate_knee  # pandas/scipy: only once a search runs
+
+        return estimate_knee(rows, config.slo)
+
+    return estimate
+
+
+def knee_search(config: Config, rows: Iterable[Mapping] = (), *, estimate: Callable | None = None,
+                clock: Callable[[], float] = time.monotonic) -> KneeSearch | None:
+    """The knee search a ladder config asks for (`shape.ladder.refine`), or None when it asks none.
+    `rows`: the judged rows of the steps run so far; `estimate`: default `knee_estimator(config)`."""
     ladder = config.shape.ladder
     if ladder is None or ladder.refine is None:
         return None
-    return BoundarySearch(results, resolution=ladder.refine.resolution, max_steps=ladder.refine.max_steps)
+    refine = ladder.refine
+    return KneeSearch(rows, estimate=estimate or knee_estimator(config), precision=refine.precision,
+                      budget_s=refine.budget, max_steps=refine.max_steps, max_extensions=refine.max_extensions,
+                      step_s=lambda rate: refine_window_s(ladder, rate), clock=clock)
 
 
 class ConfigSearch:
-    """The steps a config's boundary search adds after the plan, as a shape offers them (`search`,
+    """The steps a config's knee search adds after the plan, as a shape offers them (`search`,
     `search_step`: `shapes.loadshapes.BoundarySearchShape`); pure, for a controller given no shape."""
 
-    def search(self, config: Config, results: Iterable[tuple] = ()) -> BoundarySearch | None:
-        return boundary_search(config, results)
+    def search(self, config: Config, rows: Iterable[Mapping] = ()) -> KneeSearch | None:
+        return knee_search(config, rows)
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
         return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)

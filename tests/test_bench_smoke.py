@@ -32,6 +32,7 @@ TINY = {
     "scaling.py": ["--workers", "1", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
     # without a GPU (CI) it says "no NVIDIA GPU here" and exits 0; with one, a 256 MiB step check
     "gpu_telemetry_check.py": ["--steps-mib", "256", "--hold-s", "1", "--interval", "0.25"],
+    "knee_accuracy.py": ["--quick", "--work", "work"],
 }
 
 

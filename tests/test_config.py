@@ -143,3 +143,37 @@ def test_exactly_one_of_names_the_choices(tmp_path, block, key, message):
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, "\n".join(blocks) + block))
     assert f"{key}: {message}" in str(err.value)
+
+
+REFINE_BASE = """\
+target: {url: "http://127.0.0.1:9", api: openai-chat, model: m}
+shape:
+  ladder:
+    warmup: 5s
+    steps: [{rate: 1, duration: 10s}, {rate: 2, duration: 20s}]
+    refine: {REFINE}
+"""
+
+
+@pytest.mark.parametrize("refine,key", [
+    ("{precision: 0}", "shape.ladder.refine.precision"),
+    ("{precision: 1.5}", "shape.ladder.refine.precision"),
+    ("{budget: 8s}", "shape.ladder.refine.budget"),  # shorter than warm-up 5 s + the shortest window 10 s
+    ("{duration: 30s, budget: 20s}", "shape.ladder.refine.budget"),
+    ("{max_extensions: -1}", "shape.ladder.refine.max_extensions"),
+])
+def test_bad_knee_search_settings_are_one_line_naming_the_key_and_exit_2(tmp_path, capsys, refine, key):
+    from llmload.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(REFINE_BASE.replace("{REFINE}", refine))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0] and "bad.yaml" in err[0]
+
+
+def test_knee_search_settings_default_and_old_keys_still_accepted(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(REFINE_BASE.replace("{REFINE}", "{resolution: 0.5, max_steps: 2, budget: 15s}"))
+    refine = load_config(path).shape.ladder.refine
+    assert (refine.precision, refine.budget, refine.max_extensions, refine.max_steps) == (0.05, 15.0, 2, 2)

@@ -1,7 +1,9 @@
 """The report's first words: the seed's question, the answer in plain sentences, and the warnings.
 
-Pure functions over the `Analysis` (see docs/ARCHITECTURE.md): the last passing sustained rate, the
-first failing rate and what failed there, under which fixed conditions; "invalid" and "insufficient"
+Pure functions over the `Analysis` (see docs/ARCHITECTURE.md): the knee with its interval and the target
+that binds (`analysis.knee.knee_of`, the one reader every surface uses), why the knee search stopped, the
+highest passing and the first failing step at their realised offered rates and what failed there, under
+which fixed conditions; "invalid" and "insufficient"
 are said plainly, never softened into a number. Warnings the analysis did not raise itself but that
 the data show (generator behind, warm prefix cache, output lengths not honoured, too few samples, SLO
 keys not checked) are added here so no report goes out without them.
@@ -25,6 +27,7 @@ __all__ = [
     "QUESTION",
     "SLO_KEYS",
     "answer_sentences",
+    "knee_text",
     "burst_sentences",
     "derived_warnings",
     "failing_detail",
@@ -169,6 +172,47 @@ def fixed_conditions_text(manifest: dict | None) -> str:
     return "; ".join(parts) if parts else "not recorded (no manifest conditions)"
 
 
+def _rate_text(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.3g}"
+
+
+def knee_text(summary: dict) -> str:
+    """The knee sentence (`analysis.knee.knee_sentence` of `knee_of(summary)`) and why the knee search
+    stopped (summary.json `search`); "" for a run with no rate axis (no knee to state)."""
+    from analysis.knee import knee_of, knee_sentence
+    from shapes.knee_search import stop_text
+
+    knee = knee_of(summary)
+    search = summary.get("search") or {}
+    if knee is None and not search:
+        return ""
+    text = knee_sentence(knee)
+    text = text[0].upper() + text[1:] + "."
+    if search.get("stopped"):
+        steps = search.get("steps") or 0
+        text += (f" The knee search stopped after {steps} refine step{'s' if steps != 1 else ''}: "
+                 f"{stop_text(search['stopped'])}.")
+    return text
+
+
+def last_passing_step(steps: pd.DataFrame, summary: dict | None = None) -> pd.Series | None:
+    """The highest passing sustained step: the one the analysis named (`last_passing_target_rate`, else
+    `last_passing_rate` read as a target label), else the passing ladder/refine step of highest rate."""
+    rated = _rate_steps(steps)
+    if rated.empty:
+        return None
+    passing = rated[rated.get("verdict", pd.Series("", index=rated.index)).astype(str) == "pass"]
+    if passing.empty:
+        return None
+    for key in ("last_passing_target_rate", "last_passing_rate"):
+        named = (summary or {}).get(key)
+        if not is_blank(named) and "target_rate" in passing.columns:
+            at = passing[(pd.to_numeric(passing["target_rate"], errors="coerce") - float(named)).abs() < 1e-9]
+            if not at.empty:
+                return at.iloc[-1]
+    return passing.iloc[-1]
+
+
 def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[str]]:
     """The run verdict and the answer as short sentences, most important first."""
     summary = analysis.summary or {}
@@ -182,26 +226,28 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
         out.append(f"INVALID at {', '.join(invalid)}: the load generator did not deliver the offered load "
                    "there. Fix the generator (more workers, a lower cap, a faster client) before reading "
                    "any latency from those steps.")
+    knee = knee_text(summary)
+    if knee:
+        out.append(knee)
     last = summary.get("last_passing_rate")
     failing = first_failing_step(steps, summary)
-    if not is_blank(last):
-        out.append(f"Last passing sustained rate: {float(last):g} req/s{realised_rate_note(steps, last)}.")
+    passing = last_passing_step(steps, summary)
+    if passing is not None:
+        out.append(f"Highest passing step: {_rate_text(rate_of(passing))} req/s offered (step "
+                   f"{passing.get('label')}).")
+    elif not is_blank(last):
+        out.append(f"Highest passing step: {float(last):.3g} req/s offered.")
     elif failing is not None:
         out.append("No tested rate passed: the lowest failing rate already broke the targets.")
     if failing is not None:
-        rate = summary.get("first_failing_rate")
-        rate = rate_of(failing) if is_blank(rate) else float(rate)
-        offered = failing.get("offered_rate")
-        if not is_blank(offered) and abs(float(offered) - rate) > 1e-9:
-            failing = failing.copy()
-            failing["label"] = f"{failing.get('label')}, offered {float(offered):.3g} req/s"
         named = summary.get("failed_first") or None
         what = ", ".join(failing_detail(failing, analysis.slo, list(named) if named else None)) or "not named"
         few = over_on_few_samples(failing, analysis.slo)
-        out.append(f"First failing rate: {rate:g} req/s (step {failing.get('label')}); what failed first: "
-                   f"{what}." + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
+        out.append(f"First failing step: {_rate_text(rate_of(failing))} req/s offered (step {failing.get('label')}); "
+                   f"what failed first: {what}."
+                   + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
     elif not is_blank(last):
-        out.append(_no_failure_sentence(steps, float(last)))
+        out.append(_no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
     for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):

@@ -1,13 +1,15 @@
 """`llmload compare A B [C...]`: runs of different deployments side by side (seed 003's question).
 
-Per run: the last passing sustained rate, goodput at the SLO (the goodput of the last passing step),
+Per run: the knee with its interval and the target that binds (`analysis.knee.knee_of`, as every surface
+reads it), the highest passing step's realised offered rate, goodput at the SLO (the goodput of the last passing step),
 goodput per GPU, and with `conditions.cost_per_hour` the cost per million good output tokens and per
 thousand good requests. Per step (matched by phase and label, else by phase and target rate; two steps
 of one run never share a row): the key numbers and their differences from the baseline run. And which
 fixed conditions differ, because a capacity figure holds only for its conditions.
 
-Each run is re-analysed with the SLO it was configured with, so every figure comes from the same
-definitions as its own report. Runs judged against different SLOs, sent different request mixes or
+Each run is re-analysed with the SLO of its current analysis (the last `llmload report --slo`, else the
+one it was configured with: `run_inputs.current_slo`), so every figure is its own report's; a run
+re-analysed with another SLO is named in a note. Runs judged against different SLOs, sent different request mixes or
 driven by a different number of generator processes are flagged: their figures are not like for like.
 An invalid run (the generator fell behind) is never the baseline of the ratios and differences (the
 first valid run is), and its goodput per GPU and costs are left blank.
@@ -31,7 +33,7 @@ from llmload.report import plots
 from llmload.report.answer import rate_of
 from llmload.report.html import cell_text, esc, figure, is_blank, kv_table, page, section, table
 from llmload.report.manifest_view import conditions_of, flatten
-from llmload.report.run_inputs import check_run_dir, client_from_manifest, slo_from_manifest
+from llmload.report.run_inputs import check_run_dir, client_from_manifest, current_slo, slo_from_manifest
 from llmload.report.text import text_table
 
 __all__ = [
@@ -78,6 +80,22 @@ class RunFigures:
     cost_per_hour: float | None
     steps: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
     manifest: dict = field(repr=False, default_factory=dict)
+    #: the knee (`analysis.knee.Knee`) of the run's current analysis, None without a rate axis
+    knee: Any = field(repr=False, default=None)
+    #: where the SLO came from when it is not the run's configured one (the last `report --slo`)
+    reanalysed: str | None = None
+    #: the SLO the figures were judged with (None: the run's configured one)
+    slo: Any = field(repr=False, default=None)
+
+    @property
+    def knee_text(self) -> str | None:
+        """`4.6 (4.4 to 4.8, 90%)`: the knee with its interval, as precise as the interval allows."""
+        from analysis.knee import knee_sentence
+
+        if self.knee is None:
+            return None
+        text = knee_sentence(self.knee)
+        return text[len("knee "):].split(":")[0].replace(" req/s", "") if text.startswith("knee ") else text
 
     @property
     def valid(self) -> bool:
@@ -120,8 +138,11 @@ def _passing_step(steps: pd.DataFrame, last: float | None) -> pd.Series | None:
 def run_figures(name: str, steps: pd.DataFrame, summary: dict, manifest: dict | None,
                 requests: pd.DataFrame | None) -> RunFigures:
     """The figures of one analysed run (pure: frames in, numbers out)."""
-    last = _number((summary or {}).get("last_passing_rate"))
-    step = _passing_step(steps, last)
+    from analysis.knee import knee_of
+    from llmload.report.answer import last_passing_step
+
+    step = last_passing_step(steps, summary)
+    last = rate_of(step) if step is not None else _number((summary or {}).get("last_passing_rate"))
     goodput = tokens = None
     if step is not None:
         goodput = _number(step.get("goodput"))
@@ -138,7 +159,7 @@ def run_figures(name: str, steps: pd.DataFrame, summary: dict, manifest: dict | 
     return RunFigures(name=name, verdict=str((summary or {}).get("verdict") or ""), last_passing_rate=last,
                       goodput_at_slo=goodput, good_tokens_per_s=tokens, gpus=_number(conditions.get("gpus")),
                       cost_per_hour=_number(conditions.get("cost_per_hour")), steps=steps,
-                      manifest=manifest or {})
+                      manifest=manifest or {}, knee=knee_of(summary or {}))
 
 
 def load_figures(run_dir: str | Path, name: str | None = None) -> RunFigures:
@@ -148,9 +169,10 @@ def load_figures(run_dir: str | Path, name: str | None = None) -> RunFigures:
 
     run = analysis.load_run(root)
     manifest_file = str(root / "manifest.json")
-    result = analysis.analyze(run, slo_from_manifest(run.manifest, file=manifest_file),
-                              client_from_manifest(run.manifest, file=manifest_file))
-    return run_figures(name or root.name, result.steps, result.summary, run.manifest, result.requests)
+    slo, source = current_slo(root, run.manifest)
+    result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=manifest_file))
+    figures = run_figures(name or root.name, result.steps, result.summary, run.manifest, result.requests)
+    return replace(figures, reanalysed=None if source == "the run's configured SLO" else source, slo=slo)
 
 
 def baseline_index(runs: Sequence[RunFigures]) -> int | None:
@@ -249,7 +271,7 @@ def setup_diff(runs: Sequence[RunFigures]) -> list[tuple[str, list[Any]]]:
     for run in runs:
         config = (run.manifest or {}).get("config") or {}
         try:
-            slo = slo_from_manifest(run.manifest).model_dump(mode="json")
+            slo = (run.slo or slo_from_manifest(run.manifest)).model_dump(mode="json")
         except ConfigError:
             slo = config.get("slo")
         slos.append({_threshold_key(t): t["value_s"] for t in slo.pop("thresholds", [])} | slo
@@ -269,11 +291,12 @@ def _threshold_key(threshold: dict) -> str:
 
 def _run_rows(runs: Sequence[RunFigures], base: int | None) -> tuple[list[str], list[list[Any]]]:
     name = runs[base].name if base is not None else "baseline"
-    headers = ["run", "verdict", "last passing req/s", "goodput@SLO req/s", "good tok/s", "GPUs",
+    headers = ["run", "verdict", "knee req/s", "binds", "last passing req/s", "goodput@SLO req/s", "good tok/s", "GPUs",
                "goodput/GPU", "cost/h", "cost per 1M good tok", "cost per 1k good req",
                f"last passing ÷ {name}", f"goodput/GPU ÷ {name}"]
     ref = runs[base] if base is not None else None
-    rows = [[r.name, r.verdict, r.last_passing_rate, r.goodput_at_slo, r.good_tokens_per_s, r.gpus,
+    rows = [[r.name, r.verdict, r.knee_text, getattr(r.knee, "binding", None), r.last_passing_rate,
+             r.goodput_at_slo, r.good_tokens_per_s, r.gpus,
              r.goodput_per_gpu, r.cost_per_hour, r.cost_per_million_good_tokens,
              r.cost_per_thousand_good_requests,
              _ratio(r.last_passing_rate, ref.last_passing_rate) if ref and r.valid else None,
@@ -312,6 +335,8 @@ def _notes(runs: Sequence[RunFigures], base: int | None, setup: list[tuple[str, 
     """The sentences that qualify the figures: invalid runs, the baseline, what was measured differently."""
     out = []
     for run in runs:
+        if run.reanalysed:
+            out.append(f"{run.name} was re-analysed: its figures follow {run.reanalysed}, not its configured SLO.")
         if not run.valid:
             out.append(f"{run.name} is invalid (the generator fell behind): its goodput per GPU and costs are "
                        "left blank and it is not the baseline.")

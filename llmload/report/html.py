@@ -92,7 +92,7 @@ def table(frame: pd.DataFrame | Sequence[dict], *, columns: Sequence[str] | None
 
 def _cell_class(value: object) -> str:
     text = cell_text(value)
-    if text in ("pass", "fail", "invalid", "insufficient"):
+    if text in ("pass", "fail", "inconclusive", "invalid", "insufficient"):
         return f"v-{text}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return "num"
@@ -127,7 +127,7 @@ def section(section_id: str, title: str, body: str) -> str:
 
 _CSS = """
 :root{--fg:#1d232b;--muted:#5b6673;--line:#d8dde3;--bg:#fff;--band:#f4f6f8;--pass:#1b7f3b;
---fail:#b3261e;--invalid:#8a4b00;--insufficient:#5a4fb3}
+--fail:#b3261e;--inconclusive:#b58900;--invalid:#8a4b00;--insufficient:#5a4fb3}
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);
 background:var(--bg);margin:0}
@@ -139,7 +139,8 @@ nav{font-size:.9em;color:var(--muted);margin:.3em 0 1em}nav a{color:inherit;marg
 .answer .q{color:var(--muted);margin:0 0 .5em}.answer .a{font-size:1.12em;margin:.2em 0}
 .badge{display:inline-block;padding:1px 9px;border-radius:10px;color:#fff;font-weight:600;
 font-size:.9em}.b-pass{background:var(--pass)}.b-fail{background:var(--fail)}
-.b-invalid{background:var(--invalid)}.b-insufficient{background:var(--insufficient)}
+.b-inconclusive{background:var(--inconclusive)}.b-invalid{background:var(--invalid)}
+.b-insufficient{background:var(--insufficient)}
 .b-unknown{background:var(--muted)}
 .scroll{overflow-x:auto;margin:.4em 0 .8em}
 table{border-collapse:collapse;font-size:.86em}th,td{border:1px solid var(--line);padding:3px 7px;
@@ -147,7 +148,7 @@ text-align:left;vertical-align:top}thead th{background:var(--band);position:stic
 td.num{text-align:right;font-variant-numeric:tabular-nums}table.kv th{background:var(--band);
 font-weight:500;white-space:nowrap}
 td.v-pass{color:var(--pass);font-weight:600}td.v-fail{color:var(--fail);font-weight:600}
-td.v-invalid{color:var(--invalid);font-weight:600}td.v-insufficient{color:var(--insufficient);
+td.v-inconclusive{color:var(--inconclusive);font-weight:600}td.v-invalid{color:var(--invalid);font-weight:600}td.v-insufficient{color:var(--insufficient);
 font-weight:600}tr.not-run td{color:var(--muted);background:#fafafa}
 figure.plot{margin:1em 0 1.6em;border:1px solid var(--line);border-radius:6px;padding:8px}
 figure.plot svg{display:block;max-width:100%;height:auto;margin:0 auto}

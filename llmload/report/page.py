@@ -195,7 +195,7 @@ def _decision_html(decision: dict | None) -> str:
 
 def _answer_html(analysis: Any, manifest: dict | None, answer: tuple[str, list[str]] | None = None) -> str:
     verdict, sentences = answer if answer is not None else answer_sentences(analysis, manifest)
-    badge = verdict if verdict in ("pass", "fail", "invalid", "insufficient") else "unknown"
+    badge = verdict if verdict in ("pass", "fail", "inconclusive", "invalid", "insufficient") else "unknown"
     items = "".join(f'<p class="a">{esc(s)}</p>' for s in sentences)
     return (f'<div class="answer"><p class="q">{esc(QUESTION)}</p>'
             f'<p class="a">Run verdict: <span class="badge b-{badge}" id="run-verdict">{esc(verdict)}</span>'
@@ -206,13 +206,17 @@ def _plots_html(analysis: Any) -> str:
     steps, slo = analysis.steps, analysis.slo
     thresholds = thresholds_of(slo)
     lines = ", ".join(f"{m} p{p:g} ≤ {v * 1000:g} ms" for m, (p, v) in thresholds.items()) or "none set"
-    parts = [figure(plots.latency_plot(steps, thresholds), plot_id="plot-latency", caption=(
-        "Latency percentiles (p50 dotted, p95 solid, p99 dashed) against offered rate, per ladder/refine "
-        "step; dots colour the step verdict. TTFT = first output − sent_at; TPOT = (E2E − TTFT) ÷ "
+    from analysis.knee import knee_of
+
+    knee = knee_of(analysis.summary or {})
+    marked = (" The knee (dash-dot line) and its interval (shaded) are marked." if knee is not None
+              and knee.rate is not None else "")
+    parts = [figure(plots.latency_plot(steps, thresholds, knee), plot_id="plot-latency", caption=(
+        "Latency percentiles (p50 dotted, p95 solid with its interval, p99 dashed) against realised offered "
+        "rate, per ladder/refine step; dots colour the step verdict." + marked
+        + " TTFT = first output − sent_at; TPOT = (E2E − TTFT) ÷ "
         f"(output tokens − 1), 1-token answers left out; E2E = last output − sent_at. SLO lines: {lines}."))]
-    last = (analysis.summary or {}).get("last_passing_rate")
-    parts.append(figure(plots.goodput_plot(steps, None if is_blank(last) else float(last)),
-                        plot_id="plot-goodput", caption=(
+    parts.append(figure(plots.goodput_plot(steps, knee), plot_id="plot-goodput", caption=(
         "Goodput (ok requests meeting every per-request threshold ÷ window) and completion throughput "
         "(ok requests finished in the window ÷ window) against offered rate; the dotted diagonal is the "
         "offered load. Completion throughput near the diagonal with goodput below it means the service "

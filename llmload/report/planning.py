@@ -6,10 +6,12 @@ From a run with a passing sustained step, a population of `users`, each alternat
 one request of response time R, offers about `users / (Z + R)` requests per second and keeps about that
 rate x R requests in flight (L = lambda W), in a steady state. `analysis.plan_in_flight` does the
 arithmetic; this module words it, always with its assumptions, and never as "N users supported": the
-capacity claim stays the last passing sustained rate, under the recorded conditions.
+capacity claim stays the knee (`analysis.knee.knee_of`) under the recorded conditions, judged with the
+SLO of the run directory's current analysis (the last `llmload report --slo`, else the configured one).
 
-Exit codes of `llmload plan`: 0 the expected arrival rate lies within the last passing rate, 1 it lies
-beyond it (test that rate first), 2 bad input, 3 no passing sustained step to plan from.
+Exit codes of `llmload plan`: 0 the expected arrival rate lies below the knee's interval (or, without a
+knee, within the highest passing rate), 1 it lies inside or beyond the interval (test that rate first),
+2 bad input, 3 no passing sustained step to plan from.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from llmload.report.html import esc, kv_table
 from llmload.units import parse_duration
 from shapes.phases import sustained_phases
 
-__all__ = ["LITTLE_LAW", "plan_lines", "plan_run", "planning_html"]
+__all__ = ["LITTLE_LAW", "knee_verdict", "plan_lines", "plan_run", "planning_html"]
 
 LITTLE_LAW = ("Little's law, L = λW: in a steady state the mean number of requests in flight equals the "
               "arrival rate times the mean time each spends in the system. A population of N users, each "
@@ -57,13 +59,30 @@ def plan_lines(plan: dict[str, Any], *, source: str = "") -> list[str]:
         f"{plan['reference_step']})",
         f"  arrival rate to expect: {_num(plan['arrival_rate'], ' req/s')} (users ÷ (think time + R))",
         f"  requests in flight to expect: {_num(plan['expected_in_flight'])} (arrival rate × R, Little's law)",
-        f"  last passing sustained rate: {_num(plan['last_passing_rate'], ' req/s')}: the expected rate is "
+        f"  highest passing step: {_num(plan['last_passing_rate'], ' req/s')} offered: the expected rate is "
         + ("within it" if plan["within_passing_rate"] else "BEYOND it"),
     ]
     if plan.get("note"):
         lines.append(f"  note: {plan['note']}")
     lines.append(f"  assumption: {plan['assumption']}")
     return lines
+
+
+def knee_verdict(knee: Any, rate: float) -> tuple[bool | None, str]:
+    """(below the knee?, a line) for an expected arrival `rate`: below the knee's interval is safe;
+    inside it is at the limit; above it is beyond. (None, "") without a knee rate to judge by."""
+    from analysis.knee import knee_sentence
+
+    if knee is None or knee.rate is None:
+        return None, ""
+    low = knee.low if knee.low is not None else 0.0
+    if rate < low:
+        where = "below the knee's interval"
+    elif knee.high is None or rate <= knee.high:
+        where = "INSIDE the knee's interval: at the limit, test that rate first"
+    else:
+        where = "BEYOND the knee"
+    return rate < low, f"  {knee_sentence(knee)}: the expected rate is {where}"
 
 
 def _reference(analysis: Any) -> tuple[pd.Series, float] | None:
@@ -75,7 +94,8 @@ def _reference(analysis: Any) -> tuple[pd.Series, float] | None:
     passing = steps[(steps["verdict"] == "pass") & steps["phase"].isin(_SUSTAINED) & steps["target_rate"].notna()]
     if passing.empty:
         return None
-    last = passing.sort_values(["target_rate", "index"], kind="stable").iloc[-1]
+    realised = pd.to_numeric(passing["offered_rate"], errors="coerce").fillna(passing["target_rate"])
+    last = passing.assign(_rate=realised).sort_values(["_rate", "index"], kind="stable").iloc[-1]
     req = analysis.requests
     if req is None or not {"step", "in_window", "outcome", "user_e2e_s"} <= set(req.columns):
         return None
@@ -90,14 +110,15 @@ def planning_html(analysis: Any) -> str | None:
     if found is None:
         return None
     step, response_s = found
-    rate = float(step["target_rate"])
+    offered = step.get("offered_rate")
+    rate = float(offered) if offered is not None and offered == offered else float(step["target_rate"])
     # the check's three figures, each with one definition (METRICS.md: mean in-flight ≈ completion rate ×
     # mean E2E), so that the row agrees with its own arithmetic: check = measured ÷ (X × W)
     completion, e2e_mean = _float(step.get("completion_throughput")), _float(step.get("e2e_mean_s"))
     measured = _float(step.get("in_flight_mean"))
     expected = completion * e2e_mean
     check = measured / expected if expected > 0 else math.nan
-    rows = [("reference step (last passing sustained rate)", f"{step['label']} at {rate:g} req/s"),
+    rows = [("reference step (highest passing sustained step)", f"{step['label']} at {rate:.3g} req/s offered"),
             ("mean user E2E there, R (ok requests in the window; what llmload plan uses)", _num(response_s, " s")),
             ("completion rate there, X (ok requests finished in the window ÷ window)", _num(completion, " req/s")),
             ("mean E2E there, W (completed requests of the window, from sending)", _num(e2e_mean, " s")),
@@ -137,7 +158,15 @@ def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str 
     plan = analysis.plan_in_flight(result, users, think_time_s)
     for line in plan_lines(plan, source=str(root)):
         out(line)
+    from analysis.knee import knee_of
+
+    below, line = (None, "") if plan.get("reference_step") is None else knee_verdict(
+        knee_of(result.summary), float(plan["arrival_rate"]))
+    if line:
+        out(line)
     out(f"  judged with {judged}")
     if plan.get("reference_step") is None:
         return 3
+    if below is not None:
+        return 0 if below else 1
     return 0 if plan["within_passing_rate"] else 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -35,7 +36,9 @@ __all__ = [
     "burst_plot",
     "distribution_plot",
     "goodput_plot",
+    "knee_label",
     "latency_plot",
+    "mark_knee",
     "rate_axis",
     "rates_overlay_plot",
     "ratio_colours",
@@ -47,7 +50,7 @@ __all__ = [
 ]
 
 RATE_PHASES = rate_phases()
-_VERDICT_COLOURS = {"pass": "#1b7f3b", "fail": "#b3261e", "invalid": "#8a4b00",
+_VERDICT_COLOURS = {"pass": "#1b7f3b", "fail": "#b3261e", "inconclusive": "#b58900", "invalid": "#8a4b00",
                     "insufficient": "#5a4fb3"}
 _SPLIT_ORDER = ("client_wait", "server_queue", "prefill_to_first_token", "prefill", "decode")
 _SPLIT_COLOURS = {"client_wait": "#e0a040", "server_queue": "#c0504d", "prefill_to_first_token": "#4f81bd",
@@ -141,8 +144,26 @@ def rate_axis(steps: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     return rated.assign(_x=offered).dropna(subset=["_x"]).sort_values("_x"), "_x", "offered rate (req/s)"
 
 
-def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]) -> str | None:
-    """TTFT, TPOT, E2E p50/p95/p99 against offered rate; `thresholds` maps metric -> (percentile, s)."""
+def knee_label(knee: Any) -> str:
+    """The legend text of the knee: `knee 4.6 req/s (4.4 to 4.8, 90%)` (`analysis.knee.knee_sentence`)."""
+    from analysis.knee import knee_sentence
+
+    return knee_sentence(knee).split(":")[0]
+
+
+def mark_knee(ax: Any, knee: Any, *, scale: float = 1.0) -> None:
+    """The knee on a realised-offered-rate axis: a line at its rate and its interval shaded."""
+    if knee is None or knee.rate is None:
+        return
+    if knee.low is not None and knee.high is not None:
+        ax.axvspan(knee.low * scale, knee.high * scale, color="#b58900", alpha=0.15, linewidth=0)
+    ax.axvline(knee.rate * scale, color="#b58900", linestyle="-.", linewidth=1.2, label=knee_label(knee))
+
+
+def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]], knee: Any = None) -> str | None:
+    """TTFT, TPOT, E2E p50/p95/p99 against realised offered rate, each p95 with its interval (when the
+    analysis gave one); `thresholds` maps metric -> (percentile, s); `knee` (`analysis.knee.Knee`) is
+    marked with its interval."""
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
@@ -156,6 +177,15 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
                 legend[q] = ax.plot(data[x], y, style, marker="o", markersize=3, color="#33414e")[0]
                 drew = True
         p95 = _col(data, f"{metric}_p95_s") * 1000
+        low, high = _col(data, f"{metric}_p95_s_low") * 1000, _col(data, f"{metric}_p95_s_high") * 1000
+        bars = p95.notna() & low.notna() & high.notna()
+        if bars.any():
+            legend["p95 interval"] = ax.errorbar(
+                data[x][bars], p95[bars], yerr=[(p95 - low)[bars].clip(lower=0), (high - p95)[bars].clip(lower=0)],
+                fmt="none", ecolor="#33414e", elinewidth=0.8, capsize=2)
+        if knee is not None and knee.rate is not None:
+            mark_knee(ax, knee)
+            legend[knee_label(knee)] = ax.lines[-1]
         verdicts = data.get("verdict", pd.Series("", index=data.index)).astype(str)
         for verdict, colour in _VERDICT_COLOURS.items():
             mask = (verdicts == verdict) & p95.notna()
@@ -175,10 +205,10 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
 
 
 def _rate_lines_plot(steps: pd.DataFrame, series: Sequence[tuple[str, str, str]], ylabel: str, height: float,
-                     salt: str, *, diagonal: bool = False, last_passing_rate: float | None = None) -> str | None:
-    """Lines of `series` (column, label, line style) against the steps' offered rate, from 0; with
-    `diagonal`, the y = x line of the offered rate; the last passing rate (a target rate) is marked at
-    its step's offered rate on this axis. None when no column has a value."""
+                     salt: str, *, diagonal: bool = False, knee: Any = None) -> str | None:
+    """Lines of `series` (column, label, line style) against the steps' realised offered rate, from 0;
+    with `diagonal`, the y = x line of the offered rate; `knee` marked with its interval. None when no
+    column has a value."""
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
@@ -196,12 +226,7 @@ def _rate_lines_plot(steps: pd.DataFrame, series: Sequence[tuple[str, str, str]]
             drew = True
     if not drew and not diagonal:
         return None
-    if last_passing_rate is not None and not pd.isna(last_passing_rate):
-        target = _col(data, "target_rate")
-        at = data[x][(target - float(last_passing_rate)).abs() < 1e-9]
-        where = float(at.iloc[0]) if len(at) else float(last_passing_rate)
-        ax.axvline(where, color="#1b7f3b", linestyle="--", linewidth=1,
-                   label=f"last passing rate {float(last_passing_rate):g} req/s (target)")
+    mark_knee(ax, knee)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xlim(left=0)
@@ -211,14 +236,13 @@ def _rate_lines_plot(steps: pd.DataFrame, series: Sequence[tuple[str, str, str]]
     return _svg(fig, salt)
 
 
-def goodput_plot(steps: pd.DataFrame, last_passing_rate: float | None) -> str | None:
-    """Goodput, completion throughput and achieved send rate against offered rate, with the diagonal.
-
-    The last passing rate (a target rate) is marked at its step's offered rate on this axis."""
+def goodput_plot(steps: pd.DataFrame, knee: Any = None) -> str | None:
+    """Goodput, completion throughput and achieved send rate against realised offered rate, with the
+    diagonal; the knee (`analysis.knee.Knee`) marked with its interval."""
     return _rate_lines_plot(steps, (("completion_throughput", "completion throughput", "-"),
                                     ("goodput", "goodput (met every threshold)", "-"),
                                     ("achieved_rate", "achieved send rate", "--")),
-                            "requests per second", 4.2, "goodput", diagonal=True, last_passing_rate=last_passing_rate)
+                            "requests per second", 4.2, "goodput", diagonal=True, knee=knee)
 
 
 #: timeline panels that count requests (integer ticks)

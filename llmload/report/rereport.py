@@ -70,5 +70,10 @@ def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
         print(f"  kept from the run (not set in {slo_path}): {', '.join(kept)}; targets absent from "
               f"{slo_path} are not checked")
     print(verdict_table(result.steps, result.summary))
+    from llmload.report.answer import knee_text
+
+    knee = knee_text(result.summary)  # recomputed from the steps judged with this SLO
+    if knee:
+        print(knee)
     print(f"report: {report}")
     return int(analysis.exit_code(result.summary))

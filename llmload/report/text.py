@@ -55,6 +55,9 @@ def verdict_table(steps: pd.DataFrame, summary: dict) -> str:
         few = _names(step.get("over_on_few_samples"))
         if few:  # over a target on too few completions to judge: said, never silent
             failing = "; ".join(filter(None, [failing, f"over on too few samples: {few}"]))
+        undecided = _names(step.get("undecided_targets"))
+        if undecided:  # inconclusive: the interval of these targets straddles the threshold
+            failing = "; ".join(filter(None, [failing, f"undecided: {undecided}"]))
         rows.append([str(step.get("label", "")), cell_text(step.get("target_rate")),
                      "" if unrun else cell_text(step.get("offered_rate")),
                      "" if unrun else cell_text(step.get("goodput")),
@@ -65,9 +68,8 @@ def verdict_table(steps: pd.DataFrame, summary: dict) -> str:
                      "" if unrun else failing])
     table = text_table(["step", "target/s", "offered/s", "goodput/s", "TTFT p95 ms", "TPOT p95 ms",
                         "E2E p95 ms", "verdict", "failing"], rows)
-    from llmload.report.answer import realised_rate_note  # answer draws plots: loaded only here
+    from llmload.report.answer import last_passing_step, rate_of  # answer draws plots: loaded only here
 
-    last = summary.get("last_passing_rate")
-    tail = (f"verdict: {summary.get('verdict', '')}; last passing sustained rate: "
-            f"{cell_text(last) + ' req/s' + realised_rate_note(steps, last) if cell_text(last) else 'none'}")
-    return f"{table}\n{tail}"
+    passing = last_passing_step(steps, summary)
+    last = "none" if passing is None else f"{rate_of(passing):.3g} req/s offered (step {passing.get('label')})"
+    return f"{table}\nverdict: {summary.get('verdict', '')}; highest passing step: {last}"

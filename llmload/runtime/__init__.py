@@ -3,7 +3,7 @@
     messages    the step / results / drained / cancel messages between master and workers
     jobs        a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
     worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
-    controller  the master's step controller: runs the plan's steps, then the boundary search's
+    controller  the master's step controller: runs the plan's steps, then the knee search's
     steps_run   one step on every worker: send, drain, cancel at the deadline, judge live
     tally       what the workers shipped per step; the live table's rows
     lost        arrivals of workers lost mid-step, recorded `cancelled` (worker lost)

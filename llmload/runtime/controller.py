@@ -2,7 +2,7 @@
 
 Its parts, one module each: `steps_run` (one step: send, drain, cancel, judge), `tally` (what the
 workers shipped per step, the live table's rows), `lost` (arrivals of workers lost mid-step), the
-boundary search (`shapes.plan.boundary_search`, called from `_refine`), and `states` (`StepsState`:
+knee search (`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`StepsState`:
 its named states, changed only in `_to`).
 
 It runs as one greenlet on the master (or the local runner), never inside `tick()` (ticks come late,
@@ -11,7 +11,7 @@ absolute `start_at` a little in the future, sleeps until the arrivals end, then 
 worker's `llmload:drained` or the drain deadline, after which it sends `llmload:cancel` (the workers
 record their in-flight requests as `cancelled`). It judges the step with `analysis.judge_step` from
 the summaries the workers shipped, prints the live table row, and goes on; after a ladder it runs the
-boundary search's refine steps. `plan.json` is rewritten as it goes; steps not run stay `not_run`.
+knee search's refine steps (plan.json `search`: why it stopped, how many steps). `plan.json` is rewritten as it goes; steps not run stay `not_run`.
 
 A step with `drain=False` (every soak slice but the last) does not pause the load: the next step is
 sent so that it starts exactly when this one's arrivals end, and this one's in-flight requests finish
@@ -45,10 +45,9 @@ from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
 from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepRun, plan_fields
 from llmload.runtime.table import format_header
 from llmload.runtime.tally import StepTally
-from shapes.boundary import realised_rate_note
 from shapes.steps import StepSpec
 
-__all__ = ["StepController", "WorkerLink", "step_lead_s"]
+__all__ = ["StepController", "WorkerLink", "search_line", "step_lead_s"]
 
 log = logging.getLogger("llmload.controller")
 
@@ -76,6 +75,16 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
     else:
         arrivals = float(spec.target_rate or 0.0) * (spec.warmup_s + (spec.duration_s or 0.0))
     return min(LEAD_S, LOCAL_LEAD_S + arrivals * LEAD_PER_ARRIVAL_S)
+
+
+def search_line(stopped: str | None, steps: int) -> str:
+    """The knee search's closing line: why it stopped and how many refine steps it ran (the knee itself
+    is the run's answer, printed from the analysis once the run is finalised). Never a None."""
+    from shapes.knee_search import stop_text
+
+    lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
+    return (f"  knee search: {lead}stopped: {stop_text(stopped) or 'not run'} "
+            f"({steps} refine step{'s' if steps != 1 else ''})")
 
 
 class WorkerLink:
@@ -334,29 +343,30 @@ class StepController:
         return arrivals_end
 
     def _refine(self) -> None:
-        """The shape's search (a ladder with `refine:`: bisect between the last pass and the first fail)."""
-        if self.shape is None:  # made without the shape that planned: the config's boundary search
+        """The shape's search (a ladder with `refine:`): refine steps at the knee estimate over every
+        judged step so far, until its interval is precise enough, the budget or `max_steps` (plan.json
+        `search`, one closing line)."""
+        if self.shape is None:  # made without the shape that planned: the config's knee search
             from shapes.plan import ConfigSearch
 
             self.shape = ConfigSearch()
-        search = self.shape.search(self.config, [(r["target_rate"], r["verdict"], r["samples"])
-                                                 for r in self.results if r["target_rate"] is not None])
+        search = self.shape.search(self.config, list(self.tally.judged))
         if search is None:
             return
-        while not self.stopping and not self.failed and (rate := search.next_rate()) is not None:
-            spec = self.shape.search_step(self.config, rate, index=len(self.plan.steps), seed=self.seed,
+        while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
+            spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
                                           taken=[s["label"] for s in self.plan.steps])
-            row = self.plan.add(spec.to_dict() | plan_fields(spec))
-            verdict, _, stats = self.run_step(spec, row)
-            search.record(rate, verdict, stats.get("completed", stats.get("ok")))
-        answer = search.answer
-        self.plan.data["boundary"] = {"rate": answer.rate, "samples": answer.samples,
-                                      "failing_rate": answer.failing_rate, "stopped": answer.stopped}
-        realised = "" if answer.rate is None else realised_rate_note(answer.rate, [
-            r.get("offered_rate") for r in self.results
-            if r["verdict"] == "pass" and r["target_rate"] is not None and abs(r["target_rate"] - answer.rate) < 1e-9])
-        self.out(f"  boundary search: highest passing rate {answer.rate} req/s{realised} "
-                 f"(first failing {answer.failing_rate}, stopped: {answer.stopped})")
+            extra = {"extends": ask.extends} if ask.extends else {}
+            row = self.plan.add(spec.to_dict() | plan_fields(spec) | extra)
+            started = now()
+            verdict, failing, stats = self.run_step(spec, row)
+            search.record({**stats, "label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
+                           "failing": failing}, wall_s=now() - started, nominal_s=spec.arrivals_s)
+        if self.stopping or self.failed:
+            search.stop()
+        self.plan.data["search"] = search.answer.to_dict()
+        self.plan.write()
+        self.out(search_line(search.stopped, search.refine_steps))
 
     # ------------------------------------------------------------------ stops from outside
 

@@ -1,11 +1,13 @@
-"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about three minutes.
+"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about six minutes.
 
 1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
    batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
-2. Run a Poisson ladder 2 → 4 → 6 → 8 req/s against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue
-   growth): the low steps pass, the high ones fail on TTFT and a growing queue. Then the boundary
-   search (`refine`) bisects between the last passing and the first failing rate, two steps down to
-   0.5 req/s. That knee is the answer the report draws. Run directory: `<out>/ladder/`.
+2. Run a ladder 2 → 4 → 6 → 8 req/s (the default arrivals: Poisson times, exactly rate x window of
+   them) against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue growth): the low steps pass, the step
+   past capacity fails on TTFT. Then the knee search (`refine`) runs longer steps at the knee estimate
+   until its interval is within 5% or its budget (140 s) is spent. The answer: the knee with its interval and
+   the target that binds (its true value, `llmload.sim.truth`: about 4.6 req/s, TTFT p95).
+   Run directory: `<out>/ladder/`.
 3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
    about 4 req/s, two thirds of the capacity) and its uniform twin at the same mean rate: the bursts
    cost latency that the uniform twin hides. Run directory: `<out>/burst/`.
@@ -43,11 +45,15 @@ _REQUESTS = {"input_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"
              "seed": 1}
 
 
-def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> dict[str, dict]:
-    """The two run configurations of the demo (ladder, burst-vs-uniform) for a sim at `url`.
+#: the demo ladder's rates (req/s): across the knee (about 4.6) and up to the sim's capacity (about 6)
+DEMO_RATES = (2, 4, 6, 8)
 
-    `step_s` is each ladder step's window and `trace_s` the replayed slice of the trace (shorter
-    values make a quick demo for tests; the defaults give enough samples for a clear knee).
+
+def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0) -> dict[str, dict]:
+    """The two run configurations of the demo (ladder + knee search, burst-vs-uniform) for a sim at `url`.
+
+    `step_s` is each ladder step's window (refine steps run twice as long, within a budget of 7
+    windows) and `trace_s` the replayed slice of the trace (shorter values make a quick demo for tests).
     """
     target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
     # the generator limits are the step rule's defaults (analysis.validity): with a 1 s TTFT target and
@@ -61,9 +67,10 @@ def demo_configs(url: str, *, step_s: float = 10.0, trace_s: float = 25.0) -> di
               # a failing step's limit can name the batch slots (analysis.limits)
               "conditions": {"gpus": 0, "max_num_seqs": DEMO_SIM["max_num_seqs"],
                              "notes": "llmload demo against the simulated vLLM server"}}
-    ladder = {"arrival": "poisson", "warmup": "2s", "drain_timeout": "20s",
-              "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in (2, 4, 6, 8)],
-              "refine": {"resolution": 0.5, "max_steps": 2}}
+    ladder = {"warmup": "3s", "drain_timeout": "20s",
+              "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in DEMO_RATES],
+              "refine": {"duration": f"{2 * step_s:g}s", "precision": 0.05, "budget": f"{7 * step_s:g}s",
+                         "max_steps": 6, "max_extensions": 2}}
     trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "uniform_twin": True,
              "use_sizes": False, "drain_timeout": "20s"}
@@ -84,24 +91,19 @@ def _summary(folder: Path, name: str) -> dict | None:
         return None
 
 
-def _fmt(value: float | None, unit: str = "") -> str:
-    return "-" if value is None else f"{value:g}{unit}"
-
-
 def answer_lines(folder: Path) -> list[str]:
     """The demo's answer from the two summaries: the knee, the burst cost, and any stretched generator."""
     lines = []
     ladder, burst = _summary(folder, "ladder"), _summary(folder, "burst")
     if ladder is not None:
-        import pandas as pd
+        from analysis.knee import knee_of, knee_sentence  # the one answer, as the report states it
+        from shapes.knee_search import stop_text
 
-        from llmload.report.answer import realised_rate_note  # the target label is not the load carried
-
-        realised = realised_rate_note(pd.DataFrame(ladder.get("steps") or []), ladder.get("last_passing_rate"))
-        lines.append(f"llmload demo: knee: last passing rate {_fmt(ladder.get('last_passing_rate'), ' req/s')}"
-                     f"{realised}, "
-                     f"first failing rate {_fmt(ladder.get('first_failing_rate'), ' req/s')} "
-                     f"({', '.join(ladder.get('failed_first') or []) or 'nothing failed'})")
+        search = ladder.get("search") or {}
+        steps = search.get("steps") or 0
+        stopped = (f" (knee search: {steps} refine step{'s' if steps != 1 else ''}, stopped: "
+                   f"{stop_text(search['stopped'])})" if search.get("stopped") else "")
+        lines.append(f"llmload demo: {knee_sentence(knee_of(ladder))}{stopped}")
     if burst is not None:
         by_label = {s["label"]: s for s in burst.get("steps", [])}
         b, u = (by_label.get(k, {}).get("ttft_p95_s") for k in ("burst", "uniform"))
@@ -116,7 +118,7 @@ def answer_lines(folder: Path) -> list[str]:
     return lines
 
 
-def run_demo(*, out: Path | None = None, step_s: float = 10.0, trace_s: float = 25.0) -> int:
+def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 25.0) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
     from llmload.runtime.console import run_in_demo
     from llmload.runtime.launcher import run_config

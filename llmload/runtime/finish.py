@@ -84,6 +84,15 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
         capped = client_cap_line(step["label"], step)  # a cap that held the load back, judged or not
         if capped:
             print(f"llmload: {capped}", flush=True)
+    try:  # the run's answer, as the report, `llmload report`, compare and plan state it
+        from llmload.report.answer import knee_text
+
+        knee = knee_text(result.summary)
+    except Exception:
+        log.exception("the knee could not be stated")
+        knee = ""
+    if knee:
+        print(f"llmload: {knee[0].lower()}{knee[1:]}", flush=True)
     if not report:
         return int(analysis.exit_code(result.summary))
     try:

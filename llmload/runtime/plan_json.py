@@ -1,8 +1,9 @@
 """`plan.json`: the steps as run, rewritten as the run goes (ARCHITECTURE.md "Plan").
 
 Every planned step is listed from the start with status `not_run`; a step becomes `run` when it
-drained (or `partial` when the run stopped inside it). Refine steps are appended when the boundary
-search chooses them. The file is replaced atomically so a reader never sees half of it.
+drained (or `partial` when the run stopped inside it). Refine steps are appended when the knee
+search chooses them (a repeat of an inconclusive step names it in `extends`); `search` says why the
+search stopped and how many refine steps it ran. The file is replaced atomically so a reader never sees half of it.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class StepsState(Enum):
     RUNNING = "running"
     STOPPING = "stopping"  # a stop signal arrived (`mark_stopping`): no later step starts
     STOPPED = "stopped"  # stopped from outside (`stop`): queued and in-flight requests are cancelled
-    DONE = "done"  # every step ran (and the boundary search's refine steps)
+    DONE = "done"  # every step ran (and the knee search's refine steps)
     FAILED = "failed"  # a greenlet of the run failed: the run ended with that error
 
     @property

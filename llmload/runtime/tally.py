@@ -4,7 +4,7 @@ the rows of the steps judged so far.
 Per step: the workers' per-request summaries (`rows`), their `llmload:drained` notices, the arrivals of
 the measurement window sent so far (the web UI's running rate), the planned arrival offsets (open loop),
 and each worker's highest CPU while sending it. Across the run: the live table's rows (`table_rows`,
-also the web UI's LLM tab) and the verdicts the boundary search reads (`results`). On a master the
+also the web UI's LLM tab) and the judged rows the knee search reads (`judged`). On a master the
 shipped records are also copied to `records/master.jsonl`; worker CPU samples go to
 `telemetry-workers.jsonl`. A judged step's summaries are dropped (`forget`): hours of soak slices do not
 pile up in the master's memory.
@@ -54,8 +54,10 @@ class StepTally:
         self.step_cpu: dict[str, dict[str, float]] = defaultdict(dict)
         #: the live table's rows of judged steps (also shown by the web UI's LLM tab)
         self.table_rows: list[dict] = []
-        #: label, target rate, verdict, failing, samples of each judged step (the boundary search's input)
+        #: label, target rate, verdict, failing, samples, realised offered rate of each judged step
         self.results: list[dict] = []
+        #: the judged row of each step (`judge_step`'s stats with its verdict): the knee search's input
+        self.judged: list[dict] = []
         self._cpu_seen: dict[str, float | None] = {}
         self._cpu_sink: Any = None
         self._master_file: _JsonLines | None = None
@@ -167,6 +169,8 @@ class StepTally:
                              "failing": list(failing), "samples": stats.get("completed", stats.get("ok")),
                              "offered_rate": stats.get("offered_rate")})
         self.table_rows.append({**stats, **table_row})
+        self.judged.append({**stats, "label": label, "target_rate": target_rate, "verdict": verdict,
+                            "failing": list(failing)})
         self.out(format_row(table_row))
         for reason in stats.get("invalid_reasons") or []:
             self.out(f"  {label} invalid: {reason['message']}")

@@ -96,7 +96,7 @@ def shape_summary(config: Config) -> str:
         s = shape.ladder
         durations = list(dict.fromkeys(format_seconds(float(step.duration)) for step in s.steps))
         return (f"ladder of {len(s.steps)} step(s) of {' / '.join(durations)}, {s.arrival} arrivals, "
-                f"warm-up {format_seconds(float(s.warmup))}" + (", then a boundary search" if s.refine else ""))
+                f"warm-up {format_seconds(float(s.warmup))}" + (", then a knee search" if s.refine else ""))
     if shape.kind == "concurrency":
         c = shape.concurrency
         return f"closed loop, {len(c.levels)} level(s), {c.requests_per_level} requests per level"

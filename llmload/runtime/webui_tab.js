@@ -37,7 +37,7 @@
   var COLORS = { p50: "#2c7fb8", p95: "#d95f02", slo: "#c0392b", offered: "#9a9a9a", achieved: "#2c7fb8",
                  goodput: "#1a9850", running: "#2c7fb8", waiting: "#d95f02", kv: "#7b3294", gpu: "#525252" };
   var VERDICT_COLORS = { pass: "#1a9850", fail: "#c0392b", running: "#2c7fb8", invalid: "#b8860b",
-                         insufficient: "#b8860b" };
+                         insufficient: "#b8860b", inconclusive: "#7b3294" };
   var state = null;
   var panel = null;
   var formOpened = false;

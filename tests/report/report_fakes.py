@@ -94,7 +94,11 @@ def make_analysis(*, not_run_numbers: bool = True) -> FakeAnalysis:
                 "goodput_at_each_rate": [{"rate": 0.5, "goodput": 0.485}, {"rate": 1.0, "goodput": 0.97}],
                 "last_passing_rate": 1.0, "failing_dimension": "ttft_p95", "owner": "capacity team",
                 "retest_triggers": ["model revision changes", "max-num-seqs changes"]}
-    summary = {"verdict": "fail", "last_passing_rate": 1.0, "steps": []}
+    summary = {"verdict": "fail", "last_passing_rate": 1.0, "steps": [],
+               "knee": {"rate": 1.52, "low": 1.31, "high": 1.74, "confidence": 0.9, "binding": "ttft_p95",
+                        "targets": {"ttft_p95": {"rate": 1.52, "low": 1.31, "high": 1.74}},
+                        "headroom": {"tpot_p95": 0.41}, "basis": "realised_offered_rate", "steps_used": 4},
+               "search": {"stopped": "budget", "steps": 2, "extensions": 0, "elapsed_s": 300.0}}
     return FakeAnalysis(steps=steps, summary=summary, worksheet=worksheet, requests=requests, split=split,
                         burst=burst, timeline=timeline, slices=None, instances=None, decision=decision,
                         warnings=[], slo=slo)

@@ -125,3 +125,21 @@ def test_no_capacity_claim_above_an_invalid_top_step():
     analysis.summary.update(verdict="pass", last_passing_rate=4.0)
     assert any("capacity is above the highest rate tested" in s
                for s in answer_sentences(analysis, make_manifest())[1])
+
+
+def test_compare_follows_the_last_reanalysis_and_says_so(run_dir, tmp_path, capsys):
+    """Issue 27: `llmload compare` showed a re-analysed run with its old verdicts and no note."""
+    other = tmp_path / "other"
+    write_run_dir(other, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "ttft_p95: 300ms\n")]) == 1
+    knee = summary_of(run_dir)["knee"]
+    capsys.readouterr()
+    assert main(["compare", str(run_dir), str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "llmload: note: run was re-analysed: its figures follow the SLO of the last re-analysis" in out
+    assert "other was re-analysed" not in out
+    verdicts = next(line for line in out.splitlines() if line.startswith("verdict"))
+    assert verdicts.split()[1:] == ["fail", "pass"]  # the re-analysis' verdict, not the run's own
+    knees = next(line for line in out.splitlines() if line.startswith("knee req/s"))
+    assert f"{knee['rate']:.1f}" in knees and "90%" in knees  # the knee of summary.json, with its interval

@@ -66,9 +66,10 @@ def test_cli_prints_table_and_writes_html(runs, tmp_path, capsys):
     page.feed(out.read_text())
     assert page.plots == ["plot-compare-goodput", "plot-compare-ttft"] and page.resources == []
     rows = {r[0]: r for r in page.tables["runs-table"][1:]}
-    assert rows["one-gpu"][2] == "1" and rows["two-gpu"][2] == "2"
-    assert rows["one-gpu"][8] == "8.77" and rows["two-gpu"][9] == "0.417"
-    assert rows["two-gpu"][10] == "2" and rows["two-gpu"][11] == "1"  # twice the rate, same per GPU
+    assert rows["one-gpu"][4] == "1" and rows["two-gpu"][4] == "2"
+    assert rows["one-gpu"][10] == "8.77" and rows["two-gpu"][11] == "0.417"
+    assert rows["two-gpu"][12] == "2" and rows["two-gpu"][13] == "1"  # twice the rate, same per GPU
+    assert "to" in rows["one-gpu"][2] and "90%" in rows["one-gpu"][2] and rows["one-gpu"][3] == "ttft_p95"
     steps = {r[1]: r for r in page.tables["steps-table"][1:]}  # columns: phase, step, verdicts, ...
     assert steps["r2.00"][0] == "ladder"
     assert steps["r2.00"][2:4] == ["fail", "pass"]  # the verdicts first

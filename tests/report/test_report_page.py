@@ -36,8 +36,13 @@ def test_every_section_and_plot(page):
 def test_answer_first(page):
     text, parsed = page
     answer = text[text.index('id="answer"'):text.index('id="warnings"')]
-    assert "Last passing sustained rate: 1 req/s." in answer
-    assert "First failing rate: 2 req/s (step r2.00)" in answer
+    assert "Highest passing step: 1 req/s offered (step r1.00)." in answer
+    assert "First failing step: 2 req/s offered (step r2.00)" in answer
+    # the knee leads, with its interval, the binding target, the others' headroom and why the search stopped
+    assert ("Knee 1.5 req/s (1.3 to 1.7, 90%): TTFT p95 binds; TPOT p95 at 41% of its target there. The knee "
+            "search stopped after 2 refine steps: the search") in answer and "time budget would run out" in answer
+    plots = text[text.index('id="plot-latency"'):text.index('id="plot-timeline"')]
+    assert plots.count("knee 1.5 req/s (1.3 to 1.7, 90%)") >= 2  # marked on the latency and goodput plots
     assert "ttft_p95 (1800 ms &gt; 1000 ms)" in answer and "queue_growth" in answer
     assert "gpus 2" in answer
     assert "Burst vs uniform at the same mean rate: burst fail, uniform pass; TTFT p95 1200 ms vs 500 ms" in answer

@@ -45,7 +45,7 @@ def test_plan_within_the_passing_rate_uses_the_covering_step(run_dir, capsys):
     assert numbers(line_with(out, "response time R"))[0] == pytest.approx(R1, rel=2e-3)
     assert numbers(line_with(out, "arrival rate to expect"))[0] == pytest.approx(rate, rel=2e-3)
     assert numbers(line_with(out, "requests in flight to expect"))[0] == pytest.approx(rate * R1, rel=2e-3)
-    assert "within it" in line_with(out, "last passing sustained rate")
+    assert "within it" in line_with(out, "highest passing step")
     assert "steady state" in line_with(out, "assumption")
     assert not re.search(r"\d+ users supported", out)
 
@@ -61,7 +61,32 @@ def test_plan_takes_the_next_step_when_the_lower_one_does_not_cover_the_rate(run
 def test_plan_beyond_the_last_passing_rate_says_so_and_exits_1(run_dir, capsys):
     assert main(["plan", str(run_dir), "--users", "100", "--think-time", "30s"]) == 1
     out = capsys.readouterr().out
-    assert "BEYOND" in line_with(out, "last passing sustained rate") and "test that rate" in out
+    assert "BEYOND" in line_with(out, "highest passing step") and "test that rate" in out
+
+
+def test_plan_follows_the_last_reanalysis_and_judges_by_the_knee(run_dir, tmp_path, capsys):
+    """Issue 27: after `llmload report --slo` the plan reads the same knee as the report (TTFT p95 300 ms
+    is crossed between r1.00 at 200 ms and r2.00 at 400 ms), not the run's own SLO, and the knee's
+    interval decides the exit code."""
+    import json
+    import math
+
+    from analysis.knee import knee_of, knee_sentence
+
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("ttft_p95: 300ms\nmin_samples: 50\n")
+    assert main(["report", str(run_dir), "--slo", str(strict)]) == 1
+    capsys.readouterr()
+    knee = knee_of(json.loads((run_dir / "summary.json").read_text()))
+    assert knee is not None and knee.binding == "ttft_p95" and 1.0 <= knee.rate <= 2.0
+    below = math.floor(0.9 * knee.low * (30 + R1))  # users whose rate (users / (Z + R1)) is under the interval
+    assert main(["plan", str(run_dir), "--users", str(below), "--think-time", "30s"]) == 0
+    out = capsys.readouterr().out
+    assert line_with(out, "knee").strip() == f"{knee_sentence(knee)}: the expected rate is below the knee's interval"
+    assert "the SLO of the last re-analysis" in out
+    above = math.ceil(1.1 * knee.high * (30 + R1))
+    assert main(["plan", str(run_dir), "--users", str(above), "--think-time", "30s"]) == 1
+    assert "BEYOND the knee" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("args", "key"), [(["--users", "0", "--think-time", "30s"], "--users"),

@@ -27,7 +27,7 @@ def test_own_slo_passes_and_writes_outputs(run_dir, capsys):
     assert (run_dir / "worksheet.csv").exists()
     assert 'id="run-verdict">pass<' in (run_dir / "report.html").read_text()
     out = capsys.readouterr().out
-    assert "r2.00" in out and "last passing sustained rate: 2 req/s" in out
+    assert "r2.00" in out and "highest passing step: 2 req/s offered (step r2.00)" in out
 
 
 def test_stricter_slo_file_flips_verdict_and_exit_code(run_dir, tmp_path, capsys):
@@ -40,7 +40,8 @@ def test_stricter_slo_file_flips_verdict_and_exit_code(run_dir, tmp_path, capsys
     assert summary["last_passing_rate"] == 1.0
     assert "ttft_p95" in {s["label"]: s["failing"] for s in summary["steps"]}["r2.00"]
     html = (run_dir / "report.html").read_text()
-    assert "First failing rate: 2 req/s" in html and "ttft_p95 (400 ms &gt; 300 ms)" in html
+    assert "First failing step: 2 req/s offered (step r2.00)" in html and "ttft_p95 (400 ms &gt; 300 ms)" in html
+    assert "Knee " in html and "TTFT p95 binds" in html  # recomputed from the steps judged with this SLO
     assert "fail" in capsys.readouterr().out
 
 

@@ -132,7 +132,7 @@ def test_llmload_run_exit_codes_for_bad_config_and_unreachable_target(tmp_path, 
     assert "already holds a run" in capsys.readouterr().err
 
 
-def test_boundary_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
+def test_knee_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
     # 4 sequences of ~0.3 s: the sim holds ~13 req/s; 3 req/s passes, 30 req/s fails on TTFT
     sim = sim_factory(flavor="vllm", config={"max_num_seqs": 4, "step_base_s": "20ms", "decode_cost_s": "1ms"})
     config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
@@ -148,6 +148,10 @@ def test_boundary_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_pat
     assert [s["phase"] for s in data["steps"]] == ["ladder", "ladder", "refine"]
     refine = data["steps"][2]
     assert refine["status"] == "run" and 3 < refine["target_rate"] < 30
-    assert data["boundary"]["stopped"] in ("resolution", "max_steps")
+    assert data["search"]["stopped"] in ("precision", "max_steps") and data["search"]["steps"] == 1
+    assert summary(run_dir)["search"] == data["search"]
+    # the closing lines: why the search stopped, then the knee as the report states it (never a None)
+    assert "  knee search: stopped: " in done.stdout and "\nllmload: knee " in done.stdout
+    assert "None" not in done.stdout
     assert [s["live_verdict"] for s in data["steps"][:2]] == ["pass", "fail"]
     assert len(records(run_dir)[lambda d: d["step"] == refine["label"]]) > 0

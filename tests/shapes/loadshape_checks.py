@@ -65,13 +65,15 @@ def _kind_plans_as_before(name):
     assert pool_size(cfg) == planner.users(cfg) == (40 if name == "concurrency" else 8)
 
 
-def test_every_kind_has_a_class_and_only_the_boundary_search_adds_steps():
+def test_every_kind_has_a_class_and_only_the_knee_search_adds_steps():
     assert set(SHAPES) == set(STEP_BUILDERS) == set(SHAPE_KINDS)
     ladder = config(SHAPES_BY_KIND["ladder"][0])
-    assert shape_for_config(ladder).search(ladder, [(1.0, "pass", 10)]) is None
+    rows = [{"label": "r1.00", "target_rate": 1.0, "offered_rate": 1.0, "verdict": "pass"}]
+    assert shape_for_config(ladder).search(ladder, rows) is None
     refine = config(SHAPES_BY_KIND["refine"][0])
-    search = shape_for_config(refine).search(refine, [(1.0, "pass", 10), (4.0, "fail", 10)])
-    rate = search.next_rate()
+    search = shape_for_config(refine).search(refine, rows)
+    search.estimate = lambda rows: SimpleNamespace(rate=2.5, low=2.0, high=3.0, half_width_rel=0.2, binding="ttft_p95")
+    rate = search.next_step().rate
     step = shape_for_config(refine).search_step(refine, rate, index=1, seed=0, taken=["r1.00"])
     assert (step.phase, step.index, step.target_rate) == ("refine", 1, rate)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from llmload.arrivals import plan_arrivals, step_offsets
 from llmload.config import load_config, parse_config
 from llmload.errors import ConfigError
-from shapes.plan import boundary_search, build_plan, rate_label, refine_step
+from shapes.plan import build_plan, knee_search, rate_label, refine_step
 from shapes.steps import StepSpec, active_step, step_bounds
 
 CONV = Path(__file__).resolve().parents[2] / "examples" / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -47,13 +48,14 @@ def test_ladder_steps_labels_windows_and_seeds():
 def test_refine_steps_extend_the_ladder_with_unique_labels():
     cfg = config(LADDER)
     steps = build_plan(cfg)
-    search = boundary_search(cfg, [(0.5, "pass"), (2, "fail")])
-    rate = search.next_rate()
+    search = knee_search(cfg, [], estimate=lambda rows: SimpleNamespace(rate=1.25, low=1.0, high=1.5,
+                                                                        half_width_rel=0.2, binding="ttft_p95"))
+    rate = search.next_step().rate
     step = refine_step(cfg.shape.ladder, rate, index=len(steps), seed=1, taken=[s.label for s in steps])
     assert (step.label, step.phase, step.index, step.duration_s) == ("r1.25", "refine", 3, 60.0)
     again = refine_step(cfg.shape.ladder, 2.0, index=4, seed=1, taken=[s.label for s in steps])
     assert again.label == "r2.00-3" and again.duration_s == 30.0
-    assert boundary_search(config({"ladder": {"steps": [{"rate": 1, "duration": "1m"}]}})) is None
+    assert knee_search(config({"ladder": {"steps": [{"rate": 1, "duration": "1m"}]}})) is None
     assert rate_label(0.333) == "r0.333"
 
 

@@ -9,8 +9,8 @@ import shapes
 
 def test_exports_are_pinned():
     assert sorted(shapes.__all__) == sorted([
-        "PHASES", "BoundaryAnswer", "BoundarySearch", "Replay", "StepBounds", "StepSpec", "TraceArrivals",
-        "active_step", "boundary_search", "build_plan", "derive_seed", "prepare_replay", "rate_label",
+        "PHASES", "Ask", "KneeSearch", "Replay", "SearchAnswer", "StepBounds", "StepSpec", "TraceArrivals",
+        "active_step", "build_plan", "derive_seed", "knee_search", "prepare_replay", "rate_label",
         "refine_step", "step_bounds",
     ])
     assert {"Arrival", "plan_arrivals", "planned_count", "step_offsets", "closed_loop_users",

@@ -1,0 +1,182 @@
+"""How close the tool's knee comes to the server's true knee, over many seeds (issue 27).
+
+    PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--configs demo,tpot] [--compress 4]
+        [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick]
+
+For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
+`llmload sim`, and the knee it writes (summary.json `knee`: rate, interval, binding target) against the
+truth of `llmload.sim.truth.true_knee` (the engine in virtual time, steady state, many arrivals).
+
+Time compression (NOTES.md): the sim's step costs are divided by `--compress` k and the rates, the SLO's
+latency targets and the step windows scaled to match (rates x k, seconds / k): the same utilisation, the
+same queue in requests, the same number of requests per step, in 1/k of the wall time. The tool's knee
+is divided by k back into the sim's own units before it is compared.
+
+Configurations:
+    demo   the demo's sim (`llmload.runtime.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
+    tpot   a wider batch with a per-sequence decode cost: TPOT p95 binds (TTFT far from its target)
+
+Reports per configuration: how often the interval holds the true knee (coverage; goal 9 in 10), the
+median and worst relative error of the point estimate (goals 5% and 10%), the binding target's
+agreement, and wall time per search (goal 10 minutes). `--quick`: one seed of the demo configuration
+with short steps (the smoke test's setting; its figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _common import machine, write_result
+
+from llmload.sim.process import start_sim_process
+from llmload.units import parse_duration
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "bench" / "results" / "knee_accuracy.json"
+
+#: (sim settings, SLO, ladder rates req/s, step window s, refine window s, budget s, output tokens)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "demo": {"sim": {"max_num_seqs": 6, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
+                     "load_time_s": "0.2s"},
+             "slo": {"ttft_p95": 1.0, "tpot_p95": 0.08},
+             "rates": (2.0, 4.0, 6.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
+             "input": 64, "output": 32, "search": (1.0, 8.0)},
+    "tpot": {"sim": {"max_num_seqs": 16, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
+                     "load_time_s": "0.2s"},
+             "slo": {"ttft_p95": 1.0, "tpot_p95": 0.038},
+             "rates": (3.0, 6.0, 9.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
+             "input": 64, "output": 32, "search": (1.0, 10.0)},
+}
+_COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
+
+
+def compressed_sim(sim: dict, k: float) -> dict:
+    """The sim with every step cost divided by `k` (load time kept: it is before the run)."""
+    return {key: (parse_duration(v) / k if key in _COSTS else v) for key, v in sim.items()}
+
+
+def run_config(name: str, url: str, seed: int, k: float, *, quick: bool, budget_s: float | None = None) -> dict:
+    """The llmload config of one search, compressed by `k` (`budget_s`: the search's budget in the
+    sim's own seconds, default the configuration's)."""
+    c = CONFIGS[name]
+    step_s, refine_s, budget_s = ((5.0, 10.0, 30.0) if quick else (c["step_s"], c["refine_s"], budget_s or c["budget_s"]))
+    slo = {key: f"{value / k * 1000:g}ms" for key, value in c["slo"].items()}
+    return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
+            "requests": {"input_tokens": {"dist": "fixed", "value": c["input"]},
+                         "output_tokens": {"dist": "fixed", "value": c["output"]}, "seed": seed},
+            "client": {"max_concurrency": 256},
+            "slo": {**slo, "max_reject_ratio": 0.0, "min_samples": 10},
+            "shape": {"ladder": {"warmup": f"{3.0 / k:g}s", "drain_timeout": "20s",
+                                 "steps": [{"rate": r * k, "duration": f"{step_s / k:g}s"} for r in c["rates"]],
+                                 "refine": {"duration": f"{refine_s / k:g}s", "budget": f"{budget_s / k:g}s",
+                                            "precision": 0.05, "max_steps": 12, "max_extensions": 2}}},
+            "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
+
+
+def truth(name: str, *, quick: bool) -> dict:
+    """The configuration's true knee (req/s, in the sim's own units) and binding target."""
+    from llmload.config import SLO
+    from llmload.sim.settings import SimSettings
+    from llmload.sim.truth import true_knee
+
+    c = CONFIGS[name]
+    settings = SimSettings.model_validate(c["sim"])
+    slo = SLO(**{k: v for k, v in c["slo"].items()})
+    lo, hi = c["search"]
+    found = true_knee(settings, (c["input"], c["output"]), slo, lo=lo, hi=hi, tol=0.005,
+                      **({"arrivals": 5_000, "seeds": (1,)} if quick else {"arrivals": 50_000, "seeds": (1, 2, 3)}))
+    return {"rate": _rate_of(found), "binding": found.get("binding"), "detail": found}
+
+
+def _rate_of(value: Any) -> float | None:
+    if isinstance(value, dict):
+        value = value.get("rate")
+    return None if value is None else float(value)
+
+
+def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool, budget_s: float | None = None) -> dict:
+    """One `llmload run` against a fresh compressed sim; the knee in the sim's own units."""
+    folder = work / f"{name}-{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    sim = start_sim_process(folder, settings=compressed_sim(CONFIGS[name]["sim"], k))
+    started = time.monotonic()
+    try:
+        path = folder / "run.yaml"
+        path.write_text(yaml.safe_dump(run_config(name, sim.url, seed, k, quick=quick, budget_s=budget_s), sort_keys=False))
+        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(folder / "run")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    finally:
+        sim.stop()
+    wall_s = time.monotonic() - started
+    (folder / "run.log").write_text(done.stdout)
+    summary = json.loads((folder / "run" / "summary.json").read_text())
+    knee = summary.get("knee") or {}
+    scaled = {key: (None if knee.get(key) is None else float(knee[key]) / k) for key in ("rate", "low", "high")}
+    invalid = [s["label"] for s in summary.get("steps", []) if s.get("verdict") == "invalid"]
+    return {"seed": seed, "exit_code": done.returncode, **scaled, "binding": knee.get("binding"),
+            "search": summary.get("search"), "steps": len(summary.get("steps", [])), "invalid_steps": invalid,
+            "wall_s": round(wall_s, 1)}
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def score(runs: list[dict], true_rate: float | None) -> dict:
+    """Coverage of the intervals, point errors, wall times."""
+    found = [r for r in runs if r["rate"] is not None]
+    errors = [abs(r["rate"] - true_rate) / true_rate for r in found] if true_rate else []
+    # an end that is None is unbounded (Knee: crossed below the rates run / never crossed): it covers
+    covered = [r for r in found if true_rate is not None and (r["low"] is None or r["low"] <= true_rate)
+               and (r["high"] is None or true_rate <= r["high"])]
+    open_ended = [r for r in found if r["low"] is None or r["high"] is None]
+    return {"searches": len(runs), "with_knee": len(found), "covered": len(covered), "open_ended": len(open_ended),
+            "coverage": len(covered) / len(runs) if runs else None,
+            "median_error": statistics.median(errors) if errors else None, "worst_error": max(errors, default=None),
+            "median_wall_s": statistics.median(r["wall_s"] for r in runs) if runs else None,
+            "worst_wall_s": max((r["wall_s"] for r in runs), default=None)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--configs", default="demo,tpot", help="comma-separated: " + ",".join(CONFIGS))
+    ap.add_argument("--compress", type=float, default=4.0, help="time compression k (NOTES.md)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/knee-accuracy"), help="run directories")
+    ap.add_argument("--out", type=Path, default=RESULT, help="the result JSON")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="the knee search's budget in the sim's own seconds (default 600: refine.budget's default)")
+    ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
+    args = ap.parse_args(argv)
+    names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
+    seeds = range(1, 2 if args.quick else args.seeds + 1)
+    before = machine()
+    results = {}
+    for name in names:
+        true = truth(name, quick=args.quick)
+        print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
+        runs = []
+        for seed in seeds:
+            run = one_search(name, seed, args.compress, args.work, quick=args.quick, budget_s=args.budget_s)
+            runs.append(run)
+            print(f"  seed {seed}: knee {_num(run['rate'])} ({_num(run['low'])} to {_num(run['high'])}) "
+                  f"{run['binding'] or 'nothing'} binds, search {run['search']}, {run['wall_s']} s", flush=True)
+        results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, "runs": runs,
+                         "score": score(runs, true["rate"]), "config": CONFIGS[name]}
+        print(f"  {name}: {results[name]['score']}", flush=True)
+    write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick,
+                 budget_s=args.budget_s,
+                 results=json.loads(json.dumps(results, default=str)))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""The knee search after a ladder: refine steps where the knee estimate says, until it is precise enough.
+
+Pure: it sees judged step rows (dicts with `label`, `target_rate`, the realised `offered_rate`, `verdict`
+and the percentile figures with their `_low` / `_high` interval) and asks an injected `estimate`
+(`analysis.knee.estimate_knee` bound to the run's SLO) for the knee over every judged step so far. The
+clock is injected too, so a test drives a whole search against a synthetic server in milliseconds:
+
+    search = KneeSearch(ladder_rows, estimate=..., precision=0.05, budget_s=600, max_steps=6,
+                        max_extensions=2, step_s=lambda rate: 12.0, clock=time.monotonic)
+    while (ask := search.next_step()) is not None:
+        row = judge(run_step(ask.rate))          # a refine step at ask.rate
+        search.record(row, wall_s=seconds_it_took, nominal_s=its_warmup_plus_window)
+    search.answer                                 # SearchAnswer: knee, stopped, steps, extensions
+
+Each `next_step`, in this order:
+1. no knee at all (no judged step): stop `no_verdict`;
+2. `max_steps` refine steps ran: stop `max_steps`;
+3. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
+   threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
+   knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
+   step at that rate passed or failed (`Ask.extends` names it). The repeat is an extra point of the same
+   rate, not a longer window: the estimate fits every point, so the repeats pool where they agree. It
+   comes before the precision stop: an undecided step inside the interval says the interval is not to
+   be trusted yet;
+4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, at least one refine
+   step ran, and a judged step ran within 2 x `precision` of the knee: stop `precision` (an interval
+   from the ladder alone, interpolated across a wide gap between its steps, does not know the curve's
+   bend there: bench/knee_accuracy.py found such intervals too narrow);
+5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
+   crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
+6. the next rate: the knee's point estimate (rounded to 3 significant figures);
+7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
+   largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
+   `budget_s` since the search began is not started: stop `budget`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
+
+#: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
+NEAR_OPEN_END = 0.10
+#: the verdicts that place a step on the curve (as `analysis.knee` reads them)
+JUDGED = ("pass", "fail", "inconclusive")
+
+#: why a search stopped (plan.json and summary.json `search.stopped`)
+STOP_REASONS = ("precision", "budget", "max_steps", "no_failure", "no_pass", "no_verdict", "stopped")
+
+_STOP_TEXT = {
+    "precision": "the knee's interval is within the precision asked",
+    "budget": "the search's time budget would run out before another step",
+    "max_steps": "the refine step cap (max_steps) was reached",
+    "no_failure": "no target was crossed at any rate judged (invalid and insufficient steps do not count); "
+                  "extend the ladder upward",
+    "no_pass": "the targets were crossed already at the lowest rate run; extend the ladder downward",
+    "no_verdict": "no step gave a verdict to estimate from",
+    "stopped": "the run was stopped",
+}
+
+
+def stop_text(stopped: str | None) -> str:
+    """A short phrase for a stop reason ("" for None)."""
+    return "" if not stopped else _STOP_TEXT.get(stopped, stopped)
+
+
+def round_rate(rate: float, digits: int = 3) -> float:
+    """`rate` to `digits` significant figures (a step label stays short: r4.63, not r4.6271...).
+
+    >>> round_rate(4.62718), round_rate(12.345), round_rate(0.0123456)
+    (4.63, 12.3, 0.0123)
+    """
+    if not rate > 0 or not math.isfinite(rate):
+        return rate
+    return round(rate, digits - 1 - math.floor(math.log10(rate)))
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """The next refine step: its target `rate`, and the label of the inconclusive step it repeats
+    (`extends`, None for a step at the knee estimate)."""
+
+    rate: float
+    extends: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """The search's result: the last knee estimate (an `analysis.knee.Knee` or None), why it stopped,
+    the refine steps it ran (`steps`), how many of them repeated an inconclusive step (`extensions`),
+    and the wall time it took."""
+
+    knee: Any
+    stopped: str
+    steps: int
+    extensions: int
+    elapsed_s: float
+
+    def to_dict(self) -> dict:
+        """plan.json's `search` (summary.json copies it)."""
+        return {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
+                "elapsed_s": round(self.elapsed_s, 3)}
+
+
+def _inside(rate: float, low: float | None, high: float | None) -> bool:
+    return (low is None or rate >= low) and (high is None or rate <= high)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+class KneeSearch:
+    """Refine steps chosen from the knee estimate; see the module docstring."""
+
+    def __init__(self, rows: Iterable[Mapping] = (), *, estimate: Callable[[list[dict]], Any],
+                 precision: float = 0.05, budget_s: float = 600.0, max_steps: int = 6, max_extensions: int = 2,
+                 step_s: Callable[[float], float] | float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 < precision < 1:
+            raise ValueError(f"precision must be in (0, 1), got {precision}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.rows: list[dict] = [dict(r) for r in rows]
+        self.estimate = estimate
+        self.precision = float(precision)
+        self.budget_s = float(budget_s)
+        self.max_steps = int(max_steps)
+        self.max_extensions = int(max_extensions)
+        self._step_s = step_s if callable(step_s) else (lambda _rate, s=float(step_s): s)
+        self.clock = clock
+        self.started = clock()
+        self.refine_steps = 0
+        self.extensions: dict[float, int] = {}
+        self.overrun_s = 0.0
+        self.stopped: str | None = None
+        self._knee: Any = None
+        self._fresh = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def knee(self) -> Any:
+        """The knee over every judged step so far (estimated once per new step)."""
+        if not self._fresh:
+            self._knee = self.estimate(self.rows)
+            self._fresh = True
+        return self._knee
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started
+
+    def record(self, row: Mapping, *, wall_s: float | None = None, nominal_s: float | None = None) -> None:
+        """A refine step's judged row; `wall_s` (sent to judged) and `nominal_s` (warm-up + window) teach
+        the budget how much a step costs beyond its schedule."""
+        self.rows.append(dict(row))
+        self.refine_steps += 1
+        self._fresh = False
+        if wall_s is not None and nominal_s is not None:
+            self.overrun_s = max(self.overrun_s, float(wall_s) - float(nominal_s))
+
+    def stop(self, reason: str = "stopped") -> None:
+        """End the search from outside (the run was stopped)."""
+        if self.stopped is None:
+            self.stopped = reason
+
+    # ------------------------------------------------------------------ the next step
+
+    def next_step(self) -> Ask | None:
+        """The next refine step, or None when the search is done (`stopped` says why)."""
+        if self.stopped is not None:
+            return None
+        ask, reason = self._decide()
+        if ask is None:
+            self.stopped = reason
+            return None
+        if self.step_cost_s(ask.rate) > self.budget_s - self.elapsed_s:
+            self.stopped = "budget"
+            return None
+        if ask.extends is not None:
+            key = round(ask.rate, 9)
+            self.extensions[key] = self.extensions.get(key, 0) + 1
+        return ask
+
+    def step_cost_s(self, rate: float) -> float:
+        """The projected wall time of a step at `rate`: its schedule plus the largest overrun so far."""
+        return float(self._step_s(rate)) + max(0.0, self.overrun_s)
+
+    def _decide(self) -> tuple[Ask | None, str]:
+        knee = self.knee
+        if knee is None:
+            return None, "no_verdict"
+        if self.refine_steps >= self.max_steps:
+            return None, "max_steps"
+        repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
+        if repeat is not None:          # says the interval is not yet to be trusted
+            return repeat, ""
+        width = knee.half_width_rel
+        if (knee.rate is not None and width is not None and width <= self.precision and self.refine_steps
+                and self._measured_near(knee.rate)):
+            return None, "precision"
+        if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
+            return None, "no_failure" if knee.binding is None else "no_pass"
+        return Ask(round_rate(float(knee.rate))), ""
+
+    def _measured_near(self, rate: float) -> bool:
+        """A judged step ran at a realised rate within 2 x `precision` of `rate`."""
+        for row in self.rows:
+            at = _number(row.get("offered_rate"))
+            if row.get("verdict") in JUDGED and at is not None and abs(at - rate) <= 2 * self.precision * rate:
+                return True
+        return False
+
+    def _extension(self, knee: Any) -> Ask | None:
+        """The inconclusive step nearest the knee, inside its interval, not yet repeated
+        `max_extensions` times (None if there is none)."""
+        if self.max_extensions < 1:
+            return None
+        centre = knee.rate if knee.rate is not None else (
+            (knee.low + knee.high) / 2 if knee.low is not None and knee.high is not None else None)
+        low = knee.low if knee.low is not None or centre is None else centre * (1 - NEAR_OPEN_END)
+        high = knee.high if knee.high is not None or centre is None else centre * (1 + NEAR_OPEN_END)
+        decided = {round(t, 9) for row in self.rows if row.get("verdict") in ("pass", "fail")
+                   and (t := _number(row.get("target_rate"))) is not None}
+        candidates = []
+        for row in self.rows:
+            if row.get("verdict") != "inconclusive":
+                continue
+            target, offered = _number(row.get("target_rate")), _number(row.get("offered_rate"))
+            if target is None:
+                continue
+            at = offered if offered is not None else target
+            if not _inside(at, low, high) or round(target, 9) in decided:
+                continue
+            if self.extensions.get(round(target, 9), 0) >= self.max_extensions:
+                continue
+            candidates.append((abs(at - centre) if centre is not None else 0.0, target, str(row.get("label"))))
+        if not candidates:
+            return None
+        _, target, label = min(candidates)
+        return Ask(target, extends=label)
+
+    # ------------------------------------------------------------------ the result
+
+    @property
+    def answer(self) -> SearchAnswer:
+        """The result; `knee` is the last estimate made (None if none was)."""
+        return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
+                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s)

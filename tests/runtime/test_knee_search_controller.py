@@ -1,0 +1,114 @@
+"""The step controller's knee search glue, without Locust: refine steps at the search's rates, repeats
+of inconclusive steps marked in plan.json, `search` recorded, and a closing line that never shows None
+(issue 32: "boundary search: highest passing rate None req/s" when no step passed)."""
+
+from __future__ import annotations
+
+import gevent
+
+from llmload.clock import now
+from llmload.config import parse_config
+from llmload.records import Record
+from llmload.runtime.controller import StepController, WorkerLink, search_line
+from llmload.runtime.messages import STEP, pack_record
+from shapes.knee_search import KneeSearch
+from shapes.plan import ConfigSearch, build_plan
+
+
+class FakeRunner:
+    """A local runner whose one worker drains each step as its arrivals end, with one record."""
+
+    def __init__(self) -> None:
+        self.controller: StepController | None = None
+
+    def send_message(self, msg_type: str, data: dict, client_id=None) -> None:
+        if msg_type != STEP:
+            return
+        step = data["step"]
+        end = data["start_at"] + step["warmup_s"] + step["duration_s"]
+
+        def drain() -> None:
+            gevent.sleep(max(0.0, end - now()))
+            t = now()
+            record = Record(request_id=step["label"], step=step["label"], worker="0", scheduled_at=t - 0.1,
+                            outcome="ok", sent_at=t - 0.1, first_token_at=t - 0.05, last_token_at=t,
+                            output_tokens=2, token_times=[t - 0.05, t])
+            self.controller.on_results({"worker": "0", "rows": [pack_record(record)]})
+            self.controller.on_drained({"label": step["label"], "worker": "0", "put": 0, "finished": 0})
+
+        gevent.spawn(drain)
+
+
+class Knee:
+    def __init__(self, rate, low, high, binding="ttft_p95"):
+        self.rate, self.low, self.high, self.binding = rate, low, high, binding
+
+    @property
+    def half_width_rel(self):
+        return None if self.rate is None or self.low is None or self.high is None else (
+            (self.high - self.low) / 2 / self.rate)
+
+
+class Shape(ConfigSearch):
+    """The config's refine steps, with a stand-in estimate (the knee narrows as steps come)."""
+
+    def __init__(self, estimate) -> None:
+        self.estimate = estimate
+
+    def search(self, config, rows=()):
+        refine = config.shape.ladder.refine
+        return KneeSearch(rows, estimate=self.estimate, precision=refine.precision, budget_s=refine.budget,
+                          max_steps=refine.max_steps, max_extensions=refine.max_extensions, step_s=0.05)
+
+
+def run(tmp_path, verdict_of, estimate, refine=None):
+    config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": {"ladder": {
+        "warmup": "0s", "arrival": "constant",
+        "steps": [{"rate": 20, "duration": "0.05s"}, {"rate": 40, "duration": "0.05s"}],
+        "refine": refine or {"max_steps": 4, "budget": "1m"}}}})
+
+    def judge(rows, step, config):
+        verdict = verdict_of(step["target_rate"], step["label"])
+        return verdict, (["ttft_p95"] if verdict == "fail" else []), {
+            "label": step["label"], "phase": step["phase"], "offered_rate": step["target_rate"], "completed": 1}
+
+    runner, lines = FakeRunner(), []
+    controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), judge=judge,
+                                out=lines.append, shape=Shape(estimate))
+    runner.controller = controller
+    controller.run()
+    return controller, lines
+
+
+def test_no_step_passing_says_so_and_never_prints_none(tmp_path):
+    controller, lines = run(tmp_path, lambda rate, label: "fail", lambda rows: Knee(None, None, 20.0))
+    said = [line for line in lines if "knee search" in line]
+    assert said == ["  knee search: no rate passed; stopped: the targets were crossed already at the lowest "
+                    "rate run; extend the ladder downward (0 refine steps)"]
+    assert "None" not in "\n".join(lines)
+    assert controller.plan.data["search"]["stopped"] == "no_pass"
+
+
+def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_path):
+    def estimate(rows):
+        refine = [r for r in rows if r["phase"] == "refine"]
+        return Knee(30.0, 30.0 - 8 / (1 + len(refine)), 30.0 + 8 / (1 + len(refine)))
+
+    def verdict(rate, label):
+        return "pass" if rate < 25 else "fail" if rate > 35 else "inconclusive"
+
+    controller, lines = run(tmp_path, verdict, estimate, {"max_steps": 3, "budget": "1m", "precision": 0.01,
+                                                          "max_extensions": 1})
+    refine = [s for s in controller.plan.steps if s["phase"] == "refine"]
+    # the first refine step is at the estimate; it is inconclusive inside the interval: repeated once
+    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, "r30.00"), (30.0, None)]
+    assert [s["status"] for s in refine] == ["run"] * 3
+    assert controller.plan.data["search"] == {"stopped": "max_steps", "steps": 3, "extensions": 1,
+                                              "elapsed_s": controller.plan.data["search"]["elapsed_s"]}
+    assert "None" not in "\n".join(lines)
+
+
+def test_the_closing_line_without_a_knee_never_shows_none():
+    for stopped in ("no_failure", "no_pass", "no_verdict", "budget", None):
+        line = search_line(stopped, 1)
+        assert "None" not in line and line.startswith("  knee search: ")

@@ -1,0 +1,232 @@
+"""The knee search: refine steps from the knee estimate, extensions of inconclusive steps, the stops
+(precision, budget, max_steps, no_failure, no_pass), all against a synthetic server in virtual time."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from shapes.boundary import realised_rate_note
+from shapes.knee_search import Ask, KneeSearch, round_rate, stop_text
+
+THRESHOLD = 1.0  # the TTFT p95 target, seconds
+
+
+@dataclass(frozen=True)
+class FakeKnee:
+    """What the search reads of `analysis.knee.Knee`."""
+
+    rate: float | None
+    low: float | None
+    high: float | None
+    binding: str | None = "ttft_p95"
+
+    @property
+    def half_width_rel(self) -> float | None:
+        if self.rate is None or self.low is None or self.high is None:
+            return None
+        return (self.high - self.low) / 2 / self.rate
+
+
+def crossing_estimate(rows):
+    """A stand-in for `estimate_knee`: the crossing of the judged points by linear interpolation of the
+    percentile (and of its interval ends) against realised rate, widened by a quarter of the gap between
+    the two points around it (interpolation error). Uses pass/fail/inconclusive rows only."""
+    pts = sorted((r["offered_rate"], r["ttft_p95_s"], r["ttft_p95_s_low"], r["ttft_p95_s_high"])
+                 for r in rows if r["verdict"] in ("pass", "fail", "inconclusive"))
+    if not pts:
+        return None
+
+    def cross(col):
+        for (x0, *y0), (x1, *y1) in zip(pts, pts[1:], strict=False):
+            a, b = y0[col], y1[col]
+            if a <= THRESHOLD < b:
+                return x0 + (THRESHOLD - a) / (b - a) * (x1 - x0), (x1 - x0) / 4
+        return (-1.0 if pts[0][1 + col] > THRESHOLD else math.inf), 0.0  # below the lowest / never crossed
+
+    (point, gap), (at_high, gap_h), (at_low, gap_l) = cross(0), cross(2), cross(1)
+    if point == math.inf and at_high == math.inf:
+        return FakeKnee(None, pts[-1][0], None, binding=None)
+    if point < 0 and at_low < 0:
+        return FakeKnee(None, None, pts[0][0])
+    ends = [x for x in (at_high, point) if 0 < x < math.inf]
+    low = min(ends) - max(gap, gap_h) if at_high > 0 and ends else None
+    high = max(x for x in (at_low, point) if x > 0) + max(gap, gap_l) if at_low < math.inf else None
+    return FakeKnee(None if point < 0 or point == math.inf else point, low, high)
+
+
+class Server:
+    """rate -> TTFT p95 with a noisy measurement and an interval that shrinks with the samples."""
+
+    def __init__(self, knee: float, *, seed: int = 1, noise: float = 0.03, window_s: float = 20.0) -> None:
+        self.knee, self.rng, self.noise, self.window_s = knee, random.Random(seed), noise, window_s
+        self.count = 0
+
+    def truth(self, rate: float) -> float:
+        return THRESHOLD * (rate / self.knee) ** 3  # rises steeply through the knee
+
+    def row(self, rate: float, *, phase: str = "refine") -> dict:
+        self.count += 1
+        value = self.truth(rate) * (1 + self.rng.gauss(0, self.noise))
+        half = 0.06 * value
+        low, high = value - half, value + half
+        verdict = "pass" if high < THRESHOLD else "fail" if low > THRESHOLD else "inconclusive"
+        return {"label": f"s{self.count}", "phase": phase, "target_rate": rate, "offered_rate": rate,
+                "verdict": verdict, "ttft_p95_s": value, "ttft_p95_s_low": low, "ttft_p95_s_high": high}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run(server, ladder=(2, 4, 6, 8), *, precision=0.05, budget_s=600.0, max_steps=20, max_extensions=2,
+        step_s=12.0, overrun_s=3.0):
+    clock = Clock()
+    rows = [server.row(r, phase="ladder") for r in ladder]
+    search = KneeSearch(rows, estimate=crossing_estimate, precision=precision, budget_s=budget_s,
+                        max_steps=max_steps, max_extensions=max_extensions, step_s=step_s, clock=clock)
+    asked = []
+    while (ask := search.next_step()) is not None:
+        asked.append(ask)
+        clock.t += step_s + overrun_s
+        search.record(server.row(ask.rate), wall_s=step_s + overrun_s, nominal_s=step_s)
+    return search, asked, clock
+
+
+@pytest.mark.parametrize("knee", [2.7, 4.6, 5.3, 7.1])
+def test_the_search_goes_to_the_knee_and_stops_on_precision(knee):
+    search, asked, _ = run(Server(knee))
+    answer = search.answer
+    assert answer.stopped == "precision", answer
+    assert answer.knee.low <= knee * 1.03 and answer.knee.high >= knee * 0.97
+    assert abs(answer.knee.rate - knee) / knee < 0.05
+    # every refine step is at the estimate, not a midpoint of labels: the first one is already near the knee
+    assert abs(asked[0].rate - knee) / knee < 0.15
+    assert answer.steps == len(asked)
+
+
+def test_the_next_rate_is_the_estimate_rounded_and_repeats_until_recorded():
+    search = KneeSearch([], estimate=lambda rows: FakeKnee(4.6271, 4.0, 5.2), precision=0.05, budget_s=100,
+                        step_s=10, clock=Clock())
+    assert search.next_step().rate == 4.63
+    assert round_rate(12.345) == 12.3 and round_rate(0.0123456) == 0.0123
+
+
+def test_an_inconclusive_step_near_the_knee_is_repeated_up_to_max_extensions():
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.05, "verdict": "inconclusive"},
+            {"label": "r2.00", "target_rate": 2.0, "offered_rate": 2.0, "verdict": "inconclusive"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(4.2, 3.5, 5.0), precision=0.01, budget_s=1e6,
+                        max_steps=10, max_extensions=2, step_s=10, clock=Clock())
+    asks = []
+    for _ in range(4):
+        ask = search.next_step()
+        asks.append((ask.rate, ask.extends))
+        search.record({"label": "x", "target_rate": ask.rate, "offered_rate": ask.rate, "verdict": "inconclusive"})
+    # r4.00 sits inside the interval: repeated twice (the repeats are inconclusive too, at the same rate,
+    # so they share its count); r2.00 lies outside the interval: never repeated; then the estimate
+    assert asks == [(4.0, "r4.00"), (4.0, "r4.00"), (4.2, None), (4.2, "x")]
+    assert search.answer.extensions == 3
+
+
+def test_no_extension_once_a_step_at_that_rate_decided_nor_far_below_an_open_interval():
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"},
+            {"label": "r4.00-2", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "fail"},
+            {"label": "r2.00", "target_rate": 2.0, "offered_rate": 2.0, "verdict": "inconclusive"}]
+    # the interval is open below: r2.00 is more than 10% under the knee, not near it
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(4.2, None, 5.0), max_extensions=2, step_s=1,
+                        clock=Clock())
+    assert search.next_step() == Ask(4.2)
+
+
+def test_no_extension_when_max_extensions_is_zero():
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(4.2, 3.5, 5.0), max_extensions=0, step_s=1,
+                        clock=Clock())
+    assert search.next_step().extends is None
+
+
+def test_the_budget_is_projected_a_step_that_cannot_finish_is_not_started():
+    # 12 s steps that take 15 s wall time (drain, judging): a 50 s budget holds 3 of them, not 4
+    search, asked, clock = run(Server(4.6, noise=0.3), precision=0.001, budget_s=50.0, step_s=12.0, overrun_s=3.0)
+    assert search.answer.stopped == "budget"
+    assert len(asked) == 3 and clock.t <= 50.0
+    assert "budget" in stop_text("budget")
+
+
+def test_max_steps_caps_the_refine_steps():
+    search, asked, _ = run(Server(4.6, noise=0.3), precision=0.001, max_steps=2)
+    assert (search.answer.stopped, len(asked)) == ("max_steps", 2)
+
+
+@pytest.mark.parametrize("knee,stopped", [(20.0, "no_failure"), (1.0, "no_pass")])
+def test_nothing_to_search_when_the_knee_is_outside_the_ladder(knee, stopped):
+    search, asked, _ = run(Server(knee, noise=0.0))
+    assert (search.answer.stopped, asked) == (stopped, [])
+
+
+def test_no_judged_step_stops_with_no_verdict():
+    search = KneeSearch([], estimate=lambda rows: None, step_s=1, clock=Clock())
+    assert search.next_step() is None and search.answer.stopped == "no_verdict"
+    assert search.answer.to_dict()["stopped"] == "no_verdict"
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError):
+        KneeSearch([], estimate=lambda rows: None, precision=1.5)
+    with pytest.raises(ValueError):
+        KneeSearch([], estimate=lambda rows: None, max_steps=0)
+
+
+def test_the_realised_rate_is_stated_when_a_short_step_drew_far_from_its_target():
+    assert realised_rate_note(5.5, [4.1]) == " (offered 4.1 req/s realised)"
+    assert realised_rate_note(5.5, [5.2, None, float("nan")]) == ""  # within 10%: the label stands
+    assert realised_rate_note(5.5, [6.2, 5.4]) == " (offered 6.2 req/s realised)"
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_with_the_analysis_estimate_the_interval_holds_the_true_knee(seed):
+    """The whole loop with `analysis.knee.estimate_knee` (the estimate a run uses) against the synthetic
+    server: the search ends inside its budget with a knee whose interval holds the truth."""
+    from analysis.knee import estimate_knee
+    from llmload.config import SLO
+
+    slo = SLO.model_validate({"ttft_p95": "1s"})
+    knee = 4.6
+    server = Server(knee, seed=seed)
+    clock = Clock()
+    search = KneeSearch([server.row(r, phase="ladder") for r in (2, 4, 6, 8)],
+                        estimate=lambda rows: estimate_knee(rows, slo), precision=0.05, budget_s=600,
+                        max_steps=8, step_s=60.0, clock=clock)
+    while (ask := search.next_step()) is not None:
+        clock.t += 70.0
+        search.record(server.row(ask.rate), wall_s=70.0, nominal_s=60.0)
+    answer = search.answer
+    assert answer.stopped in ("precision", "budget", "max_steps") and clock.t <= 600
+    assert answer.knee.binding == "ttft_p95"
+    assert answer.knee.low <= knee <= answer.knee.high, answer.knee
+    assert abs(answer.knee.rate - knee) / knee < 0.1
+
+
+def test_an_undecided_step_inside_a_narrow_interval_is_repeated_before_the_precision_stop():
+    rows = [{"label": "r5.16", "target_rate": 5.16, "offered_rate": 5.15, "verdict": "inconclusive"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(5.4, 5.1, 5.6), precision=0.05, max_extensions=1,
+                        step_s=1, clock=Clock())  # half-width 4.6%: precise enough, but r5.16 is undecided
+    assert search.next_step() == Ask(5.16, extends="r5.16")
+    search.record({"label": "r5.16-2", "target_rate": 5.16, "offered_rate": 5.16, "verdict": "pass"})
+    assert search.next_step() is None and search.answer.stopped == "precision"
+
+
+def test_a_precise_estimate_from_the_ladder_alone_still_gets_one_refine_step():
+    rows = [{"label": "r6.00", "target_rate": 6.0, "offered_rate": 6.0, "verdict": "pass"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(6.29, 6.04, 6.65), precision=0.05, step_s=1,
+                        clock=Clock())  # +-4.9% from the ladder's steps: not trusted without a probe
+    assert search.next_step() == Ask(6.29)
+    search.record({"label": "r6.29", "target_rate": 6.29, "offered_rate": 6.29, "verdict": "fail"})
+    assert search.next_step() is None and search.answer.stopped == "precision"
