@@ -58,7 +58,8 @@ def _inline_spans() -> list[str]:
 
 def commands(program: str) -> list[str]:
     """Every README command line that starts with `program` (deduplicated, in order)."""
-    found = [c for c in _code_lines() + _inline_spans() if c.split(" ", 1)[0] == program and " " in c]
+    found = [c for c in _code_lines() + _inline_spans() if c.split(" ", 1)[0] == program and " " in c
+             and not c.split()[1].endswith(":")]  # `llmload demo: knee ...` is output the README quotes
     return list(dict.fromkeys(found))
 
 

@@ -9,7 +9,7 @@ import llmload.runtime
 MODULES = {
     "console": ["DEMO_ENV", "LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats",
                 "exit_note", "replace_locust_stats", "run_in_demo"],
-    "controller": ["StepController", "WorkerLink", "step_lead_s"],
+    "controller": ["StepController", "WorkerLink", "search_line", "step_lead_s"],
     "demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "gate": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "finish": ["analyse_run", "finalize_run", "merge_run_records"],
