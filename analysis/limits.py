@@ -50,6 +50,7 @@ __all__ = [
     "GPU_BUSY",
     "KV_FULL",
     "LIMIT_KINDS",
+    "OOM_ADVICE",
     "PREFILL_SHARE",
     "QUEUE_SHARE",
     "SLOTS_FULL_SHARE",
@@ -84,6 +85,9 @@ CLIENT_WAIT_MIN_S = 0.05
 _TTFT_DIMS = ("ttft", "user_ttft", "e2e", "user_e2e", "server_queue", "client_wait", "queue_growth")
 _DECODE_DIMS = ("tpot", "itl")
 
+#: the `gpu` limit's advice when the server ran out of GPU memory (not a busy GPU)
+OOM_ADVICE = ("the GPU ran out of memory: lower max_num_seqs or the context length, a smaller or quantised "
+              "model, or more GPUs (tensor parallelism) or replicas")
 _ADVICE = {
     "none": "no limit reached inside the SLO",
     "batch_slots": "raise max_num_seqs (llama.cpp --parallel, OLLAMA_NUM_PARALLEL) if memory allows, "
@@ -236,7 +240,7 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
         return _limit("kv_cache", evidence)
     if "oom" in dims:  # the server said it ran out of GPU memory
         evidence.update(oom=_round(row.get("oom"), 0), gpu_memory_peak_bytes=_round(row.get("gpu_memory_peak_bytes"), 0))
-        return _limit("gpu", evidence)
+        return _limit("gpu", evidence, OOM_ADVICE)
     decode = dims and dims[0] in _DECODE_DIMS
     if decode:
         return _limit("decode", _decode_evidence(evidence, row, baseline))
@@ -264,9 +268,17 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
 
 def _decode_evidence(evidence: dict[str, Any], row: Mapping[str, Any],
                      baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """TPOT p95 and, when another decode target failed (a TPOT p99, an ITL p95), that figure too
+    (`decode_key`, `decode_value_s`, `baseline_decode_value_s`): the sentence quotes what failed."""
     base = baseline or {}
+    keys = list(row.get("failing") or []) + list(row.get("undecided_targets") or []) + \
+        list(row.get("over_on_few_samples") or [])
+    key = next((str(k) for k in keys if _dim(k) in _DECODE_DIMS and slo_dims.parse_threshold_key(str(k))),
+               "tpot_p95")
     return {**evidence, "tpot_p95_s": _round(row.get("tpot_p95_s")),
             "baseline_tpot_p95_s": _round(base.get("tpot_p95_s")),
+            "decode_key": key, "decode_value_s": _round(row.get(f"{key}_s")),
+            "baseline_decode_value_s": _round(base.get(f"{key}_s")),
             "baseline_running_mean": _round(base.get("running_mean"), 3),
             "baseline_step": base.get("label")}
 
@@ -361,9 +373,12 @@ def limit_sentence(limit: Mapping[str, Any] | None) -> str:
         if _known(ev.get("input_tokens_mean")):
             parts.append(f"prompts of {_f(ev['input_tokens_mean']):.0f} tokens")
     elif kind == "decode":
-        text = f"TPOT p95 {_s(ev.get('tpot_p95_s'))}"
-        if _known(ev.get("baseline_tpot_p95_s")):
-            text += f" against {_s(ev['baseline_tpot_p95_s'])} at the lightest step"
+        key = str(ev.get("decode_key") or "tpot_p95")
+        value, base = (ev.get("decode_value_s"), ev.get("baseline_decode_value_s")) if "decode_key" in ev \
+            else (ev.get("tpot_p95_s"), ev.get("baseline_tpot_p95_s"))
+        text = f"{_key_text(key)} {_s(value)}"
+        if _known(base):
+            text += f" against {_s(base)} at the lightest step"
         if _known(ev.get("running_mean")):
             text += f", with {_f(ev['running_mean']):.1f} requests in the batch on average"
         parts.append(text)
@@ -397,6 +412,13 @@ def add_limits(summary: dict, steps: pd.DataFrame) -> dict:
         if isinstance(limit, Mapping):
             entry["limit"] = json_value(dict(limit))
     return summary
+
+
+def _key_text(key: str) -> str:
+    """`tpot_p99` -> "TPOT p99" (the SLO registry's display name and the percentile)."""
+    parsed = slo_dims.parse_threshold_key(key)
+    dim = slo_dims.by_name(parsed[0]) if parsed else None
+    return f"{dim.display} p{parsed[1]:g}" if dim and parsed else key
 
 
 def limit_answer(row: Mapping[str, Any], rate: float | None = None) -> str:

@@ -8,6 +8,7 @@ import pytest
 
 from analysis.limits import (
     LIMIT_KINDS,
+    OOM_ADVICE,
     classify_limit,
     limit_answer,
     limit_sentence,
@@ -81,10 +82,22 @@ def test_decode_when_tpot_fails_first():
     assert "TPOT p95 90 ms against 30 ms at the lightest step" in limit_sentence(limit)
 
 
+def test_decode_quotes_the_decode_target_that_failed():
+    """A TPOT p99 or ITL p95 that failed is quoted as itself, never as the TPOT p95 beside it."""
+    row = _row(failing=["tpot_p99"], tpot_p95_s=0.046, tpot_p99_s=0.064, running_mean=9.5)
+    limit = classify_limit(row, _window(), SERVER,
+                           baseline={"label": "r0.50", "tpot_p95_s": 0.03, "tpot_p99_s": 0.046})
+    assert limit["kind"] == "decode" and limit["evidence"]["decode_key"] == "tpot_p99"
+    assert limit_sentence(limit).startswith("TPOT p99 64 ms against 46 ms at the lightest step")
+    itl = classify_limit(_row(failing=["itl_p95"], itl_p95_s=0.07), _window(), SERVER)
+    assert limit_sentence(itl).startswith("ITL p95 70 ms")
+
+
 def test_gpu_client_cap_generator_none_unknown():
     assert classify_limit(_row(), _window(gpu_utilization_mean=0.99), SERVER)["kind"] == "gpu"
     oom = classify_limit(_row(failing=["oom"], oom=3), _window(), SERVER)
     assert oom["kind"] == "gpu" and "3 requests failed out of GPU memory" in limit_sentence(oom)
+    assert oom["advice"] == OOM_ADVICE and "busy" not in oom["advice"]  # out of memory, not a busy GPU
     capped = classify_limit(_row(client_wait_p95_s=12.6), _window(capped_share=0.91, received_rate=5.1), SERVER)
     assert capped["kind"] == "client_cap" and capped["evidence"]["received_rate"] == 5.1
     assert "91% of arrivals waited for one of the client's 64 connection slots" in limit_sentence(capped)
