@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import gevent.lock
+import gevent.socket
 import gevent.ssl
 from gevent import monkey
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
@@ -84,12 +85,28 @@ class NotSent(ConnectionError):
 _poll = monkey.get_original("select", "poll")
 
 
-def _closed_by_peer(sock: socket.socket) -> bool:
+#: how long after a kept-alive connection was handed back a request on it first waits for the server's
+#: close: a server that ends the connection after a response (llama-server does after a stream while
+#: announcing keep-alive) sends its FIN right behind the last byte, so it is at most this far behind
+#: even across a network; without the wait a request sent at once races it (seen: 1 in 4 lost)
+CLOSE_GRACE_S = 0.002
+
+
+def _closed_by_peer(sock: socket.socket, wait_s: float = 0.0) -> bool:
     """An idle kept-alive socket that is readable was closed by the server (or holds bytes nobody asked
-    for): it cannot carry a request (urllib3's `is_connection_dropped` rule)."""
+    for): it cannot carry a request (urllib3's `is_connection_dropped` rule). `wait_s`: wait that long
+    (cooperatively) for it to become readable."""
     poller = _poll()
     poller.register(sock.fileno(), select.POLLIN)
-    return bool(poller.poll(0))
+    if poller.poll(0):
+        return True
+    if wait_s <= 0:
+        return False
+    try:
+        gevent.socket.wait_read(sock.fileno(), timeout=wait_s)
+    except (TimeoutError, OSError):
+        return False
+    return True
 
 
 class SocketTiming:
@@ -155,6 +172,8 @@ class _Timed:
         self.where = f"{host}:{port}"
         self._gate = gevent.lock.Semaphore(self.size)
         self._new: set[socket.socket] = set()
+        #: when each kept-alive socket was handed back (`close_grace_left`)
+        self._returned_at: dict[socket.socket, float] = {}
         #: connections opened, and connections handed back for reuse (counters, for checks)
         self.opened = 0
         self.returned = 0
@@ -195,8 +214,14 @@ class _Timed:
         try:
             super().return_socket(sock)
             self.returned += 1
+            self._returned_at[sock] = now()
         finally:
             self._gate.release()
+
+    def close_grace_left(self, sock: socket.socket) -> float:
+        """How much of `CLOSE_GRACE_S` since `sock` was handed back is left (0 for an older one)."""
+        returned = self._returned_at.pop(sock, None)
+        return 0.0 if returned is None else max(0.0, CLOSE_GRACE_S - (now() - returned))
 
     def release_socket(self, sock: socket.socket) -> None:
         try:
@@ -309,9 +334,13 @@ class Endpoint:
         data = self.head(path, headers, len(body)) + body
         pool = self.pool
         sock = pool.get_socket(timing)
-        if timing.reused and _closed_by_peer(sock):
-            pool.release_socket(sock)
-            raise NotSent("the kept-alive connection was closed by the server before the request was written")
+        if timing.reused:
+            grace = pool.close_grace_left(sock)
+            if _closed_by_peer(sock, grace):
+                pool.release_socket(sock)
+                raise NotSent("the kept-alive connection was closed by the server before the request was written")
+            if grace:
+                timing.ready_at = now()  # just before the bytes go out (METRICS.md `sent_at`), after the wait
         idle.touch()
         try:
             sent = timing.written = sock.send(data)
