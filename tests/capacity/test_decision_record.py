@@ -24,8 +24,9 @@ def test_decision_record_in_summary_worksheet_and_report(deployments):
     run_dir = deployments.one
     summary = read_json(run_dir, "summary.json")
     decision = summary["decision"]
-    # the error-ratio limit applies unless written (docs/METRICS.md), so the record shows it
-    assert decision["thresholds"] == {"e2e_p95_s": E2E_SLO_S, "max_error_ratio": 0.05, "min_samples": 5}
+    # the error- and reject-ratio limits apply unless written (docs/METRICS.md), so the record shows them
+    assert decision["thresholds"] == {"e2e_p95_s": E2E_SLO_S, "max_error_ratio": 0.05, "max_reject_ratio": 0.05,
+                                      "min_samples": 5}
     assert "ttft_p95" in decision["not_checked"]  # a missing threshold says so
 
     records, windows = window_requests(run_dir)
