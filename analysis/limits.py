@@ -214,9 +214,9 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
     (`Analysis.steps`); `window`: `window_figures`; `server`: `server_info`; `baseline`: the lightest
     judged step of the same run (TPOT and batch there, for `decode`)."""
     own = row.get("limit")
-    if isinstance(own, Mapping) and own.get("kind") == "client_cap":
-        return dict(own)
     evidence = _common(row, window, server)
+    if isinstance(own, Mapping) and own.get("kind") == "client_cap":  # the verdict's check: its figures win
+        return {**own, "evidence": {**evidence, **dict(own.get("evidence") or {})}}
     verdict = str(row.get("verdict") or "")
     share, wait = _f(window.get("capped_share")), _f(row.get("client_wait_p95_s"))
     if share >= CLIENT_CAP_SHARE and wait >= CLIENT_WAIT_MIN_S:

@@ -184,9 +184,11 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
         error_ratio=sum(outcomes.get(k, 0) for k in ERROR_OUTCOMES) / arrivals if arrivals else math.nan,
         oom=outcomes.get("oom", 0),
     )
-    # arrivals held at the client's concurrency cap, and what the server was sent (the client cap check)
+    # arrivals held at the client's concurrency cap, and what the server was sent (the client cap check):
+    # every request of the step sent inside the window, a backlog held since the warm-up included (what
+    # the server received then; NaN sent_at compares False)
     row["capped_share"] = float(capped[in_win].mean()) if arrivals else math.nan
-    row["received_rate"] = per_s(int((in_win & (sent_at >= ws) & (sent_at < we)).sum()))
+    row["received_rate"] = per_s(int(((sent_at >= ws) & (sent_at < we)).sum()))
     if "worker" in req:
         row["workers"] = int(req.loc[in_win, "worker"].nunique())
     planned = step.get("planned_arrivals")

@@ -29,7 +29,7 @@ limit and what to do; any failed check makes the step `invalid`.
   `user_ttft`, `user_e2e`): the server was sent less than the offered load (the offered, achieved and
   goodput rates count those arrivals), so the step cannot pass on the server's figures alone. Whenever
   the cap holds that share back, judged or not, the row gets `limit: {kind: "client_cap", evidence:
-  {waited_share, client_wait_p95_s, server_received_rate}, advice}` (`client_cap_limit`), which the
+  {capped_share, client_wait_p95_s, received_rate}, advice}` (`client_cap_limit`), which the
   live table, the closing lines and summary.json show.
 - `clock`: a worker on another host runs on the master's clock as the master measured it
   (`llmload.runtime.clocksync`); its error over the step, the offset's uncertainty (half the round trip)
@@ -125,8 +125,8 @@ def client_cap_limit(metrics: dict, client: Client) -> dict | None:
     if not _nan(offered) and not _nan(received) and received >= offered * (1.0 - client.max_rate_shortfall):
         return None  # the arrivals waited a little, but the server was sent the offered load
     cap = f"client.max_concurrency {client.max_concurrency}" if client.max_concurrency else "the client's pool"
-    evidence = {"waited_share": share, "client_wait_p95_s": None if _nan(wait) else wait,
-                "server_received_rate": None if _nan(received) else received,
+    evidence = {"capped_share": share, "client_wait_p95_s": None if _nan(wait) else wait,
+                "received_rate": None if _nan(received) else received,
                 "offered_rate": None if _nan(offered) else offered, "max_concurrency": client.max_concurrency}
     rates = "" if _nan(received) or _nan(offered) else \
         f": the server was sent {received:.3g} req/s of {offered:.3g} offered"
@@ -147,9 +147,9 @@ def client_cap_line(label: str, row: dict) -> str | None:
     if any(r.get("check") == "client_cap" for r in row.get("invalid_reasons") or [] if isinstance(r, dict)):
         return None
     ev = limit.get("evidence") or {}
-    sent = ev.get("server_received_rate")
+    sent = ev.get("received_rate")
     rates = f", the server was sent {sent:.3g} req/s" if isinstance(sent, (int, float)) and not _nan(sent) else ""
-    return (f"step {label} limited by the client's cap: {ev.get('waited_share', 0):.0%} of arrivals waited for a "
+    return (f"step {label} limited by the client's cap: {ev.get('capped_share', 0):.0%} of arrivals waited for a "
             f"free slot{rates}: {limit.get('advice')}")
 
 
@@ -234,7 +234,7 @@ def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
     if cap is not None:
         metrics["limit"] = {k: cap[k] for k in ("kind", "evidence", "advice")}
         if not any(t.metric in _USER_SIDE for t in slo.thresholds):
-            fail("client_cap", cap["evidence"]["waited_share"], CLIENT_CAP_SHARE, "client.max_concurrency",
+            fail("client_cap", cap["evidence"]["capped_share"], CLIENT_CAP_SHARE, "client.max_concurrency",
                  f"{cap['message']}; no client_wait, user_ttft or user_e2e target judges that wait",
                  cap["advice"])
     return failed

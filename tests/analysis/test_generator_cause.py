@@ -3,7 +3,7 @@
 - Most arrivals waiting at the client's own cap (`client.max_concurrency`) never leave a step passing on
   the server's figures: without a user-side target (client wait, user TTFT, user E2E) the step is
   `invalid` (`client_cap`); with one it is judged on it; either way the row names the limit
-  `{kind: client_cap, evidence: {waited_share, client_wait_p95_s, server_received_rate}, advice}`.
+  `{kind: client_cap, evidence: {capped_share, client_wait_p95_s, received_rate}, advice}`.
 - "Run on a quieter machine" / "--processes N" only for a generator that really was CPU-bound or held
   up: a lost worker, a server whose answers kept the generator busy and requests failing inside llmload
   (a dataset) each get their own advice.
@@ -40,7 +40,7 @@ def test_most_arrivals_waiting_at_the_client_cap_is_invalid_and_named() -> None:
     limit = row["limit"]
     assert limit["kind"] == "client_cap" and "raise client.max_concurrency above 1" in limit["advice"]
     ev = limit["evidence"]
-    assert ev["waited_share"] == 0.8 and ev["client_wait_p95_s"] > 10 and ev["server_received_rate"] < 2.0
+    assert ev["capped_share"] == 0.8 and ev["client_wait_p95_s"] > 10 and ev["received_rate"] < 2.0
     entry = result.summary["steps"][0]
     assert entry["limit"]["kind"] == "client_cap"
     reason = next(r for r in entry["invalid_reasons"] if r["check"] == "client_cap")

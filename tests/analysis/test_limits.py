@@ -102,7 +102,9 @@ def test_gpu_client_cap_generator_none_unknown():
     assert capped["kind"] == "client_cap" and capped["evidence"]["received_rate"] == 5.1
     assert "91% of arrivals waited for one of the client's 64 connection slots" in limit_sentence(capped)
     kept = {"kind": "client_cap", "evidence": {"capped_share": 0.5}, "advice": "raise it"}
-    assert classify_limit(_row(limit=kept), _window(), SERVER) == kept
+    held = classify_limit(_row(limit=kept), _window(), SERVER)  # the verdict's own: kept, server figures added
+    assert held["kind"] == "client_cap" and held["advice"] == "raise it" and held["evidence"]["capped_share"] == 0.5
+    assert held["evidence"]["waiting_mean"] == 0.0
     invalid = _row(verdict="invalid", invalid_reasons=[{"check": "send_lag"}])
     assert classify_limit(invalid, _window(), SERVER)["kind"] == "generator"
     assert classify_limit(_row(verdict="pass", failing=[]), _window(), SERVER)["kind"] == "none"

@@ -133,7 +133,10 @@ def test_ladder_finds_the_knee(ladder) -> None:
     assert "pass" not in verdicts[verdicts.index("fail"):], f"a pass above a failing rate: {verdicts}"
     knee = steps[f"r{[0.5, 1.0, 2.0, 4.0][verdicts.index('fail')]:.2f}"]
     assert any("ttft" in name for name in knee["failing"]), knee["failing"]
-    assert summary["last_passing_rate"] in (0.5, 1.0, 2.0), summary["last_passing_rate"]
+    # the label's rate, and the realised offered rate of that step (poisson_exact: round(rate x 15 s) arrivals)
+    assert summary["last_passing_target_rate"] in (0.5, 1.0, 2.0), summary["last_passing_target_rate"]
+    passing = steps[f"r{summary['last_passing_target_rate']:.2f}"]
+    assert summary["last_passing_rate"] == pytest.approx(passing["offered_rate"])
     assert steps["r4.00"]["ttft_p95_s"] > 2 * steps["r0.50"]["ttft_p95_s"]
 
 

@@ -33,10 +33,10 @@ def test_a_step_held_back_by_the_client_cap_is_named_and_never_passes(tmp_path):
     step = json.loads((out / "summary.json").read_text())["steps"][0]
     assert step["verdict"] == "invalid" and "client_cap" in step["failing"]
     ev = step["limit"]["evidence"]
-    assert step["limit"]["kind"] == "client_cap" and ev["waited_share"] >= 0.5
+    assert step["limit"]["kind"] == "client_cap" and ev["capped_share"] >= 0.5
     window = step["window_end"] - step["window_start"]
     in_window = sum(step["window_start"] <= r.at < step["window_end"] for r in posts)
-    assert ev["server_received_rate"] < 0.5 * step["offered_rate"]
-    assert abs(ev["server_received_rate"] - in_window / window) <= 1.0 / window  # what the server got
+    assert ev["received_rate"] < 0.5 * step["offered_rate"]
+    assert abs(ev["received_rate"] - in_window / window) <= 1.0 / window  # what the server got
     lines = [ln for ln in said.splitlines() if "waited for a free slot of client.max_concurrency 1" in ln]
     assert len(lines) == 2, said  # the live table's line and the closing line
