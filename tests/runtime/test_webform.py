@@ -33,7 +33,7 @@ def test_the_form_shows_the_queue_growth_and_min_samples_checks_that_apply():
     """Issue 32: the SLO field hid `queue_growth` and `min_samples`, which still judged the run."""
     config = _config(slo={"ttft_p95": "1s", "queue_growth": "forbid", "allow_oom": False, "min_samples": 30})
     shown = form_values(config)[SLO_OPTION]
-    assert shown == "ttft_p95=1s, max_error_ratio=0.05, allow_oom=false, queue_growth=forbid, min_samples=30"
+    assert shown == "ttft_p95=1s, max_reject_ratio=0.05, max_error_ratio=0.05, allow_oom=false, queue_growth=forbid, min_samples=30"
     run, changed = apply_form(config, slo=shown)  # shown as is: nothing changes
     assert changed == {} and run == config
     run, changed = apply_form(config, slo=shown.replace("queue_growth=forbid", "queue_growth=allow"))
