@@ -63,7 +63,10 @@ def run_llmload(config_name: str, server, tmp_path: Path) -> dict:
             proc.wait()
     after = scrape_metrics(server.url)
     output = log.read_text()[-3000:]
-    assert proc.returncode in (0, 1), f"llmload run exited {proc.returncode}:\n{output}"
+    # 0 pass, 1 a step failed; 3 only when a step was inconclusive (a p95 interval from a short real step
+    # straddling its target), never invalid or insufficient
+    verdict = json.loads((run_dir / "summary.json").read_text()).get("verdict") if proc.returncode == 3 else None
+    assert proc.returncode in (0, 1) or verdict == "inconclusive", f"llmload run exited {proc.returncode}:\n{output}"
     missing = [name for name in RUN_FILES if not (run_dir / name).is_file()]
     assert not missing, f"run directory lacks {missing}:\n{output}"
     return {
