@@ -144,3 +144,38 @@ def run_said(run_dir: Path) -> str:
     return "; ".join(f"{s['label']}: {s['verdict']} {s['failing']} outcomes {s['outcomes']} send lag p99 "
                      f"{s['send_lag_p99_s']} {[r['message'] for r in s.get('invalid_reasons') or []]}"
                      for s in steps)
+
+
+def bad_input_cli(tmp_path: Path, monkeypatch, capsys, *, what: str = "a bad input"):
+    """`run(text_or_bytes, command=("run",), name="bad.yaml")` -> (exit code, stderr) of the real entry
+    (`llmload.cli.main`) on a file holding that. The pre-flight and the sim server are patched to fail if
+    they are reached: bad input must stop before anything starts."""
+    from llmload.cli import main
+
+    def not_started(*args, **kwargs):
+        raise AssertionError(f"{what} was accepted: the pre-flight was reached")
+
+    monkeypatch.setattr("llmload.runtime.preflight.check_reachable", not_started)
+    monkeypatch.setattr("llmload.sim.server.SimServer", not_started)  # `sim --config` never serves
+
+    def run(content: str | bytes, command: tuple[str, ...] = ("run",), name: str = "bad.yaml") -> tuple[int, str]:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        args = [*command, str(path)] if command == ("run",) else [*command, "--config", str(path)]
+        code = main(args)
+        return code, capsys.readouterr().err
+
+    return run
+
+
+def assert_one_line(code: int, err: str, *, where: str, key: str | None = None) -> None:
+    """A user mistake's answer: exit 2 and one `llmload: error:` line naming `where` (and `key`)."""
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("llmload: error: ") and where in lines[0], err
+    if key is not None:
+        assert key in lines[0], err

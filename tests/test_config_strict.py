@@ -8,8 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from llmload.cli import main
+from support import assert_one_line, bad_input_cli
 
 TARGET = "target:\n  url: {url}\n"
 LADDER = "shape:\n  ladder:\n    steps:\n      - {{rate: {rate}, duration: {duration}}}\n"
@@ -22,33 +21,7 @@ def config_text(*, url: str = "http://127.0.0.1:8000", rate: str = "1", duration
 @pytest.fixture
 def run_cli(tmp_path, monkeypatch, capsys):
     """`run_cli(text_or_bytes, command=("run",))` -> (exit code, stderr) for a config file holding that."""
-
-    def not_started(*args, **kwargs):
-        raise AssertionError("a bad config was accepted: the pre-flight was reached")
-
-    monkeypatch.setattr("llmload.runtime.preflight.check_reachable", not_started)
-    monkeypatch.setattr("llmload.sim.server.SimServer", not_started)  # `sim --config` never serves
-
-    def run(content: str | bytes, command: tuple[str, ...] = ("run",), name: str = "bad.yaml") -> tuple[int, str]:
-        path = tmp_path / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-        args = [*command, str(path)] if command == ("run",) else [*command, "--config", str(path)]
-        code = main(args)
-        return code, capsys.readouterr().err
-
-    return run
-
-
-def assert_one_line(code: int, err: str, *, where: str, key: str | None = None) -> None:
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("llmload: error: ") and where in lines[0], err
-    if key is not None:
-        assert key in lines[0], err
+    return bad_input_cli(tmp_path, monkeypatch, capsys, what="a bad config")
 
 
 # ------------------------------------------------------------------ 10: URLs
