@@ -421,6 +421,13 @@ def _key_text(key: str) -> str:
     return f"{dim.display} p{parsed[1]:g}" if dim and parsed else key
 
 
+def _failing_text(key: str) -> str:
+    """A failing key's name: `tpot_p95` -> "TPOT p95", `reject_ratio` -> "Reject ratio"."""
+    parsed = slo_dims.parse_threshold_key(key)
+    dim = slo_dims.by_name(parsed[0] if parsed else key)
+    return (f"{dim.display} p{parsed[1]:g}" if parsed else dim.display) if dim else key
+
+
 def limit_answer(row: Mapping[str, Any], rate: float | None = None) -> str:
     """The answer's sentence for the first failing step: what broke first, at what rate, and its limit,
     e.g. "TTFT p95 broke first at about 4.6 req/s: all 6 batch slots busy ...; the lever: ..."."""
@@ -428,11 +435,14 @@ def limit_answer(row: Mapping[str, Any], rate: float | None = None) -> str:
     failing = list(row.get("failing") or [])
     if not isinstance(limit, Mapping):
         return ""
-    what = "the step"
-    if failing:
-        parsed = slo_dims.parse_threshold_key(str(failing[0]))
-        dim = slo_dims.by_name(parsed[0] if parsed else str(failing[0]))
-        what = (f"{dim.display} p{parsed[1]:g}" if parsed else dim.display) if dim else str(failing[0])
+    # the first target that failed, and the one the limit's sentence quotes when that is another one
+    # ("Reject ratio and TPOT p95 broke first ...: TPOT p95 91 ms against 46 ms ..."): never a figure
+    # for a target not named
+    keys = [str(failing[0])] if failing else []
+    quoted = (limit.get("evidence") or {}).get("decode_key") if limit.get("kind") == "decode" else None
+    if keys and quoted and quoted != keys[0] and quoted in failing:
+        keys.append(str(quoted))
+    what = " and ".join(_failing_text(key) for key in keys) or "the step"
     rate = _f(row.get("offered_rate")) if rate is None else rate
     at = f" at about {rate:.3g} req/s" if _known(rate) else ""
-    return f"{what} broke first{at}: {limit_sentence(limit)}"
+    return f"{what[:1].upper()}{what[1:]} broke first{at}: {limit_sentence(limit)}"

@@ -156,3 +156,14 @@ def test_step_limits_per_row_and_none_for_unrun():
     req = pd.DataFrame({"step": ["a"], "in_window": [True], "capped": [False], "sent_at": [1.0]})
     limits = step_limits(steps, req, tel, {"max_num_seqs": 6, "server": "vllm"})
     assert limits[0]["kind"] == "batch_slots" and limits[1] is None
+
+
+def test_answer_names_the_target_its_sentence_quotes():
+    """A step that failed the reject ratio first and TPOT too, judged a decode limit: the answer names both,
+    never a TPOT figure under the reject ratio's name alone."""
+    limit = {"kind": "decode", "advice": "lower max_num_seqs",
+             "evidence": {"tpot_p95_s": 0.091, "baseline_tpot_p95_s": 0.046, "decode_key": "tpot_p95",
+                          "decode_value_s": 0.091, "baseline_decode_value_s": 0.046}}
+    row = {"failing": ["reject_ratio", "e2e_p95", "tpot_p95"], "offered_rate": 3.05, "limit": limit}
+    assert limit_answer(row).startswith("Reject ratio and TPOT p95 broke first at about 3.05 req/s: TPOT p95 91 ms")
+    assert limit_answer({**row, "failing": ["tpot_p95", "ttft_p95"]}).startswith("TPOT p95 broke first at")
