@@ -18,7 +18,8 @@ constructors' defaults are for Python callers only; `to_dict` always writes ever
 What a malformed message does to a run: a worker that cannot read the master's step or cancel says so
 in a `DrainedMessage` whose `error` is the one line (label `""` when it could not find the step's), so
 the master ends the run with it; a master that cannot read a worker's results or drained notice ends
-the run with the one line (`read_message`, `StepController.fail`). A clock exchange that cannot be read
+the run with the one line after the step under way (`read_message`, `StepController.fail`; a drained
+notice it could not read leaves that step to its drain deadline). A clock exchange that cannot be read
 is logged and left unanswered (the worker's records then stay on its own clock, said once).
 
 A summary is a record's fields with `token_times` packed as float64 bytes: shipping per-event float

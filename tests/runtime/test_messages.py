@@ -86,7 +86,7 @@ def test_a_shipped_record_keeps_its_packed_times_over_the_wire():
     assert Record(**unpack_record(row)) == RECORD
 
 
-def test_the_message_types_are_lockusts_names_unchanged():
+def test_the_message_types_keep_their_locust_names():
     assert [m.TYPE for m in (StepMessage, CancelMessage, ResultsMessage, DrainedMessage, ClockPing, ClockPong)] == [
         "llmload:step", "llmload:cancel", "llmload:results", "llmload:drained", "llmload:clock_ping",
         "llmload:clock_pong"]
