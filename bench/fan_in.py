@@ -62,7 +62,14 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
     from llmload.clock import now
     from llmload.records import Record
     from llmload.runtime import clocksync
-    from llmload.runtime.messages import STEP, DrainedMessage, ResultsMessage, StepMessage, pack_record
+    from llmload.runtime.messages import (
+        STEP,
+        DrainedMessage,
+        HelloMessage,
+        ResultsMessage,
+        StepMessage,
+        pack_record,
+    )
     from llmload.runtime.worker import SHIP_INTERVAL_S
     from llmload.runtime.workerauth import HELLO, proof
 
@@ -120,7 +127,7 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
             if len(finished) == count:  # every worker here shipped its share: say how much
                 out.write_text(json.dumps(shipped))
 
-        send(HELLO, proof(TOKEN, client_id))
+        send(HELLO, HelloMessage(proof=proof(TOKEN, client_id)).to_dict())
         send("client_ready", locust.__version__)
         gevent.spawn(heartbeat)
         while True:

@@ -7,7 +7,8 @@ applies the master's options (NOTES.md). Workers answer with batches of compact 
 (`ResultsMessage`, `llmload:results`) and one `DrainedMessage` (`llmload:drained`) per step; the master
 may send a `CancelMessage` (`llmload:cancel`) when a step's drain times out. The master measures the
 workers' clocks with `ClockPing` / `ClockPong` (`llmload:clock_ping` / `llmload:clock_pong`,
-`llmload.runtime.clocksync`).
+`llmload.runtime.clocksync`). Before all that, a worker proves the worker token with a `HelloMessage`
+and a master that does not take it says why in a `RefusedMessage` (`llmload.runtime.workerauth`).
 
 On the wire a message is `to_dict()`: plain types only, as it crosses ZeroMQ as msgpack (a local
 runner hands the dict over in-process). `from_dict` is strict, as the receiving end must be: a field
@@ -52,7 +53,9 @@ __all__ = [
     "ClockPing",
     "ClockPong",
     "DrainedMessage",
+    "HelloMessage",
     "Message",
+    "RefusedMessage",
     "ResultsMessage",
     "StepMessage",
     "pack_record",
@@ -186,6 +189,26 @@ class ClockPong(Message):
     t0: float
     t1: float
     t2: float
+
+
+@dataclass(frozen=True, slots=True)
+class HelloMessage(Message):
+    """worker → master, just before Locust's `client_ready`: `proof` of the worker token
+    (`llmload.runtime.workerauth.proof`; the token itself never crosses the wire)."""
+
+    TYPE: ClassVar[str] = "llmload:hello"
+
+    proof: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedMessage(Message):
+    """master → worker: the master does not take this worker, and why (one line; the worker prints it
+    and exits with code 2)."""
+
+    TYPE: ClassVar[str] = "llmload:refused"
+
+    reason: str
 
 
 def read_message(cls: type[M], data: Any, *, worker: str | None, fail: Callable[[str], None]) -> M | None:

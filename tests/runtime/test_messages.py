@@ -31,6 +31,8 @@ from llmload.runtime.messages import (
     ClockPing,
     ClockPong,
     DrainedMessage,
+    HelloMessage,
+    RefusedMessage,
     ResultsMessage,
     StepMessage,
     pack_record,
@@ -59,6 +61,8 @@ MESSAGES = [
     DrainedMessage(worker="1", label="r2.00", put=4, finished=4, cancelled=True, at=12.5, error="it broke"),
     ClockPing(seq=7, t0=1.0),
     ClockPong(seq=7, t0=1.0, t1=3.0, t2=3.25),
+    HelloMessage(proof="9f86d081884c7d65"),
+    RefusedMessage(reason="its worker token is not the master's"),
 ]
 
 
@@ -87,9 +91,14 @@ def test_a_shipped_record_keeps_its_packed_times_over_the_wire():
 
 
 def test_the_message_types_keep_their_locust_names():
-    assert [m.TYPE for m in (StepMessage, CancelMessage, ResultsMessage, DrainedMessage, ClockPing, ClockPong)] == [
+    from llmload.runtime import clocksync, workerauth
+
+    assert [m.TYPE for m in (StepMessage, CancelMessage, ResultsMessage, DrainedMessage, ClockPing, ClockPong,
+                             HelloMessage, RefusedMessage)] == [
         "llmload:step", "llmload:cancel", "llmload:results", "llmload:drained", "llmload:clock_ping",
-        "llmload:clock_pong"]
+        "llmload:clock_pong", "llmload:hello", "llmload:refused"]
+    assert (clocksync.PING, clocksync.PONG) == (ClockPing.TYPE, ClockPong.TYPE)
+    assert (workerauth.HELLO, workerauth.REFUSED) == (HelloMessage.TYPE, RefusedMessage.TYPE)
     assert (STEP, CANCEL, RESULTS, DRAINED) == ("llmload:step", "llmload:cancel", "llmload:results", "llmload:drained")
 
 
@@ -327,3 +336,20 @@ def test_a_pong_the_master_cannot_read_is_logged_and_its_exchange_times_out(capl
         assert sync.measure_one("c1", "1") is None
     assert caplog.messages[0] == "malformed llmload:clock_pong message: missing field 't2'"
     assert "worker 1 answered no clock exchange" in caplog.messages[-1]
+
+
+# ------------------------------------------------------------------ the worker token's handshake
+
+
+def test_a_refusal_the_worker_cannot_read_still_ends_it_with_one_line(monkeypatch, capsys):
+    from llmload.runtime import workerauth
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(workerauth.os, "_exit", exit_)
+    with pytest.raises(SystemExit) as exited:
+        workerauth._refused(None, SimpleNamespace(data={"why": "old master"}))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == ("llmload: error: the master refused this worker: its refusal cannot be read "
+                                       "(missing field 'reason'; unknown field 'why')\n")
