@@ -62,8 +62,14 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
     from llmload.clock import now
     from llmload.records import Record
     from llmload.runtime import clocksync
-    from llmload.runtime.messages import DRAINED, STEP, pack_record
-    from llmload.runtime.messages import RESULTS as RESULTS_MSG
+    from llmload.runtime.messages import (
+        STEP,
+        DrainedMessage,
+        HelloMessage,
+        ResultsMessage,
+        StepMessage,
+        pack_record,
+    )
     from llmload.runtime.worker import SHIP_INTERVAL_S
     from llmload.runtime.workerauth import HELLO, proof
 
@@ -89,11 +95,12 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
                 gevent.sleep(1.0)
 
         def run_step(data: dict) -> None:
-            step, name = data["step"], str(data["worker"])
-            label, shard, shards = step["label"], int(data["shard"]), int(data["shards"])
-            rate = float(step["target_rate"])
-            span = float(step.get("warmup_s") or 0.0) + float(step["duration_s"])
-            start = float(data["start_at"])
+            message = StepMessage.from_dict(data)
+            step, name = message.step, message.worker
+            label, shard, shards = step.label, message.shard, message.shards
+            rate = float(step.target_rate)
+            span = float(step.arrivals_s)
+            start = message.start_at
             times = [start + (i * shards + shard) / rate for i in range(int(rate * span / shards))]
             sent, total = 0, len(times)
             gevent.sleep(max(0.0, times[0] - now()) if times else 0.0)
@@ -112,16 +119,15 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
                     stamp = now()
                     for row in rows:
                         row["closed_at"] = stamp
-                    send(RESULTS_MSG, {"worker": name, "rows": rows, "cpu": None, "cpu_at": None,
-                                       "cpu_step": None, "sent": {label: sent}})
+                    send(ResultsMessage.TYPE, ResultsMessage(worker=name, rows=rows, sent={label: sent}).to_dict())
                     shipped[client_id] = shipped.get(client_id, 0) + len(rows)
-            send(DRAINED, {"worker": name, "label": label, "put": total, "finished": total, "cancelled": False,
-                           "at": now(), "error": None})
+            send(DrainedMessage.TYPE, DrainedMessage(worker=name, label=label, put=total, finished=total,
+                                                     at=now()).to_dict())
             finished.append(client_id)
             if len(finished) == count:  # every worker here shipped its share: say how much
                 out.write_text(json.dumps(shipped))
 
-        send(HELLO, proof(TOKEN, client_id))
+        send(HELLO, HelloMessage(proof=proof(TOKEN, client_id)).to_dict())
         send("client_ready", locust.__version__)
         gevent.spawn(heartbeat)
         while True:

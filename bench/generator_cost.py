@@ -119,6 +119,7 @@ def _core_child(args: argparse.Namespace) -> None:
 
     from llmload.clock import now
     from llmload.config import parse_config
+    from llmload.runtime.messages import StepMessage
     from llmload.runtime.sending import build_sender
     from llmload.runtime.worker import WorkerRuntime
     from shapes.steps import StepSpec
@@ -137,13 +138,17 @@ def _core_child(args: argparse.Namespace) -> None:
     step = StepSpec(label="core", index=0, phase="ladder", arrival="constant", target_rate=args.rate,
                     duration_s=args.requests / args.rate, seed=1)
     message = {"worker": "0", "run_dir": args.work, "config": config, "shard": 0, "shards": 1, "seed": 1}
+
+    def step_message(step: StepSpec) -> dict:
+        return StepMessage(step=step, start_at=now() + 0.1, **message).to_dict()
+
     warm = StepSpec(label="warm-up", index=0, phase="ladder", arrival="constant", target_rate=10, duration_s=0.5,
                     seed=2)
-    runtime.on_step({**message, "step": warm.to_dict(), "start_at": now() + 0.1})  # lazy imports, connections
+    runtime.on_step(step_message(warm))  # lazy imports, connections
     drained.wait()
     drained.clear()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    runtime.on_step({**message, "step": step.to_dict(), "start_at": now() + 0.1})
+    runtime.on_step(step_message(step))
     drained.wait()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     gevent.killall(pool)

@@ -6,6 +6,8 @@
     ├── TelemetryError           a metrics endpoint or GPU sampler failed
     ├── ServerError              a server we start (sim, llama.cpp) failed to start or died
     └── RunError                 a run could not be carried out (target unreachable: exit 3)
+        └── MessageError         a message between master and worker lacks a field, has one we do not know,
+                                 or one of the wrong type (`llmload.runtime.messages`)
 
 Context goes in keyword arguments so messages stay one line and callers can inspect it.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LLMLoadError",
+    "MessageError",
     "ProtocolError",
     "RunError",
     "ServerError",
@@ -68,3 +71,17 @@ class RunError(LLMLoadError):
     """The run could not be carried out (target unreachable, quality case failed)."""
 
     exit_code = 3
+
+
+class MessageError(RunError):
+    """A message between master and worker we cannot read: a field missing, unknown or of the wrong type
+    (a master and a worker of different llmload versions, or a bug of ours). `message_type`, `field` and
+    `worker` say which; the text is one line: `worker 0: malformed llmload:results message: missing
+    field 'cpu_at'`."""
+
+    def __init__(self, problem: str, *, message_type: str, field: str | None = None,
+                 worker: str | None = None) -> None:
+        who = f"worker {worker}: " if worker else ""
+        super().__init__(" ".join(f"{who}malformed {message_type} message: {problem}".splitlines()),
+                         message_type=message_type, field=field, worker=worker)
+        self.message_type, self.field, self.worker, self.problem = message_type, field, worker, problem

@@ -1,6 +1,6 @@
 """Locust glue shared by `locustfiles/` and `shapes/`: the open-loop runtime.
 
-    messages    the step / results / drained / cancel messages between master and workers
+    messages    the typed step / cancel / results / drained / clock messages between master and workers
     jobs        a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
     worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
     controller  the master's step controller: runs the plan's steps, then the knee search's

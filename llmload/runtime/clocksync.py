@@ -32,13 +32,15 @@ import gevent
 from gevent.event import AsyncResult
 
 from llmload.clock import now, raw_now
+from llmload.errors import MessageError
+from llmload.runtime.messages import CLOCK_PING, CLOCK_PONG, ClockPing, ClockPong
 
 __all__ = ["EXCHANGES", "PING", "PONG", "ClockSample", "ClockSync", "WorkerClock", "answer_ping", "best_sample"]
 
 log = logging.getLogger("llmload.clocksync")
 
-PING = "llmload:clock_ping"
-PONG = "llmload:clock_pong"
+PING = CLOCK_PING
+PONG = CLOCK_PONG
 #: exchanges per measurement (the smallest round trip is kept)
 EXCHANGES = 8
 #: how long the master waits for one answer before it gives the exchange up
@@ -92,9 +94,15 @@ class WorkerClock:
 
 
 def answer_ping(data: dict, send: Callable[[str, dict], None], *, clock: Callable[[], float] = raw_now) -> None:
-    """The worker's side of an exchange: stamp the receipt and the answer on this host's own clock."""
+    """The worker's side of an exchange (`ClockPing` in, `ClockPong` out): stamp the receipt and the
+    answer on this host's own clock. A ping it cannot read is logged and left unanswered."""
     t1 = clock()
-    send(PONG, {"seq": data["seq"], "t0": data["t0"], "t1": t1, "t2": clock()})
+    try:
+        ping = ClockPing.from_dict(data)
+    except MessageError as exc:
+        log.error("%s", exc)
+        return
+    send(PONG, ClockPong(seq=ping.seq, t0=ping.t0, t1=t1, t2=clock()).to_dict())
 
 
 class ClockSync:
@@ -119,15 +127,21 @@ class ClockSync:
         self.clocks, self.silent = {}, set()
 
     def on_pong(self, data: dict) -> None:
-        """A worker's answer: resolves the exchange waiting for it (a late one is dropped)."""
-        waiting = self._pending.pop(int(data["seq"]), None)
+        """A worker's answer (`ClockPong`): resolves the exchange waiting for it (a late one is dropped;
+        one that cannot be read is logged and its exchange times out)."""
+        try:
+            pong = ClockPong.from_dict(data)
+        except MessageError as exc:
+            log.error("%s", exc)
+            return
+        waiting = self._pending.pop(pong.seq, None)
         if waiting is not None:
-            waiting.set((float(data["t0"]), float(data["t1"]), float(data["t2"]), self._clock()))
+            waiting.set((float(pong.t0), float(pong.t1), float(pong.t2), self._clock()))
 
     def _exchange(self, client_id: str | None) -> tuple[float, float, float, float] | None:
         seq = next(self._seq)
         waiting = self._pending[seq] = AsyncResult()
-        self._send(PING, {"seq": seq, "t0": self._clock()}, client_id)
+        self._send(PING, ClockPing(seq=seq, t0=self._clock()).to_dict(), client_id)
         try:
             return waiting.get(timeout=self.timeout_s)
         except gevent.Timeout:

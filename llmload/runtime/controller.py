@@ -40,6 +40,7 @@ from gevent.event import Event
 from llmload.clock import now
 from llmload.config import Config
 from llmload.runtime.lost import LostWorkers
+from llmload.runtime.messages import DrainedMessage, ResultsMessage
 from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
 from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepRun, plan_fields
@@ -224,12 +225,14 @@ class StepController:
     def recent(self) -> Any:
         return self.tally.recent
 
-    def on_results(self, data: dict) -> None:
+    def on_results(self, results: ResultsMessage) -> None:
         """A batch of per-request summaries from one worker."""
-        self.tally.on_results(data, self.current["label"] if self.current is not None else None)
+        self.tally.on_results(results, self.current["label"] if self.current is not None else None)
 
-    def on_drained(self, data: dict) -> None:
-        self.tally.on_drained(data)
+    def on_drained(self, drained: DrainedMessage) -> None:
+        self.tally.on_drained(drained)
+        if drained.error and not drained.label:  # a worker could not read a message naming no step
+            self.fail(drained.error)
 
     def step_waiting(self, row: dict) -> float | None:
         return self.tally.step_waiting(row)

@@ -42,7 +42,15 @@ from llmload.redaction import install_console_redaction
 from llmload.runtime import console
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.launcher import new_run_dir
-from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.messages import (
+    CANCEL,
+    DRAINED,
+    RESULTS,
+    STEP,
+    DrainedMessage,
+    ResultsMessage,
+    read_message,
+)
 from llmload.runtime.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
 from llmload.runtime.signals import (
     LAUNCHED_ENV,
@@ -283,16 +291,26 @@ class Session:
     # ------------------------------------------------------------------ master: the run
 
     def _on_results(self, environment: Any, msg: Any, **kw: Any) -> None:
+        results = self._read(ResultsMessage, msg)
+        if results is None:
+            return
         if self.controller is not None:
-            self.controller.on_results(msg.data)
+            self.controller.on_results(results)
         if self.live is not None:
-            self.live.add_rows(msg.data.get("rows", []))
+            self.live.add_rows(results.rows)
         if self.metrics is not None:
-            self.metrics.add_rows(msg.data.get("rows", []))
+            self.metrics.add_rows(results.rows)
 
     def _on_drained(self, environment: Any, msg: Any, **kw: Any) -> None:
-        if self.controller is not None:
-            self.controller.on_drained(msg.data)
+        drained = self._read(DrainedMessage, msg)
+        if drained is not None and self.controller is not None:
+            self.controller.on_drained(drained)
+
+    def _read(self, cls: type, msg: Any) -> Any:
+        """A worker's message, typed; one that cannot be read fails the run with one line naming the
+        worker and the field (`StepController.fail`), or is logged when no run is under way."""
+        fail = self.controller.fail if self.controller is not None else log.error
+        return read_message(cls, msg.data, worker=msg.node_id, fail=fail)
 
     def _on_test_start(self, **kw: Any) -> None:
         if self.config is None or (self.greenlet is not None and not self.greenlet.dead):

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from llmload.clock import now
-from llmload.runtime.messages import CANCEL, STEP, step_message
+from llmload.runtime.messages import CancelMessage, StepMessage
 from llmload.runtime.table import ProgressStats, format_progress, quick_stats
 from shapes.steps import StepSpec, step_bounds
 
@@ -72,11 +72,11 @@ class StepRun:
         step_dict = spec.to_dict()
         for shard, (client_id, name) in enumerate(self.workers):
             applied = self.applied.get(name)
-            ctl.link.send(STEP, step_message(step=step_dict, start_at=self.start_at, seed=spec.seed, shard=shard,
-                                             shards=len(self.workers), run_dir=str(ctl.run_dir),
-                                             config=ctl.config_dict, worker=name, base_dir=ctl.base_dir,
-                                             clock_offset_s=applied.offset_s if applied is not None else None),
-                          client_id)
+            message = StepMessage(step=spec, start_at=self.start_at, seed=spec.seed, shard=shard,
+                                  shards=len(self.workers), run_dir=str(ctl.run_dir), config=ctl.config_dict,
+                                  worker=name, base_dir=ctl.base_dir,
+                                  clock_offset_s=applied.offset_s if applied is not None else None)
+            ctl.link.send(message.TYPE, message.to_dict(step=step_dict), client_id)
         return self
 
     @property
@@ -161,7 +161,7 @@ class StepRun:
         why = why or f"drain timeout ({spec.drain_timeout_s:g}s)"
         ctl.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
         for cid, _ in pending:
-            ctl.link.send(CANCEL, {"label": spec.label}, cid)
+            ctl.link.send(CancelMessage.TYPE, CancelMessage(label=spec.label).to_dict(), cid)
         deadline = now() + CANCEL_GRACE_S
         event = ctl.tally.events[spec.label]
         while now() < deadline and any(n not in ctl.tally.drained[spec.label] for _, n in pending):

@@ -23,7 +23,7 @@ from llmload.clock import now
 from llmload.config import Config
 from llmload.records import RecordWriter, row_json
 from llmload.redaction import redact_text
-from llmload.runtime.messages import unpack_record
+from llmload.runtime.messages import DrainedMessage, ResultsMessage, unpack_record
 from llmload.runtime.table import format_row, step_row
 
 __all__ = ["CPU_WARN", "StepTally"]
@@ -42,7 +42,7 @@ class StepTally:
         self.telemetry = telemetry
         self.out = out
         self.rows: dict[str, list[dict]] = defaultdict(list)
-        self.drained: dict[str, dict[str, dict]] = defaultdict(dict)
+        self.drained: dict[str, dict[str, DrainedMessage]] = defaultdict(dict)
         #: per step: set when a worker's drained notice arrives
         self.events: dict[str, Event] = defaultdict(Event)
         self.worker_cpu: dict[str, float] = {}
@@ -70,23 +70,22 @@ class StepTally:
 
     # ------------------------------------------------------------------ messages from workers
 
-    def on_results(self, data: dict, current_label: str | None) -> None:
+    def on_results(self, results: ResultsMessage, current_label: str | None) -> None:
         """A batch of per-request summaries from one worker (`current_label`: the step running now)."""
-        worker = str(data.get("worker"))
-        cpu = data.get("cpu")
-        if cpu is not None and data.get("cpu_at") != self._cpu_seen.get(worker):
+        worker, cpu = results.worker, results.cpu
+        if cpu is not None and results.cpu_at != self._cpu_seen.get(worker):
             # the worker's CPU while sending a step's arrivals (`WorkerRuntime.sample_cpu`); a warning
             # about it comes with the step's judgement (`cpu_warning`), never from one sample
-            self._cpu_seen[worker] = data.get("cpu_at")
+            self._cpu_seen[worker] = results.cpu_at
             self.worker_cpu[worker] = float(cpu)
-            label = data.get("cpu_step") or current_label
-            self._write_cpu(worker, float(cpu), data.get("cpu_at") or now(), label)
+            label = results.cpu_step or current_label
+            self._write_cpu(worker, float(cpu), results.cpu_at or now(), label)
             if label is not None:
                 peak = self.step_cpu[label]
                 peak[worker] = max(peak.get(worker, 0.0), float(cpu))
-        for label, count in (data.get("sent") or {}).items():
+        for label, count in results.sent.items():
             self.sent[label][worker] = int(count)
-        rows = [unpack_record(r) for r in data.get("rows", [])]
+        rows = [unpack_record(r) for r in results.rows]
         if not self.local:
             if self._master_file is None:
                 self._master_file = _JsonLines(self.run_dir / "records" / "master.jsonl")
@@ -107,14 +106,13 @@ class StepTally:
         if self.recent is not None:
             self.recent.add(t, label, f"worker:{worker}", points)
 
-    def on_drained(self, data: dict) -> None:
-        label = data["label"]
-        self.drained[label][str(data["worker"])] = data
-        self.events[label].set()
+    def on_drained(self, drained: DrainedMessage) -> None:
+        self.drained[drained.label][drained.worker] = drained
+        self.events[drained.label].set()
 
     def errors(self, label: str) -> list[str]:
         """The errors the workers' drained notices of `label` carry (a worker greenlet that failed)."""
-        return [str(d["error"]) for d in self.drained[label].values() if d.get("error")]
+        return [d.error for d in self.drained[label].values() if d.error]
 
     # ------------------------------------------------------------------ live figures
 

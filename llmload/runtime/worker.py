@@ -19,7 +19,9 @@ requests of that step are killed, which records them as `cancelled`.
 
 The scheduler and shipper greenlets are linked (`link_exception`): a scheduler that fails records the
 step's arrivals it never queued as `client_error` (a failure of the generator) and the step drains at
-once, its drained message carrying the error, which ends the run on the master with that one line.
+once, its drained message carrying the error, which ends the run on the master with that one line. A
+step or cancel message this worker cannot read (`MessageError`: a field missing, unknown or of the wrong
+type) is answered the same way: a drained notice whose error names the field.
 """
 
 from __future__ import annotations
@@ -41,11 +43,19 @@ from llmload import clock
 from llmload.arrivals import Arrival
 from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
+from llmload.errors import MessageError
 from llmload.records import Record, RecordWriter
 from llmload.runtime import alarm
 from llmload.runtime.jobs import ClosedLoop, Job, plan_jobs
-from llmload.runtime.messages import DRAINED, RESULTS, pack_record
-from shapes.steps import StepSpec, step_bounds
+from llmload.runtime.messages import (
+    CancelMessage,
+    DrainedMessage,
+    Message,
+    ResultsMessage,
+    StepMessage,
+    pack_record,
+)
+from shapes.steps import step_bounds
 
 __all__ = ["Lead", "RequestCancelled", "StepState", "WorkerRuntime"]
 
@@ -161,26 +171,30 @@ class WorkerRuntime:
     # ------------------------------------------------------------------ messages from the master
 
     def on_step(self, data: dict) -> None:
-        """Start one step: the message carries everything (see `llmload.runtime.messages`)."""
-        self.worker = str(data["worker"])
-        if data.get("clock_offset_s") is not None:  # onto the master's timeline (llmload.runtime.clocksync)
-            clock.set_offset(data["clock_offset_s"])
-        run_dir = Path(data["run_dir"])
+        """Start one step: the message carries everything (`StepMessage`); one this worker cannot read
+        ends the step at once, its drained notice saying why (`_unreadable`)."""
+        try:
+            message = StepMessage.from_dict(data, worker=self.worker)
+        except MessageError as exc:
+            self._unreadable(exc, data)
+            return
+        self.worker = message.worker
+        if message.clock_offset_s is not None:  # onto the master's timeline (llmload.runtime.clocksync)
+            clock.set_offset(message.clock_offset_s)
+        run_dir = Path(message.run_dir)
         if self.writer is None or self.run_dir != run_dir:
             if self.writer is not None:
                 self.writer.close()
             self.run_dir = run_dir
             self.writer = RecordWriter(run_dir / "records" / f"worker-{self.worker}.jsonl")
-        if self.sender is None or data["config"] != self._config_dict:
-            self._config_dict = data["config"]
-            self.sender = self._build_sender(data["config"], worker=self.worker, shard=data["shard"],
-                                             shards=data["shards"], seed=data["seed"],
-                                             base_dir=data.get("base_dir", "."))
-        step = StepSpec.from_dict(data["step"])
-        jobs, loop = plan_jobs(step, start_at=data["start_at"], shard=data["shard"], shards=data["shards"])
-        state = StepState(label=step.label, shard=data["shard"], shards=data["shards"], loop=loop,
-                          start_at=float(data["start_at"]),
-                          window_start=step_bounds(step, data["start_at"]).window_start)
+        if self.sender is None or message.config != self._config_dict:
+            self._config_dict = message.config
+            self.sender = self._build_sender(message.config, worker=self.worker, shard=message.shard,
+                                             shards=message.shards, seed=message.seed, base_dir=message.base_dir)
+        step, start_at = message.step, float(message.start_at)
+        jobs, loop = plan_jobs(step, start_at=start_at, shard=message.shard, shards=message.shards)
+        state = StepState(label=step.label, shard=message.shard, shards=message.shards, loop=loop,
+                          start_at=start_at, window_start=step_bounds(step, start_at).window_start)
         self.steps[state.label] = state
         if self._shipper is None:
             self._shipper = gevent.spawn(self._ship_loop)
@@ -189,8 +203,14 @@ class WorkerRuntime:
         state.scheduler.link_exception(lambda g: self._scheduler_failed(state, jobs, g))
 
     def on_cancel(self, data: dict) -> None:
-        """The drain timed out: cancel this step's in-flight requests and its queued arrivals."""
-        state = self.steps.get(data["label"])
+        """The drain timed out: cancel this step's in-flight requests and its queued arrivals
+        (`CancelMessage`; one this worker cannot read is said as `on_step` says it)."""
+        try:
+            message = CancelMessage.from_dict(data, worker=self.worker)
+        except MessageError as exc:
+            self._unreadable(exc, data)
+            return
+        state = self.steps.get(message.label)
         if state is None:
             return
         state.cancelled = True
@@ -207,6 +227,21 @@ class WorkerRuntime:
         while state.inflight and now() < deadline:
             gevent.sleep(0.005)
         self._maybe_drained(state)
+
+    def _unreadable(self, exc: MessageError, data: Any) -> None:
+        """A message from the master this worker cannot read (llmload versions that differ, a bug):
+        said in this worker's log and as the `error` of a drained notice for the step it names (`""`
+        when it names none), which ends the run on the master with that one line."""
+        log.error("%s", exc)
+        step = data.get("step") if isinstance(data, dict) else None
+        named = step if isinstance(step, dict) else data if isinstance(data, dict) else {}
+        label = named.get("label")
+        self._tell_master(DrainedMessage(worker=exc.worker or self.worker,
+                                         label=label if isinstance(label, str) else "", put=0, finished=0,
+                                         cancelled=False, at=now(), error=str(exc)))
+
+    def _tell_master(self, message: Message) -> None:
+        self._send_message(message.TYPE, message.to_dict())
 
     # ------------------------------------------------------------------ scheduling
 
@@ -376,9 +411,9 @@ class WorkerRuntime:
             state.drained_sent = True
             self.sample_cpu()  # the step's last CPU interval goes out before its drained message
             self.flush()
-            self._send_message(DRAINED, {"worker": self.worker, "label": state.label, "put": state.put,
-                                         "finished": state.finished, "cancelled": state.cancelled,
-                                         "at": now(), "error": state.error})
+            self._tell_master(DrainedMessage(worker=self.worker, label=state.label, put=state.put,
+                                             finished=state.finished, cancelled=state.cancelled, at=now(),
+                                             error=state.error))
 
     def flush(self) -> None:
         """Ship the queued summaries now (with this process's CPU use, even when there are none)."""
@@ -389,8 +424,8 @@ class WorkerRuntime:
             return
         self._cpu_shipped = self.cpu_at
         sent = {s.label: s.sent for s in self.steps.values() if not s.drained_sent}
-        self._send_message(RESULTS, {"worker": self.worker, "rows": rows, "cpu": self.cpu_now,
-                                     "cpu_at": self.cpu_at, "cpu_step": self.cpu_step, "sent": sent})
+        self._tell_master(ResultsMessage(worker=self.worker, rows=rows, cpu=self.cpu_now, cpu_at=self.cpu_at,
+                                         cpu_step=self.cpu_step, sent=sent))
 
     def _ship_loop(self) -> None:
         while True:

@@ -34,6 +34,8 @@ TOKEN_ENV = "LLMLOAD_WORKER_TOKEN"
 #: the pid of the process that made the token itself (a forked local worker inherits it and uses it;
 #: the process that made it, or a worker started without one, has no token to prove)
 _MADE_BY_ENV = "LLMLOAD_WORKER_TOKEN_MADE_BY"
+#: `HelloMessage.TYPE` and `RefusedMessage.TYPE` (`llmload.runtime.messages`, imported where used: the
+#: launcher reads `TOKEN_ENV` without the runtime's imports)
 HELLO = "llmload:hello"
 REFUSED = "llmload:refused"
 
@@ -73,6 +75,9 @@ def install() -> None:
         os.environ[_MADE_BY_ENV] = str(os.getpid())
     from locust.runners import MasterRunner, WorkerRunner
 
+    from llmload.errors import MessageError
+    from llmload.runtime.messages import HelloMessage
+
     handle = MasterRunner.handle_message
     connect = WorkerRunner.connect_to_master
 
@@ -80,7 +85,13 @@ def install() -> None:
         proven: set[str] = self.__dict__.setdefault("_llmload_proven", set())
         if msg.type == HELLO:
             token = worker_token()
-            if isinstance(msg.data, str) and token and hmac.compare_digest(msg.data, proof(token, client_id)):
+            try:
+                hello = HelloMessage.from_dict(msg.data)
+            except MessageError as exc:
+                _refuse(self, client_id, f"its hello message cannot be read ({exc.problem}): run the master's "
+                                         "llmload version")
+                return
+            if token and hmac.compare_digest(hello.proof.encode(), proof(token, client_id).encode()):
                 proven.add(client_id)
             else:
                 _refuse(self, client_id, "its worker token is not the master's")
@@ -99,7 +110,7 @@ def install() -> None:
             self.register_message(REFUSED, _refused)
         token = worker_token()
         if token is not None and not _own_token_only():
-            self.client.send(Message(HELLO, proof(token, self.client_id), self.client_id))
+            self.client.send(Message(HELLO, HelloMessage(proof=proof(token, self.client_id)).to_dict(), self.client_id))
         connect(self)
 
     MasterRunner.handle_message = handle_message
@@ -107,15 +118,23 @@ def install() -> None:
 
 
 def _refuse(runner: Any, client_id: str, reason: str) -> None:
+    from llmload.runtime.messages import RefusedMessage
+
     refused: set[str] = runner.__dict__.setdefault("_llmload_refused", set())
     if client_id not in refused:
         refused.add(client_id)
         log.warning("llmload: refused worker %s: %s", client_id, reason)
-    runner.send_message(REFUSED, {"reason": reason}, client_id=client_id)
+    runner.send_message(REFUSED, RefusedMessage(reason=reason).to_dict(), client_id=client_id)
 
 
 def _refused(environment: Any, msg: Any, **kwargs: Any) -> None:
-    reason = msg.data.get("reason") if isinstance(msg.data, dict) else None
+    from llmload.errors import MessageError
+    from llmload.runtime.messages import RefusedMessage
+
+    try:
+        reason = RefusedMessage.from_dict(msg.data).reason
+    except MessageError as exc:  # refused all the same: say it, with what could not be read
+        reason = f"its refusal cannot be read ({exc.problem})"
     print(f"llmload: error: the master refused this worker: {reason or 'no reason given'}", file=sys.stderr,
           flush=True)
     os._exit(2)

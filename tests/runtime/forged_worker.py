@@ -42,7 +42,7 @@ def main() -> None:
     deadline = time.time() + 120
     while time.time() < deadline and not stop.exists():
         if proof:
-            client.send(Message("llmload:hello", proof, client_id))
+            client.send(Message("llmload:hello", {"proof": proof}, client_id))
         client.send(Message("client_ready", locust.__version__, client_id))
         client.send(Message("stats", {"stats": [], "stats_total": {}, "errors": {}, "user_count": 0,
                                       "user_classes_count": {}}, client_id))

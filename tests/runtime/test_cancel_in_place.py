@@ -11,6 +11,7 @@ import gevent.event
 
 from llmload.clock import now
 from llmload.runtime import worker as worker_mod
+from llmload.runtime.messages import StepMessage
 from llmload.runtime.worker import WorkerRuntime
 from shapes.steps import StepSpec
 
@@ -28,8 +29,8 @@ class SlowSender:
 def _message(tmp_path, label: str, rate: float, duration: float) -> dict:
     step = StepSpec(label=label, index=0, phase="ladder", arrival="constant", target_rate=rate,
                     duration_s=duration, seed=1)
-    return {"worker": "0", "run_dir": str(tmp_path), "config": {}, "shard": 0, "shards": 1, "seed": 1,
-            "step": step.to_dict(), "start_at": now() + 0.02}
+    return StepMessage(worker="0", run_dir=str(tmp_path), config={}, shard=0, shards=1, seed=1, step=step,
+                       start_at=now() + 0.02).to_dict()
 
 
 def test_a_drain_timeout_cancels_in_place_and_the_users_go_on(tmp_path, monkeypatch) -> None:

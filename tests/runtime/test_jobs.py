@@ -6,7 +6,7 @@ import json
 
 from llmload.records import Record
 from llmload.runtime.jobs import plan_jobs
-from llmload.runtime.messages import pack_record, step_message, unpack_record
+from llmload.runtime.messages import StepMessage, pack_record, unpack_record
 from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.table import format_header, format_row, quick_stats, step_row
 from shapes.steps import StepSpec, TraceArrivals
@@ -29,8 +29,8 @@ def test_pack_unpack_keeps_every_field_and_times_exactly():
 
 
 def test_step_message_is_self_contained_plain_data():
-    msg = step_message(step=_rate_step().to_dict(), start_at=10.0, seed=3, shard=1, shards=2, run_dir="/r",
-                       config={"target": {}}, worker="1")
+    msg = StepMessage(step=_rate_step(), start_at=10.0, seed=3, shard=1, shards=2, run_dir="/r",
+                      config={"target": {}}, worker="1").to_dict()
     assert {"step", "start_at", "seed", "shard", "shards", "run_dir", "config", "worker"} <= set(msg)
     json.dumps(msg)
 

@@ -10,7 +10,7 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
 from llmload.runtime.controller import StepController, WorkerLink, search_line
-from llmload.runtime.messages import STEP, pack_record
+from llmload.runtime.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from shapes.knee_search import KneeSearch
 from shapes.plan import ConfigSearch, build_plan
 
@@ -33,8 +33,8 @@ class FakeRunner:
             record = Record(request_id=step["label"], step=step["label"], worker="0", scheduled_at=t - 0.1,
                             outcome="ok", sent_at=t - 0.1, first_token_at=t - 0.05, last_token_at=t,
                             output_tokens=2, token_times=[t - 0.05, t])
-            self.controller.on_results({"worker": "0", "rows": [pack_record(record)]})
-            self.controller.on_drained({"label": step["label"], "worker": "0", "put": 0, "finished": 0})
+            self.controller.on_results(ResultsMessage(worker="0", rows=[pack_record(record)]))
+            self.controller.on_drained(DrainedMessage(label=step["label"], worker="0", put=0, finished=0))
 
         gevent.spawn(drain)
 

@@ -16,7 +16,7 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.runtime import worker as worker_mod
 from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP
+from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP, DrainedMessage, ResultsMessage
 from llmload.runtime.states import StepsState
 from llmload.runtime.worker import WorkerRuntime
 from shapes.plan import build_plan
@@ -47,9 +47,9 @@ class LocalRunner:
 
     def to_master(self, msg_type: str, data: dict) -> None:
         if msg_type == RESULTS:
-            self.controller.on_results(data)
+            self.controller.on_results(ResultsMessage.from_dict(data))
         elif msg_type == DRAINED:
-            self.controller.on_drained(data)
+            self.controller.on_drained(DrainedMessage.from_dict(data))
 
     def _user(self) -> None:
         while True:

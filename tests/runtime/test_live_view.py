@@ -15,7 +15,7 @@ from llmload.config import parse_config
 from llmload.records import Record
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.judging import live_judge
-from llmload.runtime.messages import STEP, pack_record
+from llmload.runtime.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from llmload.runtime.webui import step_rows
 from llmload.telemetry.collector import RecentSamples
 from llmload.telemetry.sink import Point
@@ -57,7 +57,7 @@ class FakeRunner:
         while now() < end:
             self.telemetry.recent.add(now(), label, SOURCE, [Point(SOURCE, "waiting", 6.0)])
             sent += 1
-            self.controller.on_results({"worker": "0", "rows": [], "sent": {label: sent}})
+            self.controller.on_results(ResultsMessage(worker="0", rows=[], sent={label: sent}))
             if not self.mid_step and now() > start_at + 0.6:
                 row = self.controller.plan.steps[0]
                 self.mid_step = {"rates": self.controller.running_rates(label, row), "sent": sent,
@@ -69,8 +69,8 @@ class FakeRunner:
         record = Record(request_id=f"{label}-0", step=label, worker="0", scheduled_at=t - 0.2, outcome="ok",
                         sent_at=t - 0.2, first_token_at=t - 0.1, last_token_at=t, output_tokens=2,
                         token_times=[t - 0.1, t])
-        self.controller.on_results({"worker": "0", "rows": [pack_record(record)]})
-        self.controller.on_drained({"label": label, "worker": "0", "put": 1, "finished": 1})
+        self.controller.on_results(ResultsMessage(worker="0", rows=[pack_record(record)]))
+        self.controller.on_drained(DrainedMessage(label=label, worker="0", put=1, finished=1))
 
 
 @pytest.mark.parametrize("judged", [False, True])

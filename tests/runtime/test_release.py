@@ -11,6 +11,7 @@ import pytest
 
 from llmload.clock import now
 from llmload.runtime import alarm, sending
+from llmload.runtime.messages import StepMessage
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -113,8 +114,8 @@ def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypa
                             build_sender=lambda *a, **k: Sender())
     users = [gevent.spawn(lambda: [runtime.run(runtime.take()) for _ in iter(int, 1)]) for _ in range(8)]
     step = StepSpec(label="s", index=0, phase="ladder", arrival="constant", target_rate=100, duration_s=0.8, seed=1)
-    runtime.on_step({"worker": "0", "run_dir": str(tmp_path), "config": {}, "shard": 0, "shards": 1, "seed": 1,
-                     "step": step.to_dict(), "start_at": now() + 0.05})
+    runtime.on_step(StepMessage(worker="0", run_dir=str(tmp_path), config={}, shard=0, shards=1, seed=1, step=step,
+                                start_at=now() + 0.05).to_dict())
     assert drained.wait(10)
     gevent.killall(users)
     runtime.close()

@@ -12,7 +12,7 @@ import pytest
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.runtime.controller import LEAD_S, LOCAL_LEAD_S, StepController, WorkerLink, step_lead_s
-from llmload.runtime.messages import DRAINED, STEP
+from llmload.runtime.messages import DRAINED, STEP, DrainedMessage
 from shapes.plan import build_plan
 
 
@@ -26,7 +26,7 @@ class RecordingRunner:
     def send_message(self, msg_type: str, data: dict, client_id=None) -> None:
         if msg_type == STEP:
             self.sent.append((now(), data["start_at"]))
-            self.controller.on_drained({"label": data["step"]["label"], "worker": "0", "put": 0, "finished": 0})
+            self.controller.on_drained(DrainedMessage(label=data["step"]["label"], worker="0", put=0, finished=0))
         assert msg_type != DRAINED
 
 
