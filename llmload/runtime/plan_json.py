@@ -28,11 +28,15 @@ class PlanFile:
 
     def __init__(self, run_dir: Path, *, kind: str, workers: int, seed: int, started_at: float) -> None:
         self.path = Path(run_dir) / "plan.json"
-        #: the run's plan.json keys; `steps` is written from `self.steps`
+        #: the run's plan.json; its `steps` are `Step`s, each written as its `plan_row()` (a recovered
+        #: plan, `recover.recover_run`, keeps the dicts it read)
         self.data: dict[str, Any] = {"kind": kind, "started_at": started_at, "ended_at": None,
                                      "workers": workers, "seed": seed, "steps": []}
-        #: the steps in plan order
-        self.steps: list[Step] = []
+
+    @property
+    def steps(self) -> list[Step]:
+        """The steps in plan order."""
+        return self.data["steps"]
 
     def add(self, step: Step) -> Step:
         """Append a step (not run yet) and write the plan."""
@@ -58,7 +62,8 @@ class PlanFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
         try:
-            data = {**self.data, "steps": [step.plan_row() for step in self.steps]}
+            steps = [step.plan_row() if isinstance(step, Step) else step for step in self.data["steps"]]
+            data = {**self.data, "steps": steps}
             tmp.write_text(json.dumps(data, indent=1, default=_plain), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError as exc:

@@ -191,3 +191,16 @@ def test_plan_json_keeps_its_keys_and_values_when_a_run_is_stopped_inside_a_step
     assert second["status"] == "not_run" and second["start_at"] is None
     text = (tmp_path / "plan.json").read_text()
     assert text == json.dumps(data, indent=1)  # written as before: indent 1, no sorting
+
+
+def test_a_recovered_plan_keeps_the_steps_it_read(tmp_path):
+    """`recover_run` rewrites a dead master's plan.json through `PlanFile` with the step dicts it read."""
+    from llmload.runtime.recover import recover_run
+
+    steps = [{"label": "r1.00", "status": "running", "drained_at": None}, {"label": "r2.00", "status": "not_run"}]
+    (tmp_path / "plan.json").write_text(json.dumps({"kind": "ladder", "started_at": 1.0, "ended_at": None,
+                                                    "workers": 1, "seed": 1, "steps": steps}))
+    recover_run(tmp_path)
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["steps"] == [{"label": "r1.00", "status": "partial", "drained_at": 1.0},
+                             {"label": "r2.00", "status": "not_run"}]
