@@ -76,6 +76,8 @@ class StepContext:
     clocks: Any = None
     #: the config as the step message carries it
     config_dict: dict | None = None
+    #: the master's time in seconds (`llmload.clock.now`; a test's virtual clock)
+    clock: Callable[[], float] = now
     #: the line about back-to-back slices judged in the report was said
     said_unjudged: bool = False
 
@@ -110,7 +112,7 @@ class StepRun:
         if clocks is not None:  # a worker that joined since the last measurement is measured first
             clocks.measure([(cid, name) for cid, name in self.workers if clocks.latest(name) is None])
             self.applied = {name: clocks.latest(name) for _, name in self.workers}
-        self.start_at = max(start_at, now() + 0.05) if start_at is not None else now() + lead_s
+        self.start_at = max(start_at, self.ctx.clock() + 0.05) if start_at is not None else self.ctx.clock() + lead_s
         step.bounds = bounds = step_bounds(spec, self.start_at)
         self.progress_stats = ProgressStats(bounds)
         ctx.tally.current = step
@@ -142,7 +144,7 @@ class StepRun:
         """Wait for the step to drain (cancel at its deadline), record it in the plan, judge it."""
         ctx, spec, step, run = self.ctx, self.spec, self.step, self.ctx.run
         cancelled = self._wait_drained(progress=not threaded)
-        drained_at = now()
+        drained_at = self.ctx.clock()
         if not threaded and ctx.telemetry is not None and hasattr(ctx.telemetry, "sample_now"):
             try:  # the server's counters at the drained end: the step's evidence ends here (served period)
                 ctx.telemetry.sample_now()
@@ -186,7 +188,7 @@ class StepRun:
         """Block until every live worker drained the step; cancel stragglers at the deadline."""
         ctx, spec, step = self.ctx, self.spec, self.step
         arrivals_end = self.start_at + spec.arrivals_s if spec.arrivals_s is not None else None
-        last_progress = now()
+        last_progress = self.ctx.clock()
         last_count = -1
         event = step.drain_event
         while True:
@@ -196,7 +198,7 @@ class StepRun:
             if ctx.run.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
                 self._cancel(pending, why="the run was stopped")
                 return True
-            t = now()
+            t = self.ctx.clock()
             count = len(step.rows)
             if count != last_count:
                 last_count, last_change = count, t
@@ -217,9 +219,9 @@ class StepRun:
         ctx.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
         for cid, _ in pending:
             ctx.link.send(CANCEL, {"label": spec.label}, cid)
-        deadline = now() + CANCEL_GRACE_S
+        deadline = self.ctx.clock() + CANCEL_GRACE_S
         event = step.drain_event
-        while now() < deadline and any(n not in step.drained for _, n in pending):
+        while self.ctx.clock() < deadline and any(n not in step.drained for _, n in pending):
             event.clear()
             event.wait(timeout=0.2)
 
@@ -229,7 +231,7 @@ class StepRun:
         if self.progress_stats is None:
             self.progress_stats = ProgressStats(step.bounds)
         stats = self.progress_stats.update(step.rows)
-        t = now()
+        t = self.ctx.clock()
         pending = max(0, step.planned_so_far(t) - stats["done"]) if step.planned_arrivals else 0
         ctx.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, step.planned_arrivals,
                                 stats, pending, ctx.tally.server_waiting(),
