@@ -11,7 +11,8 @@ plan.json is written from the steps (`PlanFile`): `Step.plan_row()` is the step'
 keys in the order they were first set (every planned field first, `None` until known), so the file is
 the same byte for byte as when it was a dict updated in place.
 
-    status:  NOT_RUN -> RUNNING -> RUN | PARTIAL          (NOT_RUN stays, with `not_run_reason`, when skipped)
+    status:  NOT_RUN -> RUNNING -> RUN | PARTIAL   (`STEP_TRANSITIONS`; NOT_RUN stays, with `not_run_reason`,
+                                                    when a step is left out)
 
 The events follow Locust's `event.py`: each hook is a declared attribute whose docstring lists its
 arguments; listeners (the live table, the web UI's series) subscribe with `add_listener`, the controller
@@ -29,7 +30,7 @@ from gevent.event import Event
 
 from shapes.steps import StepBounds, StepSpec
 
-__all__ = ["PLANNED_FIELDS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"]
+__all__ = ["PLANNED_FIELDS", "STEP_TRANSITIONS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"]
 
 log = logging.getLogger("llmload.controller")
 
@@ -45,6 +46,17 @@ class StepStatus(Enum):
     RUNNING = "running"  # sent: arriving or draining
     RUN = "run"  # drained (or cancelled at its drain deadline) and recorded
     PARTIAL = "partial"  # the run was stopped inside it: its window ends at the stop
+
+
+_S = StepStatus
+#: the expected changes of a step's status; any other is logged (a bug of ours) and still written, so
+#: plan.json says what happened
+STEP_TRANSITIONS: dict[StepStatus, set[StepStatus]] = {
+    _S.NOT_RUN: {_S.RUNNING},
+    _S.RUNNING: {_S.RUN, _S.PARTIAL},
+    _S.RUN: set(),
+    _S.PARTIAL: set(),
+}
 
 
 class _PlanField:
@@ -71,7 +83,11 @@ class _StatusField(_PlanField):
         return StepStatus(step.row["status"])
 
     def __set__(self, step: Step, value: StepStatus) -> None:
-        step.row["status"] = StepStatus(value).value
+        new = StepStatus(value)
+        old = step.row.get("status")
+        if old is not None and new.value != old and new not in STEP_TRANSITIONS[StepStatus(old)]:
+            log.warning("step %s: no status transition %s -> %s", step.label, old, new.value)
+        step.row["status"] = new.value
 
 
 class Step:

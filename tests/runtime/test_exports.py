@@ -31,7 +31,7 @@ MODULES = {
     "prom": ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition",
              "install", "serve"],
     "steps_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "RunControl", "StepContext", "StepRun"],
-    "step": ["PLANNED_FIELDS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"],
+    "step": ["PLANNED_FIELDS", "STEP_TRANSITIONS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"],
     "tally": ["CPU_WARN", "StepTally"],
     "lost": ["LostStep", "LostWorkers"],
     "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],

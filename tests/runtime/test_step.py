@@ -48,14 +48,19 @@ def test_a_misspelt_field_raises_instead_of_reading_none(tmp_path):
         step.written("stauts")
 
 
-def test_status_is_an_enum_written_as_its_value(tmp_path):
+def test_status_is_an_enum_written_as_its_value_and_an_unexpected_change_is_logged(tmp_path, caplog):
     plan = PlanFile(tmp_path, kind="ladder", workers=1, seed=1, started_at=0.0)
     step = plan.add(Step(_spec()))
+    plan.update(step, status=StepStatus.RUNNING)
     plan.update(step, status=StepStatus.PARTIAL)
     assert step.status is StepStatus.PARTIAL
     assert json.loads((tmp_path / "plan.json").read_text())["steps"][0]["status"] == "partial"
+    assert not caplog.records
     with pytest.raises(ValueError):
         step.status = "finished"
+    step.status = StepStatus.RUN  # a bug of ours: logged, and written (plan.json says what happened)
+    assert step.status is StepStatus.RUN
+    assert "no status transition partial -> run" in caplog.text
 
 
 def test_listeners_fire_in_the_order_added_and_one_that_raises_does_not_stop_the_others():

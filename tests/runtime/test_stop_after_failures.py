@@ -23,6 +23,7 @@ class ScriptedController(StepController):
 
     def run_step(self, step, *, start_at=None):
         self.ran.append(step.label)
+        self.plan.update(step, status=StepStatus.RUNNING)
         self.plan.update(step, status=StepStatus.RUN)
         return next(self.verdicts), [], {}
 
