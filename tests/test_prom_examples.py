@@ -10,12 +10,15 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmload.clock import now
 from llmload.config import SLO
 from llmload.runtime import prom
+from llmload.runtime.step import Step, StepStatus
+from shapes.steps import StepSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,11 +26,15 @@ REPO = Path(__file__).resolve().parents[1]
 def served_sample_names() -> set[str]:
     """Every sample name the collector gives with a step running, a worker and a judged step."""
     t = now()
-    step = {"label": "r1.00", "status": "running", "target_rate": 1.0, "start_at": t - 2, "window_start": t - 1,
-            "window_end": t + 5}
-    controller = SimpleNamespace(done=SimpleNamespace(is_set=lambda: False), plan=SimpleNamespace(steps=[step]),
-                                 rows={}, worker_cpu={"1": 0.1}, table_rows=[{"verdict": "pass"}],
-                                 config=SimpleNamespace(slo=SLO()), running_rates=lambda label, row: (1.0, 1.0))
+    step = Step(StepSpec(label="r1.00", index=0, phase="ladder", arrival="constant", target_rate=1.0,
+                         duration_s=6.0))
+    step.set(index=0, status=StepStatus.RUNNING, start_at=t - 2, window_start=t - 1, window_end=t + 5)
+    step.sent, step.offsets = {"1": 1}, np.arange(0.0, 6.0, 0.5)  # the rates so far: offered and achieved
+    judged = Step(StepSpec(label="r0.50", index=1, phase="ladder", arrival="constant", target_rate=0.5,
+                           duration_s=6.0))
+    judged.verdict, judged.table_row = "pass", {"verdict": "pass"}
+    controller = SimpleNamespace(running=lambda: step, steps=[judged, step],
+                                 tally=SimpleNamespace(worker_cpu={"1": 0.1}), config=SimpleNamespace(slo=SLO()))
     session = SimpleNamespace(config=None, controller=controller,
                               env=SimpleNamespace(runner=SimpleNamespace(clients=SimpleNamespace(all=[]))))
     metrics = prom.install(session)

@@ -4,8 +4,9 @@
     jobs        a step spec -> this worker's jobs (open-loop shard, or closed-loop share)
     worker      scheduler greenlet, arrival queue, in-flight tracking, record shipping
     controller  the master's step controller: runs the plan's steps, then the knee search's
+    step        the typed step on the master (`Step`, `StepStatus`) and the events it fires (`StepEvents`)
     steps_run   one step on every worker: send, drain, cancel at the deadline, judge live
-    tally       what the workers shipped per step; the live table's rows
+    tally       routes what the workers ship to its step; worker CPU, the server's queue
     lost        arrivals of workers lost mid-step, recorded `cancelled` (worker lost)
     states      the named states of a run and of its steps, and their transitions
     pool        the user pool's size

@@ -1,9 +1,14 @@
 """The master's step controller: runs the plan step by step, drains, judges live, refines.
 
-Its parts, one module each: `steps_run` (one step: send, drain, cancel, judge), `tally` (what the
-workers shipped per step, the live table's rows), `lost` (arrivals of workers lost mid-step), the
-knee search (`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`StepsState`:
-its named states, changed only in `_to`).
+Its parts, one module each: `step` (the typed `Step`: everything the master knows of one step, and
+the `StepEvents` it fires), `steps_run` (one step: send, drain, cancel, judge), `tally` (routes what
+the workers ship to its step), `lost` (arrivals of workers lost mid-step), the knee search
+(`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`StepsState`: its named
+states, changed only in `_to`).
+
+The controller's view for others is `steps` (the run's `Step`s in plan order) and `events`
+(`step_started`, `step_window_ended`, `step_judged`, `step_finished`, `search_finished`): the live
+table (`table.LiveTable`) and the web UI's series (`live.LiveSeries.listen`) listen to them.
 
 It runs as one greenlet on the master (or the local runner), never inside `tick()` (ticks come late,
 NOTES.md). For each step it sends every worker one self-contained `llmload:step` message with an
@@ -43,8 +48,9 @@ from llmload.runtime.lost import LostWorkers
 from llmload.runtime.messages import DrainedMessage, ResultsMessage
 from llmload.runtime.plan_json import PlanFile
 from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
-from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepRun, plan_fields
-from llmload.runtime.table import format_header
+from llmload.runtime.step import Step, StepEvents, StepStatus
+from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepContext, StepRun
+from llmload.runtime.table import LiveTable, format_header
 from llmload.runtime.tally import StepTally
 from shapes.steps import StepSpec
 
@@ -124,13 +130,12 @@ class StepController:
                  clock: Any = None) -> None:
         self.config = config
         #: the master's measurements of the workers' clocks (`llmload.runtime.clocksync.ClockSync`), or None
-        self.clock = clock
+        self.clocks = clock
         #: the shape that planned the steps (`shapes.loadshapes`): it may add steps (`_refine`)
         self.shape = shape
         self.config_dict = config.model_dump(mode="json")
         self.run_dir = Path(run_dir)
         self.link = link
-        self.specs = steps
         self.judge = judge
         self.telemetry = telemetry
         self.out = out
@@ -141,8 +146,17 @@ class StepController:
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
                              seed=self.seed, started_at=now())
         self.lost = LostWorkers(self.run_dir, self.plan, out)
-        #: the plan.json row of the step sent last
-        self.current: dict | None = None
+        #: the declared events of the run's steps; the live table prints the judged steps' rows
+        self.events = StepEvents()
+        LiveTable(out).listen(self.events)
+        #: the planned steps (added to the plan when the run starts; refine steps come later)
+        self._planned = [Step(spec) for spec in steps]
+        for step in self._planned:
+            self.tally.add(step)
+        #: what each step's `StepRun` needs of the run
+        self.context = StepContext(config=config, run_dir=self.run_dir, base_dir=base_dir, link=link, plan=self.plan,
+                                   tally=self.tally, lost=self.lost, events=self.events, run=self, out=out,
+                                   judge=judge, telemetry=telemetry, clocks=self.clocks, config_dict=self.config_dict)
         self.done = Event()
         self._machine = StateMachine(StepsState.WAITING, STEPS_TRANSITIONS, name="steps")
         #: when the run was stopped from outside: a partial step's window ends here
@@ -152,7 +166,6 @@ class StepController:
         self.greenlet: gevent.Greenlet | None = None
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
-        self.said_unjudged = False
 
     # ------------------------------------------------------------------ state
 
@@ -195,56 +208,32 @@ class StepController:
         greenlet.link_exception(failed)
         return greenlet
 
-    # ------------------------------------------------------------------ the tally's view (web UI, tests)
+    # ------------------------------------------------------------------ the steps (web UI, tests)
 
     @property
-    def rows(self) -> dict[str, list[dict]]:
-        return self.tally.rows
+    def steps(self) -> list[Step]:
+        """The run's steps in plan order (empty until the run starts; refine steps are appended)."""
+        return self.plan.steps
 
-    @property
-    def offsets(self) -> dict[str, Any]:
-        return self.tally.offsets
+    def step_of(self, label: str) -> Step:
+        """The step labelled `label` (a `KeyError` when there is none)."""
+        return self.tally.steps[label]
 
-    @property
-    def sent(self) -> dict[str, dict[str, int]]:
-        return self.tally.sent
-
-    @property
-    def table_rows(self) -> list[dict]:
-        return self.tally.table_rows
-
-    @property
-    def results(self) -> list[dict]:
-        return self.tally.results
-
-    @property
-    def worker_cpu(self) -> dict[str, float]:
-        return self.tally.worker_cpu
-
-    @property
-    def recent(self) -> Any:
-        return self.tally.recent
+    def running(self) -> Step | None:
+        """The step sent last that is still running (None when none is, or the run is done)."""
+        if self.done.is_set():
+            return None
+        running = [s for s in self.steps if s.status is StepStatus.RUNNING]
+        return running[-1] if running else None
 
     def on_results(self, results: ResultsMessage) -> None:
         """A batch of per-request summaries from one worker."""
-        self.tally.on_results(results, self.current["label"] if self.current is not None else None)
+        self.tally.on_results(results)
 
     def on_drained(self, drained: DrainedMessage) -> None:
         self.tally.on_drained(drained)
         if drained.error and not drained.label:  # a worker could not read a message naming no step
             self.fail(drained.error)
-
-    def step_waiting(self, row: dict) -> float | None:
-        return self.tally.step_waiting(row)
-
-    def running_rates(self, spec_label: str, row: dict) -> tuple[float | None, float | None]:
-        return self.tally.running_rates(spec_label, row)
-
-    def server_waiting(self) -> float | None:
-        return self.tally.server_waiting()
-
-    def _cpu_warning(self, label: str, failing: list[str]) -> None:
-        self.tally.cpu_warning(label, failing, self.config)
 
     # ------------------------------------------------------------------ the run
 
@@ -257,22 +246,23 @@ class StepController:
         if self.state is StepsState.WAITING:
             self._to(StepsState.RUNNING)
         try:
-            rows = [self.plan.add(spec.to_dict() | plan_fields(spec)) for spec in self.specs]
+            for step in self._planned:
+                self.plan.add(step)
             if self.wait_ready is not None:
                 self.wait_ready()
             self.out(format_header())
             next_start: float | None = None
             failures, limit = 0, self._stop_after_failures()
-            for spec, row in zip(self.specs, rows, strict=True):
+            for step in self._planned:
                 if self.stopping or self.failed:
                     break
                 if limit is not None and failures >= limit:  # deep overload teaches nothing more
-                    self._skip_after_failures(row, failures)
+                    self._skip_after_failures(step, failures)
                     continue
-                if not spec.drain and spec.arrivals_s is not None:
-                    next_start = self._run_undrained(spec, row, next_start)
+                if not step.spec.drain and step.spec.arrivals_s is not None:
+                    next_start = self._run_undrained(step, next_start)
                 else:
-                    verdict, *_ = self.run_step(spec, row, start_at=next_start)
+                    verdict, *_ = self.run_step(step, start_at=next_start)
                     failures += verdict == "fail"
                     next_start = None
             gevent.joinall(self._tails)
@@ -298,13 +288,13 @@ class StepController:
                 self._to(StepsState.DONE)
             self.done.set()
 
-    def _skip_after_failures(self, row: dict, failures: int) -> None:
-        """Leave `row` `not_run`, with the reason (said once, on the first step left out)."""
+    def _skip_after_failures(self, step: Step, failures: int) -> None:
+        """Leave `step` `not_run`, with the reason (said once, on the first step left out)."""
         reason = f"stop_after_failures: {failures} failing step{'s' if failures > 1 else ''} before it"
-        if not any(r.get("not_run_reason") for r in self.plan.steps):
-            later = [r["label"] for r in self.plan.steps[row["index"]:]]
+        if not any(s.not_run_reason for s in self.plan.steps):
+            later = [s.label for s in self.plan.steps[step.index:]]
             self.out(f"  {reason}: {', '.join(later)} not run (shape.ladder.stop_after_failures)")
-        self.plan.update(row, not_run_reason=reason)
+        self.plan.update(step, not_run_reason=reason)
 
     def _stop_after_failures(self) -> int | None:
         """The config ladder's `stop_after_failures` when the config's ladder plans the run (no shape,
@@ -315,34 +305,34 @@ class StepController:
             return None
         return ladder.stop_after_failures
 
-    def run_step(self, spec: StepSpec, row: dict, *, start_at: float | None = None) -> tuple[str, list[str], dict]:
+    def run_step(self, step: Step, *, start_at: float | None = None) -> tuple[str, list[str], dict]:
         """Run one step on every worker, drain it, judge it; returns (verdict, failing, stats)."""
-        step = StepRun(self, spec, row).launch(start_at, self._lead(spec))
+        run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
         gevent.joinall(self._tails)  # earlier undrained steps are judged first: the table stays in order
-        return step.settle()
+        return run.settle()
 
     def _lead(self, spec: StepSpec) -> float:
         return step_lead_s(spec, local=self.link.local, dataset=bool(self.config.requests.dataset))
 
-    def _run_undrained(self, spec: StepSpec, row: dict, start_at: float | None) -> float:
+    def _run_undrained(self, step: Step, start_at: float | None) -> float:
         """Send a `drain=False` step, return when the next step must be sent; returns the time its
         arrivals end (the next step's start). Its drain and judging go on in a background greenlet."""
-        step = StepRun(self, spec, row).launch(start_at, self._lead(spec))
-        arrivals_end = step.arrivals_end
+        run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
+        arrivals_end = run.arrivals_end
         last_progress = now()
         while not self.stopped and not self.failed and now() < arrivals_end - LEAD_S:
             gevent.sleep(min(0.5, arrivals_end - LEAD_S - now()))
             if now() - last_progress >= PROGRESS_EVERY_S:
                 last_progress = now()
-                step.progress()
+                run.progress()
         previous = self._tails[-1] if self._tails else None
 
         def settle() -> None:
             if previous is not None:
                 previous.join()
-            step.settle(threaded=True)
+            run.settle(threaded=True)
 
-        self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {spec.label}"))
+        self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {step.label}"))
         return arrivals_end
 
     def _refine(self) -> None:
@@ -353,16 +343,17 @@ class StepController:
             from shapes.plan import ConfigSearch
 
             self.shape = ConfigSearch()
-        search = self.shape.search(self.config, list(self.tally.judged))
+        search = self.shape.search(self.config, [s.judged_row() for s in self.plan.steps if s.judged])
         if search is None:
             return
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
             spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
-                                          taken=[s["label"] for s in self.plan.steps])
-            extra = {"extends": ask.extends} if ask.extends else {}
-            row = self.plan.add(spec.to_dict() | plan_fields(spec) | extra)
+                                          taken=[s.label for s in self.plan.steps])
+            step = Step(spec, extends=ask.extends)
+            self.tally.add(step)
+            self.plan.add(step)
             started = now()
-            verdict, failing, stats = self.run_step(spec, row)
+            verdict, failing, stats = self.run_step(step)
             search.record({**stats, "label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
                            "failing": failing}, wall_s=now() - started, nominal_s=spec.arrivals_s)
         if self.stopping or self.failed:
@@ -370,6 +361,7 @@ class StepController:
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps))
+        self.events.search_finished.fire(answer=search.answer)
 
     # ------------------------------------------------------------------ stops from outside
 
@@ -390,15 +382,17 @@ class StepController:
         self.mark_stopping()
         if not self.done.is_set():
             self._to(StepsState.STOPPED)
-        for row in self.plan.steps:  # the current step, and undrained steps still finishing
-            if row.get("status") == "running":
-                self.plan.update(row, status="partial", window_end=self.cut_window(row, row.get("window_end")))
+        for step in self.plan.steps:  # the current step, and undrained steps still finishing
+            if step.status is StepStatus.RUNNING:
+                self.plan.update(step, status=StepStatus.PARTIAL, window_end=self.cut_window(step, step.window_end))
 
-    def cut_window(self, row: dict, window_end: float | None) -> float | None:
-        """`window_end` cut at the stop (never before the window's start)."""
+    def cut_window(self, step: Step, window_end: float | None) -> float | None:
+        """`window_end` cut at the stop (never before the window's start); the planned end is kept as
+        `planned_window_end`."""
         if self.stopped_at is None:
             return window_end
-        row.setdefault("planned_window_end", window_end)
+        if not step.written("planned_window_end"):  # the first cut keeps the planned end (None included)
+            step.planned_window_end = window_end
         end = self.stopped_at if window_end is None else min(window_end, self.stopped_at)
-        start = row.get("window_start")
+        start = step.window_start
         return max(end, start) if start is not None else end

@@ -1,7 +1,8 @@
 """The web UI's live time series: per-second client percentiles and rates, and server samples.
 
-Fed on the master with the per-request summaries the workers ship (`add_rows`), the plan's arrival
-offsets of each step (`add_planned`) and the telemetry collector's latest values (`add_server`);
+Fed on the master with the per-request summaries the workers ship (`add_rows`), the planned arrival
+offsets of each step as it starts (`add_planned`: `listen` to the step controller's `step_started`) and
+the telemetry collector's latest values (`add_server`);
 `series()` gives the chart data. Binning follows the report's timeline (`analysis.timeline`):
 
 - TTFT and TPOT p50/p95 (METRICS.md: TTFT = first token - sent, TPOT = (E2E - TTFT) / (output
@@ -117,6 +118,15 @@ class LiveSeries:
                 if sched is not None and meets_slo(row, values, self.slo):
                     self._good[self._touch(sched)] += 1
             self._trim()
+
+    def listen(self, events: Any) -> LiveSeries:
+        """Take each step's planned arrivals as it starts (`StepEvents.step_started` of a run's controller)."""
+        events.step_started.add_listener(self.on_step_started)
+        return self
+
+    def on_step_started(self, step: Any) -> None:
+        if step.offsets is not None and step.start_at is not None:
+            self.add_planned(step.label, float(step.start_at), step.offsets)
 
     def add_planned(self, label: str, start_at: float, offsets: Any) -> None:
         """A step's planned arrivals (offsets in seconds from `start_at`), counted once per label."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from llmload.records import RecordWriter, read_record_files
 from llmload.runtime.jobs import plan_jobs
 from llmload.runtime.plan_json import PlanFile
-from shapes.steps import StepSpec
+from llmload.runtime.step import Step
 
 __all__ = ["LostStep", "LostWorkers"]
 
@@ -26,10 +26,9 @@ LOST = "worker lost"
 
 @dataclass
 class LostStep:
-    """A step that lost workers: its plan.json row, each lost worker's shard, the shard count, its start."""
+    """A step that lost workers: the step, each lost worker's shard, the shard count, its start."""
 
-    spec: StepSpec
-    row: dict
+    step: Step
     shards_of: dict[str, int]
     shards: int
     start_at: float
@@ -44,20 +43,21 @@ class LostWorkers:
         self.out = out
         self.steps: list[LostStep] = []
 
-    def add(self, spec: StepSpec, row: dict, lost: list[str], workers: list[tuple], start_at: float,
+    def add(self, step: Step, lost: list[str], workers: list[tuple], start_at: float,
             known_rows: list[dict]) -> list[dict]:
-        """Note that `spec` lost the workers named `lost` (of `workers`, in shard order); returns the rows
+        """Note that `step` lost the workers named `lost` (of `workers`, in shard order); returns the rows
         the master was never shipped, as `record_arrivals` and the merge will write them: the lost
         workers' record files' rows of this step, then their unrecorded arrivals."""
         shards = {name: shard for shard, (_, name) in enumerate(workers)}
-        step = LostStep(spec, row, {name: shards[name] for name in lost}, len(workers), start_at)
+        label = step.label
+        step = LostStep(step, {name: shards[name] for name in lost}, len(workers), start_at)
         self.steps.append(step)
         known = {r.get("request_id") for r in known_rows}
         extra: list[dict] = []
         for name in step.shards_of:
             path = self.run_dir / "records" / f"worker-{name}.jsonl"
             for r in read_record_files([path]) if path.exists() else []:
-                if r.get("step") == spec.label and r.get("request_id") not in known:
+                if r.get("step") == label and r.get("request_id") not in known:
                     known.add(r.get("request_id"))
                     extra.append(r)
         for name, job in self._jobs(step):
@@ -84,9 +84,9 @@ class LostWorkers:
                     record.outcome, record.error = "cancelled", LOST
                     writer.write(record)
                     count += 1
-                self.plan.update(step.row, lost_requests=count)
+                self.plan.update(step.step, lost_requests=count)
                 if count:
-                    self.out(f"  {step.spec.label}: {count} request(s) of lost worker(s) "
+                    self.out(f"  {step.step.label}: {count} request(s) of lost worker(s) "
                              f"{', '.join(step.shards_of)} recorded as cancelled (worker lost)")
         finally:
             writer.close()
@@ -94,7 +94,7 @@ class LostWorkers:
     @staticmethod
     def _jobs(step: LostStep):
         for name, shard in step.shards_of.items():
-            jobs, _ = plan_jobs(step.spec, start_at=step.start_at, shard=shard, shards=step.shards)
+            jobs, _ = plan_jobs(step.step.spec, start_at=step.start_at, shard=shard, shards=step.shards)
             for job in jobs:
                 yield name, job
 

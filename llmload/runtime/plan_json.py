@@ -4,6 +4,8 @@ Every planned step is listed from the start with status `not_run`; a step become
 drained (or `partial` when the run stopped inside it). Refine steps are appended when the knee
 search chooses them (a repeat of an inconclusive step names it in `extends`); `search` says why the
 search stopped and how many refine steps it ran. The file is replaced atomically so a reader never sees half of it.
+
+The steps are the master's typed `Step`s (`llmload.runtime.step`): each is written as its `plan_row()`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from llmload.runtime.step import PLANNED_FIELDS, Step, StepStatus
+
 __all__ = ["PlanFile", "STEP_FIELDS"]
 
 #: the per-step keys every plan.json step carries (None where not known yet)
-STEP_FIELDS = ("label", "index", "phase", "target_rate", "arrival", "concurrency", "start_at",
-               "window_start", "window_end", "drain_deadline", "drained_at", "planned_arrivals", "status")
+STEP_FIELDS = PLANNED_FIELDS
 
 
 class PlanFile:
@@ -25,25 +28,27 @@ class PlanFile:
 
     def __init__(self, run_dir: Path, *, kind: str, workers: int, seed: int, started_at: float) -> None:
         self.path = Path(run_dir) / "plan.json"
+        #: the run's plan.json; its `steps` are `Step`s, each written as its `plan_row()` (a recovered
+        #: plan, `recover.recover_run`, keeps the dicts it read)
         self.data: dict[str, Any] = {"kind": kind, "started_at": started_at, "ended_at": None,
                                      "workers": workers, "seed": seed, "steps": []}
 
     @property
-    def steps(self) -> list[dict]:
+    def steps(self) -> list[Step]:
+        """The steps in plan order."""
         return self.data["steps"]
 
-    def add(self, spec: dict) -> dict:
-        """Append a step (not run yet); returns the plan.json row to update as it runs."""
-        row = {key: None for key in STEP_FIELDS}
-        row.update({k: v for k, v in spec.items() if not k.startswith("_")})
-        row["index"] = len(self.steps)
-        row["status"] = "not_run"
-        self.steps.append(row)
+    def add(self, step: Step) -> Step:
+        """Append a step (not run yet) and write the plan."""
+        step.index = len(self.steps)
+        step.status = StepStatus.NOT_RUN
+        self.steps.append(step)
         self.write()
-        return row
+        return step
 
-    def update(self, row: dict, **values: Any) -> None:
-        row.update(values)
+    def update(self, step: Step, **values: Any) -> None:
+        """Set plan.json fields of `step` (`Step.set`: an unknown name raises) and write the plan."""
+        step.set(**values)
         self.write()
 
     def finish(self, ended_at: float, **extra: Any) -> None:
@@ -57,7 +62,9 @@ class PlanFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
         try:
-            tmp.write_text(json.dumps(self.data, indent=1, default=_plain), encoding="utf-8")
+            steps = [step.plan_row() if isinstance(step, Step) else step for step in self.data["steps"]]
+            data = {**self.data, "steps": steps}
+            tmp.write_text(json.dumps(data, indent=1, default=_plain), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError as exc:
             from llmload.diskfull import is_disk_full, warn_unwritable

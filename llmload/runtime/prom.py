@@ -2,7 +2,7 @@
 
 A custom collector (`LiveMetrics`) on a registry of its own: cumulative counters and histograms fed
 with the per-request summaries the workers ship (`add_rows`, from `Session._on_results`), and gauges
-read from the master's live state at scrape time (the running step's rates from the tally, the worker
+read from the master's live state at scrape time (the running step's rates from its `Step`, the worker
 count, the workers' CPU). Served on the web UI's Flask app (`/metrics`, with `--web`) or, headless, by a
 small gevent WSGI server on `--metrics-port` (`serve`, 127.0.0.1 unless `--metrics-host` says otherwise).
 
@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from llmload.clock import now
 from llmload.runtime.live import meets_slo, request_values
+from llmload.runtime.step import Step
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition", "install",
            "serve"]
@@ -131,10 +132,10 @@ class LiveMetrics:
             return
         cpu = GaugeMetricFamily("llmload_worker_cpu_ratio", "A worker's CPU while sending, fraction of one core.",
                                 labels=["worker"])
-        for worker, value in sorted(dict(controller.worker_cpu).items()):
+        for worker, value in sorted(dict(controller.tally.worker_cpu).items()):
             cpu.add_metric([worker], value)
         yield cpu
-        step = _running_step(controller)
+        step = controller.running()
         running = GaugeMetricFamily("llmload_step_running", "1 while a step runs (label: the step).",
                                     labels=["step"])
         rates = {key: GaugeMetricFamily(f"llmload_step_{key}_requests_per_second", doc, labels=["step"])
@@ -143,10 +144,10 @@ class LiveMetrics:
                                   ("achieved", "The running step's arrivals sent in its window so far / elapsed."),
                                   ("goodput", "The running step's good requests of its window so far / elapsed."))}
         if step is not None:
-            label = step["label"]
+            label = step.label
             running.add_metric([label], 1)
-            offered, achieved = controller.running_rates(label, step)
-            values = {"target": step.get("target_rate"), "offered": offered, "achieved": achieved,
+            offered, achieved = step.running_rates(now())
+            values = {"target": step.target_rate, "offered": offered, "achieved": achieved,
                       "goodput": _goodput(controller, step)}
             for key, value in values.items():
                 if value is not None:
@@ -155,7 +156,8 @@ class LiveMetrics:
         yield from rates.values()
         done = GaugeMetricFamily("llmload_steps_judged", "Steps judged so far in this run, by verdict.",
                                  labels=["verdict"])
-        for verdict, count in sorted(Counter(str(r.get("verdict")) for r in controller.table_rows).items()):
+        for verdict, count in sorted(Counter(str(s.table_row["verdict"]) for s in controller.steps
+                                             if s.table_row is not None).items()):
             done.add_metric([verdict], count)
         yield done
 
@@ -167,24 +169,17 @@ def _worker_count(runner: Any) -> int:
     return sum(1 for c in clients.all if c.state != "missing")
 
 
-def _running_step(controller: Any) -> dict | None:
-    if controller.done.is_set():
-        return None
-    running = [s for s in controller.plan.steps if s.get("status") == "running"]
-    return running[-1] if running else None
-
-
-def _goodput(controller: Any, step: dict) -> float | None:
+def _goodput(controller: Any, step: Step) -> float | None:
     """Good requests scheduled in the running step's window so far / elapsed window (by arrival, as the
     step's goodput; the requests still in flight fill in as they finish)."""
-    ws = step.get("window_start")
+    ws = step.window_start
     if ws is None:
         return None
-    t = min(now(), step.get("window_end") or now())
+    t = min(now(), step.window_end or now())
     if t <= ws:
         return None
     slo = controller.config.slo
-    good = sum(1 for r in list(controller.rows.get(step["label"], []))
+    good = sum(1 for r in list(step.rows)
                if ws <= r["scheduled_at"] < t and meets_slo(r, request_values(r), slo))
     return good / (t - ws)
 

@@ -411,6 +411,8 @@ class Session:
                                          wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape,
                                          clock=self.clocksync)
         self.controller.plan.data["shape"] = type(self.shape).__name__
+        if self.live is not None:  # the web UI's charts take each step's planned arrivals as it starts
+            self.live.listen(self.controller.events)
         self._to(RunState.RUNNING)
         self.controller.run()
         self._finalise()

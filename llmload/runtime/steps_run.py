@@ -6,22 +6,31 @@ live worker's `llmload:drained` or the drain deadline, after which it sends `llm
 workers record their in-flight requests as `cancelled`), writes the step's end into plan.json and
 judges it with the live judge on the summaries the workers shipped. A worker's drained notice that
 carries an error (a worker greenlet failed) ends the run after this step (`StepController.fail`).
+
+A `StepRun` gets what it needs of the run in a `StepContext` made once by the controller (the workers,
+the plan, the tally, the events, the judge, and the run's stop state through `RunControl`): it never
+reaches into the controller, and this module does not import it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 from llmload.clock import now
+from llmload.config import Config
+from llmload.runtime.lost import LostWorkers
 from llmload.runtime.messages import CancelMessage, StepMessage
-from llmload.runtime.table import ProgressStats, format_progress, quick_stats
-from shapes.steps import StepSpec, step_bounds
+from llmload.runtime.plan_json import PlanFile
+from llmload.runtime.step import Step, StepEvents, StepStatus
+from llmload.runtime.table import ProgressStats, format_progress, quick_stats, step_row
+from llmload.runtime.tally import StepTally
+from shapes.steps import step_bounds
 
-if TYPE_CHECKING:
-    from llmload.runtime.controller import StepController
-
-__all__ = ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "StepRun", "plan_fields"]
+__all__ = ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "RunControl", "StepContext", "StepRun"]
 
 log = logging.getLogger("llmload.controller")
 
@@ -30,16 +39,62 @@ CANCEL_GRACE_S = 3.0
 PROGRESS_EVERY_S = 5.0
 
 
+class RunControl(Protocol):
+    """What a step asks of the run it belongs to (`StepController`): is it stopping, end it on an error,
+    cut a window at the stop."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def fail(self, message: str) -> None: ...
+
+    def cut_window(self, step: Step, window_end: float | None) -> float | None: ...
+
+
+@dataclass
+class StepContext:
+    """What every `StepRun` of a run needs, made once by the controller."""
+
+    config: Config
+    run_dir: Path
+    base_dir: str
+    #: the workers (`controller.WorkerLink`)
+    link: Any
+    plan: PlanFile
+    tally: StepTally
+    lost: LostWorkers
+    events: StepEvents
+    run: RunControl
+    out: Callable[[str], None] = print
+    #: the live judge (`judging.live_judge`), or None: every step `insufficient`
+    judge: Callable | None = None
+    telemetry: Any = None
+    #: the master's measurements of the workers' clocks (`clocksync.ClockSync`), or None
+    clocks: Any = None
+    #: the config as the step message carries it
+    config_dict: dict | None = None
+    #: the master's time in seconds (`llmload.clock.now`; a test's virtual clock)
+    clock: Callable[[], float] = now
+    #: the line about back-to-back slices judged in the report was said
+    said_unjudged: bool = False
+
+    def __post_init__(self) -> None:
+        if self.config_dict is None:
+            self.config_dict = self.config.model_dump(mode="json")
+
+
 class StepRun:
     """One step of the run on every worker (made and driven by `StepController`)."""
 
-    def __init__(self, ctl: StepController, spec: StepSpec, row: dict) -> None:
-        self.ctl = ctl
-        self.spec = spec
-        self.row = row
+    def __init__(self, ctx: StepContext, step: Step) -> None:
+        self.ctx = ctx
+        self.step = step
+        self.spec = step.spec
         self.workers: list[tuple[str | None, str]] = []
         self.start_at = 0.0
-        self.bounds: Any = None
         #: the progress line's running figures (`ProgressStats`), made at launch
         self.progress_stats: ProgressStats | None = None
         #: per worker name, the clock sample whose offset its step message carried (None: not measured)
@@ -51,32 +106,34 @@ class StepRun:
 
     def launch(self, start_at: float | None, lead_s: float) -> StepRun:
         """Send the step to every worker to start at `start_at` (default: `lead_s` from now)."""
-        ctl, spec = self.ctl, self.spec
-        self.workers = ctl.link.workers()
-        if ctl.clock is not None:  # a worker that joined since the last measurement is measured first
-            ctl.clock.measure([(cid, name) for cid, name in self.workers if ctl.clock.latest(name) is None])
-            self.applied = {name: ctl.clock.latest(name) for _, name in self.workers}
-        self.start_at = max(start_at, now() + 0.05) if start_at is not None else now() + lead_s
-        self.bounds = bounds = step_bounds(spec, self.start_at)
+        ctx, spec, step = self.ctx, self.spec, self.step
+        self.workers = ctx.link.workers()
+        clocks = ctx.clocks
+        if clocks is not None:  # a worker that joined since the last measurement is measured first
+            clocks.measure([(cid, name) for cid, name in self.workers if clocks.latest(name) is None])
+            self.applied = {name: clocks.latest(name) for _, name in self.workers}
+        self.start_at = max(start_at, self.ctx.clock() + 0.05) if start_at is not None else self.ctx.clock() + lead_s
+        step.bounds = bounds = step_bounds(spec, self.start_at)
         self.progress_stats = ProgressStats(bounds)
-        ctl.current = self.row
+        ctx.tally.current = step
         if not spec.closed_loop:
             from llmload.arrivals import step_offsets
 
-            ctl.tally.offsets[spec.label] = step_offsets(spec)
-        if ctl.telemetry is not None:
-            ctl.telemetry.set_step(spec.label)
-        ctl.plan.update(self.row, start_at=self.start_at, window_start=bounds.window_start,
+            step.offsets = step_offsets(spec)
+        if ctx.telemetry is not None:
+            ctx.telemetry.set_step(spec.label)
+        ctx.plan.update(step, start_at=self.start_at, window_start=bounds.window_start,
                         window_end=bounds.window_end, drain_deadline=bounds.drain_deadline,
-                        status="running", workers=len(self.workers))
+                        status=StepStatus.RUNNING, workers=len(self.workers))
         step_dict = spec.to_dict()
         for shard, (client_id, name) in enumerate(self.workers):
             applied = self.applied.get(name)
             message = StepMessage(step=spec, start_at=self.start_at, seed=spec.seed, shard=shard,
-                                  shards=len(self.workers), run_dir=str(ctl.run_dir), config=ctl.config_dict,
-                                  worker=name, base_dir=ctl.base_dir,
+                                  shards=len(self.workers), run_dir=str(ctx.run_dir), config=ctx.config_dict,
+                                  worker=name, base_dir=ctx.base_dir,
                                   clock_offset_s=applied.offset_s if applied is not None else None)
-            ctl.link.send(message.TYPE, message.to_dict(step=step_dict), client_id)
+            ctx.link.send(message.TYPE, message.to_dict(step=step_dict), client_id)
+        ctx.events.step_started.fire(step=step)
         return self
 
     @property
@@ -85,64 +142,64 @@ class StepRun:
 
     def settle(self, *, threaded: bool = False) -> tuple[str, list[str], dict]:
         """Wait for the step to drain (cancel at its deadline), record it in the plan, judge it."""
-        ctl, spec, row = self.ctl, self.spec, self.row
+        ctx, spec, step, run = self.ctx, self.spec, self.step, self.ctx.run
         cancelled = self._wait_drained(progress=not threaded)
-        drained_at = now()
-        if not threaded and ctl.telemetry is not None and hasattr(ctl.telemetry, "sample_now"):
+        drained_at = self.ctx.clock()
+        if not threaded and ctx.telemetry is not None and hasattr(ctx.telemetry, "sample_now"):
             try:  # the server's counters at the drained end: the step's evidence ends here (served period)
-                ctl.telemetry.sample_now()
+                ctx.telemetry.sample_now()
             except Exception:
                 log.exception("telemetry sample at the end of %s failed", spec.label)
-        window_end = self.bounds.window_end if self.bounds.window_end is not None else drained_at
-        if ctl.stopping:
-            window_end = ctl.cut_window(row, window_end)
-        lost = [name for cid, name in self.workers if name not in ctl.tally.drained[spec.label]]
-        ctl.plan.update(row, drained_at=drained_at, window_end=window_end,
-                        status="partial" if ctl.stopping else "run", cancelled=cancelled, lost_workers=lost)
+        window_end = step.bounds.window_end if step.bounds.window_end is not None else drained_at
+        if run.stopping:
+            window_end = run.cut_window(step, window_end)
+        lost = [name for cid, name in self.workers if name not in step.drained]
+        ctx.plan.update(step, drained_at=drained_at, window_end=window_end,
+                        status=StepStatus.PARTIAL if run.stopping else StepStatus.RUN, cancelled=cancelled,
+                        lost_workers=lost)
         self._record_clocks(lost)
-        errors = ctl.tally.errors(spec.label)
+        errors = step.errors()
         if errors:
-            ctl.plan.update(row, error=errors[0])
-            ctl.fail(errors[0])
-        if lost and not ctl.stopping and not spec.closed_loop:
+            ctx.plan.update(step, error=errors[0])
+            run.fail(errors[0])
+        ctx.events.step_window_ended.fire(step=step)
+        if lost and not run.stopping and not spec.closed_loop:
             # judge live on what the final analysis will see: the lost workers' flushed records and a
             # `cancelled` ("worker lost") record for each of their arrivals that left none
-            ctl.tally.rows[spec.label].extend(
-                ctl.lost.add(spec, row, lost, self.workers, self.start_at, ctl.tally.rows[spec.label]))
+            step.rows.extend(ctx.lost.add(step, lost, self.workers, self.start_at, step.rows))
         return self.judge(lost, threaded=threaded)
 
     def _record_clocks(self, lost: list[str]) -> None:
         """Measure the step's workers again and write each one's clock error for the step into plan.json
         (`ClockSync.step_clock`: the offset's uncertainty plus its drift over the step)."""
-        clock = self.ctl.clock
-        if clock is None:
+        clocks = self.ctx.clocks
+        if clocks is None:
             return
-        kept = [(cid, name) for cid, name in self.workers if name not in lost and not self.ctl.link.missing(cid)]
+        kept = [(cid, name) for cid, name in self.workers if name not in lost and not self.ctx.link.missing(cid)]
         try:
-            clock.measure(kept)
+            clocks.measure(kept)
         except Exception:  # the step stands without its clock check rather than failing the run
             log.exception("measuring the workers' clocks after %s failed", self.label)
             return
-        self.ctl.plan.update(self.row, clock={name: clock.step_clock(name, self.applied.get(name))
-                                              for _, name in kept})
+        self.ctx.plan.update(self.step, clock={name: clocks.step_clock(name, self.applied.get(name))
+                                               for _, name in kept})
 
     def _wait_drained(self, *, progress: bool = True) -> bool:
         """Block until every live worker drained the step; cancel stragglers at the deadline."""
-        ctl, spec = self.ctl, self.spec
+        ctx, spec, step = self.ctx, self.spec, self.step
         arrivals_end = self.start_at + spec.arrivals_s if spec.arrivals_s is not None else None
-        last_progress = now()
+        last_progress = self.ctx.clock()
         last_count = -1
-        event = ctl.tally.events[spec.label]
+        event = step.drain_event
         while True:
-            pending = [(cid, n) for cid, n in self.workers
-                       if n not in ctl.tally.drained[spec.label] and not ctl.link.missing(cid)]
+            pending = [(cid, n) for cid, n in self.workers if n not in step.drained and not ctx.link.missing(cid)]
             if not pending:
                 return False
-            if ctl.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
+            if ctx.run.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
                 self._cancel(pending, why="the run was stopped")
                 return True
-            t = now()
-            count = len(ctl.tally.rows[spec.label])
+            t = self.ctx.clock()
+            count = len(step.rows)
             if count != last_count:
                 last_count, last_change = count, t
             deadline = (arrivals_end + spec.drain_timeout_s if arrivals_end is not None
@@ -157,76 +214,56 @@ class StepRun:
             event.wait(timeout=min(0.5, max(0.01, deadline - t)))
 
     def _cancel(self, pending: list, *, why: str = "") -> None:
-        ctl, spec = self.ctl, self.spec
+        ctx, spec, step = self.ctx, self.spec, self.step
         why = why or f"drain timeout ({spec.drain_timeout_s:g}s)"
-        ctl.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
+        ctx.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
         for cid, _ in pending:
-            ctl.link.send(CancelMessage.TYPE, CancelMessage(label=spec.label).to_dict(), cid)
-        deadline = now() + CANCEL_GRACE_S
-        event = ctl.tally.events[spec.label]
-        while now() < deadline and any(n not in ctl.tally.drained[spec.label] for _, n in pending):
+            ctx.link.send(CancelMessage.TYPE, CancelMessage(label=spec.label).to_dict(), cid)
+        deadline = self.ctx.clock() + CANCEL_GRACE_S
+        event = step.drain_event
+        while self.ctx.clock() < deadline and any(n not in step.drained for _, n in pending):
             event.clear()
             event.wait(timeout=0.2)
 
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
-        ctl, spec, row = self.ctl, self.spec, self.row
+        ctx, spec, step = self.ctx, self.spec, self.step
         if self.progress_stats is None:
-            self.progress_stats = ProgressStats(self.bounds)
-        stats = self.progress_stats.update(ctl.tally.rows[spec.label])
-        pending = max(0, _planned_so_far(spec, self.start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
-        t = now()
-        ctl.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
-                                stats, pending, ctl.tally.server_waiting(),
+            self.progress_stats = ProgressStats(step.bounds)
+        stats = self.progress_stats.update(step.rows)
+        t = self.ctx.clock()
+        pending = max(0, step.planned_so_far(t) - stats["done"]) if step.planned_arrivals else 0
+        ctx.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, step.planned_arrivals,
+                                stats, pending, ctx.tally.server_waiting(),
                                 window_ttft_p95_s=stats["window_ttft_p95_s"],
-                                in_warmup=self.bounds is not None and t < self.bounds.window_start))
+                                in_warmup=step.bounds is not None and t < step.bounds.window_start))
 
     def judge(self, lost: list[str], *, threaded: bool = False) -> tuple[str, list[str], dict]:
         """The step's live verdict (the live judge on the shipped summaries), its table row, its warnings."""
-        ctl, spec, row = self.ctl, self.spec, self.row
-        step_rows = ctl.tally.rows[spec.label]
+        ctx, spec, step = self.ctx, self.spec, self.step
+        step_rows = step.rows
         verdict, failing, stats = "insufficient", [], quick_stats(step_rows)
-        if threaded and ctl.link.local:  # the next step's arrivals run in this process: stay light
+        if threaded and ctx.link.local:  # the next step's arrivals run in this process: stay light
             verdict = "unjudged"
-            if not ctl.said_unjudged:
-                ctl.said_unjudged = True
-                ctl.out("  (slices that run back to back are judged in the report, not live: judging here "
+            if not ctx.said_unjudged:
+                ctx.said_unjudged = True
+                ctx.out("  (slices that run back to back are judged in the report, not live: judging here "
                         "would delay the arrivals)")
-        elif ctl.judge is not None:
+        elif ctx.judge is not None:
             try:
-                verdict, failing, stats = ctl.judge(step_rows, dict(row), ctl.config)
+                verdict, failing, stats = ctx.judge(step_rows, dict(step.plan_row()), ctx.config)
             except Exception:
                 log.exception("live judging of %s failed", spec.label)
                 verdict = "unjudged"
         if lost:
             failing = [*failing, f"lost worker(s) {', '.join(lost)}"]
-        ctl.plan.update(row, live_verdict=verdict, live_failing=list(failing))
-        ctl.tally.add_judged(spec.label, spec.target_rate, row, verdict, list(failing), stats)
-        ctl.tally.cpu_warning(spec.label, failing, ctl.config)
+        ctx.plan.update(step, live_verdict=verdict, live_failing=list(failing))
+        step.verdict, step.failing, step.stats = verdict, list(failing), stats
+        step.table_row = {**stats, **step_row(spec.label, stats, verdict, list(failing), ctx.tally.step_waiting(step))}
+        ctx.events.step_judged.fire(step=step)
+        ctx.tally.cpu_warning(step, failing, ctx.config)
         # judged: its summaries are done with (the records are on disk), so hours of soak slices do not
         # pile up in the master's memory
-        ctl.tally.forget(spec.label, row)
+        ctx.tally.forget(step)
+        ctx.events.step_finished.fire(step=step)
         return verdict, list(failing), stats
-
-
-def plan_fields(spec: StepSpec) -> dict:
-    """plan.json's per-step fields that come from the spec alone."""
-    planned = None
-    if not spec.closed_loop:
-        from llmload.arrivals import step_offsets
-
-        planned = len(step_offsets(spec))
-    elif spec.requests is not None:
-        planned = spec.requests
-    fields = {"planned_arrivals": planned}
-    if spec.trace is not None:
-        fields["trace"] = None  # the arrivals travel in the step message, not in plan.json
-        fields["trace_requests"] = len(spec.trace)
-    return fields
-
-
-def _planned_so_far(spec: StepSpec, start_at: float, row: dict) -> int:
-    total = row.get("planned_arrivals") or 0
-    if not spec.arrivals_s:
-        return total
-    return int(total * min(1.0, max(0.0, (now() - start_at) / spec.arrivals_s)))

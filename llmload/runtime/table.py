@@ -6,20 +6,22 @@ the merged records. Times are shown in milliseconds, rates in requests per secon
 (the step's mean number of requests waiting in the server's queue) in requests; `out tok/s` is the
 step's output tokens per second (METRICS.md); `TTFA p95` (time to the first answer token) only when the
 step's answers carried reasoning, else `-` (it equals TTFT). TTFT, TPOT and E2E come from `llmload.latency`.
+
+`LiveTable` prints a judged step's row: it listens to the step controller's `step_judged` event.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from llmload.latency import latencies
 
-__all__ = ["COLUMNS", "ProgressStats", "format_header", "format_progress", "format_row", "quick_stats", "step_row",
+__all__ = ["COLUMNS", "LiveTable", "ProgressStats", "format_header", "format_progress", "format_row", "quick_stats", "step_row",
            "window_ttft_p95"]
 
 #: (key, header, width, kind) of the live step table
@@ -175,3 +177,25 @@ def format_progress(label: str, elapsed_s: float, total_s: float | None, planned
         ttft_text = "-" if ttft is None else f"{ttft * 1000:.0f}ms (warm-up left out)"
     return (f"  {label} {span}: done {stats['done']}{planned_text}, failed {stats['failed']}, "
             f"pending {pending}, TTFT p95 {ttft_text}, server waiting {waiting}")
+
+
+class LiveTable:
+    """The terminal's step table: one row per judged step, with its invalid reasons and a client-cap line
+    (a listener of `StepEvents.step_judged`; the header is printed when the run starts)."""
+
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.out = out
+
+    def listen(self, events: Any) -> LiveTable:
+        events.step_judged.add_listener(self.on_step_judged)
+        return self
+
+    def on_step_judged(self, step: Any) -> None:
+        from analysis.validity import client_cap_line
+
+        self.out(format_row(step.table_row))
+        for reason in step.stats.get("invalid_reasons") or []:
+            self.out(f"  {step.label} invalid: {reason['message']}")
+        capped = client_cap_line(step.label, step.stats)
+        if capped:
+            self.out(f"  {capped}")

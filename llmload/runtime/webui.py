@@ -44,6 +44,7 @@ import gevent
 from llmload.clock import now
 from llmload.redaction import redact
 from llmload.runtime.live import LiveSeries
+from llmload.runtime.step import Step, StepStatus
 from llmload.runtime.table import ProgressStats
 
 __all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"]
@@ -61,7 +62,7 @@ LLM_TABLE = (
     ("goodput", "Goodput req/s"), ("client_wait_p95_ms", "Client wait p95 ms"),
     ("server_waiting", "Server waiting"), ("verdict", "Verdict"),
 )
-#: how often the sampler reads the plan and the collector's latest values (seconds)
+#: how often the sampler reads the collector's latest values (seconds)
 SAMPLE_EVERY_S = 1.0
 
 
@@ -75,14 +76,14 @@ def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
     return None if math.isnan(x) else round(x, digits)
 
 
-def _running_stats(session: Any, controller: Any, label: str) -> dict:
+def _running_stats(session: Any, controller: Any, step: Step) -> dict:
     """`quick_stats` of the running step, folded in as its summaries arrive (`table.ProgressStats`): a
     poll re-reading every summary of a long step cost the master seconds at 10,000 req/s."""
     cache = vars(session).setdefault("_web_running_stats", {})
-    key = (id(controller), label)
+    key = (id(controller), step.label)
     if key not in cache:
         cache[key] = ProgressStats()
-    return cache[key].update(controller.rows.get(label, []))
+    return cache[key].update(step.rows)
 
 
 def step_rows(session: Any) -> list[dict]:
@@ -90,26 +91,25 @@ def step_rows(session: Any) -> list[dict]:
     controller = getattr(session, "controller", None)
     if controller is None:
         return []
-    judged = {r["label"]: r for r in controller.table_rows}
-    running = {(id(controller), s["label"]) for s in controller.plan.steps
-               if s["label"] not in judged and s.get("status") == "running"}
+    steps: list[Step] = controller.steps
+    running = {(id(controller), s.label) for s in steps if not s.judged and s.status is StepStatus.RUNNING}
     cache = vars(session).get("_web_running_stats", {})
     for key in [k for k in cache if k not in running]:  # judged or another run's: done with
         del cache[key]
     rows = []
-    for step in controller.plan.steps:
-        label = step["label"]
-        row = judged.get(label)
-        if row is None and step.get("status") == "running":
-            stats = _running_stats(session, controller, label)
-            offered, achieved = controller.running_rates(label, step)
-            row = {"label": label, **stats, "verdict": "running", "offered_rate": offered,
-                   "achieved_rate": achieved, "server_waiting": controller.step_waiting(step)}
+    t = now()
+    for step in steps:
+        row = step.table_row
+        if row is None and step.status is StepStatus.RUNNING:
+            stats = _running_stats(session, controller, step)
+            offered, achieved = step.running_rates(t)
+            row = {"label": step.label, **stats, "verdict": "running", "offered_rate": offered,
+                   "achieved_rate": achieved, "server_waiting": controller.tally.step_waiting(step)}
         if row is None:
-            rows.append({"label": label, "verdict": step.get("status") or "not_run"})
+            rows.append({"label": step.label, "verdict": step.status.value})
             continue
         rows.append({
-            "label": label, "offered_rate": _num(row.get("offered_rate")),
+            "label": step.label, "offered_rate": _num(row.get("offered_rate")),
             "achieved_rate": _num(row.get("achieved_rate")),
             "ttft_p95_ms": _num(row.get("ttft_p95_s"), 1000, 0),
             "ttfa_p95_ms": _num(row.get("ttfa_p95_s"), 1000, 0) if row.get("ttfa_p95_s") is not None else None,
@@ -126,47 +126,39 @@ def _plan_steps(session: Any, t0: float | None) -> list[dict]:
     controller = getattr(session, "controller", None)
     if controller is None or t0 is None:
         return []
-    verdicts = {r["label"]: r.get("verdict") for r in controller.table_rows}
-    out = []
-    for step in controller.plan.steps:
-        def rel(key: str, step: dict = step) -> float | None:
-            value = step.get(key)
-            return None if value is None else round(float(value) - t0, 2)
 
-        out.append({"label": step["label"], "status": step.get("status"), "start": rel("start_at"),
-                    "window_start": rel("window_start"), "window_end": rel("window_end"),
-                    "drained": rel("drained_at"), "target_rate": step.get("target_rate"),
-                    "verdict": verdicts.get(step["label"]) or step.get("status")})
-    return out
+    def rel(value: float | None) -> float | None:
+        return None if value is None else round(float(value) - t0, 2)
+
+    return [{"label": step.label, "status": step.status.value, "start": rel(step.start_at),
+             "window_start": rel(step.window_start), "window_end": rel(step.window_end),
+             "drained": rel(step.drained_at), "target_rate": step.target_rate,
+             "verdict": (step.table_row["verdict"] if step.table_row is not None else None) or step.status.value}
+            for step in controller.steps]
 
 
 def _current_step(session: Any) -> dict | None:
     """The running step: label, position, elapsed and planned seconds, requests due but not finished."""
     controller = getattr(session, "controller", None)
-    if controller is None or controller.done.is_set():
+    step = controller.running() if controller is not None else None
+    if step is None:
         return None
-    running = [s for s in controller.plan.steps if s.get("status") == "running"]
-    if not running:
-        return None
-    step = running[-1]
     t = now()
-    start = step.get("start_at")
-    offsets = controller.offsets.get(step["label"])
+    start = step.start_at
     due = None
-    if offsets is not None and start is not None:
+    if step.offsets is not None and start is not None:
         import numpy as np
 
-        due = int(np.count_nonzero(offsets < t - start))
-    elif step.get("planned_arrivals"):
-        due = int(step["planned_arrivals"])
-    done = len(controller.rows.get(step["label"], []))
+        due = int(np.count_nonzero(step.offsets < t - start))
+    elif step.planned_arrivals:
+        due = int(step.planned_arrivals)
     duration = None
-    if step.get("window_end") is not None and start is not None:
-        duration = round(float(step["window_end"]) - float(start), 1)
-    return {"label": step["label"], "index": controller.plan.steps.index(step) + 1,
-            "count": len(controller.plan.steps), "target_rate": step.get("target_rate"),
+    if step.window_end is not None and start is not None:
+        duration = round(float(step.window_end) - float(start), 1)
+    return {"label": step.label, "index": controller.steps.index(step) + 1,
+            "count": len(controller.steps), "target_rate": step.target_rate,
             "elapsed_s": None if start is None else round(max(0.0, t - float(start)), 1), "duration_s": duration,
-            "in_flight": None if due is None else max(0, due - done)}
+            "in_flight": None if due is None else max(0, due - len(step.rows))}
 
 
 def _slo_lines(config: Any) -> dict[str, list[dict]]:
@@ -212,17 +204,13 @@ def live_state(session: Any, live: LiveSeries) -> dict:
 
 
 def _sample(session: Any, live: LiveSeries) -> None:
-    """Every second: new steps' planned arrivals and the collector's latest server/GPU values."""
+    """Every second: the collector's latest server/GPU values (the steps' planned arrivals come with their
+    `step_started` event: `LiveSeries.listen`)."""
     while True:
         gevent.sleep(SAMPLE_EVERY_S)
         try:
-            controller = getattr(session, "controller", None)
-            if controller is None or session.finished:
+            if getattr(session, "controller", None) is None or session.finished:
                 continue
-            for row in controller.plan.steps:
-                offsets = controller.offsets.get(row["label"])
-                if offsets is not None and row.get("start_at") is not None:
-                    live.add_planned(row["label"], float(row["start_at"]), offsets)
             telemetry = getattr(session, "telemetry", None)
             if telemetry is not None:
                 latest = telemetry.latest()

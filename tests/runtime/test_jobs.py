@@ -8,6 +8,7 @@ from llmload.records import Record
 from llmload.runtime.jobs import plan_jobs
 from llmload.runtime.messages import StepMessage, pack_record, unpack_record
 from llmload.runtime.plan_json import PlanFile
+from llmload.runtime.step import Step, StepStatus
 from llmload.runtime.table import format_header, format_row, quick_stats, step_row
 from shapes.steps import StepSpec, TraceArrivals
 
@@ -71,13 +72,16 @@ def test_closed_loop_starts_its_share_of_users_and_hands_out_the_rest():
 
 def test_plan_file_lists_unrun_steps_and_updates_atomically(tmp_path):
     plan = PlanFile(tmp_path, kind="ladder", workers=2, seed=1, started_at=1.0)
-    a = plan.add({"label": "r1.00", "phase": "ladder", "target_rate": 1.0, "_private": 1})
-    plan.add({"label": "r2.00", "phase": "ladder", "target_rate": 2.0})
-    plan.update(a, status="run", start_at=2.0)
+    specs = [StepSpec(label=f"r{r}.00", index=7, phase="ladder", arrival="constant", target_rate=r, duration_s=1.0)
+             for r in (1.0, 2.0)]
+    a = plan.add(Step(specs[0]))
+    plan.add(Step(specs[1]))
+    plan.update(a, status=StepStatus.RUN, start_at=2.0)
     data = json.loads((tmp_path / "plan.json").read_text())
     assert [s["status"] for s in data["steps"]] == ["run", "not_run"]
-    assert [s["index"] for s in data["steps"]] == [0, 1] and "_private" not in data["steps"][0]
+    assert [s["index"] for s in data["steps"]] == [0, 1]
     assert data["steps"][1]["window_start"] is None
+    assert not (tmp_path / "plan.json.tmp").exists()
 
 
 def test_live_table_row_and_quick_stats():

@@ -99,10 +99,10 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
 
     controller, lines = run(tmp_path, verdict, estimate, {"max_steps": 3, "budget": "1m", "precision": 0.01,
                                                           "max_extensions": 1})
-    refine = [s for s in controller.plan.steps if s["phase"] == "refine"]
+    refine = [s for s in controller.steps if s.spec.phase == "refine"]
     # the first refine step is at the estimate; it is inconclusive inside the interval: repeated once
-    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, "r30.00"), (30.0, None)]
-    assert [s["status"] for s in refine] == ["run"] * 3
+    assert [(s.target_rate, s.extends) for s in refine] == [(30.0, None), (30.0, "r30.00"), (30.0, None)]
+    assert [s.status.value for s in refine] == ["run"] * 3
     assert controller.plan.data["search"] == {"stopped": "max_steps", "steps": 3, "extensions": 1,
                                               "elapsed_s": controller.plan.data["search"]["elapsed_s"]}
     assert "None" not in "\n".join(lines)

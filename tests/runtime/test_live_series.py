@@ -127,14 +127,19 @@ def _session(tmp_path, *, finished: bool = False, outcome: dict | None = None):
         "target": {"url": "http://127.0.0.1:8000"}, "slo": {"ttft_p95": "500ms", "tpot_p50": "40ms"},
         "shape": {"ladder": {"steps": [{"rate": 1, "duration": "10s"}, {"rate": 2, "duration": "10s"}]}},
         "client": {"max_concurrency": 8}})
+    from llmload.runtime.step import Step, StepStatus
+    from shapes.steps import StepSpec
+
     t = now()
-    steps = [{"label": "r1.00", "status": "run", "start_at": t - 20, "window_start": t - 20, "window_end": t - 10,
-              "drained_at": t - 9},
-             {"label": "r2.00", "status": "running", "start_at": t - 5, "window_start": t - 5, "window_end": t + 5}]
-    controller = SimpleNamespace(
-        plan=SimpleNamespace(steps=steps), table_rows=[{"label": "r1.00", "verdict": "pass", "offered_rate": 1.0}],
-        rows={"r2.00": [_row(t - 4.5), _row(t - 4.0)]}, offsets={"r2.00": np.arange(0, 10, 0.5)},
-        done=Event(), running_rates=lambda label, row: (2.0, 2.0), step_waiting=lambda row: 0.0)
+    first, second = (Step(StepSpec(label=f"r{rate}.00", index=i, phase="ladder", arrival="constant",
+                                   target_rate=float(rate), duration_s=10.0)) for i, rate in enumerate((1, 2)))
+    first.set(index=0, status=StepStatus.RUN, start_at=t - 20, window_start=t - 20, window_end=t - 10,
+              drained_at=t - 9)
+    first.verdict, first.table_row = "pass", {"label": "r1.00", "verdict": "pass", "offered_rate": 1.0}
+    second.set(index=1, status=StepStatus.RUNNING, start_at=t - 5, window_start=t - 5, window_end=t + 5)
+    second.rows, second.offsets = [_row(t - 4.5), _row(t - 4.0)], np.arange(0, 10, 0.5)
+    controller = SimpleNamespace(steps=[first, second], running=lambda: second, done=Event(),
+                                 tally=SimpleNamespace(step_waiting=lambda step: 0.0))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return SimpleNamespace(config=config, controller=controller, finished=finished, outcome=outcome or {},
@@ -184,7 +189,11 @@ def test_the_web_routes_never_serve_a_secret(tmp_path):
 
     secret = "sk-live-\"quoted\\key"  # JSON escapes it: redacting the dumped text would miss it
     session, _ = _session(tmp_path, finished=True, outcome={"verdict": "fail", "sentences": [f"401 for {secret}"]})
-    session.controller.table_rows[0]["label"] = session.controller.plan.steps[0]["label"] = f"r1-{secret}"
+    from dataclasses import replace
+
+    first = session.controller.steps[0]
+    first.spec = replace(first.spec, label=f"r1-{secret}")
+    first.table_row["label"] = first.spec.label
     session.file_config = None
     app = Flask("test")
     web_ui = SimpleNamespace(app=app, template_args={}, auth_required_if_enabled=lambda f: f,

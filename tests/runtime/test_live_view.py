@@ -59,9 +59,9 @@ class FakeRunner:
             sent += 1
             self.controller.on_results(ResultsMessage(worker="0", rows=[], sent={label: sent}))
             if not self.mid_step and now() > start_at + 0.6:
-                row = self.controller.plan.steps[0]
-                self.mid_step = {"rates": self.controller.running_rates(label, row), "sent": sent,
-                                 "elapsed": now() - row["window_start"],
+                step = self.controller.steps[0]
+                t = now()
+                self.mid_step = {"rates": step.running_rates(t), "sent": sent, "elapsed": t - step.window_start,
                                  "web": step_rows(type("S", (), {"controller": self.controller})())[0]}
             gevent.sleep(0.05)
         self.telemetry.recent.add(now(), label, SOURCE, [Point(SOURCE, "waiting", 0.0)])
@@ -86,7 +86,7 @@ def test_live_table_shows_the_steps_server_waiting_and_running_rates(tmp_path, j
     controller.run()
     row = next(line for line in lines if line.startswith("r20.00 "))
     assert float(row.split()[8]) == pytest.approx(6.0, abs=0.5), row  # "srv wait": the step's mean, not 0
-    assert controller.table_rows[0]["server_waiting"] == pytest.approx(6.0, abs=0.5)
+    assert controller.steps[0].table_row["server_waiting"] == pytest.approx(6.0, abs=0.5)
     offered, achieved = runner.mid_step["rates"]
     assert offered == pytest.approx(20.0, rel=0.15)  # planned arrivals so far / elapsed window
     assert achieved == pytest.approx(runner.mid_step["sent"] / runner.mid_step["elapsed"], rel=0.15)

@@ -15,6 +15,8 @@ from support import free_port
 from llmload.config import SLO
 from llmload.runtime import prom
 from llmload.runtime.launcher import locust_command
+from llmload.runtime.step import Step, StepStatus
+from shapes.steps import StepSpec
 
 T0 = 1_000_000.0
 
@@ -61,17 +63,29 @@ def test_counters_and_histograms_follow_the_shipped_summaries():
     assert sorted(buckets) == buckets or len(buckets) == len(prom.LATENCY_BUCKETS_S) + 1
 
 
+class _RunningStep(Step):
+    """A running step whose rates so far are given (they depend on the wall clock)."""
+
+    __slots__ = ()
+
+    def running_rates(self, t: float) -> tuple[float | None, float | None]:
+        return 2.0, 1.75
+
+
 def test_running_step_gauges_workers_and_cpu():
     from llmload.clock import now
 
     t = now()
-    step = {"label": "r2.00", "status": "running", "target_rate": 2.0, "start_at": t - 5, "window_start": t - 4,
-            "window_end": t + 10}
-    rows = [_row(t - 3.5), _row(t - 2.5), _row(t - 1.5, outcome="timeout"), _row(t - 4.5)]  # the last: warm-up
+    step = _RunningStep(StepSpec(label="r2.00", index=1, phase="ladder", arrival="constant", target_rate=2.0,
+                                 duration_s=14.0))
+    step.set(index=1, status=StepStatus.RUNNING, start_at=t - 5, window_start=t - 4, window_end=t + 10)
+    step.rows = [_row(t - 3.5), _row(t - 2.5), _row(t - 1.5, outcome="timeout"), _row(t - 4.5)]  # the last: warm-up
+    judged = Step(StepSpec(label="r1.00", index=0, phase="ladder", arrival="constant", target_rate=1.0,
+                           duration_s=14.0))
+    judged.verdict, judged.table_row = "pass", {"verdict": "pass"}
     controller = SimpleNamespace(
-        done=SimpleNamespace(is_set=lambda: False), plan=SimpleNamespace(steps=[step]),
-        rows={"r2.00": rows}, worker_cpu={"1": 0.25, "2": 0.5}, table_rows=[{"verdict": "pass"}],
-        config=SimpleNamespace(slo=SLO()), running_rates=lambda label, row: (2.0, 1.75))
+        running=lambda: step, steps=[judged, step], tally=SimpleNamespace(worker_cpu={"1": 0.25, "2": 0.5}),
+        config=SimpleNamespace(slo=SLO()))
     clients = SimpleNamespace(all=[SimpleNamespace(state="ready"), SimpleNamespace(state="running"),
                                    SimpleNamespace(state="missing")])
     session = SimpleNamespace(config=None, controller=controller, env=SimpleNamespace(runner=SimpleNamespace(

@@ -15,6 +15,7 @@ from llmload.config import parse_config
 from llmload.records import Record
 from llmload.runtime.controller import StepController, WorkerLink
 from llmload.runtime.messages import STEP, DrainedMessage, ResultsMessage, pack_record
+from llmload.runtime.step import StepStatus
 from shapes.plan import build_plan
 
 TAIL_S = 0.3
@@ -43,7 +44,7 @@ class FakeRunner:
                             outcome="ok", sent_at=t - 0.1, first_token_at=t - 0.05, last_token_at=t,
                             output_tokens=2, token_times=[t - 0.05, t])
             self.controller.on_results(ResultsMessage(worker="0", rows=[pack_record(record)]))
-            self.kept.append(len(self.controller.rows[step["label"]]))
+            self.kept.append(len(self.controller.step_of(step["label"]).rows))
             self.controller.on_drained(DrainedMessage(label=step["label"], worker="0", put=0, finished=0))
 
         gevent.spawn(drain)
@@ -61,19 +62,19 @@ def run_controller(tmp_path, shape: dict) -> tuple[StepController, list[str], Fa
 def test_soak_slices_start_when_the_previous_arrivals_end_and_drain_meanwhile(tmp_path):
     controller, lines, runner = run_controller(tmp_path, {"soak": {"rate": 5, "duration": "1.2s", "slice": "0.4s",
                                                            "drain_timeout": "5s"}})
-    steps = controller.plan.steps
-    assert [s["label"] for s in steps] == ["soak-000", "soak-001", "soak-002"]
+    steps = controller.steps
+    assert [s.label for s in steps] == ["soak-000", "soak-001", "soak-002"]
     for before, after in zip(steps, steps[1:], strict=False):
-        assert after["start_at"] == pytest.approx(before["window_end"], abs=1e-6)  # no pause
-        assert before["drained_at"] > after["start_at"]  # its requests finished while the next ran
-        assert before["drained_at"] == pytest.approx(before["window_end"] + TAIL_S, abs=0.25)
-    assert all(s["status"] == "run" and s["cancelled"] is False for s in steps)
-    assert steps[-1]["drained_at"] >= steps[-1]["window_end"] + TAIL_S - 0.02  # the last slice drains
+        assert after.start_at == pytest.approx(before.window_end, abs=1e-6)  # no pause
+        assert before.drained_at > after.start_at  # its requests finished while the next ran
+        assert before.drained_at == pytest.approx(before.window_end + TAIL_S, abs=0.25)
+    assert all(s.status is StepStatus.RUN and s.cancelled is False for s in steps)
+    assert steps[-1].drained_at >= steps[-1].window_end + TAIL_S - 0.02  # the last slice drains
     table = [line for line in lines if line.startswith("soak-")]
     assert [line.split()[0] for line in table] == ["soak-000", "soak-001", "soak-002"]  # in order
     assert "unjudged" in table[0] and "unjudged" in table[1]  # judged in the report, not mid-load
     assert controller.done.is_set()
-    assert runner.kept == [1, 1, 1] and not any(controller.rows.values())  # judged: not kept in memory
+    assert runner.kept == [1, 1, 1] and not any(s.rows for s in controller.steps)  # judged: not kept in memory
     assert "50ms" in table[0]  # the quick numbers (TTFT p95) of the shipped request
 
 
@@ -82,5 +83,5 @@ def test_ladder_steps_still_wait_for_the_drain(tmp_path):
                                                          "drain_timeout": "5s",
                                                          "steps": [{"rate": 5, "duration": "0.4s"},
                                                                    {"rate": 5, "duration": "0.4s"}]}})
-    first, second = controller.plan.steps
-    assert second["start_at"] > first["drained_at"] >= first["window_end"] + TAIL_S - 0.02
+    first, second = controller.steps
+    assert second.start_at > first.drained_at >= first.window_end + TAIL_S - 0.02

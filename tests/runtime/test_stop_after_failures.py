@@ -8,6 +8,7 @@ import pytest
 
 from llmload.config import parse_config
 from llmload.runtime.controller import StepController
+from llmload.runtime.step import StepStatus
 from shapes.plan import build_plan
 
 
@@ -20,9 +21,10 @@ class ScriptedController(StepController):
         self.ran: list[str] = []
         self.searched = False
 
-    def run_step(self, spec, row, *, start_at=None):
-        self.ran.append(spec.label)
-        self.plan.update(row, status="run")
+    def run_step(self, step, *, start_at=None):
+        self.ran.append(step.label)
+        self.plan.update(step, status=StepStatus.RUNNING)
+        self.plan.update(step, status=StepStatus.RUN)
         return next(self.verdicts), [], {}
 
     def _refine(self) -> None:
@@ -50,10 +52,10 @@ def run_ladder(tmp_path, verdicts: list[str], **ladder) -> tuple[ScriptedControl
 def test_by_default_one_failing_step_ends_the_ladder_and_the_search_still_runs(tmp_path):
     controller, lines = run_ladder(tmp_path, ["pass", "fail", "fail", "fail", "fail"])
     assert controller.ran == ["r1.00", "r2.00"]
-    steps = controller.plan.steps
-    assert [s["status"] for s in steps] == ["run", "run", "not_run", "not_run", "not_run"]
-    assert [s.get("not_run_reason") for s in steps[2:]] == ["stop_after_failures: 1 failing step before it"] * 3
-    assert "not_run_reason" not in steps[0]
+    steps = controller.steps
+    assert [s.status.value for s in steps] == ["run", "run", "not_run", "not_run", "not_run"]
+    assert [s.not_run_reason for s in steps[2:]] == ["stop_after_failures: 1 failing step before it"] * 3
+    assert not steps[0].written("not_run_reason")
     assert controller.searched
     said = [line for line in lines if "stop_after_failures" in line]
     assert said == ["  stop_after_failures: 1 failing step before it: r3.00, r4.00, r5.00 not run "

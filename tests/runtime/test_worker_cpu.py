@@ -60,12 +60,12 @@ def test_a_cpu_warning_comes_with_the_steps_judgement_and_names_it(tmp_path):
     controller.on_results(ResultsMessage(worker="0", rows=[], cpu=0.85, cpu_at=1.0, cpu_step="r4.00"))
     controller.on_results(ResultsMessage(worker="0", rows=[], cpu=0.99, cpu_at=9.0, cpu_step=None))
     assert lines == []  # never from a sample alone, nor from a sample outside any step
-    controller._cpu_warning("r4.00", [])
+    controller.tally.cpu_warning(controller.step_of("r4.00"), [], config)
     assert len(lines) == 1 and lines[0].startswith("llmload: warning: step r4.00: worker 0 CPU at 85%")
     assert "--processes 2" in lines[0]
     # a quiet step says nothing
-    controller.on_results(ResultsMessage(worker="0", rows=[], cpu=0.05, cpu_at=2.0, cpu_step="r8.00"))
-    controller._cpu_warning("r8.00", [])
+    controller.on_results(ResultsMessage(worker="0", rows=[], cpu=0.05, cpu_at=2.0, cpu_step="r4.00"))
+    controller.tally.cpu_warning(controller.step_of("r4.00"), [], config)
     assert len(lines) == 1
 
 
