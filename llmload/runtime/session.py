@@ -391,7 +391,7 @@ class Session:
         self.controller = StepController(config, run_dir, WorkerLink(self.env.runner), steps,
                                          judge=live_judge(run_dir, recent), telemetry=self.telemetry,
                                          wait_ready=self._wait_pool, base_dir=str(base_dir), shape=self.shape,
-                                         clock=self.clocksync)
+                                         clocks=self.clocksync)
         self.controller.plan.data["shape"] = type(self.shape).__name__
         self._to(RunState.RUNNING)
         self.controller.run()

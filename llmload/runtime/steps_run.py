@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from llmload.clock import now
 from llmload.runtime.messages import CANCEL, STEP, step_message
 from llmload.runtime.table import ProgressStats, format_progress, quick_stats
 from shapes.steps import StepSpec, step_bounds
@@ -53,10 +52,10 @@ class StepRun:
         """Send the step to every worker to start at `start_at` (default: `lead_s` from now)."""
         ctl, spec = self.ctl, self.spec
         self.workers = ctl.link.workers()
-        if ctl.clock is not None:  # a worker that joined since the last measurement is measured first
-            ctl.clock.measure([(cid, name) for cid, name in self.workers if ctl.clock.latest(name) is None])
-            self.applied = {name: ctl.clock.latest(name) for _, name in self.workers}
-        self.start_at = max(start_at, now() + 0.05) if start_at is not None else now() + lead_s
+        if ctl.clocks is not None:  # a worker that joined since the last measurement is measured first
+            ctl.clocks.measure([(cid, name) for cid, name in self.workers if ctl.clocks.latest(name) is None])
+            self.applied = {name: ctl.clocks.latest(name) for _, name in self.workers}
+        self.start_at = max(start_at, ctl._now() + 0.05) if start_at is not None else ctl._now() + lead_s
         self.bounds = bounds = step_bounds(spec, self.start_at)
         self.progress_stats = ProgressStats(bounds)
         ctl.current = self.row
@@ -87,7 +86,7 @@ class StepRun:
         """Wait for the step to drain (cancel at its deadline), record it in the plan, judge it."""
         ctl, spec, row = self.ctl, self.spec, self.row
         cancelled = self._wait_drained(progress=not threaded)
-        drained_at = now()
+        drained_at = ctl._now()
         if not threaded and ctl.telemetry is not None and hasattr(ctl.telemetry, "sample_now"):
             try:  # the server's counters at the drained end: the step's evidence ends here (served period)
                 ctl.telemetry.sample_now()
@@ -114,7 +113,7 @@ class StepRun:
     def _record_clocks(self, lost: list[str]) -> None:
         """Measure the step's workers again and write each one's clock error for the step into plan.json
         (`ClockSync.step_clock`: the offset's uncertainty plus its drift over the step)."""
-        clock = self.ctl.clock
+        clock = self.ctl.clocks
         if clock is None:
             return
         kept = [(cid, name) for cid, name in self.workers if name not in lost and not self.ctl.link.missing(cid)]
@@ -130,7 +129,7 @@ class StepRun:
         """Block until every live worker drained the step; cancel stragglers at the deadline."""
         ctl, spec = self.ctl, self.spec
         arrivals_end = self.start_at + spec.arrivals_s if spec.arrivals_s is not None else None
-        last_progress = now()
+        last_progress = ctl._now()
         last_count = -1
         event = ctl.tally.events[spec.label]
         while True:
@@ -141,7 +140,7 @@ class StepRun:
             if ctl.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
                 self._cancel(pending, why="the run was stopped")
                 return True
-            t = now()
+            t = ctl._now()
             count = len(ctl.tally.rows[spec.label])
             if count != last_count:
                 last_count, last_change = count, t
@@ -154,7 +153,7 @@ class StepRun:
                 last_progress = t
                 self.progress()
             event.clear()
-            event.wait(timeout=min(0.5, max(0.01, deadline - t)))
+            ctl._wait(event, min(0.5, max(0.01, deadline - t)))
 
     def _cancel(self, pending: list, *, why: str = "") -> None:
         ctl, spec = self.ctl, self.spec
@@ -162,11 +161,11 @@ class StepRun:
         ctl.out(f"  {spec.label}: {why}: cancelling queued and in-flight requests")
         for cid, _ in pending:
             ctl.link.send(CANCEL, {"label": spec.label}, cid)
-        deadline = now() + CANCEL_GRACE_S
+        deadline = ctl._now() + CANCEL_GRACE_S
         event = ctl.tally.events[spec.label]
-        while now() < deadline and any(n not in ctl.tally.drained[spec.label] for _, n in pending):
+        while ctl._now() < deadline and any(n not in ctl.tally.drained[spec.label] for _, n in pending):
             event.clear()
-            event.wait(timeout=0.2)
+            ctl._wait(event, 0.2)
 
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
@@ -174,8 +173,8 @@ class StepRun:
         if self.progress_stats is None:
             self.progress_stats = ProgressStats(self.bounds)
         stats = self.progress_stats.update(ctl.tally.rows[spec.label])
-        pending = max(0, _planned_so_far(spec, self.start_at, row) - stats["done"]) if row.get("planned_arrivals") else 0
-        t = now()
+        t = ctl._now()
+        pending = max(0, _planned_so_far(spec, self.start_at, row, t) - stats["done"]) if row.get("planned_arrivals") else 0
         ctl.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, row.get("planned_arrivals"),
                                 stats, pending, ctl.tally.server_waiting(),
                                 window_ttft_p95_s=stats["window_ttft_p95_s"],
@@ -225,8 +224,8 @@ def plan_fields(spec: StepSpec) -> dict:
     return fields
 
 
-def _planned_so_far(spec: StepSpec, start_at: float, row: dict) -> int:
+def _planned_so_far(spec: StepSpec, start_at: float, row: dict, t: float) -> int:
     total = row.get("planned_arrivals") or 0
     if not spec.arrivals_s:
         return total
-    return int(total * min(1.0, max(0.0, (now() - start_at) / spec.arrivals_s)))
+    return int(total * min(1.0, max(0.0, (t - start_at) / spec.arrivals_s)))

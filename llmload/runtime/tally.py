@@ -36,8 +36,10 @@ class StepTally:
     """Shipped summaries, drained notices, sent counts and CPU per step; the judged steps' rows."""
 
     def __init__(self, run_dir: Path, *, local: bool, telemetry: Any = None,
-                 out: Callable[[str], None] = print) -> None:
+                 out: Callable[[str], None] = print, clock: Callable[[], float] = now) -> None:
         self.run_dir = Path(run_dir)
+        #: the master's time source (the controller's `clock`)
+        self._clock = clock
         self.local = local
         self.telemetry = telemetry
         self.out = out
@@ -80,7 +82,7 @@ class StepTally:
             self._cpu_seen[worker] = data.get("cpu_at")
             self.worker_cpu[worker] = float(cpu)
             label = data.get("cpu_step") or current_label
-            self._write_cpu(worker, float(cpu), data.get("cpu_at") or now(), label)
+            self._write_cpu(worker, float(cpu), data.get("cpu_at") or self._clock(), label)
             if label is not None:
                 peak = self.step_cpu[label]
                 peak[worker] = max(peak.get(worker, 0.0), float(cpu))
@@ -131,7 +133,8 @@ class StepTally:
         recent = self.recent
         t0 = row.get("window_start") or row.get("start_at")
         if recent is not None and t0 is not None:
-            t1 = min(now(), row.get("window_end") or now())
+            t = self._clock()
+            t1 = min(t, row.get("window_end") or t)
             mean = recent.gauge_mean("waiting", t0, t1) if t1 > t0 else None
             if mean is None and t0 != row.get("start_at") and row.get("start_at") is not None:
                 mean = recent.gauge_mean("waiting", row["start_at"], t1)
@@ -145,7 +148,8 @@ class StepTally:
         ws, start_at = row.get("window_start"), row.get("start_at")
         if ws is None or start_at is None:
             return None, None
-        t = min(now(), row.get("window_end") or now())
+        t = self._clock()
+        t = min(t, row.get("window_end") or t)
         elapsed = t - ws
         if elapsed <= 0:
             return None, None
