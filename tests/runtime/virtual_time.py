@@ -6,8 +6,11 @@ greenlet waits on its own wake-up; one driver greenlet lets every other greenlet
 idle (`gevent.idle`), then moves the clock to the earliest wake-up and wakes that sleeper (ties in the
 order they slept). So a 5-minute soak runs in milliseconds, and in the same order every time.
 
-`FakeLink` is a `WorkerLink` whose workers answer `llmload:step` with one summary per arrival and an
+`FakeLink` is a `WorkerLink` whose workers answer `llmload:step` with one summary and an
 `llmload:drained`, each at a chosen virtual time; `llmload:cancel` is answered with a drained notice.
+
+`FakeHost` is a `RunHost` (`llmload.runtime.lifecycle`) for a `RunLifecycle` without Locust: its
+`stop_users` does what Locust's `runner.stop()` does (test_stopping, then test_stop).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 from gevent.event import Event
@@ -23,7 +27,7 @@ from gevent.event import Event
 from llmload.records import Record
 from llmload.runtime.messages import CANCEL, STEP, pack_record
 
-__all__ = ["FakeLink", "VirtualClock", "WorkerPlan"]
+__all__ = ["FakeHost", "FakeLink", "VirtualClock", "WorkerPlan"]
 
 
 class VirtualClock:
@@ -151,15 +155,80 @@ class FakeLink:
             self.clock.sleep(plan.cancel_s)
         t = self.clock.now()
         record = (self.make_record or _ok_record)(label, plan.name, data["shard"], min(t, arrivals_end))
-        self.controller.on_results({"worker": plan.name, "rows": [pack_record(record)]})
+        controller = self.controller() if callable(self.controller) else self.controller
+        controller.on_results({"worker": plan.name, "rows": [pack_record(record)]})
         drained = {"label": label, "worker": plan.name, "put": 1, "finished": 1}
         if plan.error is not None:
             drained["error"] = plan.error
-        self.controller.on_drained(drained)
+        controller.on_drained(drained)
 
     def _sleep_until(self, t: float) -> None:
         if t > self.clock.now():
             self.clock.sleep(t - self.clock.now())
+
+
+class FakeHost:
+    """A `RunHost` without Locust: what the lifecycle asked of it is in `calls`."""
+
+    def __init__(self, link: FakeLink | None = None, *, web: bool = False, remote_users: bool = False) -> None:
+        self.fake_link = link
+        self.web = web
+        self.remote_users = remote_users
+        self.life: Any = None
+        #: ("stop_users",), ("quit_soon",), ("close_web_ui",), ("exit", code) in the order asked
+        self.calls: list[tuple] = []
+        self.exit_code: int | None = None
+
+    def link(self) -> FakeLink:
+        return self.fake_link
+
+    def pool_ready(self) -> bool:
+        return True
+
+    def plan_shape(self, config: Any) -> tuple[Any, None]:
+        return _ConfigShape(), None
+
+    def stop_users(self) -> None:
+        """Locust's `runner.stop()`: test_stopping, the users stop, test_stop."""
+        from llmload.runtime.lifecycle import StopReason
+
+        self.calls.append(("stop_users",))
+        self.life.stop(StopReason.WEB_STOP)
+        self.life.stop(StopReason.USERS_STOPPED)
+
+    def quit_soon(self) -> None:
+        self.calls.append(("quit_soon",))
+
+    def close_web_ui(self) -> None:
+        self.calls.append(("close_web_ui",))
+
+    def exit(self, code: int) -> None:
+        self.calls.append(("exit", code))
+
+    def set_exit_code(self, code: int) -> None:
+        self.exit_code = code
+
+
+class _ConfigShape:
+    """The config's own plan and knee search (`shapes.plan`), as `shapes.loadshapes`' shapes offer them
+    (without importing Locust)."""
+
+    follows_config = True
+
+    def plan(self, config: Any, *, base_dir: Any = None) -> list:
+        from shapes.plan import build_plan
+
+        return build_plan(config, base_dir=base_dir)
+
+    def search(self, config: Any, rows: Any = ()) -> Any:
+        from shapes.plan import ConfigSearch
+
+        return ConfigSearch().search(config, rows)
+
+    def search_step(self, config: Any, rate: float, **kwargs: Any) -> Any:
+        from shapes.plan import ConfigSearch
+
+        return ConfigSearch().search_step(config, rate, **kwargs)
 
 
 def _ok_record(label: str, worker: str, shard: int, t: float) -> Record:
