@@ -54,7 +54,6 @@ __all__ = ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "
 #: the Locust environment's attribute that holds this process's session
 SESSION_ATTR = "llmload_session"
 
-log = logging.getLogger("llmload.session")
 
 class _QuietSpawnWarning(logging.Filter):
     """Drops Locust's warning about a spawn rate above 100/s: our users start idle, all at once."""
