@@ -17,8 +17,9 @@
     preflight   reachability, model, cold load, quality cases, manifest, telemetry start
     judging     live verdicts with analysis.judge_step
     finish      merge records, telemetry, analysis, report, exit code
-    session     the Locust glue of one process, kept on the Locust environment (options, init, test
-                start/stop, the shape's tick)
+    lifecycle   one run apart from Locust: start, stop(reason), finalise (`RunLifecycle`)
+    session     the Locust glue of one process, kept on the Locust environment (options, init, the
+                Locust events and stop signals turned into lifecycle calls, the shape's tick)
     webui       the web UI's LLM tab (charts, status, verdict, report link), header box, start form values
     webform     the start form's rates and SLO options -> the config as run
     live        the LLM tab's per-second series (percentiles, rates, server samples)

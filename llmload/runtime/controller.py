@@ -127,10 +127,14 @@ class StepController:
     def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
                  judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
                  wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None,
-                 clock: Any = None) -> None:
+                 clocks: Any = None, clock: Callable[[], float] = now,
+                 sleep: Callable[[float], None] = gevent.sleep) -> None:
         self.config = config
         #: the master's measurements of the workers' clocks (`llmload.runtime.clocksync.ClockSync`), or None
-        self.clocks = clock
+        self.clocks = clocks
+        #: the master's time source and sleep (tests inject a virtual pair: `tests/runtime/virtual_time.py`)
+        self._clock = clock
+        self._sleep_fn = sleep
         #: the shape that planned the steps (`shapes.loadshapes`): it may add steps (`_refine`)
         self.shape = shape
         self.config_dict = config.model_dump(mode="json")
@@ -142,9 +146,9 @@ class StepController:
         self.wait_ready = wait_ready
         self.base_dir = base_dir
         self.seed = int(config.requests.seed)
-        self.tally = StepTally(self.run_dir, local=link.local, telemetry=telemetry, out=out)
+        self.tally = StepTally(self.run_dir, local=link.local, telemetry=telemetry, out=out, clock=clock)
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
-                             seed=self.seed, started_at=now())
+                             seed=self.seed, started_at=self._now())
         self.lost = LostWorkers(self.run_dir, self.plan, out)
         #: the declared events of the run's steps; the live table prints the judged steps' rows
         self.events = StepEvents()
@@ -156,7 +160,8 @@ class StepController:
         #: what each step's `StepRun` needs of the run
         self.context = StepContext(config=config, run_dir=self.run_dir, base_dir=base_dir, link=link, plan=self.plan,
                                    tally=self.tally, lost=self.lost, events=self.events, run=self, out=out,
-                                   judge=judge, telemetry=telemetry, clocks=self.clocks, config_dict=self.config_dict)
+                                   judge=judge, telemetry=telemetry, clocks=self.clocks, config_dict=self.config_dict,
+                                   clock=clock, sleep=sleep)
         self.done = Event()
         self._machine = StateMachine(StepsState.WAITING, STEPS_TRANSITIONS, name="steps")
         #: when the run was stopped from outside: a partial step's window ends here
@@ -166,6 +171,14 @@ class StepController:
         self.greenlet: gevent.Greenlet | None = None
         #: background greenlets draining and judging `drain=False` steps, in step order
         self._tails: list[gevent.Greenlet] = []
+
+    # ------------------------------------------------------------------ time
+
+    def _now(self) -> float:
+        return self._clock()
+
+    def _sleep(self, s: float) -> None:
+        self._sleep_fn(s)
 
     # ------------------------------------------------------------------ state
 
@@ -282,7 +295,7 @@ class StepController:
             extra: dict[str, Any] = {"stopped": True} if self.stopped else {}
             if self.error is not None:
                 extra["error"] = self.error
-            self.plan.finish(now(), **extra)
+            self.plan.finish(self._now(), **extra)
             self.tally.close()
             if self.state in (StepsState.RUNNING, StepsState.STOPPING):
                 self._to(StepsState.DONE)
@@ -319,11 +332,11 @@ class StepController:
         arrivals end (the next step's start). Its drain and judging go on in a background greenlet."""
         run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
         arrivals_end = run.arrivals_end
-        last_progress = now()
-        while not self.stopped and not self.failed and now() < arrivals_end - LEAD_S:
-            gevent.sleep(min(0.5, arrivals_end - LEAD_S - now()))
-            if now() - last_progress >= PROGRESS_EVERY_S:
-                last_progress = now()
+        last_progress = self._now()
+        while not self.stopped and not self.failed and self._now() < arrivals_end - LEAD_S:
+            self._sleep(min(0.5, arrivals_end - LEAD_S - self._now()))
+            if self._now() - last_progress >= PROGRESS_EVERY_S:
+                last_progress = self._now()
                 run.progress()
         previous = self._tails[-1] if self._tails else None
 
@@ -352,10 +365,10 @@ class StepController:
             step = Step(spec, extends=ask.extends)
             self.tally.add(step)
             self.plan.add(step)
-            started = now()
+            started = self._now()
             verdict, failing, stats = self.run_step(step)
             search.record({**stats, "label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
-                           "failing": failing}, wall_s=now() - started, nominal_s=spec.arrivals_s)
+                           "failing": failing}, wall_s=self._now() - started, nominal_s=spec.arrivals_s)
         if self.stopping or self.failed:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
@@ -369,7 +382,7 @@ class StepController:
         """A stop is coming (a signal arrived): note its time now, so that workers dying of the same
         signal before `stop()` runs end the step as `partial` at this time, not as lost workers."""
         if self.stopped_at is None:
-            self.stopped_at = now()
+            self.stopped_at = self._now()
         if self.state in (StepsState.WAITING, StepsState.RUNNING):
             self._to(StepsState.STOPPING)
 

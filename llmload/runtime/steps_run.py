@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import gevent
+from gevent.event import Event
+
 from llmload.clock import now
 from llmload.config import Config
 from llmload.runtime.lost import LostWorkers
@@ -78,12 +81,25 @@ class StepContext:
     config_dict: dict | None = None
     #: the master's time in seconds (`llmload.clock.now`; a test's virtual clock)
     clock: Callable[[], float] = now
+    #: the master's sleep (`gevent.sleep`; a test's virtual sleep)
+    sleep: Callable[[float], None] = gevent.sleep
     #: the line about back-to-back slices judged in the report was said
     said_unjudged: bool = False
 
     def __post_init__(self) -> None:
         if self.config_dict is None:
             self.config_dict = self.config.model_dump(mode="json")
+
+    def wait(self, event: Event, timeout_s: float) -> None:
+        """Wait until `event` is set or `timeout_s` passed on the injected clock (`event.wait(timeout)`,
+        with the timeout slept by `sleep`)."""
+        if event.is_set():
+            return
+        sleeper = gevent.spawn(self.sleep, timeout_s)
+        try:
+            gevent.wait([event, sleeper], count=1)
+        finally:
+            sleeper.kill(block=False)
 
 
 class StepRun:
@@ -211,7 +227,7 @@ class StepRun:
                 last_progress = t
                 self.progress()
             event.clear()
-            event.wait(timeout=min(0.5, max(0.01, deadline - t)))
+            self.ctx.wait(event, min(0.5, max(0.01, deadline - t)))
 
     def _cancel(self, pending: list, *, why: str = "") -> None:
         ctx, spec, step = self.ctx, self.spec, self.step
@@ -223,7 +239,7 @@ class StepRun:
         event = step.drain_event
         while self.ctx.clock() < deadline and any(n not in step.drained for _, n in pending):
             event.clear()
-            event.wait(timeout=0.2)
+            self.ctx.wait(event, 0.2)
 
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""

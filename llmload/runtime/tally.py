@@ -33,8 +33,10 @@ class StepTally:
     """Routes shipped summaries, drained notices, sent counts and CPU to their `Step`."""
 
     def __init__(self, run_dir: Path, *, local: bool, telemetry: Any = None,
-                 out: Callable[[str], None] = print) -> None:
+                 out: Callable[[str], None] = print, clock: Callable[[], float] = now) -> None:
         self.run_dir = Path(run_dir)
+        #: the master's time source (the controller's `clock`)
+        self._clock = clock
         self.local = local
         self.telemetry = telemetry
         self.out = out
@@ -68,7 +70,7 @@ class StepTally:
             self._cpu_seen[worker] = results.cpu_at
             self.worker_cpu[worker] = float(cpu)
             label = results.cpu_step or (self.current.label if self.current is not None else None)
-            self._write_cpu(worker, float(cpu), results.cpu_at or now(), label)
+            self._write_cpu(worker, float(cpu), results.cpu_at or self._clock(), label)
             step = self.steps.get(label) if label is not None else None
             if step is not None:
                 step.cpu[worker] = max(step.cpu.get(worker, 0.0), float(cpu))
@@ -124,7 +126,8 @@ class StepTally:
         recent = self.recent
         t0 = step.window_start or step.start_at
         if recent is not None and t0 is not None:
-            t1 = min(now(), step.window_end or now())
+            t = self._clock()
+            t1 = min(t, step.window_end or t)
             mean = recent.gauge_mean("waiting", t0, t1) if t1 > t0 else None
             if mean is None and t0 != step.start_at and step.start_at is not None:
                 mean = recent.gauge_mean("waiting", step.start_at, t1)

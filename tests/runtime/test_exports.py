@@ -36,6 +36,7 @@ MODULES = {
     "step": ["PLANNED_FIELDS", "STEP_TRANSITIONS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"],
     "tally": ["CPU_WARN", "StepTally"],
     "lost": ["LostStep", "LostWorkers"],
+    "lifecycle": ["RunHost", "RunLifecycle", "RunOptions", "StopReason"],
     "states": ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"],
     "pool": ["UNCAPPED_POOL", "pool_size"],
     "session": ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "new_shape_run", "on_init",

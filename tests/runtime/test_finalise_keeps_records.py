@@ -16,7 +16,7 @@ import analysis
 import llmload.runtime.finish as finish
 from llmload.diskfull import DISK_FULL_EXIT
 from llmload.runtime.finish import finalize_run
-from llmload.runtime.session import Session
+from llmload.runtime.lifecycle import RunLifecycle, RunOptions
 from llmload.runtime.states import RunState
 
 BAD = {"request_id": "q-bad", "step": "r2", "worker": "0", "scheduled_at": T0 + 5.0, "sent_at": T0 + 5.0,
@@ -48,12 +48,13 @@ def test_a_badly_typed_field_loses_no_record(tmp_path):
     assert "input_tokens" in bad["error"] and "output_tokens" in bad["error"]
 
 
-def _session(tmp_path) -> SimpleNamespace:
-    env = SimpleNamespace(web_ui=None, parsed_options=SimpleNamespace(llmload_no_report=False),
-                          process_exit_code=None)
-    states: list = []
-    return SimpleNamespace(telemetry=None, env=env, run_dir=tmp_path, config=object(), outcome={},
-                           stop_signal=None, exit_code=None, controller=None, states=states, _to=states.append)
+def _session(tmp_path) -> RunLifecycle:
+    """A lifecycle whose run is under way, finalised by the test (no Locust)."""
+    life = RunLifecycle(SimpleNamespace(web=False, set_exit_code=lambda code: None))
+    life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=True)
+    life._to(RunState.PREFLIGHT)
+    life._to(RunState.RUNNING)
+    return life
 
 
 def test_the_closing_line_names_no_missing_file(tmp_path, monkeypatch, capsys):
@@ -62,10 +63,10 @@ def test_the_closing_line_names_no_missing_file(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(finish, "finalize_run", fails)
     session = _session(tmp_path)
-    Session._write_final(session)
+    session.finalise()
     out = capsys.readouterr()
     assert "summary.json" not in out.out + out.err and "report.html" not in out.out + out.err
-    assert session.exit_code == 3 and session.states == [RunState.DONE]
+    assert session.exit_code == 3 and session.state is RunState.DONE
 
 
 def test_a_full_disk_at_finalisation_keeps_what_fits_and_says_it_in_one_line(tmp_path, monkeypatch, capsys):

@@ -151,7 +151,7 @@ def test_the_session_ends_the_run_when_its_greenlet_fails(capsys):
     def boom():
         raise RuntimeError("boom")
 
-    greenlet = session._link(gevent.spawn(boom), "the run")
+    greenlet = session.life.watch(gevent.spawn(boom), "the run")
     gevent.joinall([greenlet])
     gevent.sleep(0)
     assert session.state is RunState.FAILED and session.exit_code == 3 and env.process_exit_code == 3
@@ -171,13 +171,14 @@ def test_a_run_ended_by_a_failed_greenlet_exits_3_whatever_the_verdict(tmp_path,
     session.config = parse_config({"target": {"url": "http://127.0.0.1:9"},
                                    "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}})
     session.run_dir = tmp_path
-    session._to(RunState.PREFLIGHT)
+    life = session.life
+    life._to(RunState.PREFLIGHT)
     session.controller = SimpleNamespace(error="worker 0: the scheduler of step r1.00 failed (RuntimeError: x)")
-    session._to(RunState.RUNNING)
-    session._finalise()
+    life._to(RunState.RUNNING)
+    life.finalise()
     assert session.state is RunState.DONE and session.exit_code == env.process_exit_code == 3
     session.controller.error = None
-    session._to(RunState.PREFLIGHT)
-    session._to(RunState.RUNNING)
-    session._finalise()
+    life._to(RunState.PREFLIGHT)
+    life._to(RunState.RUNNING)
+    life.finalise()
     assert session.exit_code == 0

@@ -131,7 +131,7 @@ def test_a_new_shaped_run_after_a_finished_one_keeps_the_pool():
     session = session_mod.on_init(env)
     session.config = parse_config(CONFIG)
     for state in (RunState.PREFLIGHT, RunState.RUNNING, RunState.FINALISING, RunState.DONE):
-        session._to(state)
+        session.life._to(state)
     assert session.finished and _shape(env).tick() is None
     _shape(env).reset_time()  # web UI: Start again
     assert session.state is RunState.IDLE and not session.finished

@@ -12,7 +12,7 @@ import gevent
 import pytest
 
 import llmload.runtime.finish as finish
-from llmload.runtime.session import Session
+from llmload.runtime.lifecycle import RunLifecycle, RunOptions
 from llmload.runtime.states import RunState
 
 
@@ -26,12 +26,13 @@ def _busy_finalise(ticks: list[int]):
     return finalize_run
 
 
-def _session(tmp_path, *, web: bool) -> SimpleNamespace:
-    env = SimpleNamespace(web_ui=object() if web else None, parsed_options=SimpleNamespace(llmload_no_report=True),
-                          process_exit_code=None)
-    states: list = []
-    return SimpleNamespace(telemetry=None, env=env, run_dir=tmp_path, config=object(), outcome={},
-                           stop_signal=None, exit_code=None, controller=None, states=states, _to=states.append)
+def _session(tmp_path, *, web: bool) -> RunLifecycle:
+    """A lifecycle whose run is under way, finalised by the test (no Locust)."""
+    life = RunLifecycle(SimpleNamespace(web=web, set_exit_code=lambda code: None))
+    life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=False)
+    life._to(RunState.PREFLIGHT)
+    life._to(RunState.RUNNING)
+    return life
 
 
 @pytest.mark.parametrize("web, loop_ran", [(True, True), (False, False)])
@@ -48,11 +49,11 @@ def test_web_finalisation_leaves_the_gevent_loop_running(tmp_path, monkeypatch, 
     gevent.sleep(0.02)
     try:
         session = _session(tmp_path, web=web)
-        Session._write_final(session)
+        session.finalise()
     finally:
         other.kill()
     assert (session.exit_code == 7) is loop_ran
-    assert session.states == [RunState.DONE]
+    assert session.state is RunState.DONE
 
 
 _FRESH_FONTS = """
@@ -61,7 +62,8 @@ monkey.patch_all()
 import sys
 from types import SimpleNamespace
 import llmload.runtime.finish as finish
-from llmload.runtime.session import Session
+from llmload.runtime.lifecycle import RunLifecycle, RunOptions
+from llmload.runtime.states import RunState
 
 def finalize_run(run_dir, config, *, report=True, outcome=None):
     from matplotlib.figure import Figure  # the report's first matplotlib import, as in a fresh container
@@ -70,11 +72,12 @@ def finalize_run(run_dir, config, *, report=True, outcome=None):
     return 0
 
 finish.finalize_run = finalize_run
-env = SimpleNamespace(web_ui=object(), parsed_options=SimpleNamespace(llmload_no_report=False), process_exit_code=None)
-states = []
-session = SimpleNamespace(telemetry=None, env=env, run_dir=__import__("pathlib").Path(sys.argv[1]), config=object(),
-                          outcome={}, stop_signal=None, exit_code=None, controller=None, _to=states.append)
-Session._write_final(session)
+session = RunLifecycle(SimpleNamespace(web=True, set_exit_code=lambda code: None))
+session.config, session.run_dir = object(), __import__("pathlib").Path(sys.argv[1])
+session.options = RunOptions(report=True)
+session._to(RunState.PREFLIGHT)
+session._to(RunState.RUNNING)
+session.finalise()
 print("exit", session.exit_code)
 """
 
