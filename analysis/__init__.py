@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: where each public name lives: imported on first use, so `import analysis` (the Locust child pins the
-#: installed package at start, `llmload.runtime.launcher.BOOT`) loads no pandas in a process that only sends
+#: installed package at start, `llmload.runtime.launcher.run.BOOT`) loads no pandas in a process that only sends
 _HOMES = {"Analysis": "pipeline", "analyze": "pipeline", "Run": "run", "load_run": "run",
           "exit_code": "summary", "judge_step": "verdict", "plan_in_flight": "planning",
           "write_outputs": "outputs", "Knee": "knee", "estimate_knee": "knee", "knee_of": "knee",

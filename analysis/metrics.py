@@ -130,7 +130,7 @@ def empty_metrics(step: dict) -> dict:
 
 def worst_clock(clocks: dict | None) -> dict | None:
     """The step's worker whose clock is known least well (plan.json's `clock`,
-    `llmload.runtime.clocksync`): its entry with `worker` added; None when no worker was measured."""
+    `llmload.runtime.wire.clocksync`): its entry with `worker` added; None when no worker was measured."""
     measured = [{"worker": str(name), **entry} for name, entry in (clocks or {}).items()
                 if isinstance(entry, dict) and entry.get("error_s") is not None]
     return max(measured, key=lambda e: e["error_s"]) if measured else None

@@ -32,7 +32,7 @@ limit and what to do; any failed check makes the step `invalid`.
   {capped_share, client_wait_p95_s, received_rate}, advice}` (`client_cap_limit`), which the
   live table, the closing lines and summary.json show.
 - `clock`: a worker on another host runs on the master's clock as the master measured it
-  (`llmload.runtime.clocksync`); its error over the step, the offset's uncertainty (half the round trip)
+  (`llmload.runtime.wire.clocksync`); its error over the step, the offset's uncertainty (half the round trip)
   plus how far the offset drifted by the step's end, shifts that worker's arrivals and timestamps against
   the others' and the server's as a constant send lag would. Its limit is the send lag's.
 

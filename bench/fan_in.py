@@ -4,7 +4,7 @@ Starts a real llmload master (`llmload run --master`'s Locust command: pre-fligh
 report off, nothing sent to a server) and fake workers that speak Locust's protocol and llmload's
 messages: they prove the worker token, spawn no users, answer the clock exchanges, and for the step they
 are sent ship `llmload:results` batches (the same message and packed-record payload the real workers
-ship, `llmload.runtime.messages.pack_record`, every `SHIP_INTERVAL_S`) for their share of the step's
+ship, `llmload.runtime.wire.messages.pack_record`, every `SHIP_INTERVAL_S`) for their share of the step's
 arrivals, then `llmload:drained`. The fake workers live in `--drivers` processes (16 workers each by
 default: 32 Python processes would measure the machine, not the master).
 
@@ -61,8 +61,9 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
 
     from llmload.clock import now
     from llmload.records import Record
-    from llmload.runtime import clocksync
-    from llmload.runtime.messages import (
+    from llmload.runtime.locustglue.workerauth import HELLO, proof
+    from llmload.runtime.wire import clocksync
+    from llmload.runtime.wire.messages import (
         STEP,
         DrainedMessage,
         HelloMessage,
@@ -70,8 +71,7 @@ def drive(host: str, port: int, first: int, count: int, out: Path) -> None:
         StepMessage,
         pack_record,
     )
-    from llmload.runtime.worker import SHIP_INTERVAL_S
-    from llmload.runtime.workerauth import HELLO, proof
+    from llmload.runtime.worker.scheduler import SHIP_INTERVAL_S
 
     template = pack_record(Record(request_id="", step="", worker="", scheduled_at=0.0, outcome="ok",
                                   sent_at=0.0, first_token_at=0.0, last_token_at=0.0, http_status=200,
@@ -168,7 +168,7 @@ def _config(folder: Path, rate: float, duration_s: float) -> Path:
 
 def _master_command(config: Path, run_dir: Path, workers: int, port: int, profile: Path | None,
                     metrics: bool = False) -> list[str]:
-    from llmload.runtime.launcher import free_loopback_port, locust_command
+    from llmload.runtime.launcher.run import free_loopback_port, locust_command
 
     cmd = locust_command(config, run_dir, master=True, expect_workers=workers, master_port=port,
                          metrics_port=free_loopback_port() if metrics else None)
@@ -192,7 +192,7 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
     import psutil
 
     from llmload.clock import now
-    from llmload.runtime.launcher import free_loopback_port
+    from llmload.runtime.launcher.run import free_loopback_port
 
     folder = Path(tempfile.mkdtemp(prefix="fan-in-"))
     run_dir = folder / "run"

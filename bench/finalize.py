@@ -1,17 +1,17 @@
-"""CPU after the load: merge, analysis and report of an N-request run (`llmload.runtime.finish.finalize_run`).
+"""CPU after the load: merge, analysis and report of an N-request run (`llmload.rundir.finalise.finalise_run`).
 
 Builds a synthetic ladder run (`bench/analysis_bench.build_run`: 10 steps, per-token times), writes its
 records as a worker's JSON-lines file (`records/worker-0.jsonl`, what a run leaves; with `--telemetry`
-also its server and GPU telemetry as `telemetry.jsonl`), then times `finalize_run` in fresh child
+also its server and GPU telemetry as `telemetry.jsonl`), then times `finalise_run` in fresh child
 processes pinned to one CPU: the merge into `records.parquet`, telemetry, `summary.json`,
 `worksheet.csv`, `report.html`. The figure is CPU seconds (user + system) of the child; wall time is noted.
 
 Children per round (`--modes`), each on a fresh copy of the run directory, each calling
-`finalize_run(run_dir, config, outcome={})` as the Locust master does (`runtime/session.py`):
+`finalise_run(run_dir, config, outcome={})` as the Locust master does (`runtime/locustglue/session.py`):
 - *cold* (the headline, `after_load_cpu_s`): nothing loaded but the config and `finish`, so every import
   the finalisation needs (analysis, pandas, pyarrow, matplotlib, telemetry) happens inside it;
 - *master*: what a Locust master has loaded when the steps are over: `llmload.telemetry` (pre-flight
-  writes the manifest with it) and the live judge (`runtime/judging.py`, `analysis.verdict`: pandas
+  writes the manifest with it) and the live judge (`runtime/master/judging.py`, `analysis.verdict`: pandas
   and pyarrow), which judged each step between steps; left to import: matplotlib, the report, the rest
   of the analysis;
 - *breakdown*: cold, with those imports done first, to split imports from the work.
@@ -54,16 +54,16 @@ from llmload.config import parse_config
 config = parse_config({"target": {"url": "http://127.0.0.1:1", "api": "openai-chat", "model": "m"},
                        "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
                        "telemetry": {"gpu": "off", "metrics_url": "off"}})
-from llmload.runtime.finish import finalize_run
+from llmload.rundir.finalise import finalise_run
 if sys.argv[2] == "master":  # what a Locust master has loaded once the steps are over
-    import llmload.telemetry, llmload.runtime.judging, analysis.verdict
+    import llmload.telemetry, llmload.runtime.master.judging, analysis.verdict
 marks.append(("light_imports", time.perf_counter(), cpu()))
 if sys.argv[2] == "breakdown":
     import analysis.pipeline, analysis.outputs, llmload.report.page, llmload.telemetry, pandas, pyarrow.parquet, matplotlib
     marks.append(("heavy_imports", time.perf_counter(), cpu()))
 outcome = {}
-code = finalize_run(sys.argv[1], config, outcome=outcome)
-marks.append(("finalize_run", time.perf_counter(), cpu()))
+code = finalise_run(sys.argv[1], config, outcome=outcome)
+marks.append(("finalise_run", time.perf_counter(), cpu()))
 out = {"exit_code": code, "verdict": outcome.get("verdict")}
 for (_, w0, c0), (name, w1, c1) in zip(marks, marks[1:]):
     out[f"{name}_wall_s"], out[f"{name}_cpu_s"] = round(w1 - w0, 3), round(c1 - c0, 3)

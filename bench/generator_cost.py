@@ -119,9 +119,9 @@ def _core_child(args: argparse.Namespace) -> None:
 
     from llmload.clock import now
     from llmload.config import parse_config
-    from llmload.runtime.messages import StepMessage
-    from llmload.runtime.sending import build_sender
-    from llmload.runtime.worker import WorkerRuntime
+    from llmload.runtime.wire.messages import StepMessage
+    from llmload.runtime.worker.scheduler import WorkerRuntime
+    from llmload.runtime.worker.sending import build_sender
     from shapes.steps import StepSpec
 
     config = parse_config(_config(args.url, args, Path(args.work))).model_dump(mode="json")
@@ -173,7 +173,7 @@ def run_locust(url: str, args: argparse.Namespace, work: Path, sim_pid: int) -> 
     import yaml
     from _common import ChildSampler
 
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
 
     config_path = work / "locust.yaml"
     config_path.write_text(yaml.safe_dump(_config(url, args, work)))

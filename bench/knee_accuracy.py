@@ -13,7 +13,7 @@ same queue in requests, the same number of requests per step, in 1/k of the wall
 is divided by k back into the sim's own units before it is compared.
 
 Configurations:
-    demo   the demo's sim (`llmload.runtime.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
+    demo   the demo's sim (`llmload.runtime.launcher.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
     tpot   a wider batch with a per-sequence decode cost: TPOT p95 binds (TTFT far from its target)
 
 Reports per configuration: how often the interval holds the true knee (coverage; goal 9 in 10), the

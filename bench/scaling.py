@@ -119,7 +119,7 @@ def run_workers(url: str, work: Path, *, workers: int, rates: list[float], token
     from _common import ChildSampler
 
     from llmload.calibrate import measure_steps
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
     from llmload.sim.groundtruth import read_ground_truth
 
     work.mkdir(parents=True, exist_ok=True)

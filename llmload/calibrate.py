@@ -235,8 +235,8 @@ _INVALID_ROW = re.compile(r"^r\S+ .* invalid\b")
 
 
 def _verdict_at() -> int:
-    """Where the live table's verdict column starts (`llmload.runtime.table.COLUMNS`)."""
-    from llmload.runtime.table import COLUMNS
+    """Where the live table's verdict column starts (`llmload.runtime.master.live_table.COLUMNS`)."""
+    from llmload.runtime.master.live_table import COLUMNS
 
     return sum(width + 1 for key, _, width, _ in COLUMNS if key != "verdict")
 
@@ -253,7 +253,7 @@ def progress_line(line: str) -> str:
 
 def progress_header() -> str:
     """The live table's head without its verdict column (printed once, above the first echoed row)."""
-    from llmload.runtime.table import format_header
+    from llmload.runtime.master.live_table import format_header
 
     return format_header()[:_verdict_at()].rstrip()
 
@@ -261,7 +261,7 @@ def progress_header() -> str:
 def _run_ramp(ramp: Ramp, *, url: str, model: str, processes: int, work: Path, exclude: set[int]
               ) -> tuple[Path, CpuSampler]:
     """Run one ramp with the real generator; returns its run directory and the CPU samples."""
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
 
     run_dir = work / ramp.name
     config_path = work / f"{ramp.name}.yaml"

@@ -98,7 +98,7 @@ def run(
              "LLMLOAD_WORKER_TOKEN variable; docs/SECURITY.md).")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
-    from llmload.runtime.launcher import run_config
+    from llmload.runtime.launcher.run import run_config
 
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
                                 expect_workers=expect_workers, worker=worker, master_host=master_host,
@@ -112,7 +112,7 @@ def demo(
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: under runs/).")] = None,
 ) -> None:
     """Start the simulated server, run a ladder across its capacity and a burst replay, write a report."""
-    from llmload.runtime.demo import run_demo
+    from llmload.runtime.launcher.demo import run_demo
 
     raise typer.Exit(run_demo(out=out))
 
@@ -176,7 +176,7 @@ def engine(
     threads: Annotated[int, typer.Option(min=1, max=MAX_PROCESSES, help="serve: CPU threads.")] = 1,
 ) -> None:
     """Build and serve the real engine: llama.cpp's llama-server with Gemma 3 270M."""
-    from llmload.engine import engine_command
+    from llmload.llama_server import engine_command
 
     raise typer.Exit(engine_command(action, port=port, parallel=parallel, threads=threads))
 

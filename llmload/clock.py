@@ -4,7 +4,7 @@ Records, ground-truth logs and telemetry all carry seconds on this shared wall-c
 and server timestamps on one machine (or NTP-synced machines) line up.
 
 A worker on another host moves its base onto the master's timeline with `set_offset` (the offset the
-master measured, `llmload.runtime.clocksync`): from then on `now()` (its schedule, its records) is the
+master measured, `llmload.runtime.wire.clocksync`): from then on `now()` (its schedule, its records) is the
 master's clock, while `raw_now()` stays this host's own (what the master's measurement reads).
 """
 

@@ -1,6 +1,6 @@
 """The generator envelope that `llmload calibrate` measures: where it is saved, and the plan checked against it.
 
-`llmload run` (`llmload.runtime.launcher`) calls `check_plan_against_envelope` before Locust starts;
+`llmload run` (`llmload.runtime.launcher.run`) calls `check_plan_against_envelope` before Locust starts;
 `llmload.calibrate` measures the envelope and writes it. Keeping these here, apart from the calibration
 runner, keeps the launcher and the calibrator from importing each other.
 """

@@ -7,7 +7,7 @@
     ├── ServerError              a server we start (sim, llama.cpp) failed to start or died
     └── RunError                 a run could not be carried out (target unreachable: exit 3)
         └── MessageError         a message between master and worker lacks a field, has one we do not know,
-                                 or one of the wrong type (`llmload.runtime.messages`)
+                                 or one of the wrong type (`llmload.runtime.wire.messages`)
 
 Context goes in keyword arguments so messages stay one line and callers can inspect it.
 """

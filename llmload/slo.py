@@ -3,7 +3,7 @@
 A dimension is something a step can fail on. Each `Dimension` says: its name (as `failing` names it),
 the SLO key that sets it, its kind, the figure it reads, its unit, its display name and how its value is
 compared with the setting. The config's validation (`llmload.config.SLO`), the verdicts
-(`analysis.verdict`, run live by `llmload.runtime.judging`), goodput (`analysis.requests`), the
+(`analysis.verdict`, run live by `llmload.runtime.master.judging`), goodput (`analysis.requests`), the
 summary's thresholds and "not checked" list (`analysis.summary`) and the report's answer
 (`llmload.report.answer`) all read this table.
 

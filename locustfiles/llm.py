@@ -13,12 +13,12 @@ DIR` (default: a new `<output>/<UTC time>-<shape>/`), `--llmload-skip-preflight`
 / `--llmload-slo` (this run's rates and SLO instead of the file's; the web UI's start form shows them)
 and `--llmload-no-locust-stats` (`llmload run` passes it: its output ends with its own summary rather
 than Locust's request tables, even with `--print-stats`). Our live step table replaces Locust's
-statistics table under plain `locust -f` too (`llmload.runtime.console.replace_locust_stats`);
+statistics table under plain `locust -f` too (`llmload.runtime.locustglue.console.replace_locust_stats`);
 `--print-stats` brings Locust's back.
 
 One user class, `LLMUser`, for every `target.api`: the API (path, body, stream format) is the
 `llmload.apis` spec that `target.api` names, read by the client library. Users never pace themselves: each one
-blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker`) and sends the request
+blocks in `wait_time` on its worker's arrival queue (`llmload.runtime.worker.scheduler`) and sends the request
 it takes. Each request writes its record to `records/worker-<id>.jsonl` and fires exactly one Locust
 request event, `E2E` (type `LLM`, response time = E2E from `llmload.latency.latencies`, as the
 analysis computes it, length = output tokens; failures carry the outcome, and one without a last
@@ -37,13 +37,13 @@ from locust import User, events, task
 from llmload.apis import api_names, get_api
 from llmload.latency import latencies
 from llmload.records import Record
-from llmload.runtime import console, session
+from llmload.runtime.locustglue import console, session
 
 if TYPE_CHECKING:  # the master never sends: it does not import the sending path
     from llmload.client.bodies import PreparedRequest
     from llmload.client.core import SendResult
     from llmload.client.spec import RequestSpec
-    from llmload.runtime.sending import PlannedArrival
+    from llmload.runtime.worker.sending import PlannedArrival
 
 __all__ = ["LLMUser"]
 
@@ -104,7 +104,7 @@ class LLMUser(User):
             session.worker_of(self.environment).run(job, on_record=self._fire_events, user=self)
 
     def build_request(self, arrival: PlannedArrival) -> RequestSpec | PreparedRequest:
-        """The request to send for `arrival` (a `llmload.runtime.sending.PlannedArrival`: its request id,
+        """The request to send for `arrival` (a `llmload.runtime.worker.sending.PlannedArrival`: its request id,
         step, index, `scheduled_at`, planned `input_tokens` / `output_tokens`, a seeded `random`, `text(n)`
         and the run's `config`). Return a `llmload.client.spec.RequestSpec` (body built for `target.api`)
         or a `PreparedRequest` carrying `arrival.request_id`. The default is the config's request mix.

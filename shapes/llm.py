@@ -8,7 +8,7 @@ run a shape of your own, load your locustfile with a subclass of `shapes.loadsha
 instead of (or beside) this file: a shape of your own plans the run in place of the config's kind.
 
 Arrival times never come from `tick()` (ticks run about once a second and can be seconds late,
-NOTES.md): the master's step controller (`llmload.runtime.controller`) sends each worker its plan.
+NOTES.md): the master's step controller (`llmload.runtime.master.controller`) sends each worker its plan.
 `tick()` only returns the pool (size = client concurrency cap, or the largest closed-loop level; the
 class chosen by `target.api`) and None once the controller has drained the last step and finalised
 the run directory, so no late result is lost when Locust quits.

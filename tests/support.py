@@ -155,7 +155,7 @@ def bad_input_cli(tmp_path: Path, monkeypatch, capsys, *, what: str = "a bad inp
     def not_started(*args, **kwargs):
         raise AssertionError(f"{what} was accepted: the pre-flight was reached")
 
-    monkeypatch.setattr("llmload.runtime.preflight.check_reachable", not_started)
+    monkeypatch.setattr("llmload.runtime.master.preflight.check_reachable", not_started)
     monkeypatch.setattr("llmload.sim.server.SimServer", not_started)  # `sim --config` never serves
 
     def run(content: str | bytes, command: tuple[str, ...] = ("run",), name: str = "bad.yaml") -> tuple[int, str]:

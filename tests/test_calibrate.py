@@ -200,7 +200,7 @@ def test_an_envelope_where_every_step_held_is_called_a_lower_bound():
 
 def test_the_step_lines_show_no_slo_verdict_and_every_column_has_its_unit():
     from llmload.calibrate import format_table, progress_line
-    from llmload.runtime.table import format_row
+    from llmload.runtime.master.live_table import format_row
 
     row = {"label": "r10.00", "offered_rate": 10.0, "achieved_rate": 10.0, "ttft_p95_s": 0.021}
     echoed = progress_line(format_row({**row, "verdict": "insufficient"}))

@@ -21,8 +21,8 @@ def nothing_starts(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("a bad flag was accepted: something started")
 
-    for target in ("llmload.runtime.preflight.check_reachable", "llmload.runtime.launcher.locust_command",
-                   "llmload.sim.server.SimServer", "llmload.calibrate.run_calibrate", "llmload.engine.engine_command",
+    for target in ("llmload.runtime.master.preflight.check_reachable", "llmload.runtime.launcher.run.locust_command",
+                   "llmload.sim.server.SimServer", "llmload.calibrate.run_calibrate", "llmload.llama_server.engine_command",
                    "llmload.telemetry.gpu_agent.serve_gpu_agent"):
         monkeypatch.setattr(target, started)
 

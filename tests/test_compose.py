@@ -172,7 +172,7 @@ def test_master_web_ui_listens_beyond_its_container(services: dict, name: str,
     """The published port 8089 reaches the UI only if Locust binds the container's interfaces: the
     Locust command `llmload run` builds must leave `LOCUST_WEB_HOST=0.0.0.0` (Locust's own variable,
     set by the compose file) in force rather than pin `--web-host 127.0.0.1`."""
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
 
     service = services[name]
     for key, value in service["environment"].items():

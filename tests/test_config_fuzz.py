@@ -130,7 +130,7 @@ def _run(args: list[str], content: str | bytes, folder: Path) -> tuple[int, str]
     path = folder / "fuzz.yaml"
     path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     err = io.StringIO()
-    with mock.patch("llmload.runtime.preflight.check_reachable", _not_started), \
+    with mock.patch("llmload.runtime.master.preflight.check_reachable", _not_started), \
             mock.patch("llmload.sim.server.SimServer", _not_started), contextlib.redirect_stderr(err):
         code = main([a.replace("{path}", str(path)) for a in args])
     return code, err.getvalue()

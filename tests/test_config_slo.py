@@ -27,7 +27,7 @@ def run_cli(tmp_path, monkeypatch, capsys):
     def not_started(*args, **kwargs):
         raise AssertionError("a bad SLO was accepted: the pre-flight was reached")
 
-    monkeypatch.setattr("llmload.runtime.preflight.check_reachable", not_started)
+    monkeypatch.setattr("llmload.runtime.master.preflight.check_reachable", not_started)
 
     def run(slo_lines: str) -> tuple[int, str, str]:
         path = tmp_path / "run.yaml"

@@ -195,9 +195,9 @@ def test_analysis_and_the_sim_never_load_locust_or_gevent(graph):
 
 
 def test_the_graph_sees_every_package(graph):
-    assert {"llmload.runtime.session", "analysis.summary", "shapes.plan", "locustfiles.llm",
+    assert {"llmload.runtime.locustglue.session", "analysis.summary", "shapes.plan", "locustfiles.llm",
             "llmload.sim.server"} <= set(graph.files)
-    assert "llmload.runtime.worker" in graph.top_edges["llmload.runtime.session"]
+    assert "llmload.runtime.worker.scheduler" in graph.top_edges["llmload.runtime.locustglue.session"]
 
 
 # ---------------------------------------------------------------------- the checks can fail
@@ -228,13 +228,13 @@ def test_packages_that_import_each_other_are_found(tmp_path):
     graph = _tree(tmp_path, {
         "llmload/__init__.py": "",
         "llmload/runtime/__init__.py": "",
-        "llmload/runtime/controller.py": "from shapes.steps import StepSpec\n",
+        "llmload/runtime/master/controller.py": "from shapes.steps import StepSpec\n",
         "shapes/__init__.py": "",
         "shapes/steps.py": "StepSpec = 1\n",
-        "shapes/llm.py": "from llmload.runtime.controller import x\n",
+        "shapes/llm.py": "from llmload.runtime.master.controller import x\n",
     })
     assert module_cycles(graph) == []
-    assert package_cycles(graph) == ["llmload.runtime.controller -> shapes.steps; shapes.llm -> llmload.runtime.controller"]
+    assert package_cycles(graph) == ["llmload.runtime.master.controller -> shapes.steps; shapes.llm -> llmload.runtime.master.controller"]
 
 
 def test_gevent_reached_from_analysis_is_found(tmp_path):

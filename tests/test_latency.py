@@ -12,7 +12,7 @@ import pytest
 from analysis.requests import derive_requests, event_gaps
 from llmload.config import SLO
 from llmload.latency import itl_gaps, latencies
-from llmload.runtime.table import quick_stats
+from llmload.runtime.master.live_table import quick_stats
 
 RECORDS = [
     {"request_id": "a", "step": "s", "outcome": "ok", "capped": False, "scheduled_at": 0.0, "sent_at": 0.5, "first_token_at": 0.75,

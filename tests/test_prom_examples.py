@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmload.clock import now
 from llmload.config import SLO
-from llmload.runtime import prom
-from llmload.runtime.step import Step, StepStatus
+from llmload.runtime.locustglue import prom
+from llmload.runtime.master.step import Step, StepStatus
 from shapes.steps import StepSpec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ import locust  # noqa: F401  (first: it patches the standard library with gevent
 
 from llmload.client.mix import CHAT_TOKENS_PER_MESSAGE
 from llmload.client.spec import RequestSpec
-from llmload.runtime.sending import PlannedArrival
+from llmload.runtime.worker.sending import PlannedArrival
 from locustfiles.llm import LLMUser
 
 __all__ = ["MultiTurnChatUser"]

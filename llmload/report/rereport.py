@@ -1,7 +1,7 @@
 """`llmload report RUN_DIR [--slo FILE]`: re-analyse a finished run, with its own SLO or another one.
 
 A run directory its master never finalised (killed) is recovered first: records merged, the running
-step marked partial (`llmload.runtime.recover`).
+step marked partial (`llmload.rundir.recover`).
 
 Another SLO file gives new verdicts without re-running the load: summary.json, worksheet.csv and
 report.html are rewritten, a short verdict table is printed and the exit code follows the new verdict
@@ -43,8 +43,8 @@ def _slo_text(slo: SLO) -> str:
 
 def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
     """Re-analyse `run_dir`, rewrite summary.json, worksheet.csv and report.html; return the exit code.
-    A run whose master died before finalising it is recovered first (`llmload.runtime.recover`)."""
-    from llmload.runtime.recover import recover_run, unfinished
+    A run whose master died before finalising it is recovered first (`llmload.rundir.recover`)."""
+    from llmload.rundir.recover import recover_run, unfinished
 
     if Path(run_dir).is_dir() and unfinished(run_dir):
         print(f"{run_dir}: {recover_run(run_dir)}")

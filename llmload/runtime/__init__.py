@@ -33,8 +33,8 @@
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmload.runtime.demo import run_demo
-    from llmload.runtime.launcher import run_config
+    from llmload.runtime.launcher.demo import run_demo
+    from llmload.runtime.launcher.run import run_config
 
 __all__ = ["run_config", "run_demo"]
 
@@ -44,6 +44,6 @@ def __getattr__(name: str) -> object:
     if name in __all__:
         import importlib
 
-        module = "llmload.runtime.demo" if name == "run_demo" else "llmload.runtime.launcher"
+        module = "llmload.runtime.launcher.demo" if name == "run_demo" else "llmload.runtime.launcher.run"
         return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'llmload.runtime' has no attribute {name!r}")

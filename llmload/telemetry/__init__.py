@@ -1,7 +1,7 @@
 """Server, GPU and fixed-condition telemetry (issue 5).
 
     TelemetryCollector(config, run_dir)   polls /metrics, /slots, /api/ps, NVML or DCGM on the master,
-                                          appending `telemetry.jsonl`; `finalize_telemetry` -> Parquet
+                                          appending `telemetry.jsonl`; `finalise_telemetry` -> Parquet
     queue_time_quantile(df, t0, t1, q)    server queue quantile from histogram deltas (+ resolution)
     build_manifest / write_manifest       fixed conditions, fingerprint, `diff_conditions` for compare
     serve_gpu_agent                       `llmload gpu-agent`: NVML as Prometheus text for remote runs
@@ -21,7 +21,7 @@ _LAZY = {"LIVE_METRICS": "collector", "TelemetryCollector": "collector", "DcgmPo
          "ollama_timings": "ollama", "probe_server": "probe", "PROFILES": "profiles",
          "detect_flavor_from_names": "profiles", "normalise": "profiles", "counter_delta": "series",
          "gpu_memory_peak": "series", "gpu_memory_peak_per_step": "series", "series_deltas": "series",
-         "TELEMETRY_SCHEMA": "sink", "Point": "sink", "TelemetrySink": "sink", "finalize_telemetry": "sink",
+         "TELEMETRY_SCHEMA": "sink", "Point": "sink", "TelemetrySink": "sink", "finalise_telemetry": "sink",
          "read_telemetry": "sink"}
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "derive_ollama_queue",
     "detect_flavor_from_names",
     "diff_conditions",
-    "finalize_telemetry",
+    "finalise_telemetry",
     "fingerprint",
     "gpu_memory_peak",
     "gpu_memory_peak_per_step",

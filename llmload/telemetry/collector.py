@@ -3,7 +3,7 @@
 Sources: each `target.urls` endpoint (`server:<url>`, plus `slots:` for llama.cpp, `ollama_ps:` for
 Ollama), and the GPU (`gpu: auto|nvml` NVML here, `dcgm:<url>` a DCGM exporter or `llmload gpu-agent`).
 Each sample is stamped with `llmload.clock.now()` (midpoint of the poll) and the step set by
-`set_step`, and appended to `run_dir/telemetry.jsonl`; `finalize_telemetry` makes the Parquet file.
+`set_step`, and appended to `run_dir/telemetry.jsonl`; `finalise_telemetry` makes the Parquet file.
 A failed poll records `scrape_error=1` and polling goes on. Plain threads and urllib work both as OS
 threads and as greenlets under gevent's monkey-patching.
 """

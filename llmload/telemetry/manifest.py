@@ -233,7 +233,7 @@ def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> Path:
 
 
 def record_clocks(run_dir: str | Path, clocks: dict[str, dict]) -> None:
-    """Put `clocks` (per worker: offset, uncertainty, drift; `llmload.runtime.clocksync`) into an
+    """Put `clocks` (per worker: offset, uncertainty, drift; `llmload.runtime.wire.clocksync`) into an
     existing `manifest.json` (a run whose manifest was not written gets none)."""
     path = Path(run_dir) / "manifest.json"
     if not path.exists():

@@ -30,7 +30,7 @@ __all__ = [
     "TELEMETRY_SCHEMA",
     "Point",
     "TelemetrySink",
-    "finalize_telemetry",
+    "finalise_telemetry",
     "read_telemetry",
     "telemetry_frame",
 ]
@@ -163,7 +163,7 @@ def _jsonl_files(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.glob("telemetry*.jsonl") if p.is_file())
 
 
-def finalize_telemetry(run_dir: str | Path) -> Path:
+def finalise_telemetry(run_dir: str | Path) -> Path:
     """Write `run_dir/telemetry.parquet` from the JSON-lines files, chunk by chunk (bounded memory).
 
     An empty run still gets a file with the schema. Returns the Parquet path.

@@ -79,7 +79,7 @@ def test_an_overloaded_steps_rising_latencies_give_a_one_sided_interval():
     The steady state is at least what the window saw, so the low end is the point and a step over its
     target fails instead of reading as undecided; a stationary series keeps its two-sided interval."""
     from llmload.arrivals import poisson_exact_offsets
-    from llmload.runtime.demo import DEMO_SIM
+    from llmload.runtime.launcher.demo import DEMO_SIM
     from llmload.sim.truth import engine_limits, run_virtual
 
     offsets = poisson_exact_offsets(8.7, (2.0, 10.0), np.random.default_rng(1))

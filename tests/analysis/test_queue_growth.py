@@ -15,7 +15,7 @@ import pytest
 from analysis.metrics import queue_growth
 from analysis.stats import mann_kendall, sen_slope, time_average
 from llmload.arrivals import poisson_exact_offsets
-from llmload.runtime.demo import DEMO_SIM
+from llmload.runtime.launcher.demo import DEMO_SIM
 from llmload.sim.truth import engine_limits, run_virtual
 
 LIMITS = engine_limits(DEMO_SIM)

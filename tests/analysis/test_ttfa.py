@@ -50,7 +50,7 @@ def test_ttfa_p95_slo_judges_steps_and_goodput() -> None:
 
 def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
     from llmload.report.page import step_table
-    from llmload.runtime.table import format_row, step_row
+    from llmload.runtime.master.live_table import format_row, step_row
 
     rows = [_reasoning(request(f"r{i}", "s", float(i), ttft=0.1, e2e=3.0, out=20), thinking_s=1.0, reasoning=5)
             for i in range(20)]
@@ -65,7 +65,7 @@ def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
 
 
 def test_live_request_values_have_ttfa_as_the_analysis() -> None:
-    from llmload.runtime.live import request_values
+    from llmload.runtime.master.live_series import request_values
 
     row = _reasoning(request("r0", "s", 10.0, wait=0.5, ttft=0.2, e2e=3.2, out=21), thinking_s=1.0, reasoning=10)
     values = request_values(row)

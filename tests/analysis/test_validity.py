@@ -109,7 +109,7 @@ def test_client_errors_make_the_step_invalid_and_stay_out_of_the_servers_counts(
 
 
 def test_a_workers_clock_known_too_loosely_for_the_latency_targets_makes_the_step_invalid():
-    """Issue 29: a worker on another host runs on the master's clock as measured (llmload.runtime.clocksync);
+    """Issue 29: a worker on another host runs on the master's clock as measured (llmload.runtime.wire.clocksync);
     its error over the step (half the round trip plus the drift) is judged like a constant send lag."""
     slo = SLO.model_validate({"min_samples": 1, "ttft_p95": "1s"})
     rows = [request(f"r{i}", "s", float(i), ttft=0.95, e2e=1.5) for i in range(10)]  # limit 100 ms: near 1 s

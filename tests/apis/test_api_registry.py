@@ -73,7 +73,7 @@ def test_old_bodies_unchanged() -> None:
 @pytest.mark.slow
 def test_preflight_probe_and_tokenize_come_from_the_spec(sim_factory) -> None:
     from llmload.config import Config
-    from llmload.runtime.preflight import _tokens_per_word, check_reachable
+    from llmload.runtime.master.preflight import _tokens_per_word, check_reachable
 
     sim = sim_factory(flavor="sglang", config={"load_time_s": "0.1s"})
     shape = {"ladder": {"steps": [{"rate": 1, "duration": "2s"}]}}
@@ -87,7 +87,7 @@ def test_preflight_probe_and_tokenize_come_from_the_spec(sim_factory) -> None:
 
 def test_one_user_class_for_every_api() -> None:
     code = ("from types import SimpleNamespace\nimport locust\n"
-            "from locustfiles.llm import LLMUser\nfrom llmload.runtime import session\n"
+            "from locustfiles.llm import LLMUser\nfrom llmload.runtime.locustglue import session\n"
             "from llmload.apis import api_names\n"
             "env = SimpleNamespace(user_classes=[LLMUser], runner=None, parsed_options=None)\n"
             "s = session.Session(env)\n"

@@ -16,7 +16,7 @@ import pytest
 from engine_gate import require_engine
 from llama_wire import scrape_metrics
 
-from llmload.engine import start_llama_server, stop_llama_server
+from llmload.llama_server import start_llama_server, stop_llama_server
 
 PARALLEL = 4
 CTX_SIZE = 4096

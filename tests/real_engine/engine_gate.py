@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.engine import ENV_MODEL, ENV_SERVER
+from llmload.llama_server import ENV_MODEL, ENV_SERVER
 
 __all__ = ["in_ci", "require_engine"]
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from support import free_port
 
-from llmload import engine
+from llmload import llama_server as engine
 
 FAKE_SERVER = """#!{python}
 import http.server, os, sys, time

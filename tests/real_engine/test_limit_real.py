@@ -17,7 +17,7 @@ from engine_gate import require_engine
 from support import run_said, write_config
 
 from llmload.cli import main
-from llmload.engine import start_llama_server, stop_llama_server
+from llmload.llama_server import start_llama_server, stop_llama_server
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 

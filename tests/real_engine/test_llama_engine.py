@@ -1,4 +1,4 @@
-"""`llmload.engine`: where the binary and model are found, the server command line, the CLI actions.
+"""`llmload.llama_server`: where the binary and model are found, the server command line, the CLI actions.
 
 The first tests need nothing built; the last one checks every flag we pass against the real binary.
 """
@@ -16,7 +16,7 @@ from urllib.request import urlopen
 import pytest
 from engine_gate import require_engine
 
-from llmload import engine
+from llmload import llama_server as engine
 from llmload.cli import main
 from llmload.errors import ConfigError, ServerError
 

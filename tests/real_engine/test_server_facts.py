@@ -24,7 +24,7 @@ from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.core import send
 from llmload.client.transport import Transport
 from llmload.clock import now
-from llmload.engine import MODEL_ALIAS
+from llmload.llama_server import MODEL_ALIAS
 from llmload.records import Record
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]

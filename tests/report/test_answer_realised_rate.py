@@ -18,7 +18,7 @@ from analysis import analyze  # noqa: E402
 from llmload.config import SLO  # noqa: E402
 from llmload.report.answer import answer_sentences  # noqa: E402
 from llmload.report.text import verdict_table  # noqa: E402
-from llmload.runtime.demo import answer_lines  # noqa: E402
+from llmload.runtime.launcher.demo import answer_lines  # noqa: E402
 
 SLO_ = SLO.model_validate({"ttft_p95": "300ms", "min_samples": 10})
 WINDOW = 10.0

@@ -14,7 +14,7 @@ from analysis.summary import exit_code
 from llmload.report.html import _cell_class
 from llmload.report.page import write_report
 from llmload.report.text import verdict_table
-from llmload.runtime.launcher import verdict_exit_code
+from llmload.runtime.launcher.run import verdict_exit_code
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,6 +44,6 @@ def test_the_text_table_names_the_undecided_targets():
 
 
 def test_the_web_ui_colours_it():
-    js = (REPO / "llmload" / "runtime" / "webui_tab.js").read_text()
+    js = (REPO / "llmload" / "runtime" / "locustglue" / "webui_tab.js").read_text()
     colours = js[js.index("VERDICT_COLORS = {"):js.index("};", js.index("VERDICT_COLORS = {"))]
     assert "inconclusive:" in colours

@@ -20,7 +20,7 @@ import locust
 from locust.rpc import Message, zmqrpc
 
 from llmload.records import Record
-from llmload.runtime.messages import RESULTS, pack_record
+from llmload.runtime.wire.messages import RESULTS, pack_record
 
 
 def main() -> None:

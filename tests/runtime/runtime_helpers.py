@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from support import base_config, write_config  # noqa: F401  (re-exported for the runtime tests)
 
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 
 
 def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_s: float = 120,

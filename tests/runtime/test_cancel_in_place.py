@@ -10,9 +10,9 @@ import gevent
 import gevent.event
 
 from llmload.clock import now
-from llmload.runtime import worker as worker_mod
-from llmload.runtime.messages import StepMessage
-from llmload.runtime.worker import WorkerRuntime
+from llmload.runtime.wire.messages import StepMessage
+from llmload.runtime.worker import scheduler as worker_mod
+from llmload.runtime.worker.scheduler import WorkerRuntime
 from shapes.steps import StepSpec
 
 

@@ -22,7 +22,7 @@ FAULTS = Path(__file__).parent / "faults" / "client_fault_locustfile.py"
 def test_an_exception_in_our_client_code_is_client_error_and_never_the_servers(sim_factory, tmp_path):
     import subprocess
 
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
 
     sim = sim_factory(flavor="vllm")
     config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",

@@ -1,4 +1,4 @@
-"""The master's clock exchanges with its workers (llmload.runtime.clocksync): NTP's offset and round trip,
+"""The master's clock exchanges with its workers (llmload.runtime.wire.clocksync): NTP's offset and round trip,
 the minimum-round-trip sample, a silent worker, drift over the run; and a worker's clock put on the
 master's timeline (llmload.clock.set_offset). Clocks are injected: nothing here depends on timing."""
 
@@ -8,7 +8,7 @@ import gevent
 import pytest
 
 from llmload import clock
-from llmload.runtime.clocksync import PING, PONG, ClockSync, answer_ping, best_sample
+from llmload.runtime.wire.clocksync import PING, PONG, ClockSync, answer_ping, best_sample
 
 
 def test_the_offset_and_round_trip_are_ntps_and_the_fastest_exchange_wins():

@@ -11,9 +11,9 @@ import pytest
 from virtual_time import FakeLink, VirtualClock, WorkerPlan
 
 from llmload.config import parse_config
-from llmload.runtime.controller import LEAD_S, StepController
-from llmload.runtime.states import StepsState
-from llmload.runtime.steps_run import CANCEL_GRACE_S
+from llmload.runtime.master.controller import LEAD_S, StepController
+from llmload.runtime.master.states import ControllerState
+from llmload.runtime.master.step_run import CANCEL_GRACE_S
 from shapes.plan import build_plan
 
 T0 = 1_000.0
@@ -66,7 +66,7 @@ def test_a_ladder_step_waits_for_its_drain_before_the_next_is_sent(tmp_path):
     assert second["start_at"] == first["drained_at"] + LEAD_S
     assert [s["status"] for s in (first, second)] == ["run", "run"]
     assert not first["cancelled"] and not link.cancels()
-    assert controller.state is StepsState.DONE and controller.done.is_set()
+    assert controller.state is ControllerState.DONE and controller.done.is_set()
 
 
 def test_a_step_not_drained_by_its_deadline_is_cancelled_then_judged(tmp_path):
@@ -110,7 +110,7 @@ def test_a_stop_cuts_the_window_at_the_stop_cancels_and_leaves_later_steps_not_r
     assert second["cancelled"] is True
     plan = plan_json(tmp_path)
     assert plan["stopped"] is True and plan["ended_at"] == second["drained_at"]
-    assert controller.state is StepsState.STOPPED
+    assert controller.state is ControllerState.STOPPED
 
 
 def test_a_stop_signal_before_workers_die_makes_the_step_partial_not_lost(tmp_path):

@@ -13,7 +13,7 @@ from support import REPO, run_said
 
 from llmload.arrivals import step_offsets
 from llmload.config import load_config
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 from shapes.steps import StepSpec
 
 EXAMPLE = REPO / "examples" / "locustfiles" / "custom_shape.py"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llmload.runtime.demo import demo_configs, run_demo
+from llmload.runtime.launcher.demo import demo_configs, run_demo
 
 
 def test_demo_configs_cross_the_knee():

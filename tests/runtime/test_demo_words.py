@@ -8,8 +8,9 @@ import re
 
 from support import REPO
 
-from llmload.runtime import console, launcher
-from llmload.runtime.demo import demo_configs
+from llmload.runtime.launcher import run as launcher
+from llmload.runtime.launcher.demo import demo_configs
+from llmload.runtime.locustglue import console
 
 #: the README's words for each SLO key
 README_WORDS = {"ttft_p95": "P95 TTFT", "tpot_p95": "P95 TPOT", "e2e_p95": "P95 E2E",

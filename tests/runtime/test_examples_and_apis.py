@@ -15,7 +15,7 @@ from support import REPO, free_port
 
 from llmload.apis import api_names
 from llmload.config import load_config
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 from shapes.plan import build_plan
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -54,7 +54,7 @@ def test_every_example_ladder_step_can_reach_min_samples(path: Path):
 
 
 def test_the_llamacpp_example_names_the_engine_s_model_alias():
-    from llmload.engine import MODEL_ALIAS
+    from llmload.llama_server import MODEL_ALIAS
 
     examples = [p for p in EXAMPLES if load_config(p).target.server == "llamacpp"]
     assert examples and all(load_config(p).target.model == MODEL_ALIAS for p in examples)

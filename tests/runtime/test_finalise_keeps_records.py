@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 from test_finalize_unchanged import T0, _config, write_run
 
 import analysis
-import llmload.runtime.finish as finish
+import llmload.rundir.finalise as finish
 from llmload.diskfull import DISK_FULL_EXIT
-from llmload.runtime.finish import finalize_run
-from llmload.runtime.lifecycle import RunLifecycle, RunOptions
-from llmload.runtime.states import RunState
+from llmload.rundir.finalise import finalise_run
+from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions
+from llmload.runtime.master.states import RunState
 
 BAD = {"request_id": "q-bad", "step": "r2", "worker": "0", "scheduled_at": T0 + 5.0, "sent_at": T0 + 5.0,
        "first_token_at": T0 + 5.1, "last_token_at": T0 + 5.3, "outcome": "ok", "input_tokens": 2**70,
@@ -39,7 +39,7 @@ def test_a_badly_typed_field_loses_no_record(tmp_path):
     write_run(tmp_path)
     with open(tmp_path / "records" / "worker-0.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(BAD) + "\n")
-    code = finalize_run(tmp_path, _config(), report=False)
+    code = finalise_run(tmp_path, _config(), report=False)
     assert code in (0, 1, 3) and (tmp_path / "summary.json").exists()
     table = pq.read_table(tmp_path / "records.parquet").to_pylist()
     assert {r["request_id"] for r in table} == _ids_on_disk(tmp_path)
@@ -61,7 +61,7 @@ def test_the_closing_line_names_no_missing_file(tmp_path, monkeypatch, capsys):
     def fails(*args, **kwargs):
         raise RuntimeError("conversion failed")
 
-    monkeypatch.setattr(finish, "finalize_run", fails)
+    monkeypatch.setattr(finish, "finalise_run", fails)
     session = _session(tmp_path)
     session.finalise()
     out = capsys.readouterr()
@@ -76,7 +76,7 @@ def test_a_full_disk_at_finalisation_keeps_what_fits_and_says_it_in_one_line(tmp
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(analysis, "write_outputs", no_space)
-    code = finalize_run(tmp_path, _config())
+    code = finalise_run(tmp_path, _config())
     assert code == DISK_FULL_EXIT
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("llmload:")]
@@ -96,7 +96,7 @@ def test_a_summary_that_fitted_keeps_the_verdicts_exit_code(tmp_path, monkeypatc
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(page, "write_report", no_space)
-    code = finalize_run(tmp_path, _config())
+    code = finalise_run(tmp_path, _config())
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert code == analysis.exit_code(summary) != DISK_FULL_EXIT
     line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llmload: error"))

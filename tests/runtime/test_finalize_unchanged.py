@@ -1,5 +1,5 @@
 """The finalisation (merge, telemetry, analysis, summary, worksheet, report) was made cheaper, not
-different: for a fixed run directory, `finalize_run` writes exactly what the code wrote before.
+different: for a fixed run directory, `finalise_run` writes exactly what the code wrote before.
 
 The run: four ladder steps of worker record files as a run leaves them (two workers, the master's
 copies of shipped records, some `not_sent` copies a later outcome must win over, keys left out, a line
@@ -29,7 +29,7 @@ import matplotlib
 import pyarrow.parquet as pq
 
 from llmload.config import parse_config
-from llmload.runtime.finish import finalize_run
+from llmload.rundir.finalise import finalise_run
 
 GOLDEN = Path(__file__).with_name("finalize_unchanged.json")
 T0 = 1_750_000_000.0
@@ -125,7 +125,7 @@ def _sha(text: str) -> str:
 
 def _snapshot(root: Path) -> dict:
     outcome: dict = {}
-    code = finalize_run(root, _config(), outcome=outcome)
+    code = finalise_run(root, _config(), outcome=outcome)
     table = pq.read_table(root / "records.parquet")
     rows = json.dumps(table.to_pylist(), sort_keys=True)
     report = (root / "report.html").read_text(encoding="utf-8")
@@ -184,26 +184,26 @@ def test_the_answer_is_made_once_for_the_outcome_and_the_report(tmp_path, monkey
     monkeypatch.setattr(page, "answer_sentences", counted)  # the report page's own import
     write_run(tmp_path)
     outcome: dict = {}
-    finalize_run(tmp_path, _config(), outcome=outcome)
+    finalise_run(tmp_path, _config(), outcome=outcome)
     assert len(calls) == 1
     report = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert outcome["sentences"] and all(html.escape(s) in report for s in outcome["sentences"])
 
 
 def test_the_cyclic_gc_is_paused_while_finalising_and_restored(tmp_path, monkeypatch):
-    import llmload.runtime.finish as finish
+    import llmload.rundir.finalise as finish
 
     seen = []
     real = finish.analyse_run
     monkeypatch.setattr(finish, "analyse_run", lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))[1])
     write_run(tmp_path)
     assert gc.isenabled()
-    finalize_run(tmp_path, _config())
+    finalise_run(tmp_path, _config())
     assert seen == [False] and gc.isenabled()
     gc.disable()  # a caller that had it off keeps it off
     try:
         (tmp_path / "summary.json").unlink()
-        finalize_run(tmp_path, _config())
+        finalise_run(tmp_path, _config())
         assert not gc.isenabled()
     finally:
         gc.enable()

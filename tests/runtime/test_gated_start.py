@@ -1,5 +1,5 @@
 """`llmload run` starts the Locust child (its imports) while its own checks run, and holds it at a gate
-(`llmload.runtime.gate`, issue 20 "launch to first planned request"): the checks' outcomes and output do
+(`llmload.runtime.launcher.gated_child`, issue 20 "launch to first planned request"): the checks' outcomes and output do
 not change, and a child that is never released never outlives the launcher.
 
 The target here answers nothing until the test lets it: the launcher's reachability probe hangs, which

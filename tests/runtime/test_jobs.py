@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from llmload.records import Record
-from llmload.runtime.jobs import plan_jobs
-from llmload.runtime.messages import StepMessage, pack_record, unpack_record
-from llmload.runtime.plan_json import PlanFile
-from llmload.runtime.step import Step, StepStatus
-from llmload.runtime.table import format_header, format_row, quick_stats, step_row
+from llmload.rundir.plan_file import PlanFile
+from llmload.runtime.master.live_table import format_header, format_row, quick_stats, step_row
+from llmload.runtime.master.step import Step, StepStatus
+from llmload.runtime.wire.messages import StepMessage, pack_record, unpack_record
+from llmload.runtime.worker.jobs import plan_jobs
 from shapes.steps import StepSpec, TraceArrivals
 
 
@@ -97,7 +97,7 @@ def test_live_table_row_and_quick_stats():
 
 
 def test_local_processes_talk_over_a_free_loopback_port_unless_one_is_asked_for(tmp_path):
-    from llmload.runtime.launcher import locust_command
+    from llmload.runtime.launcher.run import locust_command
 
     def port_of(cmd: list[str]) -> tuple[str, str]:
         return cmd[cmd.index("--master-bind-port") + 1], cmd[cmd.index("--master-port") + 1]

@@ -11,8 +11,8 @@ import pytest
 from runtime_helpers import base_config, plan, records, run_locust, write_config
 
 from llmload.config import parse_config
-from llmload.runtime import session as session_mod
-from llmload.runtime.launcher import VERDICT_EXIT_CODES
+from llmload.runtime.launcher.run import VERDICT_EXIT_CODES
+from llmload.runtime.locustglue import session as session_mod
 
 HEAVY = ("pandas", "pyarrow", "matplotlib")
 #: also kept out of the launcher: it only validates, checks reachability and starts Locust
@@ -28,9 +28,9 @@ def _loaded_after_import(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]
 
 def test_launcher_imports_no_pandas():
     assert _loaded_after_import(
-        "import llmload.runtime.launcher\n"
+        "import llmload.runtime.launcher.run\n"
         "from llmload.config import load_config\n"
-        "from llmload.runtime.preflight import check_reachable\n"
+        "from llmload.runtime.master.preflight import check_reachable\n"
         "from shapes.plan import build_plan\n"
         "from llmload.envelope import check_plan_against_envelope\n"
         "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
@@ -42,13 +42,13 @@ def test_worker_side_modules_import_no_pandas():
         "import importlib.util\n"
         "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
         "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-        "import shapes.llm, llmload.runtime.worker, llmload.runtime.sending, llmload.records") == []
+        "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, llmload.records") == []
 
 
 def test_the_locust_childs_boot_imports_no_pandas():
     """`llmload run` starts Locust as `python -c BOOT`, which imports our packages first (so a folder
     named like one of them in the working directory cannot shadow it): that must stay cheap."""
-    from llmload.runtime.launcher import BOOT
+    from llmload.runtime.launcher.run import BOOT
 
     pinned = BOOT.split("; from locust.main")[0]
     assert "import locust, llmload, shapes, analysis" in pinned
@@ -136,7 +136,7 @@ def test_the_masters_pre_run_modules_import_no_pandas():
     collector, the live judge's set-up) loads no pandas / pyarrow: importing them there put ~0.45 s on
     the path from launch to the first arrival (issue 20)."""
     assert _loaded_after_import(
-        "from llmload.runtime.preflight import write_run_manifest, start_telemetry, preflight\n"
+        "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
         "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
         "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
-        "from llmload.runtime.judging import live_judge") == []
+        "from llmload.runtime.master.judging import live_judge") == []

@@ -14,11 +14,11 @@ import gevent
 
 from llmload.clock import now
 from llmload.config import parse_config
-from llmload.runtime import worker as worker_mod
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import CANCEL, DRAINED, RESULTS, STEP, DrainedMessage, ResultsMessage
-from llmload.runtime.states import StepsState
-from llmload.runtime.worker import WorkerRuntime
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.states import ControllerState
+from llmload.runtime.wire.messages import CANCEL, DRAINED, RESULTS, STEP, DrainedMessage, ResultsMessage
+from llmload.runtime.worker import scheduler as worker_mod
+from llmload.runtime.worker.scheduler import WorkerRuntime
 from shapes.plan import build_plan
 
 DRAIN_TIMEOUT_S = 20.0
@@ -89,7 +89,7 @@ def test_a_failing_scheduler_ends_the_step_at_once_and_the_run_with_one_line(tmp
 
     # the step ended when the scheduler died (~0.3 s into its 2 s of arrivals), not at its drain deadline
     assert took < 3.0, took
-    assert controller.state is StepsState.FAILED and controller.done.is_set()
+    assert controller.state is ControllerState.FAILED and controller.done.is_set()
     errors = [line for line in lines if line.startswith("llmload: error:")]
     assert errors == ["llmload: error: worker 0: the scheduler of step r10.00 failed (RuntimeError: scheduler broke); "
                       "ending the run"]
@@ -117,7 +117,7 @@ def test_a_failing_judging_greenlet_ends_the_run(tmp_path, monkeypatch):
     runner, lines = LocalRunner(), []
     controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), out=lines.append)
     runner.controller = controller
-    from llmload.runtime import steps_run
+    from llmload.runtime.master import step_run as steps_run
 
     def broken_judge(self, lost, *, threaded=False):
         if threaded:
@@ -131,7 +131,7 @@ def test_a_failing_judging_greenlet_ends_the_run(tmp_path, monkeypatch):
     finally:
         runner.worker.close()
         gevent.killall(runner.users)
-    assert controller.state is StepsState.FAILED
+    assert controller.state is ControllerState.FAILED
     assert [line for line in lines if line.startswith("llmload: error:")] == [
         "llmload: error: draining and judging step soak-000 failed (ValueError: tail broke); ending the run"]
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -142,8 +142,8 @@ def test_a_failing_judging_greenlet_ends_the_run(tmp_path, monkeypatch):
 def test_the_session_ends_the_run_when_its_greenlet_fails(capsys):
     from types import SimpleNamespace
 
-    from llmload.runtime.session import Session
-    from llmload.runtime.states import RunState
+    from llmload.runtime.locustglue.session import Session
+    from llmload.runtime.master.states import RunState
 
     env = SimpleNamespace(runner=None, parsed_options=None, process_exit_code=None)
     session = Session(env)
@@ -161,11 +161,11 @@ def test_the_session_ends_the_run_when_its_greenlet_fails(capsys):
 def test_a_run_ended_by_a_failed_greenlet_exits_3_whatever_the_verdict(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from llmload.runtime import finish
-    from llmload.runtime.session import Session
-    from llmload.runtime.states import RunState
+    from llmload.rundir import finalise as finish
+    from llmload.runtime.locustglue.session import Session
+    from llmload.runtime.master.states import RunState
 
-    monkeypatch.setattr(finish, "finalize_run", lambda *a, **k: 0)  # the steps that ran passed
+    monkeypatch.setattr(finish, "finalise_run", lambda *a, **k: 0)  # the steps that ran passed
     env = SimpleNamespace(runner=None, parsed_options=None, process_exit_code=None)
     session = Session(env)
     session.config = parse_config({"target": {"url": "http://127.0.0.1:9"},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llmload.config import SLO
-from llmload.runtime.live import LiveSeries, request_values
+from llmload.runtime.master.live_series import LiveSeries, request_values
 
 T0 = 1_000_000.0
 
@@ -127,7 +127,7 @@ def _session(tmp_path, *, finished: bool = False, outcome: dict | None = None):
         "target": {"url": "http://127.0.0.1:8000"}, "slo": {"ttft_p95": "500ms", "tpot_p50": "40ms"},
         "shape": {"ladder": {"steps": [{"rate": 1, "duration": "10s"}, {"rate": 2, "duration": "10s"}]}},
         "client": {"max_concurrency": 8}})
-    from llmload.runtime.step import Step, StepStatus
+    from llmload.runtime.master.step import Step, StepStatus
     from shapes.steps import StepSpec
 
     t = now()
@@ -148,7 +148,7 @@ def _session(tmp_path, *, finished: bool = False, outcome: dict | None = None):
 
 
 def test_live_state_of_a_running_step(tmp_path):
-    from llmload.runtime.webui import live_state
+    from llmload.runtime.locustglue.webui import live_state
 
     session, t = _session(tmp_path)
     live = LiveSeries(session.config.slo)
@@ -165,7 +165,7 @@ def test_live_state_of_a_running_step(tmp_path):
 
 
 def test_live_state_after_the_run_links_the_report(tmp_path):
-    from llmload.runtime.webui import live_state
+    from llmload.runtime.locustglue.webui import live_state
 
     session, _ = _session(tmp_path, finished=True, outcome={"verdict": "pass", "sentences": ["Last passing ..."]})
     state = live_state(session, LiveSeries())
@@ -185,7 +185,7 @@ def test_the_web_routes_never_serve_a_secret(tmp_path):
     from flask import Flask
 
     from llmload.redaction import clear_secrets, register_secret
-    from llmload.runtime.webui import install_web_ui
+    from llmload.runtime.locustglue.webui import install_web_ui
 
     secret = "sk-live-\"quoted\\key"  # JSON escapes it: redacting the dumped text would miss it
     session, _ = _session(tmp_path, finished=True, outcome={"verdict": "fail", "sentences": [f"401 for {secret}"]})

@@ -1,4 +1,4 @@
-"""The typed messages between master and workers (`llmload.runtime.messages`): each survives the wire
+"""The typed messages between master and workers (`llmload.runtime.wire.messages`): each survives the wire
 (msgpack, as Locust sends it), and a field missing, unknown or of the wrong type is a `MessageError`
 naming it -- never a default that hides a key renamed on one side. At run time a malformed message ends
 the run with one line naming the worker and the field, on either side, instead of a traceback or a
@@ -20,9 +20,10 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.errors import LLMLoadError, MessageError
 from llmload.records import Record
-from llmload.runtime.clocksync import ClockSync, answer_ping
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import (
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.states import ControllerState
+from llmload.runtime.wire.clocksync import ClockSync, answer_ping
+from llmload.runtime.wire.messages import (
     CANCEL,
     DRAINED,
     RESULTS,
@@ -38,8 +39,7 @@ from llmload.runtime.messages import (
     pack_record,
     unpack_record,
 )
-from llmload.runtime.states import StepsState
-from llmload.runtime.worker import WorkerRuntime
+from llmload.runtime.worker.scheduler import WorkerRuntime
 from shapes.plan import build_plan
 from shapes.steps import StepSpec, TraceArrivals
 
@@ -91,7 +91,8 @@ def test_a_shipped_record_keeps_its_packed_times_over_the_wire():
 
 
 def test_the_message_types_keep_their_locust_names():
-    from llmload.runtime import clocksync, workerauth
+    from llmload.runtime.locustglue import workerauth
+    from llmload.runtime.wire import clocksync
 
     assert [m.TYPE for m in (StepMessage, CancelMessage, ResultsMessage, DrainedMessage, ClockPing, ClockPong,
                              HelloMessage, RefusedMessage)] == [
@@ -233,7 +234,7 @@ def test_a_step_the_worker_cannot_read_ends_the_run_at_once_with_one_line(tmp_pa
     done = gevent.spawn(controller.run)
     done.join(timeout=15)
     assert done.dead  # at once: not after the step's 20 s of arrivals and 30 s of drain
-    assert controller.state is StepsState.FAILED
+    assert controller.state is ControllerState.FAILED
     error = "worker 0: malformed llmload:step message: missing field 'shard'; unknown field 'shard_index'"
     assert [line for line in lines if line.startswith("llmload: error:")] == [f"llmload: error: {error}; ending the run"]
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -261,7 +262,7 @@ class _Controller:
 
 
 def _session():
-    from llmload.runtime.session import Session
+    from llmload.runtime.locustglue.session import Session
 
     session = Session(SimpleNamespace(runner=None, parsed_options=None, process_exit_code=None))
     session.controller = _Controller()
@@ -342,7 +343,7 @@ def test_a_pong_the_master_cannot_read_is_logged_and_its_exchange_times_out(capl
 
 
 def test_a_refusal_the_worker_cannot_read_still_ends_it_with_one_line(monkeypatch, capsys):
-    from llmload.runtime import workerauth
+    from llmload.runtime.locustglue import workerauth
 
     def exit_(code):
         raise SystemExit(code)

@@ -101,7 +101,7 @@ def secret_headers(log: list[tuple[str, dict[str, str]]]) -> list[str]:
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
 def test_a_redirect_to_another_origin_gets_no_credentials(two_origins, monkeypatch, path):
-    from llmload.runtime.preflight import check_reachable
+    from llmload.runtime.master.preflight import check_reachable
     from llmload.telemetry.credentials import request_headers
     from llmload.telemetry.http import fetch_text
 
@@ -133,7 +133,7 @@ def test_a_redirect_inside_the_origin_keeps_the_credentials(two_origins, monkeyp
 
 def test_user_and_password_in_the_target_url(two_origins):
     from llmload.client.auth import Credentials
-    from llmload.runtime.preflight import PreflightFailed, check_reachable
+    from llmload.runtime.master.preflight import PreflightFailed, check_reachable
 
     home, _ = two_origins
     url = home.url.replace("http://", "http://admin:hunter2-pw@")

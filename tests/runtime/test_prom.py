@@ -1,4 +1,4 @@
-"""Live Prometheus metrics (`llmload.runtime.prom`): the collector's samples from shipped summaries,
+"""Live Prometheus metrics (`llmload.runtime.locustglue.prom`): the collector's samples from shipped summaries,
 read back with prometheus_client's own text parser, and the `--metrics-port` flag's path to Locust."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import free_port
 
 from llmload.config import SLO
-from llmload.runtime import prom
-from llmload.runtime.launcher import locust_command
-from llmload.runtime.step import Step, StepStatus
+from llmload.runtime.launcher.run import locust_command
+from llmload.runtime.locustglue import prom
+from llmload.runtime.master.step import Step, StepStatus
 from shapes.steps import StepSpec
 
 T0 = 1_000_000.0

@@ -20,7 +20,7 @@ import pytest
 from runtime_helpers import records
 from support import REPO, free_port, start_sim, stop_process, wait_http, write_config
 
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 
 pytestmark = [pytest.mark.slow]
 

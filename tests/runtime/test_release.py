@@ -1,4 +1,4 @@
-"""The on-time release of a planned request (`sending.wait_until`, `llmload.runtime.alarm`): one
+"""The on-time release of a planned request (`sending.wait_until`, `llmload.runtime.worker.wakeup`): one
 timerfd wake-up at the arrival's time, no yield loop, other greenlets run meanwhile, a killed waiter
 leaves nothing behind (issue 20: the yield loop cost ~0.1-0.2 ms of CPU per request)."""
 
@@ -10,8 +10,9 @@ import gevent
 import pytest
 
 from llmload.clock import now
-from llmload.runtime import alarm, sending
-from llmload.runtime.messages import StepMessage
+from llmload.runtime.wire.messages import StepMessage
+from llmload.runtime.worker import sending
+from llmload.runtime.worker import wakeup as alarm
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -69,8 +70,8 @@ def test_the_past_returns_at_once_and_fallback_without_timerfd(monkeypatch: pyte
 
 
 def test_the_lead_is_learnt_from_recent_needs() -> None:
-    from llmload.runtime.jobs import Job
-    from llmload.runtime.worker import LEAD_MARGIN_S, QUEUE_AHEAD_S, Lead
+    from llmload.runtime.worker.jobs import Job
+    from llmload.runtime.worker.scheduler import LEAD_MARGIN_S, QUEUE_AHEAD_S, Lead
 
     assert Lead(precise=False).value() == QUEUE_AHEAD_S  # gevent timers: the fixed lead, as before
     lead = Lead(precise=True)
@@ -92,7 +93,7 @@ def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypa
     second sleep and wake-up (on the old code every arrival slept twice)."""
     from types import SimpleNamespace
 
-    from llmload.runtime.worker import WorkerRuntime
+    from llmload.runtime.worker.scheduler import WorkerRuntime
     from shapes.steps import StepSpec
 
     user_sleeps: list[float] = []

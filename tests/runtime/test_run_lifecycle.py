@@ -14,12 +14,12 @@ import gevent
 import pytest
 from virtual_time import FakeHost, FakeLink, VirtualClock, WorkerPlan
 
-import llmload.runtime.finish as finish
-import llmload.runtime.preflight as preflight
+import llmload.rundir.finalise as finish
+import llmload.runtime.master.preflight as preflight
 from llmload.config import parse_config
-from llmload.runtime.controller import LEAD_S
-from llmload.runtime.lifecycle import RunLifecycle, RunOptions, StopReason
-from llmload.runtime.states import RunState, StepsState
+from llmload.runtime.master.controller import LEAD_S
+from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
+from llmload.runtime.master.states import ControllerState, RunState
 
 T0 = 1_000.0
 #: the fake finalisation's exit code (the verdict of the steps that ran: fail)
@@ -42,12 +42,12 @@ class Run:
         self.finalised: list[dict] = []
         self.run_dir = tmp_path / "run"
 
-        def finalize_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
+        def finalise_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
             self.finalised.append(json.loads((run_dir / "plan.json").read_text()))
             (run_dir / "summary.json").write_text("{}")
             return VERDICT_CODE
 
-        monkeypatch.setattr(finish, "finalize_run", finalize_run)
+        monkeypatch.setattr(finish, "finalise_run", finalise_run)
         monkeypatch.setattr(preflight, "start_telemetry", lambda config, run_dir: None)
         self.life.config = parse_config({
             "target": {"url": "http://127.0.0.1:9"},
@@ -113,7 +113,7 @@ def test_the_web_uis_stop_freezes_the_controller_before_the_users_stop(run):
     r.start()
     r.until(STOP_AT)
     r.life.stop(StopReason.WEB_STOP)  # Locust's test_stopping: before its users are stopped
-    assert r.life.state is RunState.STOPPING and r.life.controller.state is StepsState.STOPPED
+    assert r.life.state is RunState.STOPPING and r.life.controller.state is ControllerState.STOPPED
     r.until(STOP_AT + 1.0)  # Locust stops its users
     r.life.stop(StopReason.USERS_STOPPED)  # then test_stop
     r.settle()
@@ -243,7 +243,7 @@ class _Recorder:
 
 
 def _session():
-    from llmload.runtime.session import Session
+    from llmload.runtime.locustglue.session import Session
 
     events = SimpleNamespace(test_start=_Hook(), test_stopping=_Hook(), test_stop=_Hook(), quitting=_Hook())
     env = SimpleNamespace(runner=None, parsed_options=SimpleNamespace(llmload_run_dir="/tmp/x"), events=events,

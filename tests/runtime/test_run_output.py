@@ -11,8 +11,8 @@ import pytest
 from runtime_helpers import base_config, run_locust, write_config
 
 from llmload.config import parse_config
-from llmload.runtime.console import configure_logging
-from llmload.runtime.table import (
+from llmload.runtime.locustglue.console import configure_logging
+from llmload.runtime.master.live_table import (
     ProgressStats,
     format_header,
     format_progress,
@@ -153,7 +153,7 @@ def _plain_locust(config_path, run_dir, *extra: str) -> list[str]:
     (none of the flags `llmload run` adds)."""
     import sys
 
-    from llmload.runtime.launcher import LOCUSTFILE, SHAPEFILE
+    from llmload.runtime.launcher.run import LOCUSTFILE, SHAPEFILE
 
     return [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{SHAPEFILE}", "--headless",
             "--llmload-config", str(config_path), "--llmload-run-dir", str(run_dir), *extra]

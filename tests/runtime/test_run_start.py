@@ -12,7 +12,7 @@ import pytest
 from runtime_helpers import base_config, write_config
 from support import free_port
 
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 
 pytestmark = pytest.mark.timeout(120)
 

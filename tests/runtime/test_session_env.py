@@ -12,8 +12,8 @@ import pytest
 
 from llmload.config import parse_config
 from llmload.errors import LLMLoadError
-from llmload.runtime import session as session_mod
-from llmload.runtime.states import RunState, StateMachine, StepsState
+from llmload.runtime.locustglue import session as session_mod
+from llmload.runtime.master.states import ControllerState, RunState, StateMachine
 
 CONFIG = {"target": {"url": "http://127.0.0.1:9", "api": "openai-chat"}, "client": {"max_concurrency": 8},
           "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}}
@@ -60,7 +60,7 @@ import json
 from types import SimpleNamespace
 import locust
 from llmload.config import parse_config
-from llmload.runtime import session
+from llmload.runtime.locustglue import session
 from locustfiles.llm import LLMUser
 from shapes.llm import LLMShape
 
@@ -139,7 +139,7 @@ def test_a_new_shaped_run_after_a_finished_one_keeps_the_pool():
 
 
 def test_an_unexpected_transition_is_refused_and_logged(caplog):
-    machine = StateMachine(StepsState.DONE, {StepsState.DONE: set()}, name="steps")
-    assert machine.to(StepsState.RUNNING) is False
-    assert machine.state is StepsState.DONE
+    machine = StateMachine(ControllerState.DONE, {ControllerState.DONE: set()}, name="steps")
+    assert machine.to(ControllerState.RUNNING) is False
+    assert machine.state is ControllerState.DONE
     assert "no transition DONE -> RUNNING" in caplog.text

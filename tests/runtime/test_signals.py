@@ -264,7 +264,7 @@ def test_report_recovers_a_run_whose_master_was_killed(sim_factory, tmp_path):
 
 @pytest.mark.timeout(30)
 def test_what_outlives_the_group_leader_is_ended_even_when_it_ignores_sigterm():
-    from llmload.runtime.signals import _group_members, end_process_group
+    from llmload.runtime.launcher.stop_signals import _group_members, end_process_group
 
     code = ("import os, signal, time\n"
             "if os.fork() == 0:\n    signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)\n"

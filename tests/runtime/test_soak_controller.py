@@ -13,9 +13,9 @@ import pytest
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import STEP, DrainedMessage, ResultsMessage, pack_record
-from llmload.runtime.step import StepStatus
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.step import StepStatus
+from llmload.runtime.wire.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from shapes.plan import build_plan
 
 TAIL_S = 0.3

@@ -1,4 +1,4 @@
-"""The typed step on the master (`llmload.runtime.step`): typed plan.json fields, the declared events and
+"""The typed step on the master (`llmload.runtime.master.step`): typed plan.json fields, the declared events and
 their order, and plan.json written from the steps the same byte for byte as when a step was a dict."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.live import LiveSeries
-from llmload.runtime.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record
-from llmload.runtime.plan_json import PlanFile
-from llmload.runtime.step import EventHook, Step, StepEvents, StepStatus
+from llmload.rundir.plan_file import PlanFile
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.live_series import LiveSeries
+from llmload.runtime.master.step import EventHook, Step, StepEvents, StepStatus
+from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record
 from shapes.plan import build_plan
 from shapes.steps import StepSpec
 
@@ -98,7 +98,7 @@ def test_step_run_does_not_import_the_controller():
     tree = ast.parse((RUNTIME / "steps_run.py").read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "llmload.runtime.controller" not in imported
+    assert "llmload.runtime.master.controller" not in imported
 
 
 class FakeRunner:
@@ -200,7 +200,7 @@ def test_plan_json_keeps_its_keys_and_values_when_a_run_is_stopped_inside_a_step
 
 def test_a_recovered_plan_keeps_the_steps_it_read(tmp_path):
     """`recover_run` rewrites a dead master's plan.json through `PlanFile` with the step dicts it read."""
-    from llmload.runtime.recover import recover_run
+    from llmload.rundir.recover import recover_run
 
     steps = [{"label": "r1.00", "status": "running", "drained_at": None}, {"label": "r2.00", "status": "not_run"}]
     (tmp_path / "plan.json").write_text(json.dumps({"kind": "ladder", "started_at": 1.0, "ended_at": None,

@@ -11,8 +11,8 @@ import pytest
 
 from llmload.clock import now
 from llmload.config import parse_config
-from llmload.runtime.controller import LEAD_S, LOCAL_LEAD_S, StepController, WorkerLink, step_lead_s
-from llmload.runtime.messages import DRAINED, STEP, DrainedMessage
+from llmload.runtime.master.controller import LEAD_S, LOCAL_LEAD_S, StepController, WorkerLink, step_lead_s
+from llmload.runtime.wire.messages import DRAINED, STEP, DrainedMessage
 from shapes.plan import build_plan
 
 

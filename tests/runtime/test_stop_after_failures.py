@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llmload.config import parse_config
-from llmload.runtime.controller import StepController
-from llmload.runtime.step import StepStatus
+from llmload.runtime.master.controller import StepController
+from llmload.runtime.master.step import StepStatus
 from shapes.plan import build_plan
 
 
@@ -37,7 +37,7 @@ class NoWorkers:
 
 
 def run_ladder(tmp_path, verdicts: list[str], **ladder) -> tuple[ScriptedController, list[str]]:
-    from llmload.runtime.controller import WorkerLink
+    from llmload.runtime.master.controller import WorkerLink
 
     steps = [{"rate": r, "duration": "1s"} for r in (1, 2, 3, 4, 5)]
     config = parse_config({"target": {"url": "http://127.0.0.1:9"},

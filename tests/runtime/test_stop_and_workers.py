@@ -11,7 +11,7 @@ from runtime_helpers import base_config, plan, records, run_locust, summary, wai
 from support import free_port
 
 from llmload.records import read_record_files
-from llmload.runtime.launcher import locust_command
+from llmload.runtime.launcher.run import locust_command
 
 pytestmark = pytest.mark.slow
 

@@ -23,11 +23,11 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.errors import LLMLoadError
 from llmload.records import RecordWriter
-from llmload.runtime import session as session_mod
-from llmload.runtime.jobs import Job
-from llmload.runtime.launcher import locust_command
-from llmload.runtime.sending import PlannedArrival, Sender
-from llmload.runtime.worker import WorkerRuntime
+from llmload.runtime.launcher.run import locust_command
+from llmload.runtime.locustglue import session as session_mod
+from llmload.runtime.worker.jobs import Job
+from llmload.runtime.worker.scheduler import WorkerRuntime
+from llmload.runtime.worker.sending import PlannedArrival, Sender
 
 MULTITURN = REPO / "examples" / "locustfiles" / "multiturn.py"
 FAST = {"step_base_s": 0.005, "decode_cost_s": 0.0001, "prefill_cost_s": 0.00001, "load_time_s": 0}

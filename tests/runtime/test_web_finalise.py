@@ -11,19 +11,19 @@ from types import SimpleNamespace
 import gevent
 import pytest
 
-import llmload.runtime.finish as finish
-from llmload.runtime.lifecycle import RunLifecycle, RunOptions
-from llmload.runtime.states import RunState
+import llmload.rundir.finalise as finish
+from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions
+from llmload.runtime.master.states import RunState
 
 
 def _busy_finalise(ticks: list[int]):
-    def finalize_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
+    def finalise_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
         seen = len(ticks)
         deadline = time.perf_counter() + 0.4
         while time.perf_counter() < deadline:  # CPU-bound, never yields to gevent (like matplotlib)
             pass
         return 7 if len(ticks) > seen else 0  # 7: the loop ran while this worked
-    return finalize_run
+    return finalise_run
 
 
 def _session(tmp_path, *, web: bool) -> RunLifecycle:
@@ -38,7 +38,7 @@ def _session(tmp_path, *, web: bool) -> RunLifecycle:
 @pytest.mark.parametrize("web, loop_ran", [(True, True), (False, False)])
 def test_web_finalisation_leaves_the_gevent_loop_running(tmp_path, monkeypatch, web, loop_ran):
     ticks: list[int] = []
-    monkeypatch.setattr(finish, "finalize_run", _busy_finalise(ticks))
+    monkeypatch.setattr(finish, "finalise_run", _busy_finalise(ticks))
 
     def ticker():
         while True:
@@ -61,17 +61,17 @@ from gevent import monkey
 monkey.patch_all()
 import sys
 from types import SimpleNamespace
-import llmload.runtime.finish as finish
-from llmload.runtime.lifecycle import RunLifecycle, RunOptions
-from llmload.runtime.states import RunState
+import llmload.rundir.finalise as finish
+from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions
+from llmload.runtime.master.states import RunState
 
-def finalize_run(run_dir, config, *, report=True, outcome=None):
+def finalise_run(run_dir, config, *, report=True, outcome=None):
     from matplotlib.figure import Figure  # the report's first matplotlib import, as in a fresh container
     Figure()
     (run_dir / "report.html").write_text("ok")
     return 0
 
-finish.finalize_run = finalize_run
+finish.finalise_run = finalise_run
 session = RunLifecycle(SimpleNamespace(web=True, set_exit_code=lambda code: None))
 session.config, session.run_dir = object(), __import__("pathlib").Path(sys.argv[1])
 session.options = RunOptions(report=True)

@@ -16,8 +16,8 @@ from runtime_helpers import base_config, write_config
 from support import free_port
 from test_probe_credentials import serving
 
-from llmload.runtime.launcher import locust_command
-from llmload.runtime.webui import check_post
+from llmload.runtime.launcher.run import locust_command
+from llmload.runtime.locustglue.webui import check_post
 
 KEY = "sk-web-ui-secret-0123456789"
 TOKEN = "the-ui-token"
@@ -59,7 +59,7 @@ def test_a_host_named_in_the_environment_is_allowed(monkeypatch):
 
 def test_another_host_in_the_form_gets_no_credentials():
     from llmload.config import parse_config
-    from llmload.runtime.webform import apply_form
+    from llmload.runtime.master.start_form import apply_form
 
     config = parse_config({"target": {"url": "http://127.0.0.1:8000", "api_key_env": "K", "headers": {
         "X-Api-Key": "secret-header", "X-Team": "search"}}, "shape": {"ladder": {"steps": [{"rate": 1, "duration": 1}]}}})

@@ -8,7 +8,14 @@ import pytest
 
 from llmload.config import Config
 from llmload.errors import ConfigError
-from llmload.runtime.webform import RATES, SLO_OPTION, add_form_options, apply_form, form_help, form_values
+from llmload.runtime.master.start_form import (
+    RATES,
+    SLO_OPTION,
+    add_form_options,
+    apply_form,
+    form_help,
+    form_values,
+)
 
 
 def _config(shape: dict | None = None, **extra) -> Config:

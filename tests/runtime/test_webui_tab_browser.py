@@ -1,4 +1,4 @@
-"""The LLM tab's script (llmload/runtime/webui_tab.js) in a real headless Chromium, on a page that stands
+"""The LLM tab's script (llmload/runtime/locustglue/webui_tab.js) in a real headless Chromium, on a page that stands
 in for Locust's (a header with RPS and Users, the step table) and a live.json the test writes: nice tick
 numbers, a dot for every second that has a value (at low rates most seconds stand alone), and no RPS
 figure in the header once the run is over, and Locust's "Average size (bytes)" column named for what it
@@ -22,7 +22,7 @@ import llmload.runtime
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-SCRIPT = Path(llmload.runtime.__file__).with_name("webui_tab.js")
+SCRIPT = Path(llmload.runtime.__file__).parent / "locustglue" / "webui_tab.js"
 #: how Locust's RPS box is shown (our own box, cloned from it, has no "RPS" in it)
 RPS_DISPLAY_JS = """() => getComputedStyle([...document.querySelectorAll('header .stat')]
   .find(n => n.textContent.includes('RPS'))).display"""

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from llmload.config import parse_config
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.messages import ResultsMessage
-from llmload.runtime.worker import StepState, WorkerRuntime
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.wire.messages import ResultsMessage
+from llmload.runtime.worker.scheduler import StepState, WorkerRuntime
 from shapes.plan import build_plan
 
 

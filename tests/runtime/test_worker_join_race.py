@@ -18,7 +18,7 @@ import gevent
 from types import SimpleNamespace
 from locust.event import Events
 from locust.runners import WorkerRunner
-from llmload.runtime import session as session_mod
+from llmload.runtime.locustglue import session as session_mod
 from locustfiles.llm import LLMUser
 
 class JoiningWorkerRunner(WorkerRunner):  # only what Session.setup touches on a worker

@@ -18,8 +18,8 @@ from runtime_helpers import base_config, records, write_config
 from support import free_port
 
 from llmload.cli import main
-from llmload.runtime.launcher import locust_command
-from llmload.runtime.workerauth import TOKEN_ENV, proof
+from llmload.runtime.launcher.run import locust_command
+from llmload.runtime.locustglue.workerauth import TOKEN_ENV, proof
 
 TOKEN = "a-shared-worker-token-0123456789"
 FORGED = Path(__file__).with_name("forged_worker.py")
@@ -50,7 +50,7 @@ def test_a_master_without_a_token_or_with_a_shared_secret_does_not_start(tmp_pat
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr("llmload.runtime.launcher._start_gated", lambda: pytest.fail("Locust was started"))
+    monkeypatch.setattr("llmload.runtime.launcher.run._start_gated", lambda: pytest.fail("Locust was started"))
     (tmp_path / "short").write_text("abc\n")
     path = _config(tmp_path, headers={"X-Api-Key": "secret-header-value-1"})
     code = main(["run", str(path), "--master", *[e.format(tmp=tmp_path) for e in extra]])

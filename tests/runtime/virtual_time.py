@@ -9,7 +9,7 @@ order they slept). So a 5-minute soak runs in milliseconds, and in the same orde
 `FakeLink` is a `WorkerLink` whose workers answer `llmload:step` with one summary and an
 `llmload:drained`, each at a chosen virtual time; `llmload:cancel` is answered with a drained notice.
 
-`FakeHost` is a `RunHost` (`llmload.runtime.lifecycle`) for a `RunLifecycle` without Locust: its
+`FakeHost` is a `RunHost` (`llmload.runtime.master.lifecycle`) for a `RunLifecycle` without Locust: its
 `stop_users` does what Locust's `runner.stop()` does (test_stopping, then test_stop).
 """
 
@@ -25,7 +25,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.records import Record
-from llmload.runtime.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record
+from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record
 
 __all__ = ["FakeHost", "FakeLink", "VirtualClock", "WorkerPlan"]
 
@@ -187,7 +187,7 @@ class FakeHost:
 
     def stop_users(self) -> None:
         """Locust's `runner.stop()`: test_stopping, the users stop, test_stop."""
-        from llmload.runtime.lifecycle import StopReason
+        from llmload.runtime.master.lifecycle import StopReason
 
         self.calls.append(("stop_users",))
         self.life.stop(StopReason.WEB_STOP)

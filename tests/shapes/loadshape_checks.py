@@ -15,7 +15,7 @@ from locust.main import merge_locustfiles_content
 
 from llmload.config import SHAPE_KINDS, parse_config
 from llmload.errors import ConfigError
-from llmload.runtime.session import pool_size
+from llmload.runtime.locustglue.session import pool_size
 from shapes.loadshapes import (
     SHAPES,
     BoundarySearchShape,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llmload.config import SLO
-from llmload.runtime.demo import DEMO_SIM
+from llmload.runtime.launcher.demo import DEMO_SIM
 from llmload.sim.truth import engine_limits, run_virtual, steady_state_percentiles, true_knee
 
 NOTES_TTFT_P95 = {4.5: 0.90, 4.6: 1.00, 4.7: 1.11, 5.0: 1.62}

@@ -11,7 +11,7 @@ import pytest
 
 from llmload.errors import ConfigError
 from llmload.telemetry.collector import TelemetryCollector, dcgm_url, metrics_urls
-from llmload.telemetry.sink import TELEMETRY_SCHEMA, finalize_telemetry, read_telemetry
+from llmload.telemetry.sink import TELEMETRY_SCHEMA, finalise_telemetry, read_telemetry
 
 from .exposition_samples import LLAMACPP, VLLM
 from .helpers import CannedServer, config_for
@@ -42,7 +42,7 @@ def test_gaps_are_recorded_and_polling_goes_on(tmp_path: Path, canned: CannedSer
     canned.stop()                                                     # the server dies
     collector.sample_now()
     collector.stop()
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     assert _errors(frame, source) == ["ok", "error=malformed", "error=timeout", "ok", "error=refused"]
     running = frame[(frame["source"] == source) & (frame["metric"] == "running")]
     assert list(running["value"]) == [5.0, 15.0] and list(running["step"]) == ["r1", "r2"]
@@ -91,7 +91,7 @@ def test_threads_poll_each_endpoint_until_stopped(tmp_path: Path) -> None:
     time.sleep(0.3)
     assert len((tmp_path / "telemetry.jsonl").read_text().splitlines()) == counted  # stopped means stopped
     assert a.requests["/metrics"] >= 3
-    table = pq.read_table(finalize_telemetry(tmp_path))
+    table = pq.read_table(finalise_telemetry(tmp_path))
     assert table.schema.equals(TELEMETRY_SCHEMA) and table.num_rows == counted
 
 

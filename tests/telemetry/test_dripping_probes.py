@@ -11,7 +11,7 @@ from support import base_config
 
 from llmload.config import Config
 from llmload.errors import TelemetryError
-from llmload.runtime.preflight import PreflightFailed, check_reachable
+from llmload.runtime.master.preflight import PreflightFailed, check_reachable
 from llmload.telemetry.http import MAX_BODY_BYTES, fetch_bytes
 from llmload.telemetry.probe import probe_server
 from llmload.telemetry.sources import EndpointSource

@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent("""
     monkey.patch_all()
     import json, sys, time
     from llmload.config import parse_config
-    from llmload.telemetry import TelemetryCollector, finalize_telemetry, read_telemetry
+    from llmload.telemetry import TelemetryCollector, finalise_telemetry, read_telemetry
     url, run_dir = sys.argv[1], sys.argv[2]
     config = parse_config({"target": {"url": url}, "shape": {"ladder": {"steps": [{"rate": 1, "duration": 1}]}},
                            "telemetry": {"interval": "100ms", "gpu": "auto"}})
@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
     collector.set_step("r1")
     time.sleep(0.6)
     collector.stop()
-    frame = read_telemetry(finalize_telemetry(run_dir).parent)
+    frame = read_telemetry(finalise_telemetry(run_dir).parent)
     running = frame[frame["metric"] == "running"]
     print(json.dumps({"samples": len(running), "steps": sorted(set(running["step"].dropna())),
                       "latest": collector.latest()}))

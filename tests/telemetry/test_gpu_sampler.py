@@ -13,7 +13,7 @@ from llmload.telemetry.collector import TelemetryCollector
 from llmload.telemetry.gpu import MIB, DcgmPoller, NvmlSampler
 from llmload.telemetry.gpu_agent import GpuAgent
 from llmload.telemetry.series import gpu_memory_peak, gpu_memory_peak_per_step
-from llmload.telemetry.sink import finalize_telemetry, read_telemetry
+from llmload.telemetry.sink import finalise_telemetry, read_telemetry
 
 from .exposition_samples import DCGM
 from .fake_nvml import GIB, FakeNvml
@@ -51,7 +51,7 @@ def test_peak_per_step_from_series(tmp_path: Path) -> None:
         collector.sample_now()
     assert collector.latest()["gpu:1"]["gpu_memory_used_bytes"] == 70 * GIB
     collector.stop()
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     peaks = dict(gpu_memory_peak_per_step(frame).itertuples(index=False))
     assert peaks == {"r1": 40 * GIB, "r2": 16 * GIB}  # 40 = 20 + 20 beats 32 = 30 + 2 (one sample)
     r2 = frame[frame["step"] == "r2"]

@@ -14,7 +14,7 @@ from llmload.clock import now
 from llmload.telemetry.collector import TelemetryCollector
 from llmload.telemetry.histogram import histogram_summary, queue_time_quantile
 from llmload.telemetry.series import counter_delta
-from llmload.telemetry.sink import finalize_telemetry, read_telemetry
+from llmload.telemetry.sink import finalise_telemetry, read_telemetry
 
 from .helpers import config_for, send_burst
 
@@ -60,7 +60,7 @@ def test_vllm_waiting_grows_and_queue_quantiles_match_ground_truth(sim_factory, 
         statuses = send_burst(sim.url, 14)
     t1 = now()
     assert statuses == [200] * 14
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     src = f"server:{sim.url}"
     assert _series(frame, src, "waiting").max() >= 6          # arrivals beyond 2 slots queue up
     assert _series(frame, src, "running").max() == 2
@@ -86,7 +86,7 @@ def test_vllm_small_kv_cache_moves_usage_and_preemptions(sim_factory, tmp_path: 
         t0 = now()
         statuses = send_burst(sim.url, 6, body=body)
     assert statuses == [200] * 6
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     src = f"server:{sim.url}"
     kv = _series(frame, src, "kv_usage")
     assert kv.max() >= 0.6 and kv[-1] == 0 and (kv <= 1).all()
@@ -103,7 +103,7 @@ def test_llamacpp_deferred_and_slots(sim_factory, tmp_path: Path) -> None:
         statuses = send_burst(sim.url, 8, path="/completion",
                               body={"prompt": "hello there", "n_predict": 16, "ignore_eos": True})
     assert statuses == [200] * 8
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     src, slots = f"server:{sim.url}", f"slots:{sim.url}"
     assert _series(frame, src, "deferred").max() >= 3 and _series(frame, src, "waiting").max() >= 3
     assert _series(frame, src, "processing").max() == 2
@@ -119,7 +119,7 @@ def test_ollama_loaded_model_appears_in_api_ps(sim_factory, tmp_path: Path) -> N
                               body={"model": "sim-model", "prompt": "hi", "stream": False,
                                     "options": {"num_predict": 4}})
     assert statuses == [200, 200]
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     src = f"ollama_ps:{sim.url}"
     loaded = _series(frame, src, "ollama_loaded_models")
     assert loaded[0] == 0 and loaded[-1] == 1
@@ -134,7 +134,7 @@ def test_a_server_that_dies_leaves_a_recorded_gap(sim_factory, tmp_path: Path) -
     sim.proc.wait(10)
     time.sleep(0.5)
     collector.stop()
-    frame = read_telemetry(finalize_telemetry(tmp_path).parent)
+    frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     errors = frame[(frame["source"] == f"server:{sim.url}") & (frame["metric"] == "scrape_error")]
     values = errors["value"].to_numpy()
     assert values[0] == 0 and values[-1] == 1 and (values[-3:] == 1).all()  # polling went on after it died

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from llmload.telemetry import sink as sink_module
-from llmload.telemetry.sink import TELEMETRY_SCHEMA, Point, TelemetrySink, finalize_telemetry, read_telemetry
+from llmload.telemetry.sink import TELEMETRY_SCHEMA, Point, TelemetrySink, finalise_telemetry, read_telemetry
 
 
 def test_repeats_skipped_gaps_reset_and_non_finite_dropped(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_finalize_merges_files_in_chunks_and_skips_a_torn_line(tmp_path: Path, m
     with open(tmp_path / "telemetry.jsonl", "a") as f:
         f.write('{"t": 8.0, "source": "worker:w1", "metric": "worker_cpu", "value": "high"}\n')  # wrong type
         f.write('{"t": 9.0, "source": "serv')  # a writer killed mid-line
-    path = finalize_telemetry(tmp_path)
+    path = finalise_telemetry(tmp_path)
     table = pq.read_table(path)
     assert table.schema.equals(TELEMETRY_SCHEMA) and table.num_rows == 8
     frame = read_telemetry(tmp_path)
@@ -46,6 +46,6 @@ def test_finalize_merges_files_in_chunks_and_skips_a_torn_line(tmp_path: Path, m
 
 
 def test_an_empty_run_still_gets_the_schema(tmp_path: Path) -> None:
-    table = pq.read_table(finalize_telemetry(tmp_path))
+    table = pq.read_table(finalise_telemetry(tmp_path))
     assert table.num_rows == 0 and table.schema.equals(TELEMETRY_SCHEMA)
     assert read_telemetry(tmp_path).empty

@@ -33,7 +33,7 @@ from llmload.sim.process import start_sim_process, stop_process
 
 __all__ = ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEMO_TRACE = REPO / "examples" / "traces" / "azure_conv_5min.csv"
 
 #: the sim's engine for the demo: capacity about 6 req/s for 64-in / 32-out requests
@@ -120,8 +120,8 @@ def answer_lines(folder: Path) -> list[str]:
 
 def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 25.0) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
-    from llmload.runtime.console import run_in_demo
-    from llmload.runtime.launcher import run_config
+    from llmload.runtime.launcher.run import run_config
+    from llmload.runtime.locustglue.console import run_in_demo
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = Path(out) if out is not None else Path("runs") / f"{stamp}-demo"

@@ -37,7 +37,7 @@ from llmload.client.transport import Transport
 from llmload.clock import now
 from llmload.config import Config
 from llmload.records import Record
-from llmload.runtime import alarm
+from llmload.runtime.worker import wakeup as alarm
 
 __all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send", "wait_until"]
 
@@ -53,7 +53,7 @@ YIELD_BELOW_S = 0.0003
 def wait_until(at: float) -> None:
     """Return at wall time `at`, other greenlets and I/O running meanwhile. A time under `YIELD_BELOW_S`
     away (the worker's lead is learnt to leave about that): yield to the loop until it. Farther: one
-    wake-up on a Linux timerfd (`llmload.runtime.alarm`: within the kernel's timer slack, ~50 us);
+    wake-up on a Linux timerfd (`llmload.runtime.worker.wakeup`: within the kernel's timer slack, ~50 us);
     without one, a gevent sleep until `SPIN_S` before it (libev's timers wake up to 1 ms late), then
     the yields."""
     left = at - now()

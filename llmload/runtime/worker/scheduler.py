@@ -45,9 +45,7 @@ from llmload.client.outcomes import SendContext, classify_exception, trim
 from llmload.clock import now
 from llmload.errors import MessageError
 from llmload.records import Record, RecordWriter
-from llmload.runtime import alarm
-from llmload.runtime.jobs import ClosedLoop, Job, plan_jobs
-from llmload.runtime.messages import (
+from llmload.runtime.wire.messages import (
     CancelMessage,
     DrainedMessage,
     Message,
@@ -55,6 +53,8 @@ from llmload.runtime.messages import (
     StepMessage,
     pack_record,
 )
+from llmload.runtime.worker import wakeup as alarm
+from llmload.runtime.worker.jobs import ClosedLoop, Job, plan_jobs
 from shapes.steps import step_bounds
 
 __all__ = ["Lead", "RequestCancelled", "StepState", "WorkerRuntime"]
@@ -73,7 +73,7 @@ MIN_CPU_SPAN_S = 0.5
 QUEUE_AHEAD_S = 0.003
 #: how long a drain timeout waits for the cancelled requests to be recorded
 CANCEL_WAIT_S = 5.0
-#: with a precise wake-up (a timerfd, `llmload.runtime.alarm`) the lead is learnt (`Lead`): the
+#: with a precise wake-up (a timerfd, `llmload.runtime.worker.wakeup`) the lead is learnt (`Lead`): the
 #: `LEAD_QUANTILE` of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being
 #: ready, plus `LEAD_MARGIN_S`
 LEAD_QUANTILE = 0.75
@@ -179,7 +179,7 @@ class WorkerRuntime:
             self._unreadable(exc, data)
             return
         self.worker = message.worker
-        if message.clock_offset_s is not None:  # onto the master's timeline (llmload.runtime.clocksync)
+        if message.clock_offset_s is not None:  # onto the master's timeline (llmload.runtime.wire.clocksync)
             clock.set_offset(message.clock_offset_s)
         run_dir = Path(message.run_dir)
         if self.writer is None or self.run_dir != run_dir:
@@ -321,7 +321,7 @@ class WorkerRuntime:
 
     def run(self, job: Job, *, on_record: Callable[[Record], None] | None = None, user: Any = None) -> Record:
         """Send one job in the calling greenlet and return its record. `user` (an `LLMUser`) builds the
-        request with its `build_request` hook (`llmload.runtime.sending`).
+        request with its `build_request` hook (`llmload.runtime.worker.sending`).
 
         A drain timeout (`on_cancel`) throws `RequestCancelled` into the greenlet while its request is
         in flight: the record says `cancelled` and the caller goes on. If the calling user is killed

@@ -96,7 +96,7 @@ def _model_names(body: Any) -> list[str]:
 
 def _cold_request(config: Config) -> dict[str, Any]:
     """One short request, timed apart from the measurements (a cold model load shows here)."""
-    from llmload.runtime.sending import preflight_send
+    from llmload.runtime.worker.sending import preflight_send
 
     t0 = now()
     record = preflight_send(config, prompt="Hello", max_tokens=4, request_id="preflight-cold")

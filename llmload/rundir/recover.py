@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from llmload.errors import ConfigError
-from llmload.runtime.plan_json import PlanFile
+from llmload.rundir.plan_file import PlanFile
 
 __all__ = ["recover_run", "unfinished"]
 
@@ -53,13 +53,13 @@ def recover_run(run_dir: str | Path) -> str:
                     started_at=data.get("started_at"))
     plan.data = data
     plan.write()
-    from llmload.runtime.finish import merge_run_records
+    from llmload.rundir.finalise import merge_run_records
 
     count = merge_run_records(root)
     try:
-        from llmload.telemetry import finalize_telemetry
+        from llmload.telemetry import finalise_telemetry
 
-        finalize_telemetry(root)
+        finalise_telemetry(root)
     except Exception as exc:  # the records are what matters; the report says telemetry is missing
         log.warning("telemetry not recovered: %s", exc)
     not_run = sum(1 for s in data.get("steps", []) if s.get("status") == "not_run")

@@ -33,7 +33,7 @@ from gevent.event import AsyncResult
 
 from llmload.clock import now, raw_now
 from llmload.errors import MessageError
-from llmload.runtime.messages import CLOCK_PING, CLOCK_PONG, ClockPing, ClockPong
+from llmload.runtime.wire.messages import CLOCK_PING, CLOCK_PONG, ClockPing, ClockPong
 
 __all__ = ["EXCHANGES", "PING", "PONG", "ClockSample", "ClockSync", "WorkerClock", "answer_ping", "best_sample"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.records import RecordWriter, read_record_files
-from llmload.runtime.jobs import plan_jobs
-from llmload.runtime.plan_json import PlanFile
-from llmload.runtime.step import Step
+from llmload.rundir.plan_file import PlanFile
+from llmload.runtime.master.step import Step
+from llmload.runtime.worker.jobs import plan_jobs
 
 __all__ = ["LostStep", "LostWorkers"]
 

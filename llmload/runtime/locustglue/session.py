@@ -4,7 +4,7 @@
 which puts this process's `Session` on the Locust environment (`environment.llmload_session`; read it
 with `session_of(environment)`): users reach it as `self.environment`, the shape as
 `self.runner.environment`. The run itself (its named states, pre-flight, the steps, the stops,
-finalisation) is a `RunLifecycle` (`llmload.runtime.lifecycle`), apart from Locust: `Session` turns each
+finalisation) is a `RunLifecycle` (`llmload.runtime.master.lifecycle`), apart from Locust: `Session` turns each
 Locust event or signal into one call on it (test_start -> `start`; test_stopping, the web UI's Stop ->
 `stop(WEB_STOP)`; test_stop -> `stop(USERS_STOPPED)`; quitting -> `stop(QUITTING)`; SIGINT/SIGTERM/SIGHUP
 -> `stop(SIGNAL)`). What happens where:
@@ -38,10 +38,13 @@ import gevent.event
 from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
-from llmload.runtime.controller import WorkerLink
-from llmload.runtime.launcher import new_run_dir  # noqa: F401 (re-exported)
-from llmload.runtime.lifecycle import RunLifecycle, RunOptions, StopReason
-from llmload.runtime.messages import (
+from llmload.runtime.launcher.run import new_run_dir  # noqa: F401 (re-exported)
+from llmload.runtime.launcher.stop_signals import STOP_SIGNALS, detach_hung_up_terminal, follow_parent
+from llmload.runtime.master.controller import WorkerLink
+from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
+from llmload.runtime.master.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
+from llmload.runtime.master.states import RunState
+from llmload.runtime.wire.messages import (
     CANCEL,
     DRAINED,
     RESULTS,
@@ -50,10 +53,7 @@ from llmload.runtime.messages import (
     ResultsMessage,
     read_message,
 )
-from llmload.runtime.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
-from llmload.runtime.signals import STOP_SIGNALS, detach_hung_up_terminal, follow_parent
-from llmload.runtime.states import RunState
-from llmload.runtime.worker import WorkerRuntime
+from llmload.runtime.worker.scheduler import WorkerRuntime
 
 __all__ = ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "on_init", "pool_size",
            "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class",
@@ -80,9 +80,9 @@ def _quiet_spawn_warning() -> None:
 
 def add_options(parser: Any) -> None:
     """Our Locust options, typed with non-None defaults (they travel to workers and show in the web UI)."""
-    from llmload.runtime.workerauth import install
+    from llmload.runtime.locustglue.workerauth import install
 
-    install()  # before Locust makes its runner: workers prove the worker token (llmload.runtime.workerauth)
+    install()  # before Locust makes its runner: workers prove the worker token (llmload.runtime.locustglue.workerauth)
     group = parser.add_argument_group("llmload")
     group.add_argument("--llmload-config", type=str, default="", help="llmload run configuration (YAML)")
     group.add_argument("--llmload-run-dir", type=str, default="",
@@ -92,12 +92,12 @@ def add_options(parser: Any) -> None:
     group.add_argument("--llmload-no-report", action="store_true", default=False,
                        help="write summary.json but not report.html (`llmload calibrate`; `llmload report` "
                             "draws it later)")
-    # live Prometheus metrics (`llmload.runtime.prom`), not in the start form: the process serves them
+    # live Prometheus metrics (`llmload.runtime.locustglue.prom`), not in the start form: the process serves them
     parser.add_argument("--llmload-metrics-port", type=int, default=0, include_in_web_ui=False,
                         help="master: serve live Prometheus metrics on this port (/metrics; 0: not served)")
     parser.add_argument("--llmload-metrics-host", type=str, default="127.0.0.1", include_in_web_ui=False,
                         help="master: the address --llmload-metrics-port binds (loopback by default)")
-    from llmload.runtime.webform import add_form_options
+    from llmload.runtime.master.start_form import add_form_options
 
     add_form_options(parser)  # the run's rates and SLO, shown and editable in the web UI's start form
 
@@ -179,9 +179,9 @@ class Session:
         self.life.on_controller = self._controller_made
         #: the config file as loaded (the start form's rates and SLO apply to it for each run)
         self.file_config: Config | None = None
-        #: the web UI's live series (`llmload.runtime.live.LiveSeries`), fed with shipped summaries
+        #: the web UI's live series (`llmload.runtime.master.live_series.LiveSeries`), fed with shipped summaries
         self.live: Any = None
-        #: the live Prometheus metrics (`llmload.runtime.prom.LiveMetrics`) with --web or a metrics port
+        #: the live Prometheus metrics (`llmload.runtime.locustglue.prom.LiveMetrics`) with --web or a metrics port
         self.metrics: Any = None
         self.metrics_registry: Any = None
         self.config_path: str = ""
@@ -228,7 +228,7 @@ class Session:
                                     concurrent=True)
             self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
             if self.is_worker:
-                from llmload.runtime import clocksync
+                from llmload.runtime.wire import clocksync
 
                 runner.register_message(clocksync.PING, lambda environment, msg, **kw: clocksync.answer_ping(
                     msg.data, runner.send_message))
@@ -236,7 +236,7 @@ class Session:
             runner.register_message(RESULTS, self._on_results)
             runner.register_message(DRAINED, self._on_drained)
             if self.is_master:
-                from llmload.runtime.clocksync import PONG, ClockSync
+                from llmload.runtime.wire.clocksync import PONG, ClockSync
 
                 link = WorkerLink(runner)
                 self.clocksync = ClockSync(link.send)
@@ -245,7 +245,7 @@ class Session:
             self.listen(self.env.events)
             self.install_stop_signals()
             if getattr(self.env, "web_ui", None) is not None:
-                from llmload.runtime.webui import install_web_ui
+                from llmload.runtime.locustglue.webui import install_web_ui
 
                 install_web_ui(self.env, self)
             self._serve_metrics()
@@ -258,13 +258,13 @@ class Session:
         events.quitting.add_listener(self._on_quitting)
 
     def _serve_metrics(self) -> None:
-        """Live `/metrics` (`llmload.runtime.prom`): on the web UI's app, and on --llmload-metrics-port."""
+        """Live `/metrics` (`llmload.runtime.locustglue.prom`): on the web UI's app, and on --llmload-metrics-port."""
         options = self.env.parsed_options
         port = int(getattr(options, "llmload_metrics_port", 0) or 0)
         web_ui = getattr(self.env, "web_ui", None)
         if not port and web_ui is None:
             return
-        from llmload.runtime import prom
+        from llmload.runtime.locustglue import prom
 
         self.metrics = prom.install(self)
         if web_ui is not None:
@@ -291,7 +291,7 @@ class Session:
 
     def _apply_form(self) -> None:
         """This run's config: the file's, with `--llmload-rates` / `--llmload-slo` (the start form) applied."""
-        from llmload.runtime.webform import RATES, SLO_OPTION, apply_form
+        from llmload.runtime.master.start_form import RATES, SLO_OPTION, apply_form
 
         options = self.env.parsed_options
         self.config, self.overrides = apply_form(self.file_config, str(getattr(options, RATES, "") or ""),
@@ -408,8 +408,8 @@ class Session:
 
 
 def _build_sender(*args: Any, **kwargs: Any) -> Any:
-    """`llmload.runtime.sending.build_sender`, imported when the first step comes (an import can yield)."""
-    from llmload.runtime.sending import build_sender
+    """`llmload.runtime.worker.sending.build_sender`, imported when the first step comes (an import can yield)."""
+    from llmload.runtime.worker.sending import build_sender
 
     return build_sender(*args, **kwargs)
 

@@ -1,7 +1,7 @@
 """The master's tally of a run's steps: routes what the workers ship to the step it belongs to.
 
 Each step's shipped summaries, drained notices, arrivals sent and its workers' highest CPU while
-sending it live on its `Step` (`llmload.runtime.step`); the tally finds the step by label. Across the
+sending it live on its `Step` (`llmload.runtime.master.step`); the tally finds the step by label. Across the
 run it keeps each worker's latest CPU sample (`worker_cpu`, the live metrics), the server's queue from
 the telemetry (`server_waiting`, `step_waiting`), and on a master a copy of the shipped records in
 `records/master.jsonl`; worker CPU samples go to `telemetry-workers.jsonl`.
@@ -18,8 +18,8 @@ from llmload.clock import now
 from llmload.config import Config
 from llmload.records import RecordWriter, row_json
 from llmload.redaction import redact_text
-from llmload.runtime.messages import DrainedMessage, ResultsMessage, unpack_record
-from llmload.runtime.step import Step
+from llmload.runtime.master.step import Step
+from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage, unpack_record
 
 __all__ = ["CPU_WARN", "StepTally"]
 

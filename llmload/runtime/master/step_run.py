@@ -1,6 +1,6 @@
 """One step on every worker: send it, wait for its drain (cancel at its deadline), record it, judge it.
 
-The step controller (`llmload.runtime.controller`) makes a `StepRun` per step. `launch` sends every
+The step controller (`llmload.runtime.master.controller`) makes a `StepRun` per step. `launch` sends every
 worker one self-contained `llmload:step` message with an absolute `start_at`; `settle` waits for every
 live worker's `llmload:drained` or the drain deadline, after which it sends `llmload:cancel` (the
 workers record their in-flight requests as `cancelled`), writes the step's end into plan.json and
@@ -25,12 +25,12 @@ from gevent.event import Event
 
 from llmload.clock import now
 from llmload.config import Config
-from llmload.runtime.lost import LostWorkers
-from llmload.runtime.messages import CancelMessage, StepMessage
-from llmload.runtime.plan_json import PlanFile
-from llmload.runtime.step import Step, StepEvents, StepStatus
-from llmload.runtime.table import ProgressStats, format_progress, quick_stats, step_row
-from llmload.runtime.tally import StepTally
+from llmload.rundir.plan_file import PlanFile
+from llmload.runtime.master.live_table import ProgressStats, format_progress, quick_stats, step_row
+from llmload.runtime.master.lost_workers import LostWorkers
+from llmload.runtime.master.shipped import StepTally
+from llmload.runtime.master.step import Step, StepEvents, StepStatus
+from llmload.runtime.wire.messages import CancelMessage, StepMessage
 from shapes.steps import step_bounds
 
 __all__ = ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "RunControl", "StepContext", "StepRun"]

@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from llmload.clock import now
-from llmload.runtime.live import meets_slo, request_values
-from llmload.runtime.step import Step
+from llmload.runtime.master.live_series import meets_slo, request_values
+from llmload.runtime.master.step import Step
 
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition", "install",
            "serve"]

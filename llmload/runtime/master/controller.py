@@ -3,7 +3,7 @@
 Its parts, one module each: `step` (the typed `Step`: everything the master knows of one step, and
 the `StepEvents` it fires), `steps_run` (one step: send, drain, cancel, judge), `tally` (routes what
 the workers ship to its step), `lost` (arrivals of workers lost mid-step), the knee search
-(`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`StepsState`: its named
+(`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`ControllerState`: its named
 states, changed only in `_to`).
 
 The controller's view for others is `steps` (the run's `Step`s in plan order) and `events`
@@ -28,7 +28,7 @@ A greenlet of the run that fails (a worker's scheduler, reported in its `llmload
 drain-and-judge greenlet) ends the run after the step under way with one line (`fail`), also written
 into plan.json as `error`.
 
-When it is done it finalises the run directory (`llmload.runtime.finish`) and sets `done`, which
+When it is done it finalises the run directory (`llmload.rundir.finalise`) and sets `done`, which
 makes the shape's `tick()` return None (after a short drain phase so late results are not lost).
 """
 
@@ -44,14 +44,14 @@ from gevent.event import Event
 
 from llmload.clock import now
 from llmload.config import Config
-from llmload.runtime.lost import LostWorkers
-from llmload.runtime.messages import DrainedMessage, ResultsMessage
-from llmload.runtime.plan_json import PlanFile
-from llmload.runtime.states import STEPS_TRANSITIONS, StateMachine, StepsState
-from llmload.runtime.step import Step, StepEvents, StepStatus
-from llmload.runtime.steps_run import PROGRESS_EVERY_S, StepContext, StepRun
-from llmload.runtime.table import LiveTable, format_header
-from llmload.runtime.tally import StepTally
+from llmload.rundir.plan_file import PlanFile
+from llmload.runtime.master.live_table import LiveTable, format_header
+from llmload.runtime.master.lost_workers import LostWorkers
+from llmload.runtime.master.shipped import StepTally
+from llmload.runtime.master.states import CONTROLLER_TRANSITIONS, ControllerState, StateMachine
+from llmload.runtime.master.step import Step, StepEvents, StepStatus
+from llmload.runtime.master.step_run import PROGRESS_EVERY_S, StepContext, StepRun
+from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage
 from shapes.steps import StepSpec
 
 __all__ = ["StepController", "WorkerLink", "search_line", "step_lead_s"]
@@ -130,7 +130,7 @@ class StepController:
                  clocks: Any = None, clock: Callable[[], float] = now,
                  sleep: Callable[[float], None] = gevent.sleep) -> None:
         self.config = config
-        #: the master's measurements of the workers' clocks (`llmload.runtime.clocksync.ClockSync`), or None
+        #: the master's measurements of the workers' clocks (`llmload.runtime.wire.clocksync.ClockSync`), or None
         self.clocks = clocks
         #: the master's time source and sleep (tests inject a virtual pair: `tests/runtime/virtual_time.py`)
         self._clock = clock
@@ -163,7 +163,7 @@ class StepController:
                                    judge=judge, telemetry=telemetry, clocks=self.clocks, config_dict=self.config_dict,
                                    clock=clock, sleep=sleep)
         self.done = Event()
-        self._machine = StateMachine(StepsState.WAITING, STEPS_TRANSITIONS, name="steps")
+        self._machine = StateMachine(ControllerState.WAITING, CONTROLLER_TRANSITIONS, name="steps")
         #: when the run was stopped from outside: a partial step's window ends here
         self.stopped_at: float | None = None
         #: why the run failed (a worker greenlet, a judging greenlet): one line, also in plan.json
@@ -183,17 +183,17 @@ class StepController:
     # ------------------------------------------------------------------ state
 
     @property
-    def state(self) -> StepsState:
+    def state(self) -> ControllerState:
         return self._machine.state
 
-    def _to(self, state: StepsState) -> None:
-        """The one place the controller's state changes (`llmload.runtime.states`)."""
+    def _to(self, state: ControllerState) -> None:
+        """The one place the controller's state changes (`llmload.runtime.master.states`)."""
         self._machine.to(state)
 
     @property
     def stopped(self) -> bool:
         """Stopped from outside (`stop`): what is queued or in flight is being cancelled."""
-        return self.state is StepsState.STOPPED
+        return self.state is ControllerState.STOPPED
 
     @property
     def stopping(self) -> bool:
@@ -202,15 +202,15 @@ class StepController:
 
     @property
     def failed(self) -> bool:
-        return self.state is StepsState.FAILED
+        return self.state is ControllerState.FAILED
 
     def fail(self, message: str) -> None:
         """End the run after the step under way, with one line saying why (`message`)."""
         if self.error is None:
             self.error = message
             self.out(f"llmload: error: {message}; ending the run")
-        if self.state not in (StepsState.STOPPED, StepsState.DONE):
-            self._to(StepsState.FAILED)
+        if self.state not in (ControllerState.STOPPED, ControllerState.DONE):
+            self._to(ControllerState.FAILED)
 
     def _link(self, greenlet: gevent.Greenlet, what: str) -> gevent.Greenlet:
         """`greenlet` failing ends the run (`fail`) instead of leaving a step to wait for its deadline."""
@@ -256,8 +256,8 @@ class StepController:
 
     def run(self) -> None:
         """Every planned step, then refine steps; marks the run done either way."""
-        if self.state is StepsState.WAITING:
-            self._to(StepsState.RUNNING)
+        if self.state is ControllerState.WAITING:
+            self._to(ControllerState.RUNNING)
         try:
             for step in self._planned:
                 self.plan.add(step)
@@ -297,8 +297,8 @@ class StepController:
                 extra["error"] = self.error
             self.plan.finish(self._now(), **extra)
             self.tally.close()
-            if self.state in (StepsState.RUNNING, StepsState.STOPPING):
-                self._to(StepsState.DONE)
+            if self.state in (ControllerState.RUNNING, ControllerState.STOPPING):
+                self._to(ControllerState.DONE)
             self.done.set()
 
     def _skip_after_failures(self, step: Step, failures: int) -> None:
@@ -383,8 +383,8 @@ class StepController:
         signal before `stop()` runs end the step as `partial` at this time, not as lost workers."""
         if self.stopped_at is None:
             self.stopped_at = self._now()
-        if self.state in (StepsState.WAITING, StepsState.RUNNING):
-            self._to(StepsState.STOPPING)
+        if self.state in (ControllerState.WAITING, ControllerState.RUNNING):
+            self._to(ControllerState.STOPPING)
 
     def stop(self) -> None:
         """The run was stopped from outside: the current step is `partial`, the rest stay `not_run`.
@@ -394,7 +394,7 @@ class StepController:
         `cancelled`), then the run ends as usual (`done`)."""
         self.mark_stopping()
         if not self.done.is_set():
-            self._to(StepsState.STOPPED)
+            self._to(ControllerState.STOPPED)
         for step in self.plan.steps:  # the current step, and undrained steps still finishing
             if step.status is StepStatus.RUNNING:
                 self.plan.update(step, status=StepStatus.PARTIAL, window_end=self.cut_window(step, step.window_end))

@@ -1,10 +1,10 @@
 /* llmload's LLM tab in Locust's web UI: live SVG charts above the step table, the run's status and,
    when it ends, its verdict, answer and report link; a header box (step, in flight, pool).
-   Loaded by the index page (llmload.runtime.webui); data from ./llmload/live.json every second.
+   Loaded by the index page (llmload.runtime.locustglue.webui); data from ./llmload/live.json every second.
    No external resources: plain DOM and inline SVG. */
 (function () {
   "use strict";
-  // The page's own POSTs (Start, Stop, Reset) carry this UI's token: llmload.runtime.webui refuses any
+  // The page's own POSTs (Start, Stop, Reset) carry this UI's token: llmload.runtime.locustglue.webui refuses any
   // POST without it, so another site cannot start a run here (it can neither read the page nor set a header).
   (function () {
     var meta = document.querySelector('meta[name="llmload-token"]');

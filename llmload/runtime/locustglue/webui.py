@@ -12,7 +12,7 @@
   (served at `/llmload/report`). Data: `/llmload/live.json` (`live_state`).
 - The header gets a box with the current step and the requests due but not finished ("in flight"),
   and Locust's "Users" explained as the client's pool of slots (the load is open loop).
-- The start form shows the run's shape, rates, SLO and target (`llmload.runtime.webform`): the rates
+- The start form shows the run's shape, rates, SLO and target (`llmload.runtime.master.start_form`): the rates
   and the SLO can be edited for the run; a bad value is refused when Start is pressed.
 
 `/llmload` (the old separate page) redirects to the tab. The run's shape and SLO come from
@@ -43,9 +43,9 @@ import gevent
 
 from llmload.clock import now
 from llmload.redaction import redact
-from llmload.runtime.live import LiveSeries
-from llmload.runtime.step import Step, StepStatus
-from llmload.runtime.table import ProgressStats
+from llmload.runtime.master.live_series import LiveSeries
+from llmload.runtime.master.live_table import ProgressStats
+from llmload.runtime.master.step import Step, StepStatus
 
 __all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"]
 
@@ -194,7 +194,7 @@ def live_state(session: Any, live: LiveSeries) -> dict:
         result = {"verdict": session.outcome.get("verdict"), "sentences": session.outcome.get("sentences", []),
                   "exit_code": session.exit_code, "run_dir": str(session.run_dir),
                   "report_url": "./llmload/report" if report is not None and report.exists() else None}
-    from llmload.runtime.pool import pool_size
+    from llmload.runtime.master.pool import pool_size
 
     return {"state": state, "series": series, "steps": _plan_steps(session, series.get("t0")),
             "current": _current_step(session), "slo": _slo_lines(config), "result": result,
@@ -263,7 +263,7 @@ def check_post(headers: Any, form: Any, token: str) -> str | None:
 
 def _form_template_args(web_ui: Any, session: Any) -> None:
     """Show this run's values and help in the start form's custom parameters, and the target as host."""
-    from llmload.runtime.webform import form_help, form_values, target_text
+    from llmload.runtime.master.start_form import form_help, form_values, target_text
 
     original = web_ui.update_template_args
 
@@ -297,7 +297,7 @@ def install_web_ui(environment: Any, session: Any) -> None:
     web_ui.template_args["extended_tables"] = [
         {"key": "llm", "structure": [{"key": k, "title": t} for k, t in LLM_TABLE]}]
     _form_template_args(web_ui, session)
-    script = files("llmload.runtime").joinpath("webui_tab.js").read_text(encoding="utf-8")
+    script = files("llmload.runtime.locustglue").joinpath("webui_tab.js").read_text(encoding="utf-8")
     token = secrets.token_urlsafe(24)
 
     @web_ui.app.before_request
@@ -317,7 +317,7 @@ def install_web_ui(environment: Any, session: Any) -> None:
         if request.method != "POST" or not request.path.endswith("/swarm") or session.file_config is None:
             return None
         from llmload.errors import LLMLoadError
-        from llmload.runtime.webform import RATES, SLO_OPTION, apply_form
+        from llmload.runtime.master.start_form import RATES, SLO_OPTION, apply_form
 
         try:
             apply_form(session.file_config, request.form.get(RATES, ""), request.form.get(SLO_OPTION, ""),

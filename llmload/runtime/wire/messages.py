@@ -7,8 +7,8 @@ applies the master's options (NOTES.md). Workers answer with batches of compact 
 (`ResultsMessage`, `llmload:results`) and one `DrainedMessage` (`llmload:drained`) per step; the master
 may send a `CancelMessage` (`llmload:cancel`) when a step's drain times out. The master measures the
 workers' clocks with `ClockPing` / `ClockPong` (`llmload:clock_ping` / `llmload:clock_pong`,
-`llmload.runtime.clocksync`). Before all that, a worker proves the worker token with a `HelloMessage`
-and a master that does not take it says why in a `RefusedMessage` (`llmload.runtime.workerauth`).
+`llmload.runtime.wire.clocksync`). Before all that, a worker proves the worker token with a `HelloMessage`
+and a master that does not take it says why in a `RefusedMessage` (`llmload.runtime.locustglue.workerauth`).
 
 On the wire a message is `to_dict()`: plain types only, as it crosses ZeroMQ as msgpack (a local
 runner hands the dict over in-process). `from_dict` is strict, as the receiving end must be: a field
@@ -99,7 +99,7 @@ class StepMessage(Message):
 
     `base_dir` resolves relative paths in the config (datasets, key files) as on the master;
     `clock_offset_s` is the worker's clock minus the master's as the master measured it
-    (`llmload.runtime.clocksync`; None: not measured, the worker keeps its own clock).
+    (`llmload.runtime.wire.clocksync`; None: not measured, the worker keeps its own clock).
     """
 
     TYPE: ClassVar[str] = STEP
@@ -194,7 +194,7 @@ class ClockPong(Message):
 @dataclass(frozen=True, slots=True)
 class HelloMessage(Message):
     """worker → master, just before Locust's `client_ready`: `proof` of the worker token
-    (`llmload.runtime.workerauth.proof`; the token itself never crosses the wire)."""
+    (`llmload.runtime.locustglue.workerauth.proof`; the token itself never crosses the wire)."""
 
     TYPE: ClassVar[str] = "llmload:hello"
 

@@ -1,6 +1,6 @@
 """One run on the master (or the local runner), apart from Locust: start, stop(reason), finalise.
 
-`Session` (the Locust adapter, `llmload.runtime.session`) turns each Locust event or signal into one
+`Session` (the Locust adapter, `llmload.runtime.locustglue.session`) turns each Locust event or signal into one
 call here; everything Locust-specific it needs goes through a `RunHost` (the runner, the web UI, the
 process exit code), so the whole lifecycle runs in tests with a fake host and a virtual clock.
 
@@ -32,10 +32,10 @@ import gevent.event
 from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import LLMLoadError
-from llmload.runtime import console
-from llmload.runtime.controller import StepController, WorkerLink
-from llmload.runtime.signals import LAUNCHED_ENV, interrupted_exit_code
-from llmload.runtime.states import RUN_TRANSITIONS, RunState, StateMachine
+from llmload.runtime.launcher.stop_signals import LAUNCHED_ENV, interrupted_exit_code
+from llmload.runtime.locustglue import console
+from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.states import RUN_TRANSITIONS, RunState, StateMachine
 
 __all__ = ["RunHost", "RunLifecycle", "RunOptions", "StopReason"]
 
@@ -126,7 +126,7 @@ class RunLifecycle:
         self.outcome: dict = {}
         self.controller: StepController | None = None
         self.telemetry: Any = None
-        #: the master's measurements of its workers' clocks (`llmload.runtime.clocksync`); None elsewhere
+        #: the master's measurements of its workers' clocks (`llmload.runtime.wire.clocksync`); None elsewhere
         self.clocksync: Any = None
         #: the shape that plans the run (`shapes.loadshapes.planning_shape`), once planned
         self.shape: Any = None
@@ -157,7 +157,7 @@ class RunLifecycle:
         return self._machine.state
 
     def _to(self, state: RunState) -> None:
-        """The one place the run's state changes (`llmload.runtime.states`)."""
+        """The one place the run's state changes (`llmload.runtime.master.states`)."""
         self._machine.to(state)
 
     @property
@@ -214,7 +214,7 @@ class RunLifecycle:
         """test_start: this run's directory, then pre-flight, the steps and finalisation in a greenlet."""
         if self.config is None or self.running:
             return
-        from llmload.runtime.launcher import new_run_dir
+        from llmload.runtime.launcher.run import new_run_dir
 
         self.options = options
         self.outcome = {}
@@ -254,7 +254,12 @@ class RunLifecycle:
             self.fail(f"the run failed: {type(exc).__name__}: {exc}", 3)
 
     def _run(self) -> None:
-        from llmload.runtime.preflight import PreflightFailed, preflight, start_telemetry, write_run_manifest
+        from llmload.runtime.master.preflight import (
+            PreflightFailed,
+            preflight,
+            start_telemetry,
+            write_run_manifest,
+        )
 
         if self.config is None or self.run_dir is None:
             raise RuntimeError("a run started without its config or run directory")
@@ -293,7 +298,7 @@ class RunLifecycle:
             print(f"llmload: warning: manifest.json not written: {exc}", flush=True)
         self._record_clocks()
         self.telemetry = start_telemetry(config, run_dir)
-        from llmload.runtime.judging import live_judge
+        from llmload.runtime.master.judging import live_judge
 
         recent = getattr(self.telemetry, "recent", None)
         self.controller = StepController(config, run_dir, self.host.link(), steps,
@@ -350,7 +355,7 @@ class RunLifecycle:
                 self.telemetry.stop()
             except Exception:
                 log.exception("telemetry stop failed")
-        from llmload.runtime.finish import finalize_run
+        from llmload.rundir.finalise import finalise_run
 
         report = self.options.report
         try:
@@ -359,10 +364,10 @@ class RunLifecycle:
                     # patched subprocess can only start on the loop's own thread: import it here
                     import matplotlib.font_manager  # noqa: F401
 
-                code = gevent.get_hub().threadpool.apply(finalize_run, (self.run_dir, self.config),
+                code = gevent.get_hub().threadpool.apply(finalise_run, (self.run_dir, self.config),
                                                          {"report": report, "outcome": self.outcome})
             else:
-                code = finalize_run(self.run_dir, self.config, report=report, outcome=self.outcome)
+                code = finalise_run(self.run_dir, self.config, report=report, outcome=self.outcome)
         except Exception as exc:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)

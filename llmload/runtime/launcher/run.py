@@ -20,13 +20,13 @@ run is there (`plan.json`): of two runs started into one `--out` at once, one ru
 refused; the default `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
 started in the same second get two directories (`-2`, `-3`, ...) and an unreachable target gives one line and exit 3. Once the config
 has validated, the Locust child is started and held before it reads its command line while the other
-checks run (`llmload.runtime.gate`: its ~1 s of imports no longer follow them); it gets the command
+checks run (`llmload.runtime.launcher.gated_child`: its ~1 s of imports no longer follow them); it gets the command
 line above when they pass, and is ended, having said nothing, when one fails. With
 `--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
 is the run's verdict from `summary.json` (0 pass, 1 fail, 3 invalid), or, when no summary was
 written, Locust's own code where it said why (2, 3, or 4: a full disk, `llmload.diskfull`), else 3 with
-one line naming how it ended (a killed master: the signal, and `llmload report RUN_DIR` to recover). SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.signals`): the run
+one line naming how it ended (a killed master: the signal, and `llmload report RUN_DIR` to recover). SIGINT, SIGTERM or SIGHUP stop the run (`llmload.runtime.launcher.stop_signals`): the run
 directory is finalised, nothing outlives the command, and the exit code is 128 + the signal number.
 """
 
@@ -54,7 +54,7 @@ __all__ = ["BOOT", "LOCK_FILE", "claim_run_dir", "free_loopback_port", "locust_c
 BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p != '']; import locust, llmload, shapes, analysis; "
         "from locust.main import main; main()")
 
-REPO_FILES = Path(__file__).resolve().parents[2]
+REPO_FILES = Path(__file__).resolve().parents[3]
 LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
 #: Locust's master port, for `--master` / `--worker` when none is given
@@ -77,7 +77,7 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
                    metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1") -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
-    instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.prom`);
+    instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.locustglue.prom`);
     `master_bind_host` the interface a `master` listens on (loopback unless told)."""
     files = [LOCUSTFILE, SHAPEFILE]
     if locustfile is not None:  # its users replace ours when it imports them (a subclass); else it adds a shape
@@ -215,8 +215,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         config = load_config(config_path)  # first: a config error answers before the heavy imports
         if master:
             _check_no_shared_secrets(config, config_path)
-        child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.gate`)
-        from llmload.runtime.preflight import check_reachable
+        child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
+        from llmload.runtime.master.preflight import check_reachable
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
@@ -316,7 +316,7 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
 def _use_worker_token(path: Path | None, *, needed: bool) -> str | None:
     """Put `--worker-token-file`'s first line in `LLMLOAD_WORKER_TOKEN` for the Locust child (never on a
     command line); why not (None when done, or not needed: `--processes` makes its own)."""
-    from llmload.runtime.workerauth import TOKEN_ENV
+    from llmload.runtime.locustglue.workerauth import TOKEN_ENV
 
     if path is not None:
         try:
@@ -375,23 +375,28 @@ def _bad_locustfile(locustfile: Path | None) -> str | None:
 
 
 def _child_env() -> dict[str, str]:
-    from llmload.runtime.signals import LAUNCHED_ENV
+    from llmload.runtime.launcher.stop_signals import LAUNCHED_ENV
 
     return {**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHED_ENV: str(os.getpid())}
 
 
 def _start_gated() -> Any:
-    """The Locust child, started now and held before it parses its command line (`llmload.runtime.gate`)."""
-    from llmload.runtime.gate import GatedChild
+    """The Locust child, started now and held before it parses its command line (`llmload.runtime.launcher.gated_child`)."""
+    from llmload.runtime.launcher.gated_child import GatedChild
 
     return GatedChild(BOOT, _child_env())
 
 
 def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, child: Any = None) -> int:
     """Run Locust in its own process group and wait for it; the stop signals go to it once
-    (`llmload.runtime.signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`.
+    (`llmload.runtime.launcher.stop_signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`.
     Returns the verdict's exit code, or 128 + the signal when stopped."""
-    from llmload.runtime.signals import StopSignals, end_process_group, interrupted_exit_code, say
+    from llmload.runtime.launcher.stop_signals import (
+        StopSignals,
+        end_process_group,
+        interrupted_exit_code,
+        say,
+    )
 
     with StopSignals(finished=lambda: run_dir is not None and _run_finished(run_dir)) as stops:
         if child is not None:

@@ -5,7 +5,7 @@ drained (or `partial` when the run stopped inside it). Refine steps are appended
 search chooses them (a repeat of an inconclusive step names it in `extends`); `search` says why the
 search stopped and how many refine steps it ran. The file is replaced atomically so a reader never sees half of it.
 
-The steps are the master's typed `Step`s (`llmload.runtime.step`): each is written as its `plan_row()`.
+The steps are the master's typed `Step`s (`llmload.runtime.master.step`): each is written as its `plan_row()`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llmload.runtime.step import PLANNED_FIELDS, Step, StepStatus
+from llmload.runtime.master.step import PLANNED_FIELDS, Step, StepStatus
 
 __all__ = ["PlanFile", "STEP_FIELDS"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from enum import Enum
 
-__all__ = ["RUN_TRANSITIONS", "STEPS_TRANSITIONS", "RunState", "StateMachine", "StepsState"]
+__all__ = ["RUN_TRANSITIONS", "CONTROLLER_TRANSITIONS", "RunState", "StateMachine", "ControllerState"]
 
 log = logging.getLogger("llmload.states")
 
@@ -37,7 +37,7 @@ class RunState(Enum):
         return self in (RunState.DONE, RunState.FAILED)
 
 
-class StepsState(Enum):
+class ControllerState(Enum):
     """Where the step controller is."""
 
     WAITING = "waiting"  # made, not started
@@ -49,7 +49,7 @@ class StepsState(Enum):
 
     @property
     def stopping(self) -> bool:
-        return self in (StepsState.STOPPING, StepsState.STOPPED)
+        return self in (ControllerState.STOPPING, ControllerState.STOPPED)
 
 
 _R = RunState
@@ -62,8 +62,8 @@ RUN_TRANSITIONS: dict[RunState, set[RunState]] = {
     _R.DONE: {_R.IDLE, _R.PREFLIGHT, _R.FAILED},
     _R.FAILED: {_R.IDLE, _R.PREFLIGHT},
 }
-_S = StepsState
-STEPS_TRANSITIONS: dict[StepsState, set[StepsState]] = {
+_S = ControllerState
+CONTROLLER_TRANSITIONS: dict[ControllerState, set[ControllerState]] = {
     _S.WAITING: {_S.RUNNING, _S.STOPPING, _S.STOPPED, _S.FAILED},
     _S.RUNNING: {_S.STOPPING, _S.STOPPED, _S.DONE, _S.FAILED},
     _S.STOPPING: {_S.STOPPED, _S.DONE, _S.FAILED},

@@ -27,7 +27,7 @@ from llmload.config import Config
 from llmload.diskfull import DISK_FULL_EXIT, is_disk_full
 from llmload.records import merge_record_files
 
-__all__ = ["analyse_run", "finalize_run", "merge_run_records"]
+__all__ = ["analyse_run", "finalise_run", "merge_run_records"]
 
 log = logging.getLogger("llmload.finish")
 
@@ -127,7 +127,7 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def finalize_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
+def finalise_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
     """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`)."""
     with _no_cyclic_gc():
         return _finalize(Path(run_dir), config, report=report, outcome=outcome)
@@ -144,9 +144,9 @@ def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | No
         return _disk_full(run_dir, ["records.parquet", "telemetry.parquet", "summary.json", "report.html"],
                           exc, reached)
     try:
-        from llmload.telemetry import finalize_telemetry
+        from llmload.telemetry import finalise_telemetry
 
-        finalize_telemetry(run_dir)
+        finalise_telemetry(run_dir)
     except Exception as exc:
         if is_disk_full(exc):
             unwritten.append("telemetry.parquet")

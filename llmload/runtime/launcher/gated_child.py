@@ -32,8 +32,8 @@ def gated_boot(boot: str) -> str:
     head, imports, tail = boot.partition("import locust, llmload, shapes, analysis; ")
     if not imports:
         raise ValueError("BOOT has changed: the gate goes after its imports")
-    return (f"{head}from llmload.runtime.signals import follow_parent; follow_parent(); {imports}"
-            f"from llmload.runtime.gate import released; released(); {tail}")
+    return (f"{head}from llmload.runtime.launcher.stop_signals import follow_parent; follow_parent(); {imports}"
+            f"from llmload.runtime.launcher.gated_child import released; released(); {tail}")
 
 
 def released() -> None:

@@ -34,7 +34,7 @@ TOKEN_ENV = "LLMLOAD_WORKER_TOKEN"
 #: the pid of the process that made the token itself (a forked local worker inherits it and uses it;
 #: the process that made it, or a worker started without one, has no token to prove)
 _MADE_BY_ENV = "LLMLOAD_WORKER_TOKEN_MADE_BY"
-#: `HelloMessage.TYPE` and `RefusedMessage.TYPE` (`llmload.runtime.messages`, imported where used: the
+#: `HelloMessage.TYPE` and `RefusedMessage.TYPE` (`llmload.runtime.wire.messages`, imported where used: the
 #: launcher reads `TOKEN_ENV` without the runtime's imports)
 HELLO = "llmload:hello"
 REFUSED = "llmload:refused"
@@ -76,7 +76,7 @@ def install() -> None:
     from locust.runners import MasterRunner, WorkerRunner
 
     from llmload.errors import MessageError
-    from llmload.runtime.messages import HelloMessage
+    from llmload.runtime.wire.messages import HelloMessage
 
     handle = MasterRunner.handle_message
     connect = WorkerRunner.connect_to_master
@@ -118,7 +118,7 @@ def install() -> None:
 
 
 def _refuse(runner: Any, client_id: str, reason: str) -> None:
-    from llmload.runtime.messages import RefusedMessage
+    from llmload.runtime.wire.messages import RefusedMessage
 
     refused: set[str] = runner.__dict__.setdefault("_llmload_refused", set())
     if client_id not in refused:
@@ -129,7 +129,7 @@ def _refuse(runner: Any, client_id: str, reason: str) -> None:
 
 def _refused(environment: Any, msg: Any, **kwargs: Any) -> None:
     from llmload.errors import MessageError
-    from llmload.runtime.messages import RefusedMessage
+    from llmload.runtime.wire.messages import RefusedMessage
 
     try:
         reason = RefusedMessage.from_dict(msg.data).reason

@@ -1,0 +1,1 @@
+"""The run directory: its layout, plan.json, finalisation and recovery."""

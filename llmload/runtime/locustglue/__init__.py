@@ -1,0 +1,1 @@
+"""The one room that imports Locust: the session on the environment, the web UI, the hooks."""

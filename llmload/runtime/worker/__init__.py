@@ -1,0 +1,1 @@
+"""The worker: schedules the arrivals, sends the requests, ships the records."""
