@@ -16,8 +16,8 @@ import pytest
 from runtime_helpers import base_config, plan, records, write_config
 from support import free_port, run_said
 
+from llmload.runtime.launcher.child_env import TOKEN_ENV
 from llmload.runtime.launcher.run import locust_command
-from llmload.runtime.locustglue.workerauth import TOKEN_ENV
 
 TOKEN = "a-shared-worker-token-0123456789"
 SKEWS_S = (2.0, -2.0)

@@ -8,6 +8,7 @@ import re
 
 from support import REPO
 
+from llmload.runtime.launcher import child_env
 from llmload.runtime.launcher import run as launcher
 from llmload.runtime.launcher.demo import demo_configs
 from llmload.runtime.locustglue import console
@@ -35,9 +36,9 @@ def test_a_note_said_by_one_run_is_not_said_again_by_the_next(capsys):
 
 
 def test_inside_the_demo_the_last_line_says_the_verdict_in_words(monkeypatch):
-    monkeypatch.delenv(console.DEMO_ENV, raising=False)
+    monkeypatch.delenv(child_env.DEMO_ENV, raising=False)
     assert console.exit_note(1) == " (exit code 1)"
-    note = console.run_in_demo(lambda: console.exit_note(1))
+    note = child_env.run_in_demo(lambda: console.exit_note(1))
     assert "exit code" not in note and "SLO" in note
-    assert console.run_in_demo(lambda: console.exit_note(0)) == " (every step passed)"
-    assert console.DEMO_ENV not in os.environ and console.exit_note(1) == " (exit code 1)"  # restored after it
+    assert child_env.run_in_demo(lambda: console.exit_note(0)) == " (every step passed)"
+    assert child_env.DEMO_ENV not in os.environ and console.exit_note(1) == " (exit code 1)"  # restored after it

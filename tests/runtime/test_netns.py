@@ -24,8 +24,8 @@ from netns_lab import HUB, HUB_ADDRESS, NetLab, netns_available
 from runtime_helpers import base_config, plan, records, summary, wait_step_running, write_config
 from support import run_said
 
+from llmload.runtime.launcher.child_env import TOKEN_ENV
 from llmload.runtime.launcher.run import locust_command
-from llmload.runtime.locustglue.workerauth import TOKEN_ENV
 
 pytestmark = pytest.mark.slow
 

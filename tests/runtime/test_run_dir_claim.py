@@ -15,7 +15,7 @@ from runtime_helpers import base_config, write_config
 
 from llmload.config import load_config
 from llmload.errors import ConfigError
-from llmload.runtime.launcher.run import claim_run_dir, new_run_dir
+from llmload.rundir.layout import claim_run_dir, new_run_dir
 
 pytestmark = pytest.mark.timeout(120)
 

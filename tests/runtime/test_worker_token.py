@@ -18,8 +18,9 @@ from runtime_helpers import base_config, records, write_config
 from support import free_port
 
 from llmload.cli import main
+from llmload.runtime.launcher.child_env import TOKEN_ENV
 from llmload.runtime.launcher.run import locust_command
-from llmload.runtime.locustglue.workerauth import TOKEN_ENV, proof
+from llmload.runtime.locustglue.workerauth import proof
 
 TOKEN = "a-shared-worker-token-0123456789"
 FORGED = Path(__file__).with_name("forged_worker.py")

@@ -120,8 +120,8 @@ def answer_lines(folder: Path) -> list[str]:
 
 def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 25.0) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
+    from llmload.runtime.launcher.child_env import run_in_demo
     from llmload.runtime.launcher.run import run_config
-    from llmload.runtime.locustglue.console import run_in_demo
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = Path(out) if out is not None else Path("runs") / f"{stamp}-demo"

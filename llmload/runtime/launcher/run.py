@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmload.diskfull import DISK_FULL_EXIT
+from llmload.rundir.layout import claim_run_dir, new_run_dir, prepare_run_dir, remove_if_unused
 
 if TYPE_CHECKING:
     from llmload.config import Config
 
-__all__ = ["BOOT", "LOCK_FILE", "claim_run_dir", "free_loopback_port", "locust_command", "new_run_dir",
-           "prepare_run_dir", "run_config", "say_once", "verdict_exit_code"]
+__all__ = ["BOOT", "free_loopback_port", "locust_command", "run_config", "say_once", "verdict_exit_code"]
 
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
@@ -59,9 +59,6 @@ LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
 SHAPEFILE = REPO_FILES / "shapes" / "llm.py"
 #: Locust's master port, for `--master` / `--worker` when none is given
 DEFAULT_PORT = 5557
-#: the file a launcher holds an exclusive lock on while its run uses the directory (`claim_run_dir`)
-LOCK_FILE = ".llmload-lock"
-
 
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 now (the OS picks it)."""
@@ -117,64 +114,6 @@ def verdict_exit_code(run_dir: Path) -> int | None:
     summary = json.loads(path.read_text(encoding="utf-8"))
     return VERDICT_EXIT_CODES.get(summary.get("verdict", "insufficient"), 3)
 
-
-def new_run_dir(config: Config, *, base: str | Path | None = None) -> Path:
-    """`<output>/<UTC timestamp>-<shape kind>/`, made here with an exclusive `mkdir`, so two runs started
-    in the same second (two processes, two machines on one share) never get the same one (`-2`, `-3`, ...).
-    A parent that cannot be made is left to the caller's write check (the path is returned unmade)."""
-    from datetime import datetime, timezone
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    root = Path(base if base is not None else config.output)
-    path, n = root / f"{stamp}-{config.shape.kind}", 2
-    while True:
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            if not path.is_dir():  # e.g. `output:` names a file: the write check says so
-                return path
-            path, n = root / f"{stamp}-{config.shape.kind}-{n}", n + 1
-        except OSError:
-            return path
-
-
-class RunDirClaim:
-    """The launcher's hold on its run directory: an exclusive `flock` on `LOCK_FILE`, released by
-    `release()` or when the process ends (a killed launcher never leaves a stale claim)."""
-
-    def __init__(self, run_dir: Path, fd: int) -> None:
-        self.run_dir, self._fd = run_dir, fd
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def claim_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> RunDirClaim:
-    """Claim `run_dir` for this run: a ConfigError (one line, exit 2) naming the flag or key (`where`)
-    when another run is writing it now or one already ran there (`plan.json`)."""
-    import fcntl
-
-    from llmload.errors import ConfigError
-
-    taken = "another llmload run is writing this run directory now: choose another --out"
-    try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ConfigError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}", file=where[1],
-                          key=where[0]) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ConfigError(f"{run_dir}: {taken}", file=where[1], key=where[0]) from None
-    if (run_dir / "plan.json").exists():
-        os.close(fd)
-        raise ConfigError(f"{run_dir} already holds a run: choose another --out", file=where[1],
-                          key=where[0]) from None
-    return RunDirClaim(run_dir, fd)
 
 
 #: notes this process printed already (`say_once`)
@@ -236,7 +175,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         if claim is not None:
             claim.release()
         print(f"llmload: error: {exc}", file=sys.stderr)
-        _remove_if_empty(run_dir if made else None)
+        remove_if_unused(run_dir if made else None)
         return exc.exit_code
     except BaseException:  # e.g. Ctrl-C during the checks: the held child goes with the launcher
         if child is not None:
@@ -271,36 +210,10 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         claim.release()
 
 
-def prepare_run_dir(run_dir: Path, *, where: tuple[str, str | None]) -> bool:
-    """Create `run_dir` and check that it takes files, before anything starts; a ConfigError naming
-    the flag or key (`where`: name, config file) when it cannot. Returns whether it was made here."""
-    from llmload.errors import ConfigError
-
-    made = not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".llmload-write-check-{os.getpid()}"  # own name: two launches check at once
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(f"cannot write the run directory {run_dir}: {reason}", file=where[1],
-                          key=where[0]) from None
-    return made
-
 
 def _empty_dir(run_dir: Path) -> bool:
     return run_dir.is_dir() and not any(run_dir.iterdir())
 
-
-def _remove_if_empty(run_dir: Path | None) -> None:
-    """Remove a run directory made for a run that never used it (its lock file aside)."""
-    if run_dir is None or not run_dir.is_dir():
-        return
-    if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
-        return
-    (run_dir / LOCK_FILE).unlink(missing_ok=True)
-    run_dir.rmdir()
 
 
 def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
@@ -316,7 +229,7 @@ def _role_clash(*, master: bool, worker: bool, processes: int) -> str | None:
 def _use_worker_token(path: Path | None, *, needed: bool) -> str | None:
     """Put `--worker-token-file`'s first line in `LLMLOAD_WORKER_TOKEN` for the Locust child (never on a
     command line); why not (None when done, or not needed: `--processes` makes its own)."""
-    from llmload.runtime.locustglue.workerauth import TOKEN_ENV
+    from llmload.runtime.launcher.child_env import TOKEN_ENV
 
     if path is not None:
         try:
@@ -406,7 +319,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         stops.forward()  # a signal that came while it was starting
         code = stops.child.wait()
         end_process_group(stops.child.pid)
-        _remove_if_empty(run_dir if made else None)  # made for the run, never used (stopped or failed first)
+        remove_if_unused(run_dir if made else None)  # made for the run, never used (stopped or failed first)
         verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
     if stops.after_run and code != interrupted_exit_code(stops.first) and run_dir is not None:
         verdict = verdict_exit_code(run_dir)  # closed after the run: its verdict, as without the signal

@@ -15,17 +15,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["DEMO_ENV", "LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
-           "replace_locust_stats", "run_in_demo"]
+from llmload.runtime.launcher.child_env import DEMO_ENV
+
+__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
+           "replace_locust_stats"]
 
 #: the logger Locust prints its request statistics tables through
 LOCUST_STATS_LOGGER = "locust.stats_logger"
 #: set by `llmload demo` for its runs: their last line says the verdict in words, not an exit code the
 #: demo itself does not return (it exits 0 when it ran: a failing step is its point)
-DEMO_ENV = "LLMLOAD_DEMO"
 
 
 class LineFormatter(logging.Formatter):
@@ -84,16 +84,3 @@ def exit_note(code: int) -> str:
     if os.environ.get(DEMO_ENV) and code in _DEMO_VERDICTS:
         return f" ({_DEMO_VERDICTS[code]})"
     return f" (exit code {code})"
-
-
-def run_in_demo(run: Callable[..., int], *args: Any, **kwargs: Any) -> int:
-    """`run(*args, **kwargs)` (`run_config`) with `DEMO_ENV` set for the Locust process it starts."""
-    was = os.environ.get(DEMO_ENV)
-    os.environ[DEMO_ENV] = "1"
-    try:
-        return run(*args, **kwargs)
-    finally:
-        if was is None:
-            os.environ.pop(DEMO_ENV, None)
-        else:
-            os.environ[DEMO_ENV] = was

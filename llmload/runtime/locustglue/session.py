@@ -38,8 +38,11 @@ import gevent.event
 from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
-from llmload.runtime.launcher.run import new_run_dir  # noqa: F401 (re-exported)
-from llmload.runtime.launcher.stop_signals import STOP_SIGNALS, detach_hung_up_terminal, follow_parent
+from llmload.runtime.launcher.stop_signals import (
+    STOP_SIGNALS,
+    detach_hung_up_terminal,
+    follow_parent,
+)
 from llmload.runtime.master.controller import WorkerLink
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
 from llmload.runtime.master.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
@@ -55,7 +58,7 @@ from llmload.runtime.wire.messages import (
 )
 from llmload.runtime.worker.scheduler import WorkerRuntime
 
-__all__ = ["SESSION_ATTR", "Session", "add_options", "current", "new_run_dir", "on_init", "pool_size",
+__all__ = ["SESSION_ATTR", "Session", "add_options", "current", "on_init", "pool_size",
            "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class",
            "worker_of"]
 

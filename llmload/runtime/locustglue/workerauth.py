@@ -28,9 +28,10 @@ import secrets
 import sys
 from typing import Any
 
-__all__ = ["HELLO", "REFUSED", "TOKEN_ENV", "install", "proof", "worker_token"]
+from llmload.runtime.launcher.child_env import TOKEN_ENV
 
-TOKEN_ENV = "LLMLOAD_WORKER_TOKEN"
+__all__ = ["HELLO", "REFUSED", "install", "proof", "worker_token"]
+
 #: the pid of the process that made the token itself (a forked local worker inherits it and uses it;
 #: the process that made it, or a worker started without one, has no token to prove)
 _MADE_BY_ENV = "LLMLOAD_WORKER_TOKEN_MADE_BY"
