@@ -119,10 +119,11 @@ class LLMLoadShape(LoadTestShape):
 
     def _session(self) -> Any:
         """The run's session on the Locust environment (`environment.llmload_session`, put there by the
-        locustfile's init listener; None before it ran). Reached this way, not by importing
-        `llmload.runtime`, which imports `shapes` (the plans it runs)."""
-        runner = getattr(self, "runner", None)
-        return getattr(getattr(runner, "environment", None), "llmload_session", None)
+        locustfile's init listener; None before it ran). Imported here, not at the top: the runtime imports
+        `shapes` (the plans it runs)."""
+        from llmload.runtime.locustglue.seams import session_of
+
+        return session_of(getattr(getattr(self, "runner", None), "environment", None))
 
 
 #: the class for each `shape:` kind; `register_shape` adds one (most recent first within a kind)

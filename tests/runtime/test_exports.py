@@ -7,10 +7,13 @@ import importlib
 import llmload.runtime
 
 MODULES = {
-    "runtime.locustglue.console": ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats",
+    "runtime.locustglue.console": ["LineFormatter", "configure_logging", "drop_locust_stats",
                 "exit_note", "replace_locust_stats"],
     "runtime.launcher.child_env": ["DEMO_ENV", "TOKEN_ENV", "run_in_demo"],
-    "runtime.master.controller": ["StepController", "WorkerLink", "search_line", "step_lead_s"],
+    "runtime.master.controller": ["StepController", "search_line", "step_lead_s"],
+    "runtime.locustglue.seams": ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab",
+                                 "is_master", "is_worker", "log_readers", "override_start_form", "quiet_spawn_warning",
+                                 "session_of", "splice_into_page", "worker_count"],
     "runtime.launcher.demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "runtime.launcher.gated_child": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "rundir.finalise": ["analyse_run", "finalise_run", "merge_run_records"],

@@ -9,7 +9,8 @@ import gevent
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
-from llmload.runtime.master.controller import StepController, WorkerLink, search_line
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController, search_line
 from llmload.runtime.wire.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from shapes.knee_search import KneeSearch
 from shapes.plan import ConfigSearch, build_plan

@@ -14,7 +14,8 @@ import gevent
 
 from llmload.clock import now
 from llmload.config import parse_config
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.states import ControllerState
 from llmload.runtime.wire.messages import CANCEL, DRAINED, RESULTS, STEP, DrainedMessage, ResultsMessage
 from llmload.runtime.worker import scheduler as worker_mod

@@ -13,8 +13,9 @@ import pytest
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
+from llmload.runtime.locustglue.seams import WorkerLink
 from llmload.runtime.locustglue.webui import step_rows
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.judging import live_judge
 from llmload.runtime.wire.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from llmload.telemetry.collector import RecentSamples

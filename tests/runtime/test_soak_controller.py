@@ -13,7 +13,8 @@ import pytest
 from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.step import StepStatus
 from llmload.runtime.wire.messages import STEP, DrainedMessage, ResultsMessage, pack_record
 from shapes.plan import build_plan

@@ -11,7 +11,8 @@ import pytest
 
 from llmload.clock import now
 from llmload.config import parse_config
-from llmload.runtime.master.controller import LEAD_S, LOCAL_LEAD_S, StepController, WorkerLink, step_lead_s
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import LEAD_S, LOCAL_LEAD_S, StepController, step_lead_s
 from llmload.runtime.wire.messages import DRAINED, STEP, DrainedMessage
 from shapes.plan import build_plan
 

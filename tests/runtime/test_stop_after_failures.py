@@ -37,7 +37,7 @@ class NoWorkers:
 
 
 def run_ladder(tmp_path, verdicts: list[str], **ladder) -> tuple[ScriptedController, list[str]]:
-    from llmload.runtime.master.controller import WorkerLink
+    from llmload.runtime.locustglue.seams import WorkerLink
 
     steps = [{"rate": r, "duration": "1s"} for r in (1, 2, 3, 4, 5)]
     config = parse_config({"target": {"url": "http://127.0.0.1:9"},

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llmload.config import parse_config
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.wire.messages import ResultsMessage
 from llmload.runtime.worker.scheduler import StepState, WorkerRuntime
 from shapes.plan import build_plan

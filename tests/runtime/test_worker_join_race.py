@@ -63,7 +63,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("mode", ["install_console_redaction", "_quiet_spawn_warning", "before-init"])
+@pytest.mark.parametrize("mode", ["install_console_redaction", "quiet_spawn_warning", "before-init"])
 def test_users_spawned_while_the_worker_is_set_up_wait_for_it(mode):
     done = subprocess.run([sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]

@@ -18,12 +18,12 @@ import sys
 from typing import Any, TextIO
 
 from llmload.runtime.launcher.child_env import DEMO_ENV
+from llmload.runtime.locustglue.seams import STATS_LOGGER, log_readers
 
-__all__ = ["LOCUST_STATS_LOGGER", "LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
+__all__ = ["LineFormatter", "configure_logging", "drop_locust_stats", "exit_note",
            "replace_locust_stats"]
 
 #: the logger Locust prints its request statistics tables through
-LOCUST_STATS_LOGGER = "locust.stats_logger"
 #: set by `llmload demo` for its runs: their last line says the verdict in words, not an exit code the
 #: demo itself does not return (it exits 0 when it ran: a failing step is its point)
 
@@ -51,9 +51,9 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.WARN
         handler.setFormatter(LineFormatter())
         logger.addHandler(handler)
         # the web UI's log panel reads the root logger's LogReader: keep feeding it our records
-        for root_handler in logging.getLogger().handlers:
-            if type(root_handler).__name__ == "LogReader" and root_handler not in logger.handlers:
-                logger.addHandler(root_handler)
+        for reader in log_readers():
+            if reader not in logger.handlers:
+                logger.addHandler(reader)
     logger.propagate = False
     if logger.level == logging.NOTSET:
         logger.setLevel(level)
@@ -61,7 +61,7 @@ def configure_logging(stream: TextIO | None = None, *, level: int = logging.WARN
 
 def drop_locust_stats() -> None:
     """Silence Locust's request statistics tables in this process (our command prints its own summary)."""
-    logging.getLogger(LOCUST_STATS_LOGGER).disabled = True
+    logging.getLogger(STATS_LOGGER).disabled = True
 
 
 def replace_locust_stats(options: Any) -> None:

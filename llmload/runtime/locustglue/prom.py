@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from llmload.clock import now
+from llmload.runtime.locustglue.seams import worker_count
 from llmload.runtime.master.live_series import meets_slo, request_values
 from llmload.runtime.master.step import Step
 
@@ -127,7 +128,7 @@ class LiveMetrics:
         runner = getattr(getattr(session, "env", None), "runner", None)
         if runner is not None:
             yield GaugeMetricFamily("llmload_workers", "Workers connected and not missing.",
-                                    value=_worker_count(runner))
+                                    value=worker_count(runner))
         if controller is None:
             return
         cpu = GaugeMetricFamily("llmload_worker_cpu_ratio", "A worker's CPU while sending, fraction of one core.",
@@ -160,13 +161,6 @@ class LiveMetrics:
                                              if s.table_row is not None).items()):
             done.add_metric([verdict], count)
         yield done
-
-
-def _worker_count(runner: Any) -> int:
-    clients = getattr(runner, "clients", None)
-    if clients is None:
-        return 1  # a local runner is its own worker
-    return sum(1 for c in clients.all if c.state != "missing")
 
 
 def _goodput(controller: Any, step: Step) -> float | None:

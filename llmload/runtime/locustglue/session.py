@@ -43,7 +43,15 @@ from llmload.runtime.launcher.stop_signals import (
     detach_hung_up_terminal,
     follow_parent,
 )
-from llmload.runtime.master.controller import WorkerLink
+from llmload.runtime.locustglue.seams import (
+    SESSION_ATTR,
+    WorkerLink,
+    attach_session,
+    is_master,
+    is_worker,
+    quiet_spawn_warning,
+    session_of,
+)
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
 from llmload.runtime.master.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
 from llmload.runtime.master.states import RunState
@@ -62,24 +70,7 @@ __all__ = ["SESSION_ATTR", "Session", "add_options", "current", "on_init", "pool
            "pool_tick", "new_shape_run", "pool_user_classes", "register_user_classes", "session_of", "user_class",
            "worker_of"]
 
-#: the Locust environment's attribute that holds this process's session
-SESSION_ATTR = "llmload_session"
-
 log = logging.getLogger("llmload.session")
-
-
-class _QuietSpawnWarning(logging.Filter):
-    """Drops Locust's warning about a spawn rate above 100/s: our users start idle, all at once."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "spawn rate is very high" not in record.getMessage()
-
-
-def _quiet_spawn_warning() -> None:
-    runners_log = logging.getLogger("locust.runners")
-    if not any(isinstance(f, _QuietSpawnWarning) for f in runners_log.filters):
-        runners_log.addFilter(_QuietSpawnWarning())
-
 
 def add_options(parser: Any) -> None:
     """Our Locust options, typed with non-None defaults (they travel to workers and show in the web UI)."""
@@ -117,9 +108,7 @@ class LocustHost:
 
     @property
     def remote_users(self) -> bool:
-        from locust.runners import MasterRunner
-
-        return isinstance(self.env.runner, MasterRunner)
+        return is_master(self.env.runner)
 
     def link(self) -> WorkerLink:
         return WorkerLink(self.env.runner)
@@ -206,15 +195,11 @@ class Session:
 
     @property
     def is_master(self) -> bool:
-        from locust.runners import MasterRunner
-
-        return isinstance(self.env.runner, MasterRunner)
+        return is_master(self.env.runner)
 
     @property
     def is_worker(self) -> bool:
-        from locust.runners import WorkerRunner
-
-        return isinstance(self.env.runner, WorkerRunner)
+        return is_worker(self.env.runner)
 
     def setup(self) -> None:
         runner = self.env.runner
@@ -224,7 +209,7 @@ class Session:
             self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
             self.worker_ready.set()
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
-        _quiet_spawn_warning()
+        quiet_spawn_warning()
         if not self.is_master:
             runner.register_message(STEP, lambda environment, msg, **kw: self.worker.on_step(msg.data))
             runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
@@ -441,16 +426,11 @@ def on_init(environment: Any) -> Session:
     """Create this process's session on `environment` (called from the locustfile's `init` listener)."""
     global _LAST
     session = Session(environment)
-    setattr(environment, SESSION_ATTR, session)
+    attach_session(environment, session)
     _LAST = weakref.ref(session)
     session.setup()
     follow_parent()  # started by `llmload run`: its death (even kill -9) stops this process too
     return session
-
-
-def session_of(environment: Any) -> Session | None:
-    """The session `on_init` put on this Locust environment (None before init, or for another locustfile)."""
-    return getattr(environment, SESSION_ATTR, None)
 
 
 def current(environment: Any = None) -> Session | None:

@@ -1,8 +1,7 @@
 """The live LLM view in Locust's web UI: the "LLM" tab (charts, status, step table) and the start form.
 
-- The tab's step table: `web_ui.template_args["extended_tabs" / "extended_tables"]` plus an
-  `after_request` hook that adds `extended_stats` to `/stats/requests` (what the UI polls every few
-  seconds): one row per step with offered and achieved rate, TTFT / TPOT / E2E p95, goodput, client
+- The tab's step table: `seams.add_tab` plus an `after_request` hook that adds its rows to
+  `/stats/requests` (what the UI polls every few seconds; `seams.fill_tab`): one row per step with offered and achieved rate, TTFT / TPOT / E2E p95, goodput, client
   wait, server waiting and the verdict so far (the running step shows its numbers so far, verdict
   `running`).
 - Above it, live SVG charts drawn by `webui_tab.js` (no CDN, works offline), which the index page
@@ -43,6 +42,7 @@ import gevent
 
 from llmload.clock import now
 from llmload.redaction import redact
+from llmload.runtime.locustglue.seams import add_tab, fill_tab, override_start_form, splice_into_page
 from llmload.runtime.master.live_series import LiveSeries
 from llmload.runtime.master.live_table import ProgressStats
 from llmload.runtime.master.step import Step, StepStatus
@@ -265,25 +265,19 @@ def _form_template_args(web_ui: Any, session: Any) -> None:
     """Show this run's values and help in the start form's custom parameters, and the target as host."""
     from llmload.runtime.master.start_form import form_help, form_values, target_text
 
-    original = web_ui.update_template_args
-
-    def update() -> None:
-        original()
+    def shown(options: dict) -> tuple[dict, str] | None:
         config = session.file_config
         if config is None:
-            return
-        options = dict(web_ui.template_args.get("extra_options") or {})
+            return None
         values, helps = form_values(config), form_help(config)
         parsed = session.env.parsed_options
         for key in values:
             if key in options:
                 given = str(getattr(parsed, key, "") or "")
                 options[key] = {**options[key], "default_value": given or values[key], "help_text": helps[key]}
-        web_ui.template_args["extra_options"] = options
-        web_ui.template_args["host"] = session.env.host or target_text(config)
-        web_ui.template_args["missing_host_warning"] = False
+        return options, session.env.host or target_text(config)
 
-    web_ui.update_template_args = update
+    override_start_form(web_ui, shown)
 
 
 def install_web_ui(environment: Any, session: Any) -> None:
@@ -293,9 +287,7 @@ def install_web_ui(environment: Any, session: Any) -> None:
     web_ui = environment.web_ui
     live = LiveSeries(session.config.slo if session.config is not None else None)
     session.live = live
-    web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": "llm"}]
-    web_ui.template_args["extended_tables"] = [
-        {"key": "llm", "structure": [{"key": k, "title": t} for k, t in LLM_TABLE]}]
+    add_tab(web_ui, "LLM", "llm", LLM_TABLE)
     _form_template_args(web_ui, session)
     script = files("llmload.runtime.locustglue").joinpath("webui_tab.js").read_text(encoding="utf-8")
     token = secrets.token_urlsafe(24)
@@ -328,16 +320,9 @@ def install_web_ui(environment: Any, session: Any) -> None:
 
     @web_ui.app.after_request
     def _extend(response):  # noqa: ANN001 (Flask's response)
-        if request.path.endswith("/stats/requests") and response.is_json:
-            data = response.get_json() or {}
-            data["extended_stats"] = [{"key": "llm", "data": redact(step_rows(session))}]
-            response.set_data(json.dumps(data))
-        elif request.endpoint == "locust.index" and response.mimetype == "text/html":
-            page = response.get_data(as_text=True)
+        if not fill_tab(request, response, "llm", lambda: redact(step_rows(session))):
             tag = '<script src="./llmload/tab.js"></script>'
-            if tag not in page:
-                meta = f'<meta name="llmload-token" content="{token}">'
-                response.set_data(page.replace("</body>", meta + tag + "</body>", 1))
+            if splice_into_page(request, response, f'<meta name="llmload-token" content="{token}">' + tag, unless=tag):
                 response.headers["Cache-Control"] = "no-store"
         return response
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent.event import Event
@@ -54,7 +54,10 @@ from llmload.runtime.master.step_run import PROGRESS_EVERY_S, StepContext, StepR
 from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage
 from shapes.steps import StepSpec
 
-__all__ = ["StepController", "WorkerLink", "search_line", "step_lead_s"]
+if TYPE_CHECKING:  # the Locust side of the link (llmload.runtime.locustglue.seams.WorkerLink)
+    from llmload.runtime.locustglue.seams import WorkerLink
+
+__all__ = ["StepController", "search_line", "step_lead_s"]
 
 log = logging.getLogger("llmload.controller")
 
@@ -92,33 +95,6 @@ def search_line(stopped: str | None, steps: int) -> str:
     lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
     return (f"  knee search: {lead}stopped: {stop_text(stopped) or 'not run'} "
             f"({steps} refine step{'s' if steps != 1 else ''})")
-
-
-class WorkerLink:
-    """How the controller reaches workers: Locust's runner (master or local) behind three calls."""
-
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-
-    @property
-    def local(self) -> bool:
-        return not hasattr(self.runner, "clients")
-
-    def workers(self) -> list[tuple[str | None, str]]:
-        """(client id, worker name) of each worker that can take a step now."""
-        if self.local:
-            return [(None, "0")]
-        alive = [c for c in self.runner.clients.all if c.state != "missing"]
-        return [(c.id, str(self.runner.get_worker_index(c.id))) for c in alive]
-
-    def missing(self, client_id: str | None) -> bool:
-        if self.local or client_id is None:
-            return False
-        node = self.runner.clients.get(client_id) if hasattr(self.runner.clients, "get") else None
-        return node is None or node.state == "missing"
-
-    def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
-        self.runner.send_message(msg_type, data, client_id=client_id)
 
 
 class StepController:

@@ -1,0 +1,143 @@
+"""The Locust seams (`llmload.runtime.locustglue.seams`): what each one does, and the contract with the installed
+Locust behind it (as `test_geventhttpclient_contract` pins the transport's): the pieces of Locust each seam relies
+on, read from Locust's own source and files. An upgrade that renames one fails here, not in a run."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import logging
+import re
+from importlib.metadata import version
+from pathlib import Path
+from types import SimpleNamespace
+
+from llmload.runtime.locustglue import seams
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _locust() -> Path:
+    """Locust's package folder, found without importing it (an import here would patch the standard library
+    with gevent too late for the rest of the session)."""
+    spec = importlib.util.find_spec("locust")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _classes(path: Path) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_locust_contract() -> None:
+    locust = _locust()
+    low = re.search(r'"locust>=([\d.]+)', (ROOT / "pyproject.toml").read_text()).group(1)
+    installed = tuple(int(x) for x in version("locust").split(".")[:2])
+    assert installed >= tuple(int(x) for x in low.split(".")[:2])
+    # the session on the environment: an attribute of ours that Locust's Environment does not have
+    assert seams.SESSION_ATTR not in (locust / "env.py").read_text()
+    # the master is the one runner with `clients` (is_master); its nodes, their ids and states (WorkerLink)
+    runners_py = (locust / "runners.py").read_text()
+    runners = _classes(locust / "runners.py")
+    assert "self.clients = WorkerNodes()" in ast.unparse(_method(runners["MasterRunner"], "__init__"))
+    for name in ("Runner", "LocalRunner", "DistributedRunner", "WorkerRunner"):
+        assert "self.clients" not in ast.unparse(runners[name]), name
+    nodes = runners["WorkerNodes"]
+    assert ast.unparse(nodes.bases[0]) == "MutableMapping" and "all" in {n.name for n in nodes.body if isinstance(
+        n, ast.FunctionDef)}  # .all, and .get of a mapping
+    node = ast.unparse(_method(runners["WorkerNode"], "__init__"))
+    assert "self.id: str = id" in node and "self.state = state" in node
+    assert re.search(r'STATE_STOPPED, STATE_MISSING = \[[^]]*"stopped",\s*"missing"', runners_py)
+    send = _method(runners["MasterRunner"], "send_message")
+    assert [a.arg for a in send.args.args] == ["self", "msg_type", "data", "client_id"]
+    assert [a.arg for a in _method(runners["MasterRunner"], "get_worker_index").args.args] == ["self", "client_id"]
+    assert seams.SPAWN_WARNING in runners_py and 'logging.getLogger(__name__)' in runners_py  # locust.runners
+    # the web UI: its template args, the index page's endpoint and </body>, the stats it polls, our tab's keys
+    web = (locust / "web.py").read_text()
+    assert 'Blueprint("locust"' in web and "def index(" in web and f'"{seams.STATS_PATH}"' in web
+    update = ast.unparse(_method(_classes(locust / "web.py")["WebUI"], "update_template_args"))
+    assert "self.template_args = {" in update
+    for key in ("extra_options", "host", "missing_host_warning"):
+        assert f"'{key}'" in update, key
+    dist = locust / "webui" / "dist"
+    page = (dist / "index.html").read_text()
+    assert "template_args|tojson" in page and page.count("</body>") == 1
+    bundle = "".join(p.read_text(errors="ignore") for p in (dist / "assets").glob("*.js"))
+    for key in ("extendedTabs", "extendedTables", "extendedStats"):  # the page reads our keys, camel-cased
+        assert key in bundle, key
+    # logging: the log panel's reader by class name, the stats table's logger
+    log_py = (locust / "log.py").read_text()
+    assert seams.LOG_READER in _classes(locust / "log.py") and f"locust.log.{seams.LOG_READER}" in log_py
+    assert f'"{seams.STATS_LOGGER}"' in (locust / "stats.py").read_text()
+
+
+def test_the_session_goes_on_the_environment_and_back() -> None:
+    env, session = SimpleNamespace(), object()
+    assert seams.session_of(env) is None and seams.session_of(None) is None
+    seams.attach_session(env, session)
+    assert seams.session_of(env) is session
+
+
+def test_one_test_for_the_master() -> None:
+    local = SimpleNamespace(send_message=lambda *a, **k: None)  # a local runner has no `clients`
+    assert not seams.is_master(local) and seams.worker_count(local) == 1
+    nodes = [SimpleNamespace(id="a", state="ready"), SimpleNamespace(id="b", state="missing")]
+    master = SimpleNamespace(clients=SimpleNamespace(all=nodes, get={n.id: n for n in nodes}.get),
+                             get_worker_index=lambda cid: {"a": 1, "b": 2}[cid])
+    assert seams.is_master(master) and seams.worker_count(master) == 1
+    link = seams.WorkerLink(master)
+    assert link.workers() == [("a", "1")] and link.missing("b") and link.missing("gone") and not link.missing("a")
+    assert seams.WorkerLink(local).workers() == [(None, "0")]
+
+
+def test_the_web_ui_seams() -> None:
+    from flask import Flask, Response
+
+    web_ui = SimpleNamespace(template_args={"extra_options": {"rate": {"default_value": "1"}}})
+    web_ui.update_template_args = lambda: web_ui.template_args.update(host="", missing_host_warning=True)
+    seams.add_tab(web_ui, "LLM", "llm", [("rate", "Rate")])
+    assert web_ui.template_args["extended_tabs"] == [{"title": "LLM", "key": "llm"}]
+    assert web_ui.template_args["extended_tables"] == [{"key": "llm", "structure": [{"key": "rate", "title": "Rate"}]}]
+    seams.override_start_form(web_ui, lambda options: ({**options, "rate": {"default_value": "2"}}, "http://t"))
+    web_ui.update_template_args()
+    assert web_ui.template_args["extra_options"] == {"rate": {"default_value": "2"}}
+    assert web_ui.template_args["host"] == "http://t" and web_ui.template_args["missing_host_warning"] is False
+
+    with Flask(__name__).app_context():
+        index = SimpleNamespace(endpoint=seams.INDEX_ENDPOINT, path="/")
+        page = Response("<html><body><div></div></body></html>", mimetype="text/html")
+        assert seams.splice_into_page(index, page, "<script></script>", unless="<script>")
+        assert page.get_data(as_text=True) == "<html><body><div></div><script></script></body></html>"
+        assert not seams.splice_into_page(index, page, "<script></script>", unless="<script>")  # once
+        other = SimpleNamespace(endpoint="locust.other", path="/x")
+        assert not seams.splice_into_page(other, Response("</body>", mimetype="text/html"), "x", unless="x")
+        stats = Response('{"stats": []}', mimetype="application/json")
+        polled = SimpleNamespace(endpoint="locust.request_stats", path=seams.STATS_PATH)
+        assert seams.fill_tab(polled, stats, "llm", lambda: [{"rate": 1}])
+        assert stats.get_json() == {"stats": [], "extended_stats": [{"key": "llm", "data": [{"rate": 1}]}]}
+        assert not seams.fill_tab(index, page, "llm", lambda: [])
+
+
+def test_the_logging_seams() -> None:
+    class LogReader(logging.Handler):  # matched by its name, as Locust's (pinned in test_locust_contract)
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+    root = logging.getLogger()
+    reader = LogReader()
+    root.addHandler(reader)
+    try:
+        assert reader in seams.log_readers()
+    finally:
+        root.removeHandler(reader)
+    seams.quiet_spawn_warning()
+    seams.quiet_spawn_warning()  # once
+    runners_log = logging.getLogger("locust.runners")
+    assert sum(type(f).__name__ == "_QuietSpawnWarning" for f in runners_log.filters) == 1
+    dropped = logging.LogRecord("locust.runners", logging.WARNING, "", 0,
+                                f"Your selected {seams.SPAWN_WARNING}, ...", None, None)
+    kept = logging.LogRecord("locust.runners", logging.WARNING, "", 0, "another warning", None, None)
+    assert not runners_log.filters[-1].filter(dropped) and runners_log.filters[-1].filter(kept)
