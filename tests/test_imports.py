@@ -9,12 +9,21 @@ The rules (docs/ARCHITECTURE.md "Import rules"):
    `llmload/` counts alone) have no cycle either: a package is loaded whole before the one above it.
 3. `analysis/` and the simulated server (`llmload/sim/`) never import Locust or gevent: not directly
    (at any level), and not through the project modules they import at module level (a package's
-   `__init__` runs too).
+   `__init__` runs too). Nor do the launcher room (the parent process of `llmload run`) and the run
+   directory (`llmload report` recovers and re-reports without Locust).
+4. Rooms: a module of one room of the runtime imports (at any level) only modules of the rooms that
+   `ROOMS` allows it, besides its own and the rest of the project (docs/ARCHITECTURE.md draws them).
+5. Only the Locust room imports `locust` (at any level) in `llmload/`; `shapes/` and `locustfiles/` are the
+   files Locust itself loads (`-f`).
+6. Every import of a project module names one that exists, and every string that names a project module
+   (a mock.patch target, an `importlib.import_module` argument, code run in a subprocess) does too: a
+   moved module's old path is never left behind. And `llmload` is this tree's, not another checkout's.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -23,13 +32,32 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("llmload", "analysis", "shapes", "locustfiles")
 #: what analysis/ and the sim must never load
 GEVENT_WORLD = ("locust", "gevent", "geventhttpclient", "zmq")
-KEEP_OUT = ("analysis", "llmload.sim")
+KEEP_OUT = ("analysis", "llmload.sim", "llmload.runtime.launcher", "llmload.rundir")
+#: the rooms of the runtime (folders) and the rooms each may import (besides itself and the project outside them)
+RUNTIME = "llmload/runtime/"
+ROOMS: dict[str, set[str]] = {
+    "llmload/runtime/launcher": {"llmload/rundir"},
+    "llmload/runtime/wire": set(),
+    "llmload/runtime/worker": {"llmload/runtime/wire"},
+    "llmload/runtime/master": {"llmload/runtime/worker", "llmload/runtime/wire", "llmload/rundir"},
+    "llmload/runtime/locustglue": {"llmload/runtime/launcher", "llmload/runtime/master", "llmload/runtime/worker",
+                                   "llmload/runtime/wire", "llmload/rundir"},
+    "llmload/rundir": set(),
+}
+#: the one edge against the rooms, and why: the launcher probes the target (`check_reachable`) before it
+#: starts Locust; the module loads no gevent (rule 3 checks what the launcher loads)
+EXCEPTIONS = {("llmload/runtime/launcher/run.py", "llmload/runtime/master/preflight.py")}
+#: the room that imports Locust, and the folders Locust loads by itself
+LOCUST_ROOMS = ("llmload/runtime/locustglue/", "shapes/", "locustfiles/")
+#: where strings naming project modules are looked for (rule 6)
+STRING_DIRS = ("llmload", "analysis", "shapes", "locustfiles", "tests", "bench", "scripts", "examples")
 
 
 class ImportGraph:
     """The project's modules and their imports of each other (and of third-party top-level names)."""
 
     def __init__(self, root: Path, packages: tuple[str, ...] = PACKAGES) -> None:
+        self.root = root
         self.files: dict[str, Path] = {}
         for package in packages:
             for path in sorted((root / package).rglob("*.py")):
@@ -177,6 +205,101 @@ def gevent_imports(graph: ImportGraph, keep_out: tuple[str, ...] = KEEP_OUT) -> 
     return bad
 
 
+def room_of(path: Path) -> str | None:
+    rel = path.relative_to(ROOT).as_posix() if path.is_absolute() else path.as_posix()
+    return next((room for room in ROOMS if rel.startswith(room + "/")), None)
+
+
+def room_breaches(graph: ImportGraph, rooms: dict[str, set[str]] = ROOMS,
+                  exceptions: set[tuple[str, str]] = EXCEPTIONS) -> list[str]:
+    """`a -> b` for every import (any level) from a room to a room it may not import (rule 4)."""
+    root = graph.root
+    bad = []
+    for module, targets in sorted(graph.edges.items()):
+        path = graph.files[module].relative_to(root)
+        here = next((r for r in rooms if path.as_posix().startswith(r + "/")), None)
+        for target in sorted(targets):
+            there_path = graph.files[target].relative_to(root)
+            there = next((r for r in rooms if there_path.as_posix().startswith(r + "/")), None)
+            if here and there and here != there and there not in rooms[here] \
+                    and (path.as_posix(), there_path.as_posix()) not in exceptions:
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def locust_importers(graph: ImportGraph, allowed: tuple[str, ...] = LOCUST_ROOMS) -> list[str]:
+    """Modules outside `allowed` that import `locust` at any level (rule 5)."""
+    bad = []
+    for module, names in sorted(graph.names.items()):
+        rel = module.replace(".", "/") + ("/" if graph.files[module].name == "__init__.py" else ".py")
+        if any(n.split(".")[0] == "locust" for n, _ in names) and not rel.startswith(allowed):
+            bad.append(module)
+    return bad
+
+
+def unknown_imports(graph: ImportGraph) -> list[str]:
+    """`module: name` for each import of a project package's module that does not exist (rule 6)."""
+    roots = {m.split(".")[0] for m in graph.files}
+    return [f"{module}: {name}" for module, names in sorted(graph.names.items()) for name, _ in names
+            if name.split(".")[0] in roots and not _resolves(graph, name)]
+
+
+def _resolves(graph: ImportGraph, name: str) -> bool:
+    """`name` is a project module, or a name defined in the module it starts with (a package's name must be
+    one it defines or imports: `llmload.runtime.finish` where runtime/finish.py is gone is not)."""
+    module = graph._known(name)
+    if module is None:
+        return False
+    rest = name[len(module) + 1:].split(".")[0] if name != module else ""
+    return not rest or rest in defined_names(graph.files[module])
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module defines or imports at its top level (TYPE_CHECKING imports and `__all__` too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node in tree.body:
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, ast.List):
+                    names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant))
+    return names
+
+
+#: a string ending in one of these is a file's name, not a module's
+FILE_SUFFIXES = {"json", "jsonl", "log", "yaml", "yml", "csv", "html", "txt", "parquet", "py"}
+MODULE_STRING = re.compile(r"(?:llmload|analysis|shapes|locustfiles)(?:\.\w+)+")
+
+
+def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS) -> list[str]:
+    """`file:line: string` for each string constant naming a project module path that does not resolve: a
+    whole string (`"llmload.x.y"`, a mock.patch target) or an import inside a string (code for `python -c`)."""
+    root, bad = graph.root, []
+    for folder in dirs:
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.resolve() == Path(__file__).resolve():  # this file: its examples of what is found
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            loggers = {id(arg) for call in ast.walk(tree) if isinstance(call, ast.Call)
+                       and ast.unparse(call.func).endswith("getLogger") for arg in call.args}
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in loggers:
+                    continue
+                if node.value.rpartition(".")[2] in FILE_SUFFIXES:  # a file name: llmload.log, analysis.json
+                    continue
+                text = node.value
+                found = [text] if MODULE_STRING.fullmatch(text) else re.findall(
+                    r"(?:^|\n|;)\s*(?:from|import)\s+(" + MODULE_STRING.pattern + ")", text)
+                bad.extend(f"{path.relative_to(root)}:{node.lineno}: {name}" for name in found
+                           if not _resolves(graph, name))
+    return bad
+
+
 @pytest.fixture(scope="module")
 def graph() -> ImportGraph:
     return ImportGraph(ROOT)
@@ -192,6 +315,38 @@ def test_packages_do_not_import_each_other_at_module_level(graph):
 
 def test_analysis_and_the_sim_never_load_locust_or_gevent(graph):
     assert gevent_imports(graph) == []
+
+
+def test_each_room_imports_only_the_rooms_it_may(graph):
+    assert room_breaches(graph) == []
+
+
+def test_only_the_locust_room_imports_locust(graph):
+    assert locust_importers(graph) == []
+
+
+def test_every_import_and_module_string_names_a_module_that_exists(graph):
+    assert unknown_imports(graph) == []
+    assert stale_module_strings(graph) == []
+
+
+def test_llmload_is_this_trees():
+    """Run from a worktree with PYTHONPATH at it: the editable install's checkout must not answer instead
+    (an old module path would then silently import that checkout's file)."""
+    import importlib.util
+
+    import llmload
+
+    assert Path(llmload.__file__).resolve().parent == ROOT / "llmload"
+    for module in ("llmload.runtime.locustglue.seams", "llmload.rundir.layout", "shapes.plan", "analysis"):
+        assert Path(importlib.util.find_spec(module).origin).resolve().is_relative_to(ROOT), module
+
+
+def test_every_runtime_module_is_in_a_room(graph):
+    homeless = [m for m, p in graph.files.items()
+                if p.relative_to(ROOT).as_posix().startswith(RUNTIME) and room_of(p) is None
+                and m != "llmload.runtime"]
+    assert homeless == []
 
 
 def test_the_graph_sees_every_package(graph):
@@ -249,3 +404,44 @@ def test_gevent_reached_from_analysis_is_found(tmp_path):
     assert gevent_imports(graph) == ["analysis loads gevent via llmload.clock <- analysis.run <- analysis",
                                      "analysis.run loads gevent via llmload.clock <- analysis.run",
                                      "llmload.sim.server imports locust"]
+
+
+def test_a_room_that_imports_a_room_it_may_not_is_found(tmp_path):
+    graph = _tree(tmp_path, {
+        "llmload/__init__.py": "",
+        "llmload/runtime/__init__.py": "",
+        "llmload/runtime/launcher/__init__.py": "",
+        "llmload/runtime/launcher/run.py": "def f():\n    from llmload.runtime.master.controller import x\n",
+        "llmload/runtime/master/__init__.py": "",
+        "llmload/runtime/master/controller.py": "from llmload.runtime.wire.messages import STEP\n",
+        "llmload/runtime/wire/__init__.py": "",
+        "llmload/runtime/wire/messages.py": "from llmload.runtime.worker.scheduler import y\n",
+        "llmload/runtime/worker/__init__.py": "",
+        "llmload/runtime/worker/scheduler.py": "import locust\n",
+    })
+    assert room_breaches(graph, exceptions=set()) == [
+        "llmload.runtime.launcher.run -> llmload.runtime.master.controller",
+        "llmload.runtime.wire.messages -> llmload.runtime.worker.scheduler"]
+    assert locust_importers(graph) == ["llmload.runtime.worker.scheduler"]
+
+
+def test_an_old_module_path_left_behind_is_found(tmp_path):
+    graph = _tree(tmp_path, {
+        "llmload/__init__.py": "",
+        "llmload/runtime/__init__.py": "__all__ = ['run_config']\n",
+        "llmload/runtime/master/__init__.py": "",
+        "llmload/runtime/master/controller.py": "import logging\nlog = logging.getLogger('llmload.controller')\n",
+        "llmload/rundir/__init__.py": "",
+        "llmload/rundir/finalise.py": "def finalise_run():\n    pass\n",
+        "analysis/__init__.py": "",
+        "analysis/x.py": (
+            "from llmload.runtime import run_config\n"
+            "from llmload.runtime.gone import finalise_run\n"
+            "PATCH = 'llmload.runtime.gone.finalise_run'\n"
+            "GOOD = 'llmload.rundir.finalise.finalise_run'\n"
+            "CODE = 'import sys; from llmload.runtime.gone_too import StepController'\n"
+            "FILE = 'analysis.json'\n"),
+    })
+    assert unknown_imports(graph) == ["analysis.x: llmload.runtime.gone"]
+    assert stale_module_strings(graph, dirs=("analysis", "llmload")) == [
+        "analysis/x.py:3: llmload.runtime.gone.finalise_run", "analysis/x.py:5: llmload.runtime.gone_too"]
