@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("llmload", "analysis", "shapes", "locustfiles")
 #: what analysis/ and the sim must never load
 GEVENT_WORLD = ("locust", "gevent", "geventhttpclient", "zmq")
-KEEP_OUT = ("analysis", "llmload.sim", "llmload.runtime.launcher", "llmload.rundir")
+KEEP_OUT = ("analysis", "llmload.sim", "llmload.runtime.launcher.", "llmload.rundir")
 #: the rooms of the runtime (folders) and the rooms each may import (besides itself and the project outside them)
 RUNTIME = "llmload/runtime/"
 ROOMS: dict[str, set[str]] = {
@@ -246,7 +246,7 @@ def unknown_imports(graph: ImportGraph) -> list[str]:
 
 def _resolves(graph: ImportGraph, name: str) -> bool:
     """`name` is a project module, or a name defined in the module it starts with (a package's name must be
-    one it defines or imports: `llmload.runtime.finish` where runtime/finish.py is gone is not)."""
+    one it defines or imports: `llmload.runtime.gone` where runtime/gone.py is not there is not)."""
     module = graph._known(name)
     if module is None:
         return False

@@ -11,8 +11,7 @@ import pytest
 
 from llmload.clock import now
 from llmload.runtime.wire.messages import StepMessage
-from llmload.runtime.worker import sending
-from llmload.runtime.worker import wakeup as alarm
+from llmload.runtime.worker import sending, wakeup
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -63,7 +62,7 @@ def test_the_past_returns_at_once_and_fallback_without_timerfd(monkeypatch: pyte
     t = now()
     sending.wait_until(t - 1.0)
     assert now() - t < 0.01
-    monkeypatch.setattr(alarm, "_alarms", None)  # no timerfd: the sleep-and-yield loop, still on time
+    monkeypatch.setattr(wakeup, "_alarms", None)  # no timerfd: the sleep-and-yield loop, still on time
     at = now() + 0.003
     sending.wait_until(at)
     assert now() >= at
@@ -97,9 +96,9 @@ def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypa
     from shapes.steps import StepSpec
 
     user_sleeps: list[float] = []
-    real_sleep, real_wait = gevent.sleep, alarm.wait
+    real_sleep, real_wait = gevent.sleep, wakeup.wait
     monkeypatch.setattr(sending.gevent, "sleep", lambda s=0: (s > 0 and user_sleeps.append(s), real_sleep(s))[1])
-    monkeypatch.setattr(sending, "alarm", SimpleNamespace(wait=lambda at: (user_sleeps.append(at), real_wait(at))[1]))
+    monkeypatch.setattr(sending, "wakeup", SimpleNamespace(wait=lambda at: (user_sleeps.append(at), real_wait(at))[1]))
     lags: list[float] = []
 
     class Sender:

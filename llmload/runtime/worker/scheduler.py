@@ -53,7 +53,7 @@ from llmload.runtime.wire.messages import (
     StepMessage,
     pack_record,
 )
-from llmload.runtime.worker import wakeup as alarm
+from llmload.runtime.worker import wakeup
 from llmload.runtime.worker.jobs import ClosedLoop, Job, plan_jobs
 from shapes.steps import step_bounds
 
@@ -166,7 +166,7 @@ class WorkerRuntime:
         self._cpu_shipped: float | None = None
         self._cpu_mark: tuple[str, float, float] | None = None
         #: how long before its time an arrival is queued (learnt where wake-ups are precise)
-        self.lead = Lead(alarm.available())
+        self.lead = Lead(wakeup.available())
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -249,7 +249,7 @@ class WorkerRuntime:
         lead = self.lead
         for job in jobs:
             at = job.scheduled_at - lead.value()
-            if at > now() and not (lead.precise and alarm.wait(at)):
+            if at > now() and not (lead.precise and wakeup.wait(at)):
                 gevent.sleep(max(0.0, at - now()))
             job.queued_for = at
             self._put(state, job)

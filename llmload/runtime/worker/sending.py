@@ -37,7 +37,7 @@ from llmload.client.transport import Transport
 from llmload.clock import now
 from llmload.config import Config
 from llmload.records import Record
-from llmload.runtime.worker import wakeup as alarm
+from llmload.runtime.worker import wakeup
 
 __all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send", "wait_until"]
 
@@ -59,7 +59,7 @@ def wait_until(at: float) -> None:
     left = at - now()
     if left <= 0:
         return
-    if left >= YIELD_BELOW_S and alarm.wait(at):
+    if left >= YIELD_BELOW_S and wakeup.wait(at):
         return
     delay = at - now() - SPIN_S
     if delay > 0:
