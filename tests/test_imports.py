@@ -276,6 +276,15 @@ FILE_SUFFIXES = {"json", "jsonl", "log", "yaml", "yml", "csv", "html", "txt", "p
 MODULE_STRING = re.compile(r"(?:llmload|analysis|shapes|locustfiles)(?:\.\w+)+")
 
 
+def _imports_in(code: str) -> list[str]:
+    """The project names a string of code imports: `import a.b` -> a.b; `from a.b import c, d` -> a.b.c, a.b.d."""
+    names = re.findall(r"(?:^|\n|;)\s*import\s+(" + MODULE_STRING.pattern + ")", code)
+    for module, imported in re.findall(r"(?:^|\n|;)\s*from\s+(" + MODULE_STRING.pattern + r")\s+import\s+"
+                                       r"(\w+(?:\s*,\s*\w+)*)", code):
+        names += [f"{module}.{name.strip()}" for name in imported.split(",")]
+    return names
+
+
 def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS) -> list[str]:
     """`file:line: string` for each string constant naming a project module path that does not resolve: a
     whole string (`"llmload.x.y"`, a mock.patch target) or an import inside a string (code for `python -c`)."""
@@ -293,8 +302,7 @@ def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS
                 if node.value.rpartition(".")[2] in FILE_SUFFIXES:  # a file name: llmload.log, analysis.json
                     continue
                 text = node.value
-                found = [text] if MODULE_STRING.fullmatch(text) else re.findall(
-                    r"(?:^|\n|;)\s*(?:from|import)\s+(" + MODULE_STRING.pattern + ")", text)
+                found = [text] if MODULE_STRING.fullmatch(text) else _imports_in(text)
                 bad.extend(f"{path.relative_to(root)}:{node.lineno}: {name}" for name in found
                            if not _resolves(graph, name))
     return bad
@@ -440,8 +448,10 @@ def test_an_old_module_path_left_behind_is_found(tmp_path):
             "PATCH = 'llmload.runtime.gone.finalise_run'\n"
             "GOOD = 'llmload.rundir.finalise.finalise_run'\n"
             "CODE = 'import sys; from llmload.runtime.gone_too import StepController'\n"
+            "CODE2 = 'import x\\nfrom llmload.runtime import run_config, gone_three\\n'\n"
             "FILE = 'analysis.json'\n"),
     })
     assert unknown_imports(graph) == ["analysis.x: llmload.runtime.gone"]
     assert stale_module_strings(graph, dirs=("analysis", "llmload")) == [
-        "analysis/x.py:3: llmload.runtime.gone.finalise_run", "analysis/x.py:5: llmload.runtime.gone_too"]
+        "analysis/x.py:3: llmload.runtime.gone.finalise_run", "analysis/x.py:5: llmload.runtime.gone_too.StepController",
+        "analysis/x.py:6: llmload.runtime.gone_three"]
