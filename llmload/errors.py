@@ -85,3 +85,8 @@ class MessageError(RunError):
         super().__init__(" ".join(f"{who}malformed {message_type} message: {problem}".splitlines()),
                          message_type=message_type, field=field, worker=worker)
         self.message_type, self.field, self.worker, self.problem = message_type, field, worker, problem
+
+
+def interrupted_exit_code(signo: int) -> int:
+    """The exit code of a run stopped by signal `signo`: 128 + its number, as a shell reports it."""
+    return 128 + int(signo)

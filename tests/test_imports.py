@@ -294,8 +294,10 @@ def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS
             if path.resolve() == Path(__file__).resolve():  # this file: its examples of what is found
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-            loggers = {id(arg) for call in ast.walk(tree) if isinstance(call, ast.Call)
-                       and ast.unparse(call.func).endswith("getLogger") for arg in call.args}
+            calls = [call for call in ast.walk(tree) if isinstance(call, ast.Call)]
+            # logger names (`getLogger("llmload.worker")`, `caplog.at_level(..., logger=...)`) are not modules
+            loggers = {id(arg) for call in calls if ast.unparse(call.func).endswith("getLogger") for arg in call.args}
+            loggers |= {id(kw.value) for call in calls for kw in call.keywords if kw.arg == "logger"}
             for node in ast.walk(tree):
                 if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in loggers:
                     continue

@@ -5,7 +5,8 @@ drained (or `partial` when the run stopped inside it). Refine steps are appended
 search chooses them (a repeat of an inconclusive step names it in `extends`); `search` says why the
 search stopped and how many refine steps it ran. The file is replaced atomically so a reader never sees half of it.
 
-The steps are the master's typed `Step`s (`llmload.runtime.master.step`): each is written as its `plan_row()`.
+The steps are the master's typed `Step`s (`llmload.runtime.master.step`), each written as its `plan_row()`;
+this module only needs what `PlannedStep` names (the run directory imports nothing of the runtime).
 """
 
 from __future__ import annotations
@@ -13,14 +14,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from llmload.runtime.master.step import PLANNED_FIELDS, Step, StepStatus
+__all__ = ["PlanFile", "PlannedStep"]
 
-__all__ = ["PlanFile", "STEP_FIELDS"]
 
-#: the per-step keys every plan.json step carries (None where not known yet)
-STEP_FIELDS = PLANNED_FIELDS
+class PlannedStep(Protocol):
+    """A step as the plan keeps it (`llmload.runtime.master.step.Step`)."""
+
+    index: int
+
+    def set(self, **values: Any) -> None:
+        """Set plan.json fields (an unknown name raises)."""
+
+    def plan_row(self) -> dict[str, Any]:
+        """The step's plan.json entry."""
 
 
 class PlanFile:
@@ -34,19 +42,18 @@ class PlanFile:
                                      "workers": workers, "seed": seed, "steps": []}
 
     @property
-    def steps(self) -> list[Step]:
+    def steps(self) -> list[PlannedStep]:
         """The steps in plan order."""
         return self.data["steps"]
 
-    def add(self, step: Step) -> Step:
+    def add(self, step: PlannedStep) -> PlannedStep:
         """Append a step (not run yet) and write the plan."""
-        step.index = len(self.steps)
-        step.status = StepStatus.NOT_RUN
+        step.index = len(self.steps)  # a new Step is `not_run` until it is sent
         self.steps.append(step)
         self.write()
         return step
 
-    def update(self, step: Step, **values: Any) -> None:
+    def update(self, step: PlannedStep, **values: Any) -> None:
         """Set plan.json fields of `step` (`Step.set`: an unknown name raises) and write the plan."""
         step.set(**values)
         self.write()
@@ -62,7 +69,7 @@ class PlanFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
         try:
-            steps = [step.plan_row() if isinstance(step, Step) else step for step in self.data["steps"]]
+            steps = [step if isinstance(step, dict) else step.plan_row() for step in self.data["steps"]]
             data = {**self.data, "steps": steps}
             tmp.write_text(json.dumps(data, indent=1, default=_plain), encoding="utf-8")
             os.replace(tmp, self.path)

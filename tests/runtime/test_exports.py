@@ -24,7 +24,7 @@ MODULES = {
     "runtime.wire.messages": ["CANCEL", "CLOCK_PING", "CLOCK_PONG", "DRAINED", "RESULTS", "STEP", "CancelMessage", "ClockPing",
                  "ClockPong", "DrainedMessage", "HelloMessage", "Message", "RefusedMessage", "ResultsMessage",
                  "StepMessage", "pack_record", "read_message", "unpack_record"],
-    "rundir.plan_file": ["PlanFile", "STEP_FIELDS"],
+    "rundir.plan_file": ["PlanFile", "PlannedStep"],
     "runtime.worker.jobs": ["ClosedLoop", "Job", "plan_jobs"],
     "rundir.recover": ["recover_run", "unfinished"],
     "runtime.launcher.stop_signals": ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",

@@ -20,7 +20,8 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.errors import LLMLoadError, MessageError
 from llmload.records import Record
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.states import ControllerState
 from llmload.runtime.wire.clocksync import ClockSync, answer_ping
 from llmload.runtime.wire.messages import (

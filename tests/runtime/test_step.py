@@ -15,7 +15,8 @@ from llmload.clock import now
 from llmload.config import parse_config
 from llmload.records import Record
 from llmload.rundir.plan_file import PlanFile
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.runtime.locustglue.seams import WorkerLink
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.live_series import LiveSeries
 from llmload.runtime.master.step import EventHook, Step, StepEvents, StepStatus
 from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record

@@ -171,6 +171,7 @@ class FakeHost:
         self.fake_link = link
         self.web = web
         self.remote_users = remote_users
+        self.launched = False
         self.life: Any = None
         #: ("stop_users",), ("quit_soon",), ("close_web_ui",), ("exit", code) in the order asked
         self.calls: list[tuple] = []
@@ -181,6 +182,9 @@ class FakeHost:
 
     def pool_ready(self) -> bool:
         return True
+
+    def exit_note(self, code: int) -> str:
+        return f" (exit code {code})"
 
     def plan_shape(self, config: Any) -> tuple[Any, None]:
         return _ConfigShape(), None

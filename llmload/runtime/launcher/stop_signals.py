@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from llmload.errors import interrupted_exit_code  # re-exported: the launcher's code for a signal
+
 __all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
            "follow_parent", "interrupted_exit_code", "say"]
 
@@ -33,11 +35,6 @@ __all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_termin
 LAUNCHED_ENV = "LLMLOAD_LAUNCHED"
 #: the signals that stop a run (and finalise it)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def interrupted_exit_code(signo: int) -> int:
-    """The exit code of a run stopped by signal `signo`: 128 + its number, as a shell reports it."""
-    return 128 + int(signo)
 
 
 class StopSignals:

@@ -39,10 +39,12 @@ from llmload.config import Config, load_config
 from llmload.errors import LLMLoadError
 from llmload.redaction import install_console_redaction
 from llmload.runtime.launcher.stop_signals import (
+    LAUNCHED_ENV,
     STOP_SIGNALS,
     detach_hung_up_terminal,
     follow_parent,
 )
+from llmload.runtime.locustglue import console
 from llmload.runtime.locustglue.seams import (
     SESSION_ATTR,
     WorkerLink,
@@ -105,6 +107,13 @@ class LocustHost:
     @property
     def web(self) -> bool:
         return getattr(self.env, "web_ui", None) is not None
+
+    @property
+    def launched(self) -> bool:
+        return bool(os.environ.get(LAUNCHED_ENV))
+
+    def exit_note(self, code: int) -> str:
+        return console.exit_note(code)
 
     @property
     def remote_users(self) -> bool:

@@ -17,25 +17,25 @@ before Locust exits, so the run directory is always complete.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent
 import gevent.event
 
 from llmload.clock import now
 from llmload.config import Config
-from llmload.errors import LLMLoadError
-from llmload.runtime.launcher.stop_signals import LAUNCHED_ENV, interrupted_exit_code
-from llmload.runtime.locustglue import console
-from llmload.runtime.master.controller import StepController, WorkerLink
+from llmload.errors import LLMLoadError, interrupted_exit_code
+from llmload.runtime.master.controller import StepController
 from llmload.runtime.master.states import RUN_TRANSITIONS, RunState, StateMachine
+
+if TYPE_CHECKING:  # the Locust side of the link
+    from llmload.runtime.locustglue.seams import WorkerLink
 
 __all__ = ["RunHost", "RunLifecycle", "RunOptions", "StopReason"]
 
@@ -81,6 +81,11 @@ class RunHost(Protocol):
     web: bool
     #: the users run in other processes (a master): their cancellations arrive as messages
     remote_users: bool
+    #: `llmload run` started this process: it said a stop signal itself, naming the user's signal
+    launched: bool
+
+    def exit_note(self, code: int) -> str:
+        """The end of the run's last line: ` (exit code N)` (`llmload demo`: the verdict in words)."""
 
     def link(self) -> WorkerLink:
         """The workers, for the controller."""
@@ -214,7 +219,7 @@ class RunLifecycle:
         """test_start: this run's directory, then pre-flight, the steps and finalisation in a greenlet."""
         if self.config is None or self.running:
             return
-        from llmload.runtime.launcher.run import new_run_dir
+        from llmload.rundir.layout import new_run_dir
 
         self.options = options
         self.outcome = {}
@@ -377,7 +382,7 @@ class RunLifecycle:
         if self.stop_signal is not None:  # stopped by a signal: the code says so (the summary has the verdict)
             code = interrupted_exit_code(self.stop_signal)
         self._set_exit_code(code)
-        said = "" if self.stop_signal is not None and os.environ.get(LAUNCHED_ENV) else console.exit_note(code)
+        said = "" if self.stop_signal is not None and self.host.launched else self.host.exit_note(code)
         # the closing line names only a file that is there (a failed report or summary was said already)
         written = next((self.run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
                         if (self.run_dir / name).exists()), None)
@@ -460,7 +465,7 @@ class RunLifecycle:
         self.stop_signal = signo
         if self.controller is not None:  # first: workers that die of the same signal are a stop, not a loss
             self.controller.mark_stopping()
-        if not os.environ.get(LAUNCHED_ENV):  # `llmload run` said it already, naming the user's signal
+        if not self.host.launched:  # `llmload run` said it already, naming the user's signal
             print(f"llmload: {name}: stopping the run (in-flight requests are recorded as cancelled; the run "
                   "directory is finalised)", flush=True)
         self.watch(gevent.spawn(self._stop_and_quit, signo), "stopping the run")
