@@ -50,7 +50,8 @@ def test_a_badly_typed_field_loses_no_record(tmp_path):
 
 def _session(tmp_path) -> RunLifecycle:
     """A lifecycle whose run is under way, finalised by the test (no Locust)."""
-    life = RunLifecycle(SimpleNamespace(web=False, set_exit_code=lambda code: None))
+    life = RunLifecycle(SimpleNamespace(web=False, launched=False, exit_note=lambda code: f" (exit code {code})",
+                                       set_exit_code=lambda code: None))
     life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=True)
     life._to(RunState.PREFLIGHT)
     life._to(RunState.RUNNING)

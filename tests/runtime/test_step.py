@@ -96,7 +96,7 @@ def test_the_live_series_takes_planned_arrivals_when_a_step_starts():
 
 def test_step_run_does_not_import_the_controller():
     """The controller <-> steps_run cycle (type hints) is gone: a step gets what it needs in a context."""
-    tree = ast.parse((RUNTIME / "steps_run.py").read_text(encoding="utf-8"))
+    tree = ast.parse((RUNTIME / "master" / "step_run.py").read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert "llmload.runtime.master.controller" not in imported

@@ -28,7 +28,8 @@ def _busy_finalise(ticks: list[int]):
 
 def _session(tmp_path, *, web: bool) -> RunLifecycle:
     """A lifecycle whose run is under way, finalised by the test (no Locust)."""
-    life = RunLifecycle(SimpleNamespace(web=web, set_exit_code=lambda code: None))
+    life = RunLifecycle(SimpleNamespace(web=web, launched=False, exit_note=lambda code: f" (exit code {code})",
+                                       set_exit_code=lambda code: None))
     life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=False)
     life._to(RunState.PREFLIGHT)
     life._to(RunState.RUNNING)
@@ -72,7 +73,8 @@ def finalise_run(run_dir, config, *, report=True, outcome=None):
     return 0
 
 finish.finalise_run = finalise_run
-session = RunLifecycle(SimpleNamespace(web=True, set_exit_code=lambda code: None))
+session = RunLifecycle(SimpleNamespace(web=True, launched=False, exit_note=lambda code: f" (exit code {code})",
+                                          set_exit_code=lambda code: None))
 session.config, session.run_dir = object(), __import__("pathlib").Path(sys.argv[1])
 session.options = RunOptions(report=True)
 session._to(RunState.PREFLIGHT)
