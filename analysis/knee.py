@@ -236,18 +236,52 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
     return x, f, lo, hi, 1.0 / half**2
 
 
+#: a share under this part of its level counts as this much in the log chord (a share of 0 has no log)
+SHARE_FLOOR = 0.1
+#: where the point sits between the chord in the share (0) and the chord in log share (1)
+POINT_BLEND = 0.0
+
+
+def _log_chord(x: np.ndarray, f: np.ndarray, level: float) -> float | None:
+    """Where the chord in log(f), between the fitted points on each side of `level`, crosses it (None:
+    the curve is never over it, or already at the lowest x)."""
+    over = np.flatnonzero(f > level)
+    if over.size == 0 or over[0] == 0:
+        return None
+    i = int(over[0])
+    floor = SHARE_FLOOR * level
+    x0, x1 = x[i - 1], x[i]
+    g0, g1 = math.log(max(f[i - 1], floor)), math.log(max(f[i], floor))
+    if x1 <= x0 or g1 <= g0:
+        return float(x1)
+    return float(x0 + (math.log(level) - g0) / (g1 - g0) * (x1 - x0))
+
+
+def _band(x: np.ndarray, f: np.ndarray, level: float, share: bool) -> tuple[float | None, float | None, str]:
+    """The crossing of the curve (x, f) as (lowest, highest, where) over the interpolants between the
+    fitted points that bracket it: the chord in f alone, and for a share also the chord in log f."""
+    rate, where = _crossing(x, f, level)
+    if rate is None or not share:
+        return rate, rate, where
+    other = _log_chord(x, f, level)
+    if other is None:
+        return rate, rate, where
+    return min(rate, other), max(rate, other), where
+
+
 def _crossings(x: np.ndarray, central: np.ndarray, upper: np.ndarray, lower: np.ndarray,
-               level: float) -> tuple[Crossing, str]:
-    rate, where = _crossing(x, central, level)
-    low, low_where = _crossing(x, upper, level)
-    high, high_where = _crossing(x, lower, level)
+               level: float, *, share: bool = False) -> tuple[Crossing, str]:
+    c_low, c_high, where = _band(x, central, level, share)
+    rate = None if c_low is None else c_low + POINT_BLEND * (c_high - c_low)
+    low, _, low_where = _band(x, upper, level, share)
+    _, high, high_where = _band(x, lower, level, share)
     if low_where == "never":
         low = float(x[-1])  # the upper bound holds at every rate run: the crossing is above them all
     if high_where == "below":
         high = float(x[0])  # even the lower bound is over at the lowest rate run
     if rate is not None:
-        low = min(low, rate) if low is not None else None
-        high = max(high, rate) if high is not None else None
+        low = min(low, c_low) if low is not None else None
+        high = max(high, c_high) if high is not None else None
     return Crossing(rate, low, high), where
 
 
@@ -259,7 +293,20 @@ def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, f
     if points is None:
         return None
     x, f, lo, hi, w = points
-    return _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level)
+    return _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
+
+
+DROP_DRAINED = True
+
+
+def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
+    """`rows` less the ladder steps (each started on an idle server) whose realised rate lies inside the
+    range of the refine steps' rates: once refine steps bracket them, their low reading only biases."""
+    refine = [x for r in rows if str(r.get("phase")) == "refine" and (x := _num(r.get("offered_rate"))) is not None]
+    if len(refine) < 2:
+        return rows
+    lo, hi = min(refine), max(refine)
+    return [r for r in rows if not (str(r.get("phase")) == "ladder" and lo <= _num(r.get("offered_rate")) <= hi)]
 
 
 def _z(confidence: float) -> float:
@@ -278,6 +325,8 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
+    if DROP_DRAINED:
+        rows = _without_cold_steps(rows)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:

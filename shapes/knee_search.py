@@ -46,6 +46,9 @@ __all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round
 
 #: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
 NEAR_OPEN_END = 0.10
+#: steps to the estimate before probing either side of it, and how far (x precision)
+PROBE_AFTER = 2
+PROBE = 0.0
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -139,6 +142,9 @@ class KneeSearch:
         self.clock = clock
         self.started = clock()
         self.refine_steps = 0
+        #: refine steps asked for (`next_step`) and not yet recorded: a chained search decides the next
+        #: rate while the step before it still settles
+        self.pending = 0
         self.extensions: dict[float, int] = {}
         self.overrun_s = 0.0
         self.stopped: str | None = None
@@ -164,6 +170,7 @@ class KneeSearch:
         the budget how much a step costs beyond its schedule."""
         self.rows.append(dict(row))
         self.refine_steps += 1
+        self.pending = max(0, self.pending - 1)
         self._fresh = False
         if wall_s is not None and nominal_s is not None:
             self.overrun_s = max(self.overrun_s, float(wall_s) - float(nominal_s))
@@ -189,6 +196,7 @@ class KneeSearch:
         if ask.extends is not None:
             key = round(ask.rate, 9)
             self.extensions[key] = self.extensions.get(key, 0) + 1
+        self.pending += 1
         return ask
 
     def step_cost_s(self, rate: float) -> float:
@@ -199,7 +207,7 @@ class KneeSearch:
         knee = self.knee
         if knee is None:
             return None, "no_verdict"
-        if self.refine_steps >= self.max_steps:
+        if self.refine_steps + self.pending >= self.max_steps:
             return None, "max_steps"
         repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
         if repeat is not None:          # says the interval is not yet to be trusted
@@ -210,7 +218,15 @@ class KneeSearch:
             return None, "precision"
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
-        return Ask(round_rate(float(knee.rate))), ""
+        return Ask(round_rate(float(knee.rate) * (1.0 + self._probe()))), ""
+
+    def _probe(self) -> float:
+        """The relative offset of the next step from the estimate: 0 for the first two refine steps, then
+        alternately `-PROBE` and `+PROBE` x precision, so chained steps bracket the knee closely."""
+        n = self.refine_steps + self.pending
+        if n < PROBE_AFTER:
+            return 0.0
+        return PROBE * self.precision * (-1.0 if (n - PROBE_AFTER) % 2 == 0 else 1.0)
 
     def _measured_near(self, rate: float) -> bool:
         """A judged step ran at a realised rate within 2 x `precision` of `rate`."""

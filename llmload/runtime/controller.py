@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -345,7 +346,13 @@ class StepController:
     def _refine(self) -> None:
         """The shape's search (a ladder with `refine:`): refine steps at the knee estimate over every
         judged step so far, until its interval is precise enough, the budget or `max_steps` (plan.json
-        `search`, one closing line)."""
+        `search`, one closing line).
+
+        The refine steps follow on without draining (a queue near the knee takes minutes to reach its
+        steady state; a step that starts on an idle server reads its percentiles low): each is sent to
+        start as the previous one's arrivals end, and the next rate is decided then from the steps judged
+        so far, the previous one still settling (a one-step lag; the first two ask the same estimate).
+        Only the last drains."""
         if self.shape is None:  # made without the shape that planned: the config's knee search
             from shapes.plan import ConfigSearch
 
@@ -353,20 +360,56 @@ class StepController:
         search = self.shape.search(self.config, list(self.tally.judged))
         if search is None:
             return
+        recorded = len(self.tally.judged)
+        next_start: float | None = None
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
             spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
                                           taken=[s["label"] for s in self.plan.steps])
+            spec = replace(spec, drain=False)
             extra = {"extends": ask.extends} if ask.extends else {}
             row = self.plan.add(spec.to_dict() | plan_fields(spec) | extra)
-            started = now()
-            verdict, failing, stats = self.run_step(spec, row)
-            search.record({**stats, "label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
-                           "failing": failing}, wall_s=now() - started, nominal_s=spec.arrivals_s)
+            next_start = self._refine_chained(spec, row, next_start)
+            recorded = self._record_judged(search, recorded, keep=1)
+        gevent.joinall(self._tails)  # the last step drains
+        self._record_judged(search, recorded, keep=0)
         if self.stopping or self.failed:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps))
+
+    def _refine_chained(self, spec: StepSpec, row: dict, start_at: float | None) -> float:
+        """Send refine step `spec` to start at `start_at` (None: after the lead), return as its arrivals
+        end (the next step's start) with every earlier refine step settled; it drains and is judged live
+        (also by a local runner: the search needs its verdict) in a background greenlet."""
+        step = StepRun(self, spec, row).launch(start_at, self._lead(spec))
+        previous = self._tails[-1] if self._tails else None
+
+        def settle() -> None:
+            if previous is not None:
+                previous.join()
+            step.settle()
+
+        arrivals_end = step.arrivals_end
+        last_progress = now()
+        while not self.stopped and not self.failed and now() < arrivals_end - LEAD_S:
+            gevent.sleep(min(0.5, arrivals_end - LEAD_S - now()))
+            if now() - last_progress >= PROGRESS_EVERY_S:
+                last_progress = now()
+                step.progress()
+        if previous is not None:
+            previous.join()  # the step before settled while this one ran (its queue drained into it)
+        self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {spec.label}"))
+        return arrivals_end
+
+    def _record_judged(self, search: Any, recorded: int, *, keep: int) -> int:
+        """Hand the search the refine steps judged since `recorded` (an index into `tally.judged`), all
+        but the `keep` still settling; returns the new index."""
+        judged = self.tally.judged
+        while len(judged) > recorded and search.pending > keep:
+            search.record(judged[recorded])
+            recorded += 1
+        return recorded
 
     # ------------------------------------------------------------------ stops from outside
 
