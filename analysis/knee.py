@@ -286,17 +286,113 @@ def _crossings(x: np.ndarray, central: np.ndarray, upper: np.ndarray, lower: np.
 
 
 def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, figure: str,
-               threshold_s: float) -> tuple[Crossing, str] | None:
+               threshold_s: float, confidence: float) -> tuple[Crossing, str] | None:
     """The crossing from the share of values over the threshold: where it passes 1 - q / 100."""
     level = 1.0 - percentile / 100.0
     points = _share_points(rows, key, scale, figure, threshold_s, level)
     if points is None:
         return None
     x, f, lo, hi, w = points
-    return _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
+    crossing, where = _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
+    if crossing.rate is not None:
+        local = _local_fit(rows, key, level, crossing.rate, confidence)
+        if local is not None:
+            crossing = local
+    return crossing, where
 
 
-DROP_DRAINED = True
+#: the local fit uses the steps within this share of the first estimate
+LOCAL_SPAN = 0.2
+#: the grid of candidate crossings the profile likelihood is evaluated on
+_GRID = 241
+
+
+def _wilson_high(f: float, n: float, z: float) -> float:
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    return (f + z2 / (2 * n) + z * math.sqrt(f * (1 - f) / n + z2 / (4 * n * n))) / denom
+
+
+def _effective_n(f: float, high: float, z: float) -> float | None:
+    """The trials of a Wilson interval at `z` whose high end over share `f` is `high` (None: no width)."""
+    if not high > f or high >= 1.0:
+        return None
+    lo_n, hi_n = 0.5, 1e7
+    for _ in range(60):
+        mid = math.sqrt(lo_n * hi_n)
+        lo_n, hi_n = (mid, hi_n) if _wilson_high(f, mid, z) > high else (lo_n, mid)
+    return math.sqrt(lo_n * hi_n)
+
+
+def _deviance(b: float, d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> float:
+    eta = np.clip(c + b * d, -30, 30)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    return float(-2.0 * np.sum(k * np.log(p) + (n - k) * np.log1p(-p)))
+
+
+def _profile(d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> tuple[float, float]:
+    """(deviance, slope): the best slope b >= 0 of logit p = c + b d (Newton steps on b)."""
+    b = 1.0
+    for _ in range(30):
+        eta = np.clip(c + b * d, -30, 30)
+        p = 1.0 / (1.0 + np.exp(-eta))
+        grad = float(np.sum((k - n * p) * d))
+        hess = float(np.sum(n * p * (1 - p) * d * d))
+        if hess <= 0:
+            break
+        step = grad / hess
+        b = max(b + step, 1e-6)
+        if abs(step) < 1e-8:
+            break
+    return _deviance(b, d, k, n, c), b
+
+
+def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confidence: float) -> Crossing | None:
+    """The crossing from a binomial (logistic) fit of the steps near `guess`: each step's share `f` is
+    `k` of `n` effective trials (`n` from its Wilson interval, which counts its autocorrelation), the
+    model logit(share) = logit(level) + b (rate - crossing), b > 0; the crossing's interval is where the
+    profile deviance stays within the chi-square(1) quantile at `confidence`, scaled by the fit's
+    dispersion (Pearson chi-square / (steps - 2), at least 1: steps that scatter more than their
+    counts say, e.g. a queue still settling, widen it). None without a step on each side of `guess`."""
+    z = _z(confidence)
+    xs, fs, ns, taus = [], [], [], []
+    for row in rows:
+        x, f, high = _num(row.get("offered_rate")), _num(row.get(f"{key}_over")), _num(row.get(f"{key}_over_high"))
+        if x is None or f is None or high is None or abs(x - guess) > LOCAL_SPAN * guess:
+            continue
+        n = _effective_n(f, high, z)
+        if n is None:
+            continue
+        count = _num(row.get("completed"))
+        xs.append(x)
+        fs.append(f)
+        ns.append(n)
+        taus.append(max(1.0, count / n) if count else 1.0)
+    if any(f > 0 for f in fs):
+        # a window with no value over the threshold cannot see how long the queue's episodes over it
+        # last: every step near the knee is given the longest autocorrelation time measured there
+        pooled = max(t for t, f in zip(taus, fs, strict=True) if f > 0)
+        ns = [n * t / max(t, pooled) for n, t in zip(ns, taus, strict=True)]
+    ks = [f * n for f, n in zip(fs, ns, strict=True)]
+    if len(xs) < 3:
+        return None
+    x, k, n = (np.asarray(v, dtype=float) for v in (xs, ks, ns))
+    if not (x < guess).any() or not (x > guess).any() or np.ptp(x) <= 0:
+        return None
+    c = math.log(level / (1.0 - level))
+    grid = np.linspace(x.min(), x.max(), _GRID)
+    fits = [_profile(x - g, k, n, c) for g in grid]
+    dev = np.array([f[0] for f in fits])
+    best = int(np.argmin(dev))
+    b = fits[best][1]
+    eta = np.clip(c + b * (x - grid[best]), -30, 30)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    pearson = float(np.sum((k - n * p) ** 2 / np.maximum(n * p * (1 - p), 1e-12)))
+    dispersion = max(1.0, pearson / max(1, len(x) - 2))
+    inside = np.flatnonzero(dev - dev[best] <= dispersion * z * z)
+    low = None if inside[0] == 0 else float(grid[inside[0]])
+    high = None if inside[-1] == len(grid) - 1 else float(grid[inside[-1]])
+    return Crossing(float(grid[best]), low, high)
 
 
 def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
@@ -325,8 +421,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
-    if DROP_DRAINED:
-        rows = _without_cold_steps(rows)
+    rows = _without_cold_steps(rows)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:
@@ -334,7 +429,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
         fit = _fit(rows, t.key, figure, t.value_s, scale)
         if fit is None:
             continue
-        share = _fit_share(rows, t.key, t.percentile, scale, figure, t.value_s)
+        share = _fit_share(rows, t.key, t.percentile, scale, figure, t.value_s, confidence)
         if share is not None:  # the unbiased statistic places the crossing; the percentile fit the headroom
             fit.crossing, fit.where = share
         fits.append(fit)
@@ -351,8 +446,10 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     binding_fit = min(fits, key=order)
     crossed = order(binding_fit) < math.inf
     rate = binding_fit.crossing.rate
-    lows = [f.crossing.low for f in fits]
-    low = None if any(v is None for v in lows) else min(lows)  # type: ignore[type-var]
+    # a target never crossed at any rate run whose upper fit is over already at the lowest one (a loose
+    # interval there: few samples) says nothing of where the knee is: it leaves the knee's low alone
+    lows = [f.crossing.low for f in fits if not (f.where == "never" and f.crossing.low is None)]
+    low = None if any(v is None for v in lows) else min(lows, default=None)  # type: ignore[type-var]
     highs = [f.crossing.high for f in fits if f.crossing.high is not None]
     high = min(highs) if highs else None
     if rate is not None:

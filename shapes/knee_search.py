@@ -48,7 +48,7 @@ __all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round
 NEAR_OPEN_END = 0.10
 #: steps to the estimate before probing either side of it, and how far (x precision)
 PROBE_AFTER = 2
-PROBE = 0.0
+PROBE = 1.0
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -133,6 +133,7 @@ class KneeSearch:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.rows: list[dict] = [dict(r) for r in rows]
+        self._first_refine = len(self.rows)
         self.estimate = estimate
         self.precision = float(precision)
         self.budget_s = float(budget_s)
@@ -218,15 +219,25 @@ class KneeSearch:
             return None, "precision"
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
-        return Ask(round_rate(float(knee.rate) * (1.0 + self._probe()))), ""
+        return Ask(round_rate(float(knee.rate) * (1.0 + self._probe(float(knee.rate))))), ""
 
-    def _probe(self) -> float:
-        """The relative offset of the next step from the estimate: 0 for the first two refine steps, then
-        alternately `-PROBE` and `+PROBE` x precision, so chained steps bracket the knee closely."""
+    def _probe(self, rate: float) -> float:
+        """The relative offset of the next step from the estimate `rate`: 0 for the first `PROBE_AFTER`
+        refine steps; then, when no refine step judged so far ran on one side of it (by at least half
+        the precision), `PROBE` x precision towards that side, so chained steps bracket the knee."""
         n = self.refine_steps + self.pending
-        if n < PROBE_AFTER:
+        if n < PROBE_AFTER or not PROBE:
             return 0.0
-        return PROBE * self.precision * (-1.0 if (n - PROBE_AFTER) % 2 == 0 else 1.0)
+        near = self.precision * rate / 2
+        refine = [x for row in self.rows[self._first_refine:] if row.get("verdict") in JUDGED
+                  and (x := _number(row.get("offered_rate"))) is not None]
+        below = any(x <= rate - near for x in refine)
+        above = any(x >= rate + near for x in refine)
+        if not below:
+            return -PROBE * self.precision
+        if not above:
+            return PROBE * self.precision
+        return 0.0
 
     def _measured_near(self, rate: float) -> bool:
         """A judged step ran at a realised rate within 2 x `precision` of `rate`."""

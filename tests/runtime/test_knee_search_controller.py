@@ -107,7 +107,7 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
     # they follow on without draining (each starts as the one before's arrivals end), and a local
     # runner judges them live all the same: the search needs their verdicts
     assert [s["drain"] for s in refine] == [False] * 3
-    for before, after in zip(refine, refine[1:]):
+    for before, after in zip(refine, refine[1:], strict=False):
         assert abs(after["start_at"] - (before["start_at"] + before["warmup_s"] + before["duration_s"])) < 0.06
     assert [s["live_verdict"] for s in refine] == ["inconclusive"] * 3
     assert controller.plan.data["search"] == {"stopped": "max_steps", "steps": 3, "extensions": 1,
