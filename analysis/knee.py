@@ -23,7 +23,15 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    sim (20 seeds, 120 s steps at 4.2 to 5.1 req/s from steady state) the share's interval held the true
    knee 18 times (the percentile's: 12), worst error 7% (8.7%). The percentile fits still give the
    headroom, and the crossing for rows without a share (older summaries, hand-built rows).
-3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs; the target
+   The interval spans the interpolation too: each share fit's crossing is taken on the chord in the
+   share and on the chord in log share (a queue's share grows faster than linearly and at most
+   exponentially between two steps: the truth lies between them); the point is the share's chord.
+   Near that crossing, with 3 or more steps within `LOCAL_SPAN` of it on both sides, a local binomial
+   fit of their shares replaces it (`_local_fit`: effective trials from each step's interval, the
+   longest autocorrelation time there pooled, a profile-likelihood interval scaled by the dispersion).
+   Ladder steps (started on an idle server) inside the refine steps' range are left out.
+3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs (a target
+   never crossed whose high-end fit is over at the lowest rate already leaves the low alone); the target
    with the lowest crossing binds. `headroom`: each other target's central fit at the knee rate /
    its threshold (0.41 = at 41% of its target there).
 

@@ -12,6 +12,10 @@ clock is injected too, so a test drives a whole search against a synthetic serve
         search.record(row, wall_s=seconds_it_took, nominal_s=its_warmup_plus_window)
     search.answer                                 # SearchAnswer: knee, stopped, steps, extensions
 
+A chained search (the controller's: refine steps back to back, no drain between them) asks for the
+next step while the last one still settles: `pending` counts the steps asked for and not yet recorded
+(they count towards `max_steps`).
+
 Each `next_step`, in this order:
 1. no knee at all (no judged step): stop `no_verdict`;
 2. `max_steps` refine steps ran: stop `max_steps`;
@@ -28,7 +32,9 @@ Each `next_step`, in this order:
    bend there: bench/knee_accuracy.py found such intervals too narrow);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
-6. the next rate: the knee's point estimate (rounded to 3 significant figures);
+6. the next rate: the knee's point estimate (rounded to 3 significant figures); after `PROBE_AFTER`
+   refine steps, moved by `precision` towards a side of it on which no refine step ran yet (by at least
+   half the precision), so the estimate's local fit has steps on both sides;
 7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
    largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
    `budget_s` since the search began is not started: stop `budget`.

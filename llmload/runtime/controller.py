@@ -11,7 +11,8 @@ absolute `start_at` a little in the future, sleeps until the arrivals end, then 
 worker's `llmload:drained` or the drain deadline, after which it sends `llmload:cancel` (the workers
 record their in-flight requests as `cancelled`). It judges the step with `analysis.judge_step` from
 the summaries the workers shipped, prints the live table row, and goes on; after a ladder it runs the
-knee search's refine steps (plan.json `search`: why it stopped, how many steps). `plan.json` is rewritten as it goes; steps not run stay `not_run`.
+knee search's refine steps back to back, without draining between them (`_refine`; plan.json `search`:
+why it stopped, how many steps). `plan.json` is rewritten as it goes; steps not run stay `not_run`.
 
 A step with `drain=False` (every soak slice but the last) does not pause the load: the next step is
 sent so that it starts exactly when this one's arrivals end, and this one's in-flight requests finish
