@@ -52,7 +52,7 @@ import numpy as np
 
 from llmload import slo as slo_dims
 from llmload.config import SLO
-from shapes.phases import rate_phases
+from shapes.phases import PHASES, rate_phases
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
 
@@ -403,14 +403,21 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     return Crossing(float(grid[best]), low, high)
 
 
+def _chained(row: Mapping) -> bool:
+    """A step of a phase that follows on without draining (the knee search's refine steps)."""
+    phase = PHASES.get(str(row.get("phase")))
+    return phase is not None and not phase.drained
+
+
 def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
-    """`rows` less the ladder steps (each started on an idle server) whose realised rate lies inside the
-    range of the refine steps' rates: once refine steps bracket them, their low reading only biases."""
-    refine = [x for r in rows if str(r.get("phase")) == "refine" and (x := _num(r.get("offered_rate"))) is not None]
-    if len(refine) < 2:
+    """`rows` less the drained steps (each started on an idle server: the ladder's) whose realised rate
+    lies inside the range of the chained steps' rates: once two of those bracket them, their low
+    reading only biases."""
+    chained = [x for r in rows if _chained(r) and (x := _num(r.get("offered_rate"))) is not None]
+    if len(chained) < 2:
         return rows
-    lo, hi = min(refine), max(refine)
-    return [r for r in rows if not (str(r.get("phase")) == "ladder" and lo <= _num(r.get("offered_rate")) <= hi)]
+    lo, hi = min(chained), max(chained)
+    return [r for r in rows if _chained(r) or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
 
 
 def _z(confidence: float) -> float:
