@@ -23,7 +23,15 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    sim (20 seeds, 120 s steps at 4.2 to 5.1 req/s from steady state) the share's interval held the true
    knee 18 times (the percentile's: 12), worst error 7% (8.7%). The percentile fits still give the
    headroom, and the crossing for rows without a share (older summaries, hand-built rows).
-3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs; the target
+   The interval spans the interpolation too: each share fit's crossing is taken on the chord in the
+   share and on the chord in log share (a queue's share grows faster than linearly and at most
+   exponentially between two steps: the truth lies between them); the point is the share's chord.
+   Near that crossing, with 3 or more steps within `LOCAL_SPAN` of it on both sides, a local binomial
+   fit of their shares replaces it (`_local_fit`: effective trials from each step's interval, the
+   longest autocorrelation time there pooled, a profile-likelihood interval scaled by the dispersion).
+   Ladder steps (started on an idle server) inside the refine steps' range are left out.
+3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs (a target
+   never crossed whose high-end fit is over at the lowest rate already leaves the low alone); the target
    with the lowest crossing binds. `headroom`: each other target's central fit at the knee rate /
    its threshold (0.41 = at 41% of its target there).
 
@@ -44,7 +52,7 @@ import numpy as np
 
 from llmload import slo as slo_dims
 from llmload.config import SLO
-from shapes.phases import rate_phases
+from shapes.phases import PHASES, rate_phases
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
 
@@ -236,30 +244,180 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
     return x, f, lo, hi, 1.0 / half**2
 
 
+#: a share under this part of its level counts as this much in the log chord (a share of 0 has no log)
+SHARE_FLOOR = 0.1
+#: where the point sits between the chord in the share (0) and the chord in log share (1)
+POINT_BLEND = 0.0
+
+
+def _log_chord(x: np.ndarray, f: np.ndarray, level: float) -> float | None:
+    """Where the chord in log(f), between the fitted points on each side of `level`, crosses it (None:
+    the curve is never over it, or already at the lowest x)."""
+    over = np.flatnonzero(f > level)
+    if over.size == 0 or over[0] == 0:
+        return None
+    i = int(over[0])
+    floor = SHARE_FLOOR * level
+    x0, x1 = x[i - 1], x[i]
+    g0, g1 = math.log(max(f[i - 1], floor)), math.log(max(f[i], floor))
+    if x1 <= x0 or g1 <= g0:
+        return float(x1)
+    return float(x0 + (math.log(level) - g0) / (g1 - g0) * (x1 - x0))
+
+
+def _band(x: np.ndarray, f: np.ndarray, level: float, share: bool) -> tuple[float | None, float | None, str]:
+    """The crossing of the curve (x, f) as (lowest, highest, where) over the interpolants between the
+    fitted points that bracket it: the chord in f alone, and for a share also the chord in log f."""
+    rate, where = _crossing(x, f, level)
+    if rate is None or not share:
+        return rate, rate, where
+    other = _log_chord(x, f, level)
+    if other is None:
+        return rate, rate, where
+    return min(rate, other), max(rate, other), where
+
+
 def _crossings(x: np.ndarray, central: np.ndarray, upper: np.ndarray, lower: np.ndarray,
-               level: float) -> tuple[Crossing, str]:
-    rate, where = _crossing(x, central, level)
-    low, low_where = _crossing(x, upper, level)
-    high, high_where = _crossing(x, lower, level)
+               level: float, *, share: bool = False) -> tuple[Crossing, str]:
+    c_low, c_high, where = _band(x, central, level, share)
+    rate = None if c_low is None else c_low + POINT_BLEND * (c_high - c_low)
+    low, _, low_where = _band(x, upper, level, share)
+    _, high, high_where = _band(x, lower, level, share)
     if low_where == "never":
         low = float(x[-1])  # the upper bound holds at every rate run: the crossing is above them all
     if high_where == "below":
         high = float(x[0])  # even the lower bound is over at the lowest rate run
     if rate is not None:
-        low = min(low, rate) if low is not None else None
-        high = max(high, rate) if high is not None else None
+        low = min(low, c_low) if low is not None else None
+        high = max(high, c_high) if high is not None else None
     return Crossing(rate, low, high), where
 
 
 def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, figure: str,
-               threshold_s: float) -> tuple[Crossing, str] | None:
+               threshold_s: float, confidence: float) -> tuple[Crossing, str] | None:
     """The crossing from the share of values over the threshold: where it passes 1 - q / 100."""
     level = 1.0 - percentile / 100.0
     points = _share_points(rows, key, scale, figure, threshold_s, level)
     if points is None:
         return None
     x, f, lo, hi, w = points
-    return _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level)
+    crossing, where = _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
+    if crossing.rate is not None:
+        local = _local_fit(rows, key, level, crossing.rate, confidence)
+        if local is not None:
+            crossing = local
+    return crossing, where
+
+
+#: the local fit uses the steps within this share of the first estimate
+LOCAL_SPAN = 0.2
+#: the grid of candidate crossings the profile likelihood is evaluated on
+_GRID = 241
+
+
+def _wilson_high(f: float, n: float, z: float) -> float:
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    return (f + z2 / (2 * n) + z * math.sqrt(f * (1 - f) / n + z2 / (4 * n * n))) / denom
+
+
+def _effective_n(f: float, high: float, z: float) -> float | None:
+    """The trials of a Wilson interval at `z` whose high end over share `f` is `high` (None: no width)."""
+    if not high > f or high >= 1.0:
+        return None
+    lo_n, hi_n = 0.5, 1e7
+    for _ in range(60):
+        mid = math.sqrt(lo_n * hi_n)
+        lo_n, hi_n = (mid, hi_n) if _wilson_high(f, mid, z) > high else (lo_n, mid)
+    return math.sqrt(lo_n * hi_n)
+
+
+def _deviance(b: float, d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> float:
+    eta = np.clip(c + b * d, -30, 30)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    return float(-2.0 * np.sum(k * np.log(p) + (n - k) * np.log1p(-p)))
+
+
+def _profile(d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> tuple[float, float]:
+    """(deviance, slope): the best slope b >= 0 of logit p = c + b d (Newton steps on b)."""
+    b = 1.0
+    for _ in range(30):
+        eta = np.clip(c + b * d, -30, 30)
+        p = 1.0 / (1.0 + np.exp(-eta))
+        grad = float(np.sum((k - n * p) * d))
+        hess = float(np.sum(n * p * (1 - p) * d * d))
+        if hess <= 0:
+            break
+        step = grad / hess
+        b = max(b + step, 1e-6)
+        if abs(step) < 1e-8:
+            break
+    return _deviance(b, d, k, n, c), b
+
+
+def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confidence: float) -> Crossing | None:
+    """The crossing from a binomial (logistic) fit of the steps near `guess`: each step's share `f` is
+    `k` of `n` effective trials (`n` from its Wilson interval, which counts its autocorrelation), the
+    model logit(share) = logit(level) + b (rate - crossing), b > 0; the crossing's interval is where the
+    profile deviance stays within the chi-square(1) quantile at `confidence`, scaled by the fit's
+    dispersion (Pearson chi-square / (steps - 2), at least 1: steps that scatter more than their
+    counts say, e.g. a queue still settling, widen it). None without a step on each side of `guess`."""
+    z = _z(confidence)
+    xs, fs, ns, taus = [], [], [], []
+    for row in rows:
+        x, f, high = _num(row.get("offered_rate")), _num(row.get(f"{key}_over")), _num(row.get(f"{key}_over_high"))
+        if x is None or f is None or high is None or abs(x - guess) > LOCAL_SPAN * guess:
+            continue
+        n = _effective_n(f, high, z)
+        if n is None:
+            continue
+        count = _num(row.get("completed"))
+        xs.append(x)
+        fs.append(f)
+        ns.append(n)
+        taus.append(max(1.0, count / n) if count else 1.0)
+    if any(f > 0 for f in fs):
+        # a window with no value over the threshold cannot see how long the queue's episodes over it
+        # last: every step near the knee is given the longest autocorrelation time measured there
+        pooled = max(t for t, f in zip(taus, fs, strict=True) if f > 0)
+        ns = [n * t / max(t, pooled) for n, t in zip(ns, taus, strict=True)]
+    ks = [f * n for f, n in zip(fs, ns, strict=True)]
+    if len(xs) < 3:
+        return None
+    x, k, n = (np.asarray(v, dtype=float) for v in (xs, ks, ns))
+    if not (x < guess).any() or not (x > guess).any() or np.ptp(x) <= 0:
+        return None
+    c = math.log(level / (1.0 - level))
+    grid = np.linspace(x.min(), x.max(), _GRID)
+    fits = [_profile(x - g, k, n, c) for g in grid]
+    dev = np.array([f[0] for f in fits])
+    best = int(np.argmin(dev))
+    b = fits[best][1]
+    eta = np.clip(c + b * (x - grid[best]), -30, 30)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    pearson = float(np.sum((k - n * p) ** 2 / np.maximum(n * p * (1 - p), 1e-12)))
+    dispersion = max(1.0, pearson / max(1, len(x) - 2))
+    inside = np.flatnonzero(dev - dev[best] <= dispersion * z * z)
+    low = None if inside[0] == 0 else float(grid[inside[0]])
+    high = None if inside[-1] == len(grid) - 1 else float(grid[inside[-1]])
+    return Crossing(float(grid[best]), low, high)
+
+
+def _chained(row: Mapping) -> bool:
+    """A step of a phase that follows on without draining (the knee search's refine steps)."""
+    phase = PHASES.get(str(row.get("phase")))
+    return phase is not None and not phase.drained
+
+
+def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
+    """`rows` less the drained steps (each started on an idle server: the ladder's) whose realised rate
+    lies inside the range of the chained steps' rates: once two of those bracket them, their low
+    reading only biases."""
+    chained = [x for r in rows if _chained(r) and (x := _num(r.get("offered_rate"))) is not None]
+    if len(chained) < 2:
+        return rows
+    lo, hi = min(chained), max(chained)
+    return [r for r in rows if _chained(r) or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
 
 
 def _z(confidence: float) -> float:
@@ -278,6 +436,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
+    rows = _without_cold_steps(rows)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:
@@ -285,7 +444,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
         fit = _fit(rows, t.key, figure, t.value_s, scale)
         if fit is None:
             continue
-        share = _fit_share(rows, t.key, t.percentile, scale, figure, t.value_s)
+        share = _fit_share(rows, t.key, t.percentile, scale, figure, t.value_s, confidence)
         if share is not None:  # the unbiased statistic places the crossing; the percentile fit the headroom
             fit.crossing, fit.where = share
         fits.append(fit)
@@ -302,8 +461,10 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     binding_fit = min(fits, key=order)
     crossed = order(binding_fit) < math.inf
     rate = binding_fit.crossing.rate
-    lows = [f.crossing.low for f in fits]
-    low = None if any(v is None for v in lows) else min(lows)  # type: ignore[type-var]
+    # a target never crossed at any rate run whose upper fit is over already at the lowest one (a loose
+    # interval there: few samples) says nothing of where the knee is: it leaves the knee's low alone
+    lows = [f.crossing.low for f in fits if not (f.where == "never" and f.crossing.low is None)]
+    low = None if any(v is None for v in lows) else min(lows, default=None)  # type: ignore[type-var]
     highs = [f.crossing.high for f in fits if f.crossing.high is not None]
     high = min(highs) if highs else None
     if rate is not None:

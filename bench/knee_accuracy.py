@@ -1,7 +1,7 @@
 """How close the tool's knee comes to the server's true knee, over many seeds (issue 27).
 
     PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--configs demo,tpot] [--compress 4]
-        [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick]
+        [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick] [--virtual]
 
 For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
 `llmload sim`, and the knee it writes (summary.json `knee`: rate, interval, binding target) against the
@@ -19,7 +19,9 @@ Configurations:
 Reports per configuration: how often the interval holds the true knee (coverage; goal 9 in 10), the
 median and worst relative error of the point estimate (goals 5% and 10%), the binding target's
 agreement, and wall time per search (goal 10 minutes). `--quick`: one seed of the demo configuration
-with short steps (the smoke test's setting; its figures mean nothing).
+with short steps (the smoke test's setting; its figures mean nothing). `--virtual`: the same searches
+in virtual time instead (`llmload.sim.virtual_search`: the tool's steps, judging and search against the
+sim's engine, no sockets, about a second a search; the times it reports are virtual seconds).
 """
 
 from __future__ import annotations
@@ -126,6 +128,18 @@ def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool, budge
             "wall_s": round(wall_s, 1)}
 
 
+def virtual_searches(name: str, seeds: range, true_rate: float) -> dict:
+    """The configuration's searches in virtual time (`llmload.sim.virtual_search`), scored."""
+    from llmload.config import parse_config
+    from llmload.sim.virtual_search import knee_accuracy
+
+    c = CONFIGS[name]
+    found = knee_accuracy(lambda seed: parse_config(run_config(name, "http://127.0.0.1:9", seed, 1.0, quick=False)),
+                          c["sim"], (c["input"], c["output"]), true_rate, seeds)
+    runs = [{**r, "wall_s": round(r["run_s"], 1)} for r in found.pop("runs")]
+    return {"runs": runs, "score": score(runs, true_rate), "virtual": found}
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
@@ -155,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=None,
                     help="the knee search's budget in the sim's own seconds (default 600: refine.budget's default)")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
+    ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
     seeds = range(1, 2 if args.quick else args.seeds + 1)
@@ -163,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         true = truth(name, quick=args.quick)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
+        if args.virtual:
+            found = virtual_searches(name, seeds, true["rate"])
+            results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
+                             "config": CONFIGS[name]}
+            print(f"  {name} (virtual time): {found['score']}", flush=True)
+            continue
         runs = []
         for seed in seeds:
             run = one_search(name, seed, args.compress, args.work, quick=args.quick, budget_s=args.budget_s)
@@ -172,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, "runs": runs,
                          "score": score(runs, true["rate"]), "config": CONFIGS[name]}
         print(f"  {name}: {results[name]['score']}", flush=True)
-    write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick,
+    write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick, virtual=args.virtual,
                  budget_s=args.budget_s,
                  results=json.loads(json.dumps(results, default=str)))
     print(f"wrote {args.out}")

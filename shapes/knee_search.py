@@ -12,6 +12,10 @@ clock is injected too, so a test drives a whole search against a synthetic serve
         search.record(row, wall_s=seconds_it_took, nominal_s=its_warmup_plus_window)
     search.answer                                 # SearchAnswer: knee, stopped, steps, extensions
 
+A chained search (the controller's: refine steps back to back, no drain between them) asks for the
+next step while the last one still settles: `pending` counts the steps asked for and not yet recorded
+(they count towards `max_steps`).
+
 Each `next_step`, in this order:
 1. no knee at all (no judged step): stop `no_verdict`;
 2. `max_steps` refine steps ran: stop `max_steps`;
@@ -28,7 +32,9 @@ Each `next_step`, in this order:
    bend there: bench/knee_accuracy.py found such intervals too narrow);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
-6. the next rate: the knee's point estimate (rounded to 3 significant figures);
+6. the next rate: the knee's point estimate (rounded to 3 significant figures); after `PROBE_AFTER`
+   refine steps, moved by `precision` towards a side of it on which no refine step ran yet (by at least
+   half the precision), so the estimate's local fit has steps on both sides;
 7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
    largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
    `budget_s` since the search began is not started: stop `budget`.
@@ -46,6 +52,9 @@ __all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round
 
 #: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
 NEAR_OPEN_END = 0.10
+#: steps to the estimate before probing either side of it, and how far (x precision)
+PROBE_AFTER = 2
+PROBE = 1.0
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -130,6 +139,7 @@ class KneeSearch:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.rows: list[dict] = [dict(r) for r in rows]
+        self._first_refine = len(self.rows)
         self.estimate = estimate
         self.precision = float(precision)
         self.budget_s = float(budget_s)
@@ -139,6 +149,9 @@ class KneeSearch:
         self.clock = clock
         self.started = clock()
         self.refine_steps = 0
+        #: refine steps asked for (`next_step`) and not yet recorded: a chained search decides the next
+        #: rate while the step before it still settles
+        self.pending = 0
         self.extensions: dict[float, int] = {}
         self.overrun_s = 0.0
         self.stopped: str | None = None
@@ -164,6 +177,7 @@ class KneeSearch:
         the budget how much a step costs beyond its schedule."""
         self.rows.append(dict(row))
         self.refine_steps += 1
+        self.pending = max(0, self.pending - 1)
         self._fresh = False
         if wall_s is not None and nominal_s is not None:
             self.overrun_s = max(self.overrun_s, float(wall_s) - float(nominal_s))
@@ -189,6 +203,7 @@ class KneeSearch:
         if ask.extends is not None:
             key = round(ask.rate, 9)
             self.extensions[key] = self.extensions.get(key, 0) + 1
+        self.pending += 1
         return ask
 
     def step_cost_s(self, rate: float) -> float:
@@ -199,7 +214,7 @@ class KneeSearch:
         knee = self.knee
         if knee is None:
             return None, "no_verdict"
-        if self.refine_steps >= self.max_steps:
+        if self.refine_steps + self.pending >= self.max_steps:
             return None, "max_steps"
         repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
         if repeat is not None:          # says the interval is not yet to be trusted
@@ -210,7 +225,25 @@ class KneeSearch:
             return None, "precision"
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
-        return Ask(round_rate(float(knee.rate))), ""
+        return Ask(round_rate(float(knee.rate) * (1.0 + self._probe(float(knee.rate))))), ""
+
+    def _probe(self, rate: float) -> float:
+        """The relative offset of the next step from the estimate `rate`: 0 for the first `PROBE_AFTER`
+        refine steps; then, when no refine step judged so far ran on one side of it (by at least half
+        the precision), `PROBE` x precision towards that side, so chained steps bracket the knee."""
+        n = self.refine_steps + self.pending
+        if n < PROBE_AFTER or not PROBE:
+            return 0.0
+        near = self.precision * rate / 2
+        refine = [x for row in self.rows[self._first_refine:] if row.get("verdict") in JUDGED
+                  and (x := _number(row.get("offered_rate"))) is not None]
+        below = any(x <= rate - near for x in refine)
+        above = any(x >= rate + near for x in refine)
+        if not below:
+            return -PROBE * self.precision
+        if not above:
+            return PROBE * self.precision
+        return 0.0
 
     def _measured_near(self, rate: float) -> bool:
         """A judged step ran at a realised rate within 2 x `precision` of `rate`."""

@@ -6,7 +6,7 @@ never a list of phase names of their own, so a new phase is one `Phase` below.
 
     phase        made by                       closed  drained  rate axis  sustained  burst pair  slices
     ladder       ladder steps                  -       yes      yes        yes        -           -
-    refine       the knee search               -       yes      yes        yes        -           -
+    refine       the knee search               -       no       yes        yes        -           -
     concurrency  concurrency levels            yes     yes      -          -          -           -
     burst        trace replay, as recorded     -       yes      -          -          burst       -
     uniform      trace replay, evenly spaced   -       yes      -          -          uniform     -
@@ -31,7 +31,9 @@ class Phase:
     - `drained`: the next step waits until this step's requests finish (or its drain deadline). Not
       drained: steps run back to back so the load never pauses (their requests finish in the
       background); the last step of the run drains all the same. A step that is not drained is
-      judged in the report only (`judged_live` is False): pandas on the master would delay arrivals.
+      judged in the report only (`judged_live` is False): pandas on the master would delay arrivals;
+      except a rate-axis one (the knee search's refine steps, chained so that each meets the queue
+      the one before left): the search needs its verdict to choose the next rate.
     - `rate_axis`: an open-loop step at a target rate, drawn on the capacity curves by offered rate.
     - `sustained`: a pass says the rate can be held: it counts in the ladder result
       (`last_passing_rate`, `first_failing_rate`) and the capacity plan.
@@ -51,12 +53,12 @@ class Phase:
     @property
     def judged_live(self) -> bool:
         """Judged by the step controller as it drains (else in the report, from the records)."""
-        return self.drained
+        return self.drained or self.rate_axis
 
 
 PHASES: dict[str, Phase] = {p.name: p for p in (
     Phase("ladder", rate_axis=True, sustained=True),
-    Phase("refine", rate_axis=True, sustained=True),
+    Phase("refine", drained=False, rate_axis=True, sustained=True),
     Phase("concurrency", closed_loop=True),
     Phase("burst", burst_pair="burst"),
     Phase("uniform", burst_pair="uniform"),

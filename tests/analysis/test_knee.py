@@ -184,9 +184,15 @@ def test_the_share_over_the_threshold_places_the_crossing_when_rows_carry_it():
     for s in steps:
         s["ttft_p95_over"], s["ttft_p95_over_low"], s["ttft_p95_over_high"] = shares[s["offered_rate"]]
     t = estimate_knee(steps, SLO2).targets["ttft_p95"]
-    assert t.rate == pytest.approx(4.6)  # 3% at 4.4, 7% at 4.8: 5% half-way
-    assert t.low == pytest.approx(4.4 + 0.4 * (0.05 - 0.045) / (0.09 - 0.045))  # the high-end fit crosses first
-    assert t.high == pytest.approx(4.8)  # the low-end fit reaches 5% at 4.8
+    # 3% at 4.4, 7% at 4.8: 5% about half-way (steps on both sides near it: the local binomial fit of
+    # every step's share, as many effective trials as its interval says)
+    assert t.rate == pytest.approx(4.6, rel=0.02)
+    assert 4.0 <= t.low < 4.6 < t.high <= 5.2
+    # two steps only: the chord between them (in the share; the interval also spans the chord in log share)
+    two = [s for s in steps if s["offered_rate"] in (4.4, 4.8)]
+    c = estimate_knee(two, SLO2).targets["ttft_p95"]
+    assert c.rate == pytest.approx(4.6)
+    assert c.low == pytest.approx(4.4 + 0.4 * (0.05 - 0.045) / (0.09 - 0.045))  # the high-end fit crosses first
     assert estimate_knee(steps, SLO2).headroom["tpot_p95"] == pytest.approx(0.03 / 0.08)
 
 
@@ -202,3 +208,18 @@ def test_a_step_far_under_its_target_bounds_the_knee_from_below_despite_a_wide_s
     assert t.low == pytest.approx(4.0) and t.rate == pytest.approx(4.0 + (0.05 - 0.03) / 0.27)
     unclamped = {**low_step, "ttft_p95_s_high": 1.5}  # a percentile interval reaching over the target
     assert estimate_knee([unclamped, mid, high], SLO2).targets["ttft_p95"].low is None
+
+
+def test_a_target_never_crossed_with_a_loose_lowest_step_leaves_the_knee_low_alone():
+    # TPOT p95 held at every rate run, but its interval at the lowest step (few samples) reaches over
+    # its target: its upper fit is over there. The old code made the whole knee's low unbounded
+    # ("below the rates run") for it; the TTFT crossing's own interval is what bounds the knee.
+    steps = [row(r, curve(r), rel=0.1) for r in (2.0, 4.0, 4.4, 4.8, 6.0)]
+    for s in steps:
+        s.update(tpot_p95_s=0.03, tpot_p95_s_low=0.01, tpot_p95_s_high=0.09)
+    knee = estimate_knee(steps, SLO2)
+    assert knee.targets["tpot_p95"].rate is None and knee.targets["tpot_p95"].low is None
+    assert knee.binding == "ttft_p95"
+    assert knee.low is not None and knee.low == pytest.approx(knee.targets["ttft_p95"].low)
+    assert knee.low < knee.rate < knee.high
+    assert "below the rates run" not in knee_sentence(knee)

@@ -205,10 +205,13 @@ def test_the_knee_search_budget_counts_each_step_and_its_extension_in_the_contro
                                        shape=VirtualShape(estimate))
     controller.run()
     refine = [s for s in steps_of(tmp_path) if s["phase"] == "refine"]
-    # the first refine step is inconclusive inside the interval: extended once. Each took its lead, 20 s
-    # and a 2 s drain: 22.25 s, 2.25 s over its schedule; a third (20 + 2.25 s) no longer fits the 60 s
-    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, "r30.00")]
-    assert [s["drained_at"] - s["start_at"] for s in refine] == [22.0, 22.0]
-    assert plan_json(tmp_path)["search"] == {"stopped": "budget", "steps": 2, "extensions": 1,
-                                              "elapsed_s": 2 * (LEAD_S + 22.0)}
+    # refine steps follow on without draining: each starts as the one before's 20 s of arrivals end and
+    # drains 2 s later, in the background. The second is decided while the first still settles (a
+    # one-step lag: the same estimate); the first was inconclusive inside the interval: the third extends
+    # it. A fourth (20 s) no longer fits the 60 s; the last step's 2 s drain is the budget's only overrun
+    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, None), (30.0, "r30.00")]
+    assert [s["start_at"] - refine[0]["start_at"] for s in refine] == [0.0, 20.0, 40.0]
+    assert [s["drained_at"] - s["start_at"] for s in refine] == [22.0, 22.0, 22.0]
+    assert plan_json(tmp_path)["search"] == {"stopped": "budget", "steps": 3, "extensions": 1,
+                                              "elapsed_s": LEAD_S + 3 * 20.0 + 2.0}
     assert lines[-1].startswith("  knee search: stopped: ")

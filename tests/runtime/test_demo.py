@@ -91,9 +91,14 @@ def _split_agrees_with_the_ground_truth(folder, ladder: dict) -> None:
         row = json.loads(line)
         truth[row["request_id"]] = row
     records = pd.read_parquet(folder / "ladder" / "records.parquet", columns=["request_id", "step", "outcome"])
+    drains = {s["label"]: s.get("drain") for s in json.loads((folder / "ladder" / "plan.json").read_text())["steps"]}
     for step in ladder["steps"]:
-        ids = records.loc[(records["step"] == step["label"]) & records["outcome"].isin(["ok", "quality_fail"]),
-                          "request_id"]
+        if drains.get(step["label"]) is False:
+            # a chained refine step (issue 27): its histogram's served period overlaps the steps beside
+            # it, so its server queue is not its own requests' alone; the drained steps are checked
+            continue
+        mine = (records["step"] == step["label"]) & records["outcome"].isin(["ok", "quality_fail"])
+        ids = records.loc[mine, "request_id"]
         rows = [truth[r] for r in ids]
         split = step["split"]
         assert split["requests"] == len(rows) > 0

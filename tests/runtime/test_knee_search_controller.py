@@ -100,10 +100,17 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
 
     controller, lines = run(tmp_path, verdict, estimate, {"max_steps": 3, "budget": "1m", "precision": 0.01,
                                                           "max_extensions": 1})
-    refine = [s for s in controller.steps if s.spec.phase == "refine"]
-    # the first refine step is at the estimate; it is inconclusive inside the interval: repeated once
-    assert [(s.target_rate, s.extends) for s in refine] == [(30.0, None), (30.0, "r30.00"), (30.0, None)]
-    assert [s.status.value for s in refine] == ["run"] * 3
+    refine = [s.plan_row() for s in controller.steps if s.spec.phase == "refine"]
+    # the first refine step is at the estimate; the second is decided while the first still settles (a
+    # one-step lag): the same estimate; the first was inconclusive inside the interval: repeated once
+    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, None), (30.0, "r30.00")]
+    assert [s["status"] for s in refine] == ["run"] * 3
+    # they follow on without draining (each starts as the one before's arrivals end), and a local
+    # runner judges them live all the same: the search needs their verdicts
+    assert [s["drain"] for s in refine] == [False] * 3
+    for before, after in zip(refine, refine[1:], strict=False):
+        assert abs(after["start_at"] - (before["start_at"] + before["warmup_s"] + before["duration_s"])) < 0.06
+    assert [s["live_verdict"] for s in refine] == ["inconclusive"] * 3
     assert controller.plan.data["search"] == {"stopped": "max_steps", "steps": 3, "extensions": 1,
                                               "elapsed_s": controller.plan.data["search"]["elapsed_s"]}
     assert "None" not in "\n".join(lines)

@@ -130,8 +130,9 @@ def test_an_inconclusive_step_near_the_knee_is_repeated_up_to_max_extensions():
         asks.append((ask.rate, ask.extends))
         search.record({"label": "x", "target_rate": ask.rate, "offered_rate": ask.rate, "verdict": "inconclusive"})
     # r4.00 sits inside the interval: repeated twice (the repeats are inconclusive too, at the same rate,
-    # so they share its count); r2.00 lies outside the interval: never repeated; then the estimate
-    assert asks == [(4.0, "r4.00"), (4.0, "r4.00"), (4.2, None), (4.2, "x")]
+    # so they share its count); r2.00 lies outside the interval: never repeated; then the estimate, moved
+    # by the precision towards the side where no refine step ran yet (above: both ran at 4.0)
+    assert asks == [(4.0, "r4.00"), (4.0, "r4.00"), (4.24, None), (4.24, "x")]
     assert search.answer.extensions == 3
 
 

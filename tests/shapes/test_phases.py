@@ -26,7 +26,8 @@ def test_the_traits_of_each_phase():
     assert phases_where(sustained=True) == ("ladder", "refine", "soak")
     assert phases_where(rate_axis=True) == ("ladder", "refine")
     assert phases_where(closed_loop=True) == ("concurrency",)
-    assert phases_where(drained=False) == ("soak",) and not PHASES["soak"].judged_live
+    assert phases_where(drained=False) == ("refine", "soak") and not PHASES["soak"].judged_live
+    assert PHASES["refine"].judged_live  # chained refine steps: the knee search needs their verdicts
     assert (phases_where(burst_pair="burst"), phases_where(burst_pair="uniform")) == (("burst",), ("uniform",))
     assert phases_where(slices=True) == ("soak",)
     assert is_closed_loop("concurrency") and not is_closed_loop("ladder") and not is_closed_loop("bogus")

@@ -16,7 +16,8 @@ absolute `start_at` a little in the future, sleeps until the arrivals end, then 
 worker's `llmload:drained` or the drain deadline, after which it sends `llmload:cancel` (the workers
 record their in-flight requests as `cancelled`). It judges the step with `analysis.judge_step` from
 the summaries the workers shipped, prints the live table row, and goes on; after a ladder it runs the
-knee search's refine steps (plan.json `search`: why it stopped, how many steps). `plan.json` is rewritten as it goes; steps not run stay `not_run`.
+knee search's refine steps back to back, without draining between them (`_refine`; plan.json `search`:
+why it stopped, how many steps). `plan.json` is rewritten as it goes; steps not run stay `not_run`.
 
 A step with `drain=False` (every soak slice but the last) does not pause the load: the next step is
 sent so that it starts exactly when this one's arrivals end, and this one's in-flight requests finish
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -327,7 +329,13 @@ class StepController:
     def _refine(self) -> None:
         """The shape's search (a ladder with `refine:`): refine steps at the knee estimate over every
         judged step so far, until its interval is precise enough, the budget or `max_steps` (plan.json
-        `search`, one closing line)."""
+        `search`, one closing line).
+
+        The refine steps follow on without draining (a queue near the knee takes minutes to reach its
+        steady state; a step that starts on an idle server reads its percentiles low): each is sent to
+        start as the previous one's arrivals end, and the next rate is decided then from the steps judged
+        so far, the previous one still settling (a one-step lag; the first two ask the same estimate).
+        Only the last drains."""
         if self.shape is None:  # made without the shape that planned: the config's knee search
             from shapes.plan import ConfigSearch
 
@@ -335,22 +343,59 @@ class StepController:
         search = self.shape.search(self.config, [s.judged_row() for s in self.plan.steps if s.judged])
         if search is None:
             return
+        refine: list[Step] = []  # the refine steps sent, in order
+        handed = 0  # how many of them the search has been given, judged
+        next_start: float | None = None
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
             spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
                                           taken=[s.label for s in self.plan.steps])
-            step = Step(spec, extends=ask.extends)
+            step = Step(replace(spec, drain=False), extends=ask.extends)
             self.tally.add(step)
             self.plan.add(step)
-            started = self._now()
-            verdict, failing, stats = self.run_step(step)
-            search.record({**stats, "label": spec.label, "target_rate": spec.target_rate, "verdict": verdict,
-                           "failing": failing}, wall_s=self._now() - started, nominal_s=spec.arrivals_s)
+            refine.append(step)
+            next_start = self._refine_chained(step, next_start)
+            handed = self._record_judged(search, refine, handed, keep=1)
+        gevent.joinall(self._tails)  # the last step drains
+        self._record_judged(search, refine, handed, keep=0)
         if self.stopping or self.failed:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps))
         self.events.search_finished.fire(answer=search.answer)
+
+    def _refine_chained(self, step: Step, start_at: float | None) -> float:
+        """Send refine step `step` to start at `start_at` (None: after the lead), return as its arrivals
+        end (the next step's start) with every earlier refine step settled; it drains and is judged live
+        (also by a local runner: the search needs its verdict) in a background greenlet."""
+        run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
+        previous = self._tails[-1] if self._tails else None
+
+        def settle() -> None:
+            if previous is not None:
+                previous.join()
+            run.settle()
+
+        arrivals_end = run.arrivals_end
+        last_progress = self._now()
+        while not self.stopped and not self.failed and self._now() < arrivals_end - LEAD_S:
+            self._sleep(min(0.5, arrivals_end - LEAD_S - self._now()))
+            if self._now() - last_progress >= PROGRESS_EVERY_S:
+                last_progress = self._now()
+                run.progress()
+        if previous is not None:
+            previous.join()  # the step before settled while this one ran (its queue drained into it)
+        self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {step.label}"))
+        return arrivals_end
+
+    @staticmethod
+    def _record_judged(search: Any, refine: list[Step], handed: int, *, keep: int) -> int:
+        """Hand the search the refine steps judged since the first `handed`, all but the `keep` still
+        settling; returns how many it has now."""
+        while handed < len(refine) and refine[handed].judged and search.pending > keep:
+            search.record(refine[handed].judged_row())
+            handed += 1
+        return handed
 
     # ------------------------------------------------------------------ stops from outside
 
