@@ -43,11 +43,15 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = xdist_group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):
+        # an xdist worker: the slow tests first (xdist hands out tests in this order, the biggest groups
+        # before all), so that no minute-long run starts last while the other workers are idle
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
