@@ -45,6 +45,8 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("real_engine") is not None:
+            item.add_marker(pytest.mark.serial)  # llama.cpp's speed is what they measure: a core of its own
         group = xdist_group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
