@@ -19,6 +19,42 @@ __all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_p
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+#: markers whose tests run one at a time on one xdist worker: one llama-server (CPU-bound, its figures are
+#: what those tests assert), one Docker Compose project (the two modes publish the same host port and
+#: check that none of the other's containers is left), one Chromium
+SERIAL_MARKERS = ("real_engine", "docker", "browser")
+#: fixture scopes whose value tests share: their tests go to one worker, so the fixture is built once
+SHARED_SCOPES = ("module", "package", "session")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group of a test under `--dist loadgroup` (the README's test command): the first of
+    SERIAL_MARKERS it carries, else the shared fixture of ours it uses (its module's path for a
+    module-scoped one), else None (the test goes to any worker)."""
+    for name in SERIAL_MARKERS:
+        if item.get_closest_marker(name) is not None:
+            return name
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        fixturedef = defs[-1]
+        if fixturedef.scope in SHARED_SCOPES and Path(fixturedef.func.__code__.co_filename).is_relative_to(
+                REPO / "tests"):
+            return item.nodeid.split("::")[0] if fixturedef.scope == "module" else fixturedef.baseid + "::" + name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("real_engine") is not None:
+            item.add_marker(pytest.mark.serial)  # llama.cpp's speed is what they measure: a core of its own
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):
+        # an xdist worker: the slow tests first (xdist hands out tests in this order, the biggest groups
+        # before all), so that no minute-long run starts last while the other workers are idle
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 @pytest.fixture
 def sim_factory(tmp_path: Path) -> Iterator:

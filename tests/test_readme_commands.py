@@ -162,6 +162,9 @@ def test_every_repository_path_a_command_names_exists():
 
 def test_the_readme_s_test_command_is_ci_s():
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert "pip install -e '.[test]' && python -m pytest" in README
+    (command,) = re.findall(r"^pip install -e '\.\[test\]' && python -m pytest.*$", README, flags=re.M)
     assert re.search(r"^test = \[", pyproject, flags=re.M)
-    assert "pip install -e '.[test]' && python -m pytest" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(command)}$", (REPO / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M)
+    # its workers (pytest-xdist) come with the test extra, and its groups are the ones tests/conftest.py sets
+    assert "pytest-xdist" in pyproject and "--dist loadgroup -m 'not serial'" in command
+    assert command.endswith("&& python -m pytest -m serial")  # what needs the CPU to itself, after
