@@ -1,6 +1,6 @@
 """How close the tool's knee comes to the server's true knee, over many seeds (issue 27).
 
-    PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--configs demo,tpot] [--compress 4]
+    PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--first-seed 1] [--configs demo,tpot] [--compress 4]
         [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick] [--virtual]
 
 For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
@@ -162,6 +162,7 @@ def score(runs: list[dict], true_rate: float | None) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=1, help="the first seed (runs --seeds seeds from it)")
     ap.add_argument("--configs", default="demo,tpot", help="comma-separated: " + ",".join(CONFIGS))
     ap.add_argument("--compress", type=float, default=4.0, help="time compression k (NOTES.md)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/knee-accuracy"), help="run directories")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
-    seeds = range(1, 2 if args.quick else args.seeds + 1)
+    seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
     before = machine()
     results = {}
     for name in names:
