@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import errno
 import json
-from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 from test_finalize_unchanged import T0, _config, write_run
+from virtual_time import FakeHost
 
 import analysis
 import llmload.rundir.finalise as finish
@@ -50,8 +50,7 @@ def test_a_badly_typed_field_loses_no_record(tmp_path):
 
 def _session(tmp_path) -> RunLifecycle:
     """A lifecycle whose run is under way, finalised by the test (no Locust)."""
-    life = RunLifecycle(SimpleNamespace(web=False, launched=False, exit_note=lambda code: f" (exit code {code})",
-                                       set_exit_code=lambda code: None))
+    life = RunLifecycle(FakeHost(web=False))
     life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=True)
     life._to(RunState.PREFLIGHT)
     life._to(RunState.RUNNING)

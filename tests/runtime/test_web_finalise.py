@@ -6,10 +6,10 @@ under load while the report was drawn). Headless runs finalise in place, as befo
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import gevent
 import pytest
+from virtual_time import FakeHost
 
 import llmload.rundir.finalise as finish
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions
@@ -28,8 +28,7 @@ def _busy_finalise(ticks: list[int]):
 
 def _session(tmp_path, *, web: bool) -> RunLifecycle:
     """A lifecycle whose run is under way, finalised by the test (no Locust)."""
-    life = RunLifecycle(SimpleNamespace(web=web, launched=False, exit_note=lambda code: f" (exit code {code})",
-                                       set_exit_code=lambda code: None))
+    life = RunLifecycle(FakeHost(web=web))
     life.config, life.run_dir, life.options = object(), tmp_path, RunOptions(report=False)
     life._to(RunState.PREFLIGHT)
     life._to(RunState.RUNNING)

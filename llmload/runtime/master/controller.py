@@ -305,10 +305,13 @@ class StepController:
     def _lead(self, spec: StepSpec) -> float:
         return step_lead_s(spec, local=self.link.local, dataset=bool(self.config.requests.dataset))
 
-    def _run_undrained(self, step: Step, start_at: float | None) -> float:
+    def _run_undrained(self, step: Step, start_at: float | None, *, judged_live: bool = False) -> float:
         """Send a `drain=False` step, return when the next step must be sent; returns the time its
-        arrivals end (the next step's start). Its drain and judging go on in a background greenlet."""
+        arrivals end (the next step's start). Its drain and judging go on in a background greenlet.
+        `judged_live`: judged live by a local runner too (a refine step: the search needs its verdict),
+        and the step before it is settled when this returns (the search's one-step lag)."""
         run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
+        previous = self._tails[-1] if self._tails else None
         arrivals_end = run.arrivals_end
         last_progress = self._now()
         while not self.stopped and not self.failed and self._now() < arrivals_end - LEAD_S:
@@ -316,12 +319,13 @@ class StepController:
             if self._now() - last_progress >= PROGRESS_EVERY_S:
                 last_progress = self._now()
                 run.progress()
-        previous = self._tails[-1] if self._tails else None
+        if judged_live and previous is not None:
+            previous.join()  # the step before settled while this one ran (its queue drained into it)
 
         def settle() -> None:
             if previous is not None:
                 previous.join()
-            run.settle(threaded=True)
+            run.settle(threaded=not judged_live)
 
         self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {step.label}"))
         return arrivals_end
@@ -353,7 +357,7 @@ class StepController:
             self.tally.add(step)
             self.plan.add(step)
             refine.append(step)
-            next_start = self._refine_chained(step, next_start)
+            next_start = self._run_undrained(step, next_start, judged_live=True)
             handed = self._record_judged(search, refine, handed, keep=1)
         gevent.joinall(self._tails)  # the last step drains
         self._record_judged(search, refine, handed, keep=0)
@@ -363,30 +367,6 @@ class StepController:
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps))
         self.events.search_finished.fire(answer=search.answer)
-
-    def _refine_chained(self, step: Step, start_at: float | None) -> float:
-        """Send refine step `step` to start at `start_at` (None: after the lead), return as its arrivals
-        end (the next step's start) with every earlier refine step settled; it drains and is judged live
-        (also by a local runner: the search needs its verdict) in a background greenlet."""
-        run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
-        previous = self._tails[-1] if self._tails else None
-
-        def settle() -> None:
-            if previous is not None:
-                previous.join()
-            run.settle()
-
-        arrivals_end = run.arrivals_end
-        last_progress = self._now()
-        while not self.stopped and not self.failed and self._now() < arrivals_end - LEAD_S:
-            self._sleep(min(0.5, arrivals_end - LEAD_S - self._now()))
-            if self._now() - last_progress >= PROGRESS_EVERY_S:
-                last_progress = self._now()
-                run.progress()
-        if previous is not None:
-            previous.join()  # the step before settled while this one ran (its queue drained into it)
-        self._tails.append(self._link(gevent.spawn(settle), f"draining and judging step {step.label}"))
-        return arrivals_end
 
     @staticmethod
     def _record_judged(search: Any, refine: list[Step], handed: int, *, keep: int) -> int:
