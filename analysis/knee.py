@@ -543,8 +543,16 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
         if knee.low is not None:
             return f"knee above {fmt(knee.low)} req/s ({conf}): every target held at every rate run"
         return "knee not reached: every target held at every rate run"
-    low = fmt(knee.low) if knee.low is not None else "below the rates run"
-    high = fmt(knee.high) if knee.high is not None else "above the rates run"
-    text = f"knee {fmt(knee.rate)} req/s ({low} to {high}, {conf}): {_label(knee.binding or '')} binds"
+    # an open end: the steps run do not bound the knee on that side (crossed at the lowest rate, never
+    # crossed, or the steps near the crossing too few or too noisy to close it): said as such, no number
+    if knee.low is not None and knee.high is not None:
+        interval = f"{fmt(knee.low)} to {fmt(knee.high)}"
+    elif knee.low is not None:
+        interval = f"at least {fmt(knee.low)}"
+    elif knee.high is not None:
+        interval = f"at most {fmt(knee.high)}"
+    else:
+        interval = "not bounded by the steps run"
+    text = f"knee {fmt(knee.rate)} req/s ({interval}, {conf}): {_label(knee.binding or '')} binds"
     others = [f"{_label(k)} at {v * 100:.0f}% of its target there" for k, v in knee.headroom.items()]
     return text + ("; " + "; ".join(others) if others else "")

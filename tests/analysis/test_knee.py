@@ -143,7 +143,9 @@ def test_knee_of_an_older_summary_estimates_from_its_steps():
      "knee 4.6 req/s (4.4 to 4.8, 90%): TTFT p95 binds; TPOT p95 at 41% of its target there"),
     (Knee(4.634, 4.601, 4.668, 0.9, "ttft_p95"), "knee 4.63 req/s (4.60 to 4.67, 90%): TTFT p95 binds"),
     (Knee(46.3, 41.0, 52.0, 0.95, "e2e_p99"), "knee 46 req/s (41 to 52, 95%): E2E p99 binds"),
-    (Knee(4.6, 4.4, None, 0.9, "ttft_p95"), "knee 4.6 req/s (4.4 to above the rates run, 90%): TTFT p95 binds"),
+    (Knee(4.6, 4.4, None, 0.9, "ttft_p95"), "knee 4.6 req/s (at least 4.4, 90%): TTFT p95 binds"),
+    (Knee(4.6, None, 4.9, 0.9, "ttft_p95"), "knee 4.6 req/s (at most 4.9, 90%): TTFT p95 binds"),
+    (Knee(4.6, None, None, 0.9, "ttft_p95"), "knee 4.6 req/s (not bounded by the steps run, 90%): TTFT p95 binds"),
     (Knee(None, 6.1, None, 0.9, None), "knee above 6.1 req/s (90%): every target held at every rate run"),
     (None, "knee: not estimated (no judged step on the rate axis with a percentile target)"),
 ])
