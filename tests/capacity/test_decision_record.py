@@ -17,7 +17,9 @@ import pytest
 from capacity_helpers import E2E_SLO_S, RATES, good_mask, read_json, window_requests
 from support import REPO
 
-pytestmark = pytest.mark.slow
+# serial: its verdicts, drifts and generator checks need the load they measure to be the only load (under
+# four xdist workers and two CPU hogs they came out invalid or undetected)
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_decision_record_in_summary_worksheet_and_report(deployments):
