@@ -59,26 +59,28 @@ hold = float(sys.argv[2])
 torch.cuda.init()
 torch.zeros(1, device="cuda")  # the CUDA context: part of the baseline
 torch.cuda.synchronize()
-def say(i, held):
-    print(json.dumps({"step": i, "t": time.time(), "held_bytes": held}), flush=True)
-say(0, 0)
+def say(i, held, began):
+    print(json.dumps({"step": i, "began": began, "t": time.time(), "held_bytes": held}), flush=True)
+say(0, 0, time.time())
 time.sleep(hold)
 blocks, i = [], 0
 for mib in steps:
+    began = time.time()
     block = torch.empty(mib * 1024 * 1024, dtype=torch.uint8, device="cuda")
     block.fill_(1)
     blocks.append(block)
     torch.cuda.synchronize()
     i += 1
-    say(i, sum(b.numel() for b in blocks))
+    say(i, sum(b.numel() for b in blocks), began)
     time.sleep(hold)
 while blocks:
+    began = time.time()
     blocks.pop()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
     i += 1
-    say(i, sum(b.numel() for b in blocks))
+    say(i, sum(b.numel() for b in blocks), began)
     time.sleep(hold)
 """
 
@@ -115,18 +117,23 @@ def baseline_of(times: Sequence[float], used: Sequence[float], events: Sequence[
 
 
 def follow_steps(times: Sequence[float], used: Sequence[float], events: Sequence[dict], *, baseline_bytes: float,
-                 limit_s: float, tolerance_bytes: float) -> list[StepCheck]:
+                 limit_s: float, tolerance_bytes: float, ends: Sequence[float] | None = None) -> list[StepCheck]:
     """Per child step after the first: did the recorded series reach the new level within `limit_s` of
-    the step being done, and stay there until the next step? `times` are each sample's time (taken
-    before the read), `used` its used bytes."""
-    pairs = sorted(zip(times, used, strict=True))
+    the step being done, and stay there until the next step began? `times` are each sample's time (taken
+    before the read), `ends` when its read returned (default: `times`), `used` its used bytes. A sample
+    belongs to a step only if its whole read lies between the step being done and the next step's
+    `began` (the child's mark before it allocates or frees): a read that overlaps the next allocation
+    may see either level, and judges nothing."""
+    ends = times if ends is None else ends
+    samples = sorted(zip(times, ends, used, strict=True))
     levels = expected_levels(events, baseline_bytes)
+    began = [float(e.get("began", e["t"])) for e in events]
     out = []
     for k, (step, done_at, expected) in enumerate(levels):
         if k == 0:
             continue
-        until = levels[k + 1][1] if k + 1 < len(levels) else float("inf")
-        window = [(t, u) for t, u in pairs if done_at <= t < until]
+        until = began[k + 1] if k + 1 < len(levels) else float("inf")
+        window = [(t, u) for t, end, u in samples if done_at <= t and end < until]
         at_level = [t for t, u in window if abs(u - expected) <= tolerance_bytes]
         first = at_level[0] if at_level else None
         lag = None if first is None else first - done_at
@@ -170,6 +177,7 @@ class _Recorder(threading.Thread):
         self.name_, self.poll, self.period_s, self.stop = name, poll, period_s, stop
         self.source = f"gpu:{gpu}"
         self.times: list[float] = []
+        self.ends: list[float] = []  # when each sample's read returned
         self.used: list[float] = []
         self.errors = 0
 
@@ -184,6 +192,7 @@ class _Recorder(threading.Thread):
                 used = [p.value for p in points if p.metric == "gpu_memory_used_bytes" and p.source == self.source]
                 if used:
                     self.times.append(began)
+                    self.ends.append(time.time())
                     self.used.append(float(used[0]))
             self.stop.wait(max(0.0, self.period_s - (time.time() - began)))
 
@@ -274,7 +283,8 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict]:
         limit = args.interval + (scrape_s if r.name_ == "gpu-agent" else 0.0) + args.slack_s
         base = baseline_of(r.times, r.used, events)
         checks = ([] if base is None else
-                  follow_steps(r.times, r.used, events, baseline_bytes=base, limit_s=limit, tolerance_bytes=tolerance))
+                  follow_steps(r.times, r.used, events, baseline_bytes=base, limit_s=limit, tolerance_bytes=tolerance,
+                               ends=r.ends))
         ok = bool(checks) and all(c.followed for c in checks)
         code = code or (0 if ok else 1)
         results[r.name_] = {"followed": ok, "limit_s": limit, "baseline_bytes": base, "samples": len(r.times),

@@ -57,6 +57,25 @@ def test_a_recorder_that_follows_within_one_interval_passes(check):
     assert all(0 <= s.lag_s <= INTERVAL for s in steps)
 
 
+def test_a_read_that_overlaps_the_next_allocation_judges_nothing(check):
+    """A slow read that began before the child's next step began but returned after it may see the new
+    level (the allocation lands before the child's mark): it judges neither step. The same value read
+    wholly inside the step still fails it."""
+    events = [dict(e, began=e["t"] - 0.3) for e in EVENTS]
+    times, used = _series()
+    i = next(k for k, t in enumerate(times) if 13.5 < t < 13.7)  # the last sample before step 2 began (13.7 s)
+    ends = list(times)
+    times[i], ends[i], used[i] = 13.6, 13.9, BASE + 2 * GIB  # began before 13.7, returned after: ambiguous
+    base = check.baseline_of(times, used, events)
+    steps = check.follow_steps(times, used, events, baseline_bytes=base, limit_s=INTERVAL + 0.05,
+                               tolerance_bytes=64 * 2 ** 20, ends=ends)
+    assert all(s.followed for s in steps), steps
+    ends[i] = 13.65  # the whole read before the next step began: step 1 left its level
+    steps = check.follow_steps(times, used, events, baseline_bytes=base, limit_s=INTERVAL + 0.05,
+                               tolerance_bytes=64 * 2 ** 20, ends=ends)
+    assert [s.step for s in steps if not s.followed] == [1], steps
+
+
 def test_a_lagging_recorder_fails_on_every_step(check):
     _, steps = _follow(check, *_series(delay_s=1.2))
     assert not any(s.followed for s in steps)
@@ -109,9 +128,10 @@ steps = [int(s) for s in sys.argv[1].split(",")]
 hold = float(sys.argv[2])
 state = os.environ["FAKE_GPU_STATE"]
 def say(i, held):
+    began = time.time()
     with open(state, "w") as f:
         f.write(str(held))
-    print(json.dumps({"step": i, "t": time.time(), "held_bytes": held}), flush=True)
+    print(json.dumps({"step": i, "began": began, "t": time.time(), "held_bytes": held}), flush=True)
 say(0, 0)
 time.sleep(hold)
 held, i = [], 0
