@@ -29,6 +29,8 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    Near that crossing, with 3 or more steps within `LOCAL_SPAN` of it on both sides, a local binomial
    fit of their shares replaces it (`_local_fit`: effective trials from each step's interval, the
    longest autocorrelation time there pooled, a profile-likelihood interval scaled by the dispersion).
+   An end of that interval its steps cannot bound (the profile reaches past them) takes the monotone
+   band's end over every step instead (`_bounded`), so the interval is open only where no step bounds it.
    Ladder steps (started on an idle server) inside the refine steps' range are left out.
 3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs (a target
    never crossed whose high-end fit is over at the lowest rate already leaves the low alone); the target
@@ -304,9 +306,29 @@ def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, f
     crossing, where = _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
     if crossing.rate is not None:
         local = _local_fit(rows, key, level, crossing.rate, confidence)
+        if local is None and sum(1 for r in rows if _chained(r)) >= 2:
+            # the search's steps do not bracket the chord's estimate closely: the same fit over every step
+            local = _local_fit(rows, key, level, crossing.rate, confidence, span=None)
+        elif local is not None and (local.low is None or local.high is None):
+            wide = _local_fit(rows, key, level, crossing.rate, confidence, span=None)
+            if wide is not None:
+                local = _bounded(local, wide)
         if local is not None:
             crossing = local
     return crossing, where
+
+
+def _bounded(local: Crossing, wide: Crossing) -> Crossing:
+    """The local fit's crossing, an end its steps leave open (the profile interval reaches past the
+    steps near the knee: too few, too close together or too noisy to bound it there) closed by the
+    same fit over every step's end. The point stays the local fit's."""
+    rate = local.rate
+    low = local.low if local.low is not None else wide.low
+    high = local.high if local.high is not None else wide.high
+    if rate is not None:
+        low = None if low is None else min(low, rate)
+        high = None if high is None else max(high, rate)
+    return Crossing(rate, low, high)
 
 
 #: the local fit uses the steps within this share of the first estimate
@@ -355,7 +377,8 @@ def _profile(d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> tuple[flo
     return _deviance(b, d, k, n, c), b
 
 
-def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confidence: float) -> Crossing | None:
+def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confidence: float,
+               span: float | None = LOCAL_SPAN) -> Crossing | None:
     """The crossing from a binomial (logistic) fit of the steps near `guess`: each step's share `f` is
     `k` of `n` effective trials (`n` from its Wilson interval, which counts its autocorrelation), the
     model logit(share) = logit(level) + b (rate - crossing), b > 0; the crossing's interval is where the
@@ -366,7 +389,7 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     xs, fs, ns, taus = [], [], [], []
     for row in rows:
         x, f, high = _num(row.get("offered_rate")), _num(row.get(f"{key}_over")), _num(row.get(f"{key}_over_high"))
-        if x is None or f is None or high is None or abs(x - guess) > LOCAL_SPAN * guess:
+        if x is None or f is None or high is None or (span is not None and abs(x - guess) > span * guess):
             continue
         n = _effective_n(f, high, z)
         if n is None:
@@ -379,8 +402,10 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     if any(f > 0 for f in fs):
         # a window with no value over the threshold cannot see how long the queue's episodes over it
         # last: every step near the knee is given the longest autocorrelation time measured there
-        pooled = max(t for t, f in zip(taus, fs, strict=True) if f > 0)
-        ns = [n * t / max(t, pooled) for n, t in zip(ns, taus, strict=True)]
+        # (the steps near the knee only: one far under it, whose queue never built, keeps its own)
+        near = [abs(x - guess) <= LOCAL_SPAN * guess for x in xs]
+        pooled = max((t for t, f, m in zip(taus, fs, near, strict=True) if f > 0 and m), default=1.0)
+        ns = [n * t / max(t, pooled) if m else n for n, t, m in zip(ns, taus, near, strict=True)]
     ks = [f * n for f, n in zip(fs, ns, strict=True)]
     if len(xs) < 3:
         return None

@@ -27,9 +27,12 @@ Each `next_step`, in this order:
    comes before the precision stop: an undecided step inside the interval says the interval is not to
    be trusted yet;
 4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, at least one refine
-   step ran, and a judged step ran within 2 x `precision` of the knee: stop `precision` (an interval
-   from the ladder alone, interpolated across a wide gap between its steps, does not know the curve's
-   bend there: bench/knee_accuracy.py found such intervals too narrow);
+   step ran, and judged steps ran within 2 x `precision` of the knee on both sides of it: stop
+   `precision` (an interval from the ladder alone, interpolated across a wide gap between its steps, or
+   from steps all on one side of the knee, does not know the curve's bend there: bench/knee_accuracy.py
+   found such intervals too narrow). With a step still settling (`pending`: the answer will include
+   it), the estimate at the decision before must have met this too (bench/knee_accuracy.py: a stop
+   made one step early was followed by a last step that moved the knee 12%);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
 6. the next rate: the knee's point estimate (rounded to 3 significant figures); after `PROBE_AFTER`
@@ -157,6 +160,7 @@ class KneeSearch:
         self.stopped: str | None = None
         self._knee: Any = None
         self._fresh = False
+        self._was_precise = False  # the last decision's estimate met the precision stop
 
     # ------------------------------------------------------------------ state
 
@@ -220,8 +224,13 @@ class KneeSearch:
         if repeat is not None:          # says the interval is not yet to be trusted
             return repeat, ""
         width = knee.half_width_rel
-        if (knee.rate is not None and width is not None and width <= self.precision and self.refine_steps
-                and self._measured_near(knee.rate)):
+        precise = bool(knee.rate is not None and width is not None and width <= self.precision
+                       and self.refine_steps and self._measured_near(knee.rate))
+        # with a step still settling (a chained search), the answer will include it: the estimate
+        # without it must have been precise at the decision before too, or that step may still move it
+        confirmed = precise and (self.pending == 0 or self._was_precise)
+        self._was_precise = precise
+        if confirmed:
             return None, "precision"
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
@@ -246,12 +255,13 @@ class KneeSearch:
         return 0.0
 
     def _measured_near(self, rate: float) -> bool:
-        """A judged step ran at a realised rate within 2 x `precision` of `rate`."""
-        for row in self.rows:
-            at = _number(row.get("offered_rate"))
-            if row.get("verdict") in JUDGED and at is not None and abs(at - rate) <= 2 * self.precision * rate:
-                return True
-        return False
+        """Judged steps ran at realised rates within 2 x `precision` of `rate` on both sides of it (an
+        interval from steps all on one side extrapolates the curve's bend: bench/knee_accuracy.py found
+        such intervals too narrow, e.g. two steps 12% over a flat TPOT curve's knee)."""
+        near = [at for row in self.rows if row.get("verdict") in JUDGED
+                and (at := _number(row.get("offered_rate"))) is not None
+                and abs(at - rate) <= 2 * self.precision * rate]
+        return any(at < rate for at in near) and any(at > rate for at in near)
 
     def _extension(self, knee: Any) -> Ask | None:
         """The inconclusive step nearest the knee, inside its interval, not yet repeated

@@ -225,3 +225,24 @@ def test_a_target_never_crossed_with_a_loose_lowest_step_leaves_the_knee_low_alo
     assert knee.low is not None and knee.low == pytest.approx(knee.targets["ttft_p95"].low)
     assert knee.low < knee.rate < knee.high
     assert "below the rates run" not in knee_sentence(knee)
+
+
+def _share_row(rate: float, share: float, low: float, high: float, completed: int) -> dict:
+    r = row(rate, curve(rate), rel=0.1, phase="refine")
+    r.update(ttft_p95_over=share, ttft_p95_over_low=low, ttft_p95_over_high=high, completed=completed)
+    return r
+
+
+def test_an_end_the_steps_near_the_knee_leave_open_is_closed_by_the_fit_over_every_step():
+    """Three noisy steps near the knee cannot bound it (the local fit's profile reaches past them at both
+    ends: open); steps far under it (no value over the target) and far over it (60% over) can: the same
+    binomial fit over every step closes both ends, around the local fit's point."""
+    near = [_share_row(4.45, 0.02, 0.0, 0.12, 270), _share_row(4.6, 0.06, 0.01, 0.2, 280),
+            _share_row(4.75, 0.09, 0.02, 0.25, 290)]
+    far = [_share_row(2.0, 0.0, 0.0, 0.01, 120), _share_row(3.0, 0.0, 0.0, 0.015, 180),
+           _share_row(6.5, 0.6, 0.5, 0.7, 400)]
+    alone = estimate_knee(near, SLO2).targets["ttft_p95"]
+    assert alone.low is None and alone.high is None and 4.45 < alone.rate < 4.75
+    t = estimate_knee(near + far, SLO2).targets["ttft_p95"]
+    assert t.rate == pytest.approx(alone.rate)
+    assert 3.0 < t.low < 4.45 and 4.75 < t.high < 6.5

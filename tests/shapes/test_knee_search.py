@@ -191,28 +191,31 @@ def test_the_realised_rate_is_stated_when_a_short_step_drew_far_from_its_target(
     assert realised_rate_note(5.5, [6.2, 5.4]) == " (offered 6.2 req/s realised)"
 
 
-@pytest.mark.parametrize("seed", range(1, 9))
-def test_with_the_analysis_estimate_the_interval_holds_the_true_knee(seed):
+def test_with_the_analysis_estimate_the_interval_holds_the_true_knee():
     """The whole loop with `analysis.knee.estimate_knee` (the estimate a run uses) against the synthetic
-    server: the search ends inside its budget with a knee whose interval holds the truth."""
+    server, 20 seeds: every search ends inside its budget with the right binding target and a point
+    within 10% of the truth, and its 90% interval holds the truth in at least 18 of the 20 (19 now)."""
     from analysis.knee import estimate_knee
     from llmload.config import SLO
 
     slo = SLO.model_validate({"ttft_p95": "1s"})
     knee = 4.6
-    server = Server(knee, seed=seed)
-    clock = Clock()
-    search = KneeSearch([server.row(r, phase="ladder") for r in (2, 4, 6, 8)],
-                        estimate=lambda rows: estimate_knee(rows, slo), precision=0.05, budget_s=600,
-                        max_steps=8, step_s=60.0, clock=clock)
-    while (ask := search.next_step()) is not None:
-        clock.t += 70.0
-        search.record(server.row(ask.rate), wall_s=70.0, nominal_s=60.0)
-    answer = search.answer
-    assert answer.stopped in ("precision", "budget", "max_steps") and clock.t <= 600
-    assert answer.knee.binding == "ttft_p95"
-    assert answer.knee.low <= knee <= answer.knee.high, answer.knee
-    assert abs(answer.knee.rate - knee) / knee < 0.1
+    held = []
+    for seed in range(1, 21):
+        server = Server(knee, seed=seed)
+        clock = Clock()
+        search = KneeSearch([server.row(r, phase="ladder") for r in (2, 4, 6, 8)],
+                            estimate=lambda rows: estimate_knee(rows, slo), precision=0.05, budget_s=600,
+                            max_steps=8, step_s=60.0, clock=clock)
+        while (ask := search.next_step()) is not None:
+            clock.t += 70.0
+            search.record(server.row(ask.rate), wall_s=70.0, nominal_s=60.0)
+        answer = search.answer
+        assert answer.stopped in ("precision", "budget", "max_steps") and clock.t <= 600, (seed, answer)
+        assert answer.knee.binding == "ttft_p95", (seed, answer.knee)
+        assert abs(answer.knee.rate - knee) / knee < 0.1, (seed, answer.knee)
+        held.append(answer.knee.low <= knee <= answer.knee.high)
+    assert sum(held) >= 18, [seed for seed, ok in enumerate(held, 1) if not ok]
 
 
 def test_an_undecided_step_inside_a_narrow_interval_is_repeated_before_the_precision_stop():
@@ -221,6 +224,8 @@ def test_an_undecided_step_inside_a_narrow_interval_is_repeated_before_the_preci
                         step_s=1, clock=Clock())  # half-width 4.6%: precise enough, but r5.16 is undecided
     assert search.next_step() == Ask(5.16, extends="r5.16")
     search.record({"label": "r5.16-2", "target_rate": 5.16, "offered_rate": 5.16, "verdict": "pass"})
+    assert search.next_step() == Ask(5.4)  # precise, but every step so far is under the knee
+    search.record({"label": "r5.40", "target_rate": 5.4, "offered_rate": 5.43, "verdict": "fail"})
     assert search.next_step() is None and search.answer.stopped == "precision"
 
 
@@ -229,5 +234,48 @@ def test_a_precise_estimate_from_the_ladder_alone_still_gets_one_refine_step():
     search = KneeSearch(rows, estimate=lambda rows: FakeKnee(6.29, 6.04, 6.65), precision=0.05, step_s=1,
                         clock=Clock())  # +-4.9% from the ladder's steps: not trusted without a probe
     assert search.next_step() == Ask(6.29)
-    search.record({"label": "r6.29", "target_rate": 6.29, "offered_rate": 6.29, "verdict": "fail"})
+    search.record({"label": "r6.29", "target_rate": 6.29, "offered_rate": 6.33, "verdict": "fail"})
     assert search.next_step() is None and search.answer.stopped == "precision"
+
+
+def test_a_precise_estimate_from_steps_all_on_one_side_of_it_probes_the_other():
+    """Two refine steps 12% over a flat curve's knee gave a +-5% interval that did not hold the truth
+    (bench/knee_accuracy.py, tpot seed 9): the precision stop waits for a step on each side."""
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "pass"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(6.2, 5.95, 6.45), precision=0.05, step_s=1,
+                        clock=Clock())
+    for label, offered in (("r6.20", 6.24), ("r6.20-2", 6.22)):
+        assert search.next_step() == Ask(6.2)
+        search.record({"label": label, "target_rate": 6.2, "offered_rate": offered, "verdict": "fail"})
+    assert search.next_step() == Ask(round(6.2 * 0.95, 2))  # no step within 10% under 6.2: probe there
+    search.record({"label": "r5.89", "target_rate": 5.89, "offered_rate": 5.9, "verdict": "pass"})
+    assert search.next_step() is None and search.answer.stopped == "precision"
+
+
+def test_a_chained_search_stops_on_precision_only_when_the_estimate_before_was_precise_too():
+    """A chained search decides the next step while the last one still settles: the answer will include
+    that step, so one precise estimate is not enough to stop; two in a row are. A drained search (nothing
+    pending) stops at the first."""
+    ladder = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "pass"},
+              {"label": "r4.40", "target_rate": 4.4, "offered_rate": 4.4, "verdict": "pass"},
+              {"label": "r6.00", "target_rate": 6.0, "offered_rate": 6.0, "verdict": "fail"}]
+    knee = FakeKnee(4.6, 4.45, 4.75)
+
+    def step(rate: float, n: int) -> dict:
+        return {"label": f"s{n}", "target_rate": rate, "offered_rate": rate * (1.02 if n % 2 else 0.98),
+                "verdict": "inconclusive" if n > 9 else "pass"}
+
+    chained = KneeSearch(ladder, estimate=lambda rows: knee, precision=0.05, max_extensions=0, step_s=1,
+                         clock=Clock())
+    asked = [chained.next_step()]
+    asked.append(chained.next_step())  # asked while the first still settles
+    chained.record(step(asked[0].rate, 1))
+    asked.append(chained.next_step())  # precise now, but the step before it was not: go on
+    assert asked[-1] is not None
+    chained.record(step(asked[1].rate, 2))
+    assert chained.next_step() is None and chained.answer.stopped == "precision"  # precise twice in a row
+
+    drained = KneeSearch(ladder, estimate=lambda rows: knee, precision=0.05, max_extensions=0, step_s=1,
+                         clock=Clock())
+    drained.record(step(drained.next_step().rate, 1))
+    assert drained.next_step() is None and drained.answer.stopped == "precision"
