@@ -37,7 +37,7 @@ from locust import User, events, task
 from llmload.apis import api_names, get_api
 from llmload.latency import latencies
 from llmload.records import Record
-from llmload.runtime.locustglue import console, session
+from llmload.runtime.locustglue import console, seams, session
 
 if TYPE_CHECKING:  # the master never sends: it does not import the sending path
     from llmload.client.bodies import PreparedRequest
@@ -95,6 +95,14 @@ class LLMUser(User):
         """Block until this worker's scheduler queues an arrival (Locust kills idle waiting users on stop)."""
         self._job = session.worker_of(self.environment).take()  # waits while the worker is being set up
         return 0.0
+
+    def stop(self, force: bool = False) -> bool:
+        """Locust stops a user to move it to a worker that joined mid-run (a rebalance): one with a
+        request in flight finishes it first (`seams.finish_then_stop`), so a join never turns a request
+        into `cancelled`. A stop of the test still kills it (the request is recorded `cancelled`)."""
+        if seams.finish_then_stop(self):
+            return False
+        return super().stop(force)
 
     @task
     def send_planned_request(self) -> None:

@@ -141,3 +141,20 @@ def test_the_logging_seams() -> None:
                                 f"Your selected {seams.SPAWN_WARNING}, ...", None, None)
     kept = logging.LogRecord("locust.runners", logging.WARNING, "", 0, "another warning", None, None)
     assert not runners_log.filters[-1].filter(dropped) and runners_log.filters[-1].filter(kept)
+
+
+def test_the_user_stop_seam() -> None:
+    """`finish_then_stop`: a user in a task asked to stop (`LOCUST_STATE_STOPPING`) ends after that task;
+    the runner's states while it runs are `spawning` / `running`, and a test's stop enters `cleanup`
+    before it stops the users (so a stop of the test is never mistaken for a rebalance)."""
+    locust = _locust()
+    users = _classes(locust / "user" / "users.py")
+    stop = ast.unparse(_method(users["User"], "stop"))
+    assert "self._state == LOCUST_STATE_RUNNING" in stop and "self._state = LOCUST_STATE_STOPPING" in stop
+    wait = ast.unparse(_method(_classes(locust / "user" / "task.py")["TaskSet"], "wait"))
+    assert re.search(r"if self\.user\._state == LOCUST_STATE_STOPPING:\s+raise StopUser\(\)", wait), wait
+    runners_py = (locust / "runners.py").read_text()
+    for state in ("spawning", "running", "cleanup"):
+        assert f'"{state}"' in runners_py, state
+    runner_stop = ast.unparse(_method(_classes(locust / "runners.py")["Runner"], "stop"))
+    assert runner_stop.index("self.update_state(STATE_CLEANUP)") < runner_stop.index("self.stop_users(")

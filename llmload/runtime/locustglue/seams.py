@@ -13,6 +13,10 @@
   `extended_stats` in the `/stats/requests` the page polls), `override_start_form`
   (wraps `WebUI.update_template_args` to set `extra_options`, `host`, `missing_host_warning`), `splice_into_page`
   (our script and meta tag put before `</body>` of the index page, endpoint `locust.index`).
+- A user's stop: `finish_then_stop` (a user that Locust stops while its runner is still spawning or running
+  is being moved to another worker, a rebalance when a worker joins: it finishes the request in flight
+  first, by `User._state` = `LOCUST_STATE_STOPPING`, which Locust checks after each task; a stop of the test,
+  runner state `cleanup`, still kills it and records the request `cancelled`).
 - Logging: `log_readers` (the root logger's handler that feeds the web UI's log panel, a `LogReader` matched by
   class name), `quiet_spawn_warning` (drops `locust.runners`' "spawn rate is very high" warning by its text),
   `STATS_LOGGER` (the logger of Locust's request tables).
@@ -25,7 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab", "is_master",
+__all__ = ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab", "finish_then_stop", "is_master",
            "is_worker", "log_readers", "override_start_form", "quiet_spawn_warning", "session_of",
            "splice_into_page", "worker_count"]
 
@@ -64,6 +68,21 @@ def is_worker(runner: Any) -> bool:
     from locust.runners import WorkerRunner
 
     return isinstance(runner, WorkerRunner)
+
+
+def finish_then_stop(user: Any) -> bool:
+    """Ask `user` to stop once its task (the request in flight) is done, instead of being killed, when
+    Locust stops it for a rebalance: its runner still spawning or running (a test that stops is in
+    `cleanup` first) and the user inside a task, not waiting for an arrival. True when asked; False:
+    kill it as Locust would (the caller's `User.stop`)."""
+    from locust.runners import STATE_RUNNING, STATE_SPAWNING
+    from locust.user.users import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING
+
+    runner = getattr(user.environment, "runner", None)
+    if user._state != LOCUST_STATE_RUNNING or getattr(runner, "state", None) not in (STATE_SPAWNING, STATE_RUNNING):
+        return False
+    user._state = LOCUST_STATE_STOPPING
+    return True
 
 
 def worker_count(runner: Any) -> int:
