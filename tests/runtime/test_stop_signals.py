@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from llmload.runtime.launcher import stop_signals
 from llmload.runtime.launcher.stop_signals import StopSignals, interrupted_exit_code
 
 #: a child that waits to be signalled (its own session, as `llmload run` starts the Locust child)
@@ -25,7 +26,9 @@ _SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 @pytest.mark.parametrize("sig, forwarded", [(signal.SIGINT, signal.SIGTERM), (signal.SIGTERM, signal.SIGTERM),
                                             (signal.SIGHUP, signal.SIGHUP)])
-def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forwarded):
+def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forwarded, monkeypatch):
+    detached = []  # SIGHUP would point a terminal's stdout and stderr at /dev/null (pytest -s in a terminal)
+    monkeypatch.setattr(stop_signals, "detach_hung_up_terminal", detached.append)
     out = io.StringIO()
     before = signal.getsignal(sig)
     child = subprocess.Popen(_SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL)
@@ -48,6 +51,7 @@ def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forw
                      f"llmload: {name} again: still finishing the run directory (it is written before llmload "
                      "exits)"]
     assert interrupted_exit_code(sig) == 128 + sig
+    assert detached == [sig, sig]  # each signal is offered to the terminal check (it acts on SIGHUP only)
     assert signal.getsignal(sig) == before  # the previous handler is back
 
 
