@@ -20,8 +20,19 @@ import pytest
 from llmload.runtime.launcher import stop_signals
 from llmload.runtime.launcher.stop_signals import StopSignals, interrupted_exit_code
 
-#: a child that waits to be signalled (its own session, as `llmload run` starts the Locust child)
-_SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+#: a child that waits to be signalled (its own session, as `llmload run` starts the Locust child), dying of
+#: SIGTERM and SIGHUP as the Locust child does even when the suite runs under `nohup` (SIGHUP ignored,
+#: which a child would inherit)
+_SLEEPER = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+            "signal.signal(signal.SIGTERM, signal.SIG_DFL); print('ready', flush=True); time.sleep(60)"]
+
+
+def _sleeper() -> subprocess.Popen:
+    """Start the child and wait until its signals are set."""
+    child = subprocess.Popen(_SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline() == "ready\n"
+    return child
 
 
 @pytest.mark.parametrize("sig, forwarded", [(signal.SIGINT, signal.SIGTERM), (signal.SIGTERM, signal.SIGTERM),
@@ -31,7 +42,7 @@ def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forw
     monkeypatch.setattr(stop_signals, "detach_hung_up_terminal", detached.append)
     out = io.StringIO()
     before = signal.getsignal(sig)
-    child = subprocess.Popen(_SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL)
+    child = _sleeper()
     try:
         with StopSignals(out=out) as stops:
             stops.child = child
@@ -43,7 +54,7 @@ def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forw
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+        child.communicate()
     name = signal.Signals(sig).name
     lines = out.getvalue().splitlines()
     assert lines == [f"llmload: {name}: stopping the run: in-flight requests are recorded as cancelled, then the "
@@ -57,7 +68,7 @@ def test_a_stop_signal_is_said_by_name_and_forwarded_to_the_child_once(sig, forw
 
 def test_a_stop_signal_after_the_run_has_finished_closes_and_is_not_an_interruption():
     out = io.StringIO()
-    child = subprocess.Popen(_SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL)
+    child = _sleeper()
     try:
         with StopSignals(out=out, finished=lambda: True) as stops:
             stops.child = child
@@ -67,7 +78,7 @@ def test_a_stop_signal_after_the_run_has_finished_closes_and_is_not_an_interrupt
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait()
+        child.communicate()
     assert out.getvalue() == "llmload: SIGINT: the run has finished: closing\n"
 
 
@@ -75,7 +86,7 @@ def test_a_signal_before_the_child_exists_is_forwarded_when_it_does():
     out = io.StringIO()
     with StopSignals(out=out) as stops:
         os.kill(os.getpid(), signal.SIGTERM)
-        child = subprocess.Popen(_SLEEPER, start_new_session=True, stdin=subprocess.DEVNULL)
+        child = _sleeper()
         try:
             stops.child = child
             stops.forward()  # as `llmload run` does once the child is started
@@ -83,4 +94,4 @@ def test_a_signal_before_the_child_exists_is_forwarded_when_it_does():
         finally:
             if child.poll() is None:
                 child.kill()
-                child.wait()
+            child.communicate()
