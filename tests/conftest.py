@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,13 @@ __all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_p
 # Ctrl-C's usual meaning, however the suite was started.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# pytest rewrites the asserts of every test module it collects (about 320: 7 s of CPU per pytest process,
+# and the README's command starts six: the controller, four xdist workers and the serial part) and keeps
+# the result in __pycache__ (git-ignored), but writes nothing when bytecode writing is off
+# (PYTHONDONTWRITEBYTECODE, set in some images): then every process rewrites them all again. The suite's
+# own process writes its cache whatever that setting (the processes it starts keep the setting).
+sys.dont_write_bytecode = False
 
 #: markers whose tests run one at a time on one xdist worker: one llama-server (CPU-bound, its figures are
 #: what those tests assert), one Docker Compose project (the two modes publish the same host port and

@@ -149,12 +149,23 @@ class Engine:
         budget = lim.max_num_batched_tokens
         scheduled: list[tuple[Sequence, int]] = []
         result = StepResult(cost_s=0.0)
+        running = self.running
+        block_size = lim.block_size
+        plain = self.cache is None  # no prefix cache: a reservation that fits is plain arithmetic
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.needed, budget)
-            if not self._reserve(seq, n, result):
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = seq.prompt_tokens + seq.generated - seq.computed  # seq.needed, inlined (the hot loop)
+            if n > budget:
+                n = budget
+            # _reserve's common case inlined: no prefix cache and the blocks are free (no preemption)
+            extra = -(-(seq.computed + n) // block_size) - seq.blocks
+            if plain and extra <= self.free_blocks:
+                seq.blocks += extra
+                self.free_blocks -= extra
+            elif not self._reserve(seq, n, result):
                 break  # seq itself was preempted (it was the newest)
+            running = self.running  # a preemption removes from the list (same object)
             scheduled.append((seq, n))
             budget -= n
             i += 1
@@ -184,18 +195,21 @@ class Engine:
                     result.admitted.append(seq)
                 scheduled.append((seq, n))
                 budget -= n
+        prefill_tokens = 0
+        emitted, finished = result.emitted, result.finished
         for seq, n in scheduled:
-            decoding = seq.needed == 1 and seq.generated > 0
-            if not decoding:
-                result.prefill_tokens += n
+            target = seq.prompt_tokens + seq.generated  # seq.needed is target - computed
+            if not (target - seq.computed == 1 and seq.generated > 0):  # not a decode step
+                prefill_tokens += n
             seq.computed += n
-            if seq.computed == seq.prompt_tokens + seq.generated:
+            if seq.computed == target:
                 seq.generated += 1
-                result.emitted.append(seq)
+                emitted.append(seq)
                 if seq.generated >= seq.output_tokens:
                     seq.state = "finished"
                     self._free(seq)
-                    result.finished.append(seq)
+                    finished.append(seq)
+        result.prefill_tokens = prefill_tokens
         if result.finished:  # one pass, not a list.remove per finished sequence
             self.running = [seq for seq in self.running if seq.state == "running"]
         result.batch = len(scheduled)

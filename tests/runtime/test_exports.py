@@ -12,7 +12,7 @@ MODULES = {
     "runtime.launcher.child_env": ["DEMO_ENV", "TOKEN_ENV", "run_in_demo"],
     "runtime.master.controller": ["StepController", "search_line", "step_lead_s"],
     "runtime.locustglue.seams": ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab",
-                                 "is_master", "is_worker", "log_readers", "override_start_form", "quiet_spawn_warning",
+                                 "finish_then_stop", "is_master", "is_worker", "log_readers", "override_start_form", "quiet_spawn_warning", "run_without_teardown",
                                  "session_of", "splice_into_page", "worker_count"],
     "runtime.launcher.demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
     "runtime.launcher.gated_child": ["GATE_ENV", "GatedChild", "gated_boot", "released"],

@@ -158,3 +158,51 @@ def test_the_user_stop_seam() -> None:
         assert f'"{state}"' in runners_py, state
     runner_stop = ast.unparse(_method(_classes(locust / "runners.py")["Runner"], "stop"))
     assert runner_stop.index("self.update_state(STATE_CLEANUP)") < runner_stop.index("self.stop_users(")
+
+
+def test_locusts_main_ends_with_sys_exit_of_its_code() -> None:
+    """`run_without_teardown` relies on it: the end of `main()` is `sys.exit(code)` (its shutdown)."""
+    source = (_locust() / "main.py").read_text()
+    assert re.search(r"\n        sys\.exit\(code\)\n", source)
+
+
+_TEARDOWN_CHILD = """
+import atexit, sys, threading, time
+from llmload.runtime.locustglue.seams import run_without_teardown
+
+class Noisy:
+    def __del__(self):  # run by the interpreter's teardown only
+        sys.stderr.write("teardown\\n")
+
+keep = Noisy()
+atexit.register(lambda: print("atexit ran"))
+
+def main():
+    sys.stdout.write("buffered, ")  # no newline, no flush: written only if the streams are flushed
+    if sys.argv[1] == "thread":
+        threading.Thread(target=time.sleep, args=(0.5,)).start()
+    sys.exit(None if sys.argv[1] == "none" else sys.argv[1] if sys.argv[1] == "text" else 3)
+
+run_without_teardown(main)
+"""
+
+
+def test_run_without_teardown_exits_with_mains_code_after_atexit_and_without_the_teardown(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def run(case: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _TEARDOWN_CHILD, case], capture_output=True, text=True,
+                              timeout=60, env=env, cwd=tmp_path)
+
+    fast = run("code")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (3, "buffered, atexit ran\n", "")
+    assert run("none").returncode == 0
+    # the ordinary way: a text exit (printed, code 1), or another thread still running (waited for)
+    text = run("text")
+    assert (text.returncode, text.stdout) == (1, "buffered, atexit ran\n") and "text" in text.stderr
+    threaded = run("thread")
+    assert threaded.returncode == 3 and "teardown" in threaded.stderr

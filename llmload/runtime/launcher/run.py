@@ -11,7 +11,8 @@ two, and its shape plans the run.)
 
 (`llmload run` starts it as `python -c BOOT ...`, which is `python -m locust` with our packages imported
 before Locust puts the working directory first on the import path: a folder named `llmload` there, as
-in the parent of a clone, must not shadow the package.)
+in the parent of a clone, must not shadow the package; once Locust exits, the process ends without the
+interpreter's teardown: `locustglue.seams.run_without_teardown`.)
 
 Config errors, bad flag combinations and a run directory that cannot be written, or that another run
 holds, are caught before Locust starts (one line, exit 2). The launcher claims its run directory for
@@ -52,7 +53,8 @@ __all__ = ["BOOT", "free_loopback_port", "locust_command", "run_config", "say_on
 #: the Locust child's entry point: `python -m locust`, with our packages imported first and without
 #: the working directory on the import path (see the module docstring)
 BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p != '']; import locust, llmload, shapes, analysis; "
-        "from locust.main import main; main()")
+        "from locust.main import main; from llmload.runtime.locustglue.seams import run_without_teardown; "
+        "run_without_teardown(main)")
 
 REPO_FILES = Path(__file__).resolve().parents[3]
 LOCUSTFILE = REPO_FILES / "locustfiles" / "llm.py"
