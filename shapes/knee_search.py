@@ -176,6 +176,12 @@ class KneeSearch:
     def elapsed_s(self) -> float:
         return self.clock() - self.started
 
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Measure the budget on `clock` from now (the controller's: a search a shape made with the default
+        clock runs on the run's clock, virtual in tests)."""
+        self.clock = clock
+        self.started = clock()
+
     def record(self, row: Mapping, *, wall_s: float | None = None, nominal_s: float | None = None) -> None:
         """A refine step's judged row; `wall_s` (sent to judged) and `nominal_s` (warm-up + window) teach
         the budget how much a step costs beyond its schedule."""

@@ -191,12 +191,11 @@ def test_the_knee_search_budget_counts_each_step_and_its_extension_in_the_contro
         refine = [r for r in rows if r["phase"] == "refine"]
         return Knee(30.0, 30.0 - 8 / (1 + len(refine)), 30.0 + 8 / (1 + len(refine)))
 
-    class VirtualShape(Shape):  # the search's budget on the same virtual clock as the controller
+    class VirtualShape(Shape):  # made on the default clock: the controller gives the search its own (virtual)
         def search(self, config, rows=()):
             refine = config.shape.ladder.refine
             return KneeSearch(rows, estimate=self.estimate, precision=refine.precision, budget_s=refine.budget,
-                              max_steps=refine.max_steps, max_extensions=refine.max_extensions, step_s=20.0,
-                              clock=clock.now)
+                              max_steps=refine.max_steps, max_extensions=refine.max_extensions, step_s=20.0)
 
     shape = {"ladder": {"warmup": "0s", "arrival": "constant", "drain_timeout": "5s",
                         "steps": [{"rate": 20, "duration": "20s"}, {"rate": 40, "duration": "20s"}],

@@ -347,6 +347,8 @@ class StepController:
         search = self.shape.search(self.config, [s.judged_row() for s in self.plan.steps if s.judged])
         if search is None:
             return
+        if callable(getattr(search, "use_clock", None)):  # its budget on the run's clock
+            search.use_clock(self._clock)
         refine: list[Step] = []  # the refine steps sent, in order
         handed = 0  # how many of them the search has been given, judged
         next_start: float | None = None
