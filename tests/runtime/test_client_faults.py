@@ -48,8 +48,11 @@ def test_an_exception_in_our_client_code_is_client_error_and_never_the_servers(s
 
     summary = json.loads((run_dir / "summary.json").read_text())
     step = summary["steps"][0]
-    assert step["verdict"] == "invalid" and step["failing"] == ["client_error"], step
-    (reason,) = step["invalid_reasons"]
+    # client_error invalidates it; on a machine so loaded that the generator also fell behind, send_lag
+    # may be named beside it (the generator's fault too): never a failure of the server
+    assert step["verdict"] == "invalid" and "client_error" in step["failing"], step
+    assert set(step["failing"]) <= {"client_error", "send_lag"}, step
+    (reason,) = [r for r in step["invalid_reasons"] if r["check"] == "client_error"]
     assert reason["measured"] == faulty.sum() and "inside llmload" in reason["message"]
     # the server's counts: every request it was given met the SLO; our bug is in neither number
     assert step["slo_attainment"] == 1.0 and step["error_ratio"] == 0.0, step

@@ -17,37 +17,44 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 _SCRIPT = """
-import sys
+import sys, time
 import locust
 import gevent
-from locust import constant, task
+from locust import constant
 from locust.env import Environment
 from locustfiles.llm import LLMUser
 
-finished = []
+in_flight, finished = [], []
 
 class Busy(LLMUser):
     wait_time = constant(600)  # one request each, then wait (a waiting user is killed at once)
 
-    @task
-    def send_planned_request(self):
-        gevent.sleep(0.5)  # the request in flight
+    def busy(self):
+        in_flight.append(id(self))
+        gevent.sleep(2.0)  # the request in flight
         finished.append(id(self))
+
+Busy.tasks = [Busy.busy]  # only this task (Locust's class set-up would keep LLMUser's beside a @task)
+
+def wait_for(condition, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        gevent.sleep(0.02)
 
 env = Environment(user_classes=[Busy])
 runner = env.create_local_runner()
 runner.start(2, spawn_rate=100)
-gevent.sleep(0.2)
-assert runner.state == "running" and len(runner.user_greenlets) == 2, runner.state
+wait_for(lambda: len(in_flight) == 2 and runner.state == "running", 30)
+assert runner.state == "running" and len(in_flight) == 2 and not finished, (runner.state, in_flight, finished)
 if sys.argv[1] == "rebalance":
     runner.stop_users({"Busy": 1})  # what a rebalance does to this worker's users
+    wait_for(lambda: len(finished) == 2, 30)
 else:
     runner.stop()  # the test's stop
-gevent.sleep(0.8)
+    gevent.sleep(2.5)  # past the requests' end: a killed user never finishes its request
 print(len(finished))
 runner.quit()
 """
-
 
 @pytest.mark.parametrize("how,finished", [("rebalance", 2), ("stop", 0)])
 def test_a_rebalance_lets_the_request_in_flight_finish_and_a_stop_does_not(how, finished):
