@@ -29,8 +29,10 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    Near that crossing, with 3 or more steps within `LOCAL_SPAN` of it on both sides, a local binomial
    fit of their shares replaces it (`_local_fit`: effective trials from each step's interval, the
    longest autocorrelation time there pooled, a profile-likelihood interval scaled by the dispersion).
-   An end of that interval its steps cannot bound (the profile reaches past them) takes the monotone
-   band's end over every step instead (`_bounded`), so the interval is open only where no step bounds it.
+   An end of that interval its steps cannot bound (the profile reaches past them) takes the end of the
+   same binomial fit over every step instead (`_bounded`), so the interval is open only where no step
+   bounds it; once two refine steps ran, that fit over every step also places the crossing when the
+   steps within `LOCAL_SPAN` do not lie on both sides of the first estimate.
    Ladder steps (started on an idle server) inside the refine steps' range are left out.
 3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs (a target
    never crossed whose high-end fit is over at the lowest rate already leaves the low alone); the target
@@ -322,13 +324,10 @@ def _bounded(local: Crossing, wide: Crossing) -> Crossing:
     """The local fit's crossing, an end its steps leave open (the profile interval reaches past the
     steps near the knee: too few, too close together or too noisy to bound it there) closed by the
     same fit over every step's end. The point stays the local fit's."""
-    rate = local.rate
     low = local.low if local.low is not None else wide.low
     high = local.high if local.high is not None else wide.high
-    if rate is not None:
-        low = None if low is None else min(low, rate)
-        high = None if high is None else max(high, rate)
-    return Crossing(rate, low, high)
+    return Crossing(local.rate, None if low is None else min(low, local.rate),
+                    None if high is None else max(high, local.rate))
 
 
 #: the local fit uses the steps within this share of the first estimate
@@ -384,7 +383,8 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     model logit(share) = logit(level) + b (rate - crossing), b > 0; the crossing's interval is where the
     profile deviance stays within the chi-square(1) quantile at `confidence`, scaled by the fit's
     dispersion (Pearson chi-square / (steps - 2), at least 1: steps that scatter more than their
-    counts say, e.g. a queue still settling, widen it). None without a step on each side of `guess`."""
+    counts say, e.g. a queue still settling, widen it). None without a step on each side of `guess`.
+    `span`: the steps within this share of `guess` (None: every step)."""
     z = _z(confidence)
     xs, fs, ns, taus = [], [], [], []
     for row in rows:
