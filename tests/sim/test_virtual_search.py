@@ -39,6 +39,6 @@ def test_refine_steps_follow_on_and_only_the_last_drains():
 def test_the_interval_holds_the_true_knee_over_seeds():
     score = knee_accuracy(config, DEMO_SIM, (64, 32), TRUE_KNEE, seeds=range(1, 5))
     assert score["covered"] >= 3, score["runs"]
-    assert score["open_ended"] == 0, score["runs"]  # every end bounded (the fit over every step closes it)
+    assert all(r["low"] is not None and r["high"] is not None for r in score["runs"]), score["runs"]  # none open
     assert score["worst_error"] <= 0.10, score["runs"]
     assert all(r["binding"] == "ttft_p95" for r in score["runs"])
