@@ -93,6 +93,23 @@ def test_a_worker_that_never_answers_the_cancel_is_given_up_after_the_grace(tmp_
     assert step["lost_workers"] == ["0"] and step["cancelled"] is True
 
 
+def test_a_drained_notice_the_master_cannot_read_ends_the_step_at_once_not_at_its_deadline(tmp_path):
+    """The notice with a renamed field fails the run with one line naming it; the step waits for no
+    notice that will never come: it cancels at once and gives the worker up after the grace."""
+    controller, link, _, lines = make(tmp_path, ladder(30, 30, drain_timeout_s=120.0),
+                                      [WorkerPlan(tail_s=0.5, cancel_s=None, garbled=True)])
+    controller.run()
+    first, second = steps_of(tmp_path)
+    arrivals_end = first["start_at"] + 30
+    (cancel_at, label), = link.cancels()
+    assert label == first["label"] and arrivals_end + 0.5 <= cancel_at <= arrivals_end + 1.01  # polled every 0.5 s
+    assert first["drained_at"] == pytest.approx(cancel_at + CANCEL_GRACE_S, abs=0.21)  # not the 120 s deadline
+    assert first["cancelled"] is True and second["status"] == "not_run"
+    assert controller.state is ControllerState.FAILED
+    assert "missing field 'finished'; unknown field 'finished_count'" in controller.error
+    assert f"  {first['label']}: the run failed: cancelling queued and in-flight requests" in lines
+
+
 def test_a_stop_cuts_the_window_at_the_stop_cancels_and_leaves_later_steps_not_run(tmp_path):
     controller, link, clock, _ = make(tmp_path, ladder(60, 60, 60), [WorkerPlan(tail_s=1.0)])
     controller.start()

@@ -25,7 +25,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.records import Record
-from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record
+from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record, read_message
 
 __all__ = ["FakeHost", "FakeLink", "VirtualClock", "WorkerPlan"]
 
@@ -84,6 +84,8 @@ class WorkerPlan:
     lost_at: float | None = None
     #: the error its drained notice carries (a failed scheduler), or None
     error: str | None = None
+    #: its drained notice arrives with a field the master cannot read (read as `Session._read` reads it)
+    garbled: bool = False
 
 
 @dataclass
@@ -157,7 +159,12 @@ class FakeLink:
         record = (self.make_record or _ok_record)(label, plan.name, data["shard"], min(t, arrivals_end))
         controller = self.controller() if callable(self.controller) else self.controller
         controller.on_results(ResultsMessage(worker=plan.name, rows=[pack_record(record)]))
-        controller.on_drained(DrainedMessage(worker=plan.name, label=label, put=1, finished=1, error=plan.error))
+        notice = DrainedMessage(worker=plan.name, label=label, put=1, finished=1, error=plan.error).to_dict()
+        if plan.garbled:
+            notice["finished_count"] = notice.pop("finished")
+        drained = read_message(DrainedMessage, notice, worker=plan.name, fail=controller.fail)
+        if drained is not None:
+            controller.on_drained(drained)
 
     def _sleep_until(self, t: float) -> None:
         if t > self.clock.now():

@@ -52,6 +52,9 @@ class RunControl(Protocol):
     @property
     def stopped(self) -> bool: ...
 
+    @property
+    def failed(self) -> bool: ...
+
     def fail(self, message: str) -> None: ...
 
     def cut_window(self, step: Step, window_end: float | None) -> float | None: ...
@@ -211,8 +214,11 @@ class StepRun:
             pending = [(cid, n) for cid, n in self.workers if n not in step.drained and not ctx.link.missing(cid)]
             if not pending:
                 return False
-            if ctx.run.stopped:  # stopped (a signal): what is queued or in flight is cancelled and recorded
-                self._cancel(pending, why="the run was stopped")
+            if ctx.run.stopped or ctx.run.failed:
+                # stopped (a signal), or failed (a message it could not read may have been this step's
+                # drained notice, which will never come): what is queued or in flight is cancelled and
+                # recorded, and a worker that does not answer within the grace is given up
+                self._cancel(pending, why="the run was stopped" if ctx.run.stopped else "the run failed")
                 return True
             t = self.ctx.clock()
             count = len(step.rows)
