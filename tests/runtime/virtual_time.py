@@ -25,7 +25,14 @@ import gevent
 from gevent.event import Event
 
 from llmload.records import Record
-from llmload.runtime.wire.messages import CANCEL, STEP, DrainedMessage, ResultsMessage, pack_record, read_message
+from llmload.runtime.wire.messages import (
+    CANCEL,
+    STEP,
+    DrainedMessage,
+    ResultsMessage,
+    pack_record,
+    read_message,
+)
 
 __all__ = ["FakeHost", "FakeLink", "VirtualClock", "WorkerPlan"]
 
