@@ -27,7 +27,8 @@ def test_ttfa_and_reasoning_counts_match_ground_truth(sim_factory, flavor: str, 
         assert rec.output_tokens - rec.reasoning_tokens == 12 - n  # the answer's tokens
         # TTFA: the event after the reasoning ones, seen after the sim wrote it (and its reasoning)
         assert rec.first_answer_at == rec.token_times[n]
-        assert rec.first_token_at == rec.token_times[0] < rec.first_answer_at
+        # (equal when one read brought the reasoning and the answer's first token: a busy machine's client)
+        assert rec.first_token_at == rec.token_times[0] <= rec.first_answer_at
         assert row["first_answer_at"] == row["token_times"][n]
         assert -0.5 < rec.first_answer_at - row["first_answer_at"] < 2.0  # the sim stamps after its write
         assert rec.first_answer_at - rec.first_token_at >= row["first_answer_at"] - row["first_token_at"] - 0.5
