@@ -21,7 +21,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # pytest rewrites the asserts of every test module it collects (about 320: 7 s of CPU per pytest process,
-# and the README's command starts six: the controller, four xdist workers and the serial part) and keeps
+# and the README's command starts eleven: two controllers and nine xdist workers) and keeps
 # the result in __pycache__ (git-ignored), but writes nothing when bytecode writing is off
 # (PYTHONDONTWRITEBYTECODE, set in some images): then every process rewrites them all again. The suite's
 # own process writes its cache whatever that setting (the processes it starts keep the setting).
@@ -30,16 +30,16 @@ sys.dont_write_bytecode = False
 #: markers whose tests run one at a time on one xdist worker: one llama-server (CPU-bound, its figures are
 #: what those tests assert), one Docker Compose project (the two modes publish the same host port and
 #: check that none of the other's containers is left), one Chromium
-SERIAL_MARKERS = ("real_engine", "docker", "browser")
+ONE_WORKER_MARKERS = ("real_engine", "docker", "browser")
 #: fixture scopes whose value tests share: their tests go to one worker, so the fixture is built once
 SHARED_SCOPES = ("module", "package", "session")
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
     """The xdist group of a test under `--dist loadgroup` (the README's test command): the first of
-    SERIAL_MARKERS it carries, else the shared fixture of ours it uses (its module's path for a
+    ONE_WORKER_MARKERS it carries, else the shared fixture of ours it uses (its module's path for a
     module-scoped one), else None (the test goes to any worker)."""
-    for name in SERIAL_MARKERS:
+    for name in ONE_WORKER_MARKERS:
         if item.get_closest_marker(name) is not None:
             return name
     for name, defs in item._fixtureinfo.name2fixturedefs.items():
@@ -54,7 +54,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("real_engine") is not None:
-            item.add_marker(pytest.mark.serial)  # llama.cpp's speed is what they measure: a core of its own
+            item.add_marker(pytest.mark.quiet)  # llama.cpp's speed is what they measure: few neighbours
         group = xdist_group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

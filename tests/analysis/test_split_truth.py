@@ -21,8 +21,8 @@ from analysis import analyze, load_run
 from llmload.cli import main
 from llmload.config import SLO
 
-# serial: a verdict or a time compared with the sim's truth, which four xdist workers and two CPU hogs moved
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# quiet: a verdict or a time compared with the sim's truth, which the busy part's workers and two CPU hogs moved
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 SIM = {"step_base_s": 0.03, "decode_cost_s": 0.0005, "prefill_cost_s": 0.0002, "load_time_s": 0,
        "max_num_seqs": 2, "num_parallel": 2}

@@ -25,7 +25,7 @@ WORKER = ("import sys; from llmload.cli import main; sys.exit(main())",)
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # offsets within 20 ms: the CPU to itself
+@pytest.mark.quiet  # offsets within 20 ms: few neighbours
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(shutil.which("faketime") is None, reason="needs libfaketime (apt-get install faketime)")
 def test_workers_with_skewed_clocks_write_records_on_the_masters_clock(sim_factory, tmp_path):

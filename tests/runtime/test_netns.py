@@ -27,9 +27,9 @@ from support import run_said
 from llmload.runtime.launcher.child_env import TOKEN_ENV
 from llmload.runtime.launcher.run import locust_command
 
-# serial: its verdicts, drifts and generator checks need the load they measure to be the only load (under
-# four xdist workers and two CPU hogs they came out invalid or undetected)
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# quiet: its verdicts, drifts and generator checks need the load they measure to be most of the load (beside
+# the busy part's workers and two CPU hogs they came out invalid or undetected)
+pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 TOKEN = "a-shared-worker-token-0123456789"
 PROXY = Path(__file__).with_name("delay_proxy.py")
@@ -163,7 +163,7 @@ def test_a_worker_killed_mid_step_is_lost_and_the_step_is_judged_on_what_survive
     assert step["live_verdict"] == summary(run_dir)["steps"][0]["verdict"]
 
 
-# a Locust rebalance on the join can kill a user mid-request under load (the module runs serial; closing note)
+# a Locust rebalance on the join can kill a user mid-request under load (the module runs in the quiet part; closing note)
 @pytest.mark.timeout(240)
 def test_a_late_joiner_is_measured_and_gets_its_share_from_the_next_step_on(lab, tmp_path):
     sim, proxy, master, workers, run_dir, gt = _start(lab, tmp_path, {

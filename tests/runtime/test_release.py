@@ -44,7 +44,7 @@ def test_a_waiter_killed_early_leaves_no_readable_alarm() -> None:
     assert now() >= at
 
 
-@pytest.mark.serial  # wake-ups 30 ms apart: the CPU to itself
+@pytest.mark.quiet  # wake-ups 30 ms apart: few neighbours
 def test_concurrent_waiters_each_wake_at_their_own_time() -> None:
     # 30 ms apart (3 ms flipped two wake-ups on a loaded machine: the order of two waiters woken in one
     # loop turn is not the point; that each waits for its own time, and in order, is)
@@ -90,7 +90,7 @@ def test_the_lead_is_learnt_from_recent_needs() -> None:
     assert lead.value() == QUEUE_AHEAD_S  # never more than the fixed lead
 
 
-@pytest.mark.serial  # its lags and wake-ups are timed: under four xdist workers and CPU hogs it flipped
+@pytest.mark.quiet  # its lags and wake-ups are timed: under four xdist workers and CPU hogs it flipped
 def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypatch) -> None:
     """The scheduler wakes just early enough; the user's wait for the time is a few yields, not a
     second sleep and wake-up (on the old code every arrival slept twice)."""

@@ -132,7 +132,7 @@ def test_llmload_run_exit_codes_for_bad_config_and_unreachable_target(tmp_path, 
     assert "already holds a run" in capsys.readouterr().err
 
 
-@pytest.mark.serial  # a 30 req/s step whose generator must keep up to be judged (and refined)
+@pytest.mark.quiet  # a 30 req/s step whose generator must keep up to be judged (and refined)
 def test_knee_search_runs_refine_steps_after_the_ladder(sim_factory, tmp_path):
     # 4 sequences of ~0.3 s: the sim holds ~13 req/s; 3 req/s passes, 30 req/s fails on TTFT
     sim = sim_factory(flavor="vllm", config={"max_num_seqs": 4, "step_base_s": "20ms", "decode_cost_s": "1ms"})

@@ -91,7 +91,7 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     assert set(final["failing"]) <= set(step["live_failing"])
 
 
-@pytest.mark.serial  # send lag p50 under 5 ms: the CPU to itself
+@pytest.mark.quiet  # send lag p50 under 5 ms: few neighbours
 def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
     offsets = [round(i * 0.05 + (0.3 if i >= 40 else 0.0), 3) for i in range(80)]  # bursts of 20/s
