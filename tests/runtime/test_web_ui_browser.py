@@ -5,11 +5,13 @@ and a link that opens the report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +42,32 @@ POINTS_JS = """() => {
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def playwright_or_skip():
+    """Playwright's `sync_playwright`, once Debian's chromium is there: skipped without it (a failure
+    under CI, whose .ci/run installs it)."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing under CI (.ci/run installs Debian's chromium)")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    return sync_playwright
+
+
+@contextlib.contextmanager
+def form_page(sync_playwright, base: str) -> Iterator:
+    """The web UI's start page in a headless Chromium (loaded; the browser closed at the end)."""
+    _wait_http(base + "/")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(base + "/", wait_until="load")
+            yield page
+        finally:
+            browser.close()
+
+
 def _wait_http(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -67,11 +95,7 @@ def _wait_live(page, predicate, timeout_s: float, what: str) -> dict:
 
 @pytest.mark.timeout(240)
 def test_a_run_from_the_form_shows_live_charts_truthful_rps_verdict_and_report(sim_factory, tmp_path):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing under CI (.ci/run installs Debian's chromium)")
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
+    sync_playwright = playwright_or_skip()
 
     sim = sim_factory(flavor="vllm")
     log = open(tmp_path / "locust.log", "w")  # noqa: SIM115 (closed below, after the process)
@@ -80,60 +104,53 @@ def test_a_run_from_the_form_shows_live_charts_truthful_rps_verdict_and_report(s
         stderr=log, slo={"ttft_p95": "2s", "tpot_p95": "300ms", "min_samples": 5})
     header_rps: list[float] = []
     try:
-        _wait_http(base + "/")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                page.goto(base + "/", wait_until="load")
-                # 3. the form shows the run's rates, SLO and target; the rates are edited for this run
-                rates = page.get_by_label("Llmload Rates", exact=False)
-                rates.wait_for(timeout=15_000)
-                assert rates.input_value() == "2, 3"
-                assert page.get_by_label("Llmload Slo", exact=False).input_value() == "ttft_p95=2s, tpot_p95=300ms, max_reject_ratio=0.05, max_error_ratio=0.05, min_samples=5"
-                assert page.get_by_label("Host", exact=True).input_value() == sim.url
-                rates.fill("4, fast")  # refused with one line naming the field; nothing starts
-                page.get_by_role("button", name="Start").click()
-                page.get_by_text("llmload: --llmload-rates: expected numbers").wait_for(timeout=15_000)
-                rates.fill(EDITED)
-                page.screenshot(path=str(tmp_path / "form.png"), full_page=True)
-                page.get_by_role("button", name="Start").click()
-                page.get_by_role("tab", name="LLM").click()
-                # 2. live charts that update, with SLO lines and step markers, above the step table
-                page.wait_for_function(f"({POINTS_JS})() >= 2", timeout=60_000)
-                first = page.evaluate(POINTS_JS)
-                page.wait_for_function(f"({POINTS_JS})() >= {first + 3}", timeout=30_000)
-                assert page.locator("#llmload-chart-ttft .llm-slo").count() == 1
-                assert page.locator("#llmload-chart-tpot .llm-slo").count() == 1
-                assert "ms" in page.locator("#llmload-chart-ttft .llm-legend").inner_text()
-                panel_above_table = page.evaluate(
-                    "() => { const p = document.getElementById('llmload-panel');"
-                    " return !!p && !!p.nextElementSibling && p.nextElementSibling.innerText.includes('Offered req/s'); }")
-                assert panel_above_table
-                # 1. the header: the step and in-flight count; RPS read once Locust's 10-s window is all in r10.00
-                _wait_live(page, lambda s: (s.get("current") or {}).get("label") == "r10.00"
-                           and (s["current"].get("elapsed_s") or 0) >= 15, 90, "15 s into step r10.00")
-                assert "r10.00" in page.locator("#llmload-header").inner_text()
-                page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
-                for _ in range(4):
-                    text = page.evaluate(HEADER_VALUE_JS, "RPS")
-                    header_rps.append(float(text))
-                    page.wait_for_timeout(700)
-                step_labels = page.evaluate("() => [...document.querySelectorAll("
-                                            "'#llmload-chart-rates .llm-step-label')].map(n => n.textContent)")
-                # 4. at the end: the verdict, the answer and the report link, served by the UI
-                link = page.locator("#llmload-report-link")
-                link.wait_for(timeout=120_000)
-                verdict_text = page.locator("#llmload-verdict").inner_text()
-                answer = page.locator("#llmload-answer li").all_inner_texts()
-                page.screenshot(path=str(tmp_path / "done.png"), full_page=True)
-                with page.expect_popup() as popup_info:
-                    link.click()
-                report = popup_info.value
-                report.wait_for_load_state("load")
-                report_text = report.locator("body").inner_text()
-            finally:
-                browser.close()
+        with form_page(sync_playwright, base) as page:
+            # 3. the form shows the run's rates, SLO and target; the rates are edited for this run
+            rates = page.get_by_label("Llmload Rates", exact=False)
+            rates.wait_for(timeout=15_000)
+            assert rates.input_value() == "2, 3"
+            assert page.get_by_label("Llmload Slo", exact=False).input_value() == "ttft_p95=2s, tpot_p95=300ms, max_reject_ratio=0.05, max_error_ratio=0.05, min_samples=5"
+            assert page.get_by_label("Host", exact=True).input_value() == sim.url
+            rates.fill("4, fast")  # refused with one line naming the field; nothing starts
+            page.get_by_role("button", name="Start").click()
+            page.get_by_text("llmload: --llmload-rates: expected numbers").wait_for(timeout=15_000)
+            rates.fill(EDITED)
+            page.screenshot(path=str(tmp_path / "form.png"), full_page=True)
+            page.get_by_role("button", name="Start").click()
+            page.get_by_role("tab", name="LLM").click()
+            # 2. live charts that update, with SLO lines and step markers, above the step table
+            page.wait_for_function(f"({POINTS_JS})() >= 2", timeout=60_000)
+            first = page.evaluate(POINTS_JS)
+            page.wait_for_function(f"({POINTS_JS})() >= {first + 3}", timeout=30_000)
+            assert page.locator("#llmload-chart-ttft .llm-slo").count() == 1
+            assert page.locator("#llmload-chart-tpot .llm-slo").count() == 1
+            assert "ms" in page.locator("#llmload-chart-ttft .llm-legend").inner_text()
+            panel_above_table = page.evaluate(
+                "() => { const p = document.getElementById('llmload-panel');"
+                " return !!p && !!p.nextElementSibling && p.nextElementSibling.innerText.includes('Offered req/s'); }")
+            assert panel_above_table
+            # 1. the header: the step and in-flight count; RPS read once Locust's 10-s window is all in r10.00
+            _wait_live(page, lambda s: (s.get("current") or {}).get("label") == "r10.00"
+                       and (s["current"].get("elapsed_s") or 0) >= 15, 90, "15 s into step r10.00")
+            assert "r10.00" in page.locator("#llmload-header").inner_text()
+            page.screenshot(path=str(tmp_path / "running.png"), full_page=True)
+            for _ in range(4):
+                text = page.evaluate(HEADER_VALUE_JS, "RPS")
+                header_rps.append(float(text))
+                page.wait_for_timeout(700)
+            step_labels = page.evaluate("() => [...document.querySelectorAll("
+                                        "'#llmload-chart-rates .llm-step-label')].map(n => n.textContent)")
+            # 4. at the end: the verdict, the answer and the report link, served by the UI
+            link = page.locator("#llmload-report-link")
+            link.wait_for(timeout=120_000)
+            verdict_text = page.locator("#llmload-verdict").inner_text()
+            answer = page.locator("#llmload-answer li").all_inner_texts()
+            page.screenshot(path=str(tmp_path / "done.png"), full_page=True)
+            with page.expect_popup() as popup_info:
+                link.click()
+            report = popup_info.value
+            report.wait_for_load_state("load")
+            report_text = report.locator("body").inner_text()
         stats = json.loads(urllib.request.urlopen(base + "/stats/requests", timeout=5).read())
     finally:
         stop_process(proc, timeout_s=30)

@@ -6,11 +6,10 @@ the four-minute plan running and this test failing on its one-minute wait."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from runtime_helpers import start_web_run
-from test_web_ui_browser import ARGS, CHROMIUM, _wait_http, _wait_live
+from test_web_ui_browser import _wait_live, form_page, playwright_or_skip
 
 from llmload.sim.process import stop_process
 
@@ -19,11 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.mark.timeout(200)
 def test_the_web_uis_stop_button_stops_and_finalises_the_run(sim_factory, tmp_path):
-    if not CHROMIUM.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing under CI (.ci/run installs Debian's chromium)")
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
+    sync_playwright = playwright_or_skip()
 
     sim = sim_factory(flavor="vllm")
     log = open(tmp_path / "locust.log", "w")  # noqa: SIM115 (closed below, after the process)
@@ -31,22 +26,15 @@ def test_the_web_uis_stop_button_stops_and_finalises_the_run(sim_factory, tmp_pa
                                                             {"rate": 4, "duration": "120s"}],
                                         autostart=False, stderr=log)
     try:
-        _wait_http(base + "/")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                page.goto(base + "/", wait_until="load")
-                page.get_by_label("Llmload Rates", exact=False).wait_for(timeout=15_000)
-                page.get_by_role("button", name="Start").click()
-                page.get_by_role("tab", name="LLM").click()
-                _wait_live(page, lambda s: (s.get("current") or {}).get("label") == "r3.00"
-                           and (s["current"].get("elapsed_s") or 0) >= 3, 60, "3 s into step r3.00")
-                page.get_by_role("button", name="Stop", exact=True).click()
-                state = _wait_live(page, lambda s: s.get("state") == "finished" and s.get("result"), 60,
-                                   "the stopped run's result")
-            finally:
-                browser.close()
+        with form_page(sync_playwright, base) as page:
+            page.get_by_label("Llmload Rates", exact=False).wait_for(timeout=15_000)
+            page.get_by_role("button", name="Start").click()
+            page.get_by_role("tab", name="LLM").click()
+            _wait_live(page, lambda s: (s.get("current") or {}).get("label") == "r3.00"
+                       and (s["current"].get("elapsed_s") or 0) >= 3, 60, "3 s into step r3.00")
+            page.get_by_role("button", name="Stop", exact=True).click()
+            state = _wait_live(page, lambda s: s.get("state") == "finished" and s.get("result"), 60,
+                               "the stopped run's result")
     finally:
         stop_process(proc, timeout_s=30)
         log.close()
