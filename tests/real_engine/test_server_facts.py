@@ -100,7 +100,10 @@ def test_requests_beyond_the_slots_are_deferred_and_wait(llama_server, transport
 
     def poll() -> None:
         while not done.is_set():
-            samples.append(scrape_metrics(llama_server.url))
+            try:
+                samples.append(scrape_metrics(llama_server.url))
+            except OSError:  # the server answers /metrics between its batches: a busy machine's may be late
+                pass
             done.wait(0.1)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -114,6 +117,7 @@ def test_requests_beyond_the_slots_are_deferred_and_wait(llama_server, transport
     records = [job.value for job in jobs]
     assert all(r.outcome == "ok" and r.http_status == 200 for r in records), \
         [(r.outcome, r.error) for r in records]  # deferred, never refused
+    assert samples, "no /metrics scrape was answered while the requests ran"
     assert max(s["llamacpp:requests_deferred"] for s in samples) >= 1
     assert max(s["llamacpp:requests_processing"] for s in samples) <= llama_server.parallel
     ttfts = sorted(r.first_token_at - r.sent_at for r in records)
