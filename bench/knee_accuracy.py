@@ -15,6 +15,8 @@ is divided by k back into the sim's own units before it is compared.
 Configurations:
     demo   the demo's sim (`llmload.runtime.launcher.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
     tpot   a wider batch with a per-sequence decode cost: TPOT p95 binds (TTFT far from its target)
+    demo-itself  `llmload demo`'s own ladder and search (20 s steps, 60 s refine steps, 300 s budget) on
+           the demo's sim: virtual time only (`--virtual`; live, it is `llmload demo` itself)
 
 Reports per configuration: how often the interval holds the true knee (coverage; goal 9 in 10), the
 median and worst relative error of the point estimate (goals 5% and 10%), the binding target's
@@ -57,6 +59,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
              "rates": (3.0, 6.0, 9.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
              "input": 64, "output": 32, "search": (1.0, 10.0)},
 }
+CONFIGS["demo-itself"] = {**CONFIGS["demo"], "itself": "llmload.runtime.launcher.demo.demo_configs"}
 _COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 
 
@@ -81,6 +84,16 @@ def run_config(name: str, url: str, seed: int, k: float, *, quick: bool, budget_
                                  "refine": {"duration": f"{refine_s / k:g}s", "budget": f"{budget_s / k:g}s",
                                             "precision": 0.05, "max_steps": 12, "max_extensions": 2}}},
             "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
+
+
+def demo_itself_config(seed: int) -> dict:
+    """`llmload demo`'s own ladder and knee search, its requests drawn from `seed`."""
+    from llmload.runtime.launcher.demo import demo_configs
+
+    config = demo_configs("http://127.0.0.1:9")["ladder"]
+    config["requests"] = {**config["requests"], "seed": seed}
+    config.pop("quality")  # the pre-flight's answer check: no part of the search
+    return config
 
 
 def truth(name: str, *, quick: bool) -> dict:
@@ -134,8 +147,13 @@ def virtual_searches(name: str, seeds: range, true_rate: float) -> dict:
     from llmload.sim.virtual_search import knee_accuracy
 
     c = CONFIGS[name]
-    found = knee_accuracy(lambda seed: parse_config(run_config(name, "http://127.0.0.1:9", seed, 1.0, quick=False)),
-                          c["sim"], (c["input"], c["output"]), true_rate, seeds)
+    if name == "demo-itself":
+        config_of = demo_itself_config
+    else:
+        def config_of(seed: int) -> dict:
+            return run_config(name, "http://127.0.0.1:9", seed, 1.0, quick=False)
+    found = knee_accuracy(lambda seed: parse_config(config_of(seed)), c["sim"], (c["input"], c["output"]),
+                          true_rate, seeds)
     runs = [{**r, "wall_s": round(r["run_s"], 1)} for r in found.pop("runs")]
     return {"runs": runs, "score": score(runs, true_rate), "virtual": found}
 
@@ -173,6 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
+    if "demo-itself" in names and not args.virtual:
+        ap.error("demo-itself runs in virtual time only (--virtual); live, it is `llmload demo` itself")
     seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
     before = machine()
     results = {}

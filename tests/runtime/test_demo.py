@@ -20,7 +20,7 @@ def test_demo_configs_cross_the_knee():
     assert configs["burst"]["shape"]["trace"]["uniform_twin"] is True
 
 
-def test_demo_runs_the_knee_search_within_six_minutes_and_looks_for_no_gpu(tmp_path):
+def test_demo_runs_the_knee_search_within_nine_minutes_and_looks_for_no_gpu(tmp_path):
     import yaml
 
     from llmload.config import load_config
@@ -33,7 +33,8 @@ def test_demo_runs_the_knee_search_within_six_minutes_and_looks_for_no_gpu(tmp_p
     ladder = load_config(path).shape.ladder  # a valid config: the budget holds a refine step
     scheduled = sum(ladder.warmup + s.duration for s in ladder.steps) + ladder.refine.budget
     burst = 2 * 25.0  # the trace slice and its twin
-    assert scheduled + burst < 6 * 60 - 45  # drains, start-up and the reports fit in what is left
+    assert ladder.refine.duration == 60 and ladder.refine.budget == 300  # shorter ones cost accuracy (demo.py)
+    assert scheduled + burst < 9 * 60 - 45  # drains, start-up and the reports fit in what is left
     assert all(c["conditions"]["gpus"] == 0 for c in configs.values())
 
 

@@ -1,12 +1,14 @@
-"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about six minutes.
+"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about eight minutes.
 
 1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
    batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
 2. Run a ladder 2 → 4 → 6 → 8 req/s (the default arrivals: Poisson times, exactly rate x window of
    them) against SLOs (TTFT p95 1 s, TPOT p95 80 ms, no queue growth): the low steps pass, the step
-   past capacity fails on TTFT. Then the knee search (`refine`) runs longer steps at the knee estimate
-   until its interval is within 5% or its budget (140 s) is spent. The answer: the knee with its interval and
-   the target that binds (its true value, `llmload.sim.truth`: about 4.6 req/s, TTFT p95).
+   past capacity fails on TTFT. Then the knee search (`refine`) runs 60 s steps at the knee estimate
+   until its interval is within 5% or its budget (300 s) is spent. The answer: the knee with its interval and
+   the target that binds (its true value, `llmload.sim.truth`: about 4.6 req/s, TTFT p95). Shorter refine
+   steps or budget cost the answer its accuracy (virtual time, 100 seeds: 40 s steps and 140 s held the
+   truth in 73, 60 s and 300 s in 88; bench/README.md "The demo's own search").
    Run directory: `<out>/ladder/`.
 3. Replay 25 s of the Azure conversation trace (`examples/traces/azure_conv_5min.csv`, CC BY 4.0,
    about 4 req/s, two thirds of the capacity) and its uniform twin at the same mean rate: the bursts
@@ -52,7 +54,7 @@ DEMO_RATES = (2, 4, 6, 8)
 def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0) -> dict[str, dict]:
     """The two run configurations of the demo (ladder + knee search, burst-vs-uniform) for a sim at `url`.
 
-    `step_s` is each ladder step's window (refine steps run twice as long, within a budget of 7
+    `step_s` is each ladder step's window (refine steps run three times as long, within a budget of 15
     windows) and `trace_s` the replayed slice of the trace (shorter values make a quick demo for tests).
     """
     target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
@@ -69,7 +71,7 @@ def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0) -> di
                              "notes": "llmload demo against the simulated vLLM server"}}
     ladder = {"warmup": "3s", "drain_timeout": "20s",
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in DEMO_RATES],
-              "refine": {"duration": f"{2 * step_s:g}s", "precision": 0.05, "budget": f"{7 * step_s:g}s",
+              "refine": {"duration": f"{3 * step_s:g}s", "precision": 0.05, "budget": f"{15 * step_s:g}s",
                          "max_steps": 6, "max_extensions": 2}}
     trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "uniform_twin": True,
