@@ -75,8 +75,11 @@ def test_workers_with_skewed_clocks_write_records_on_the_masters_clock(sim_facto
     for worker, own in df.groupby("worker"):
         errors = np.abs(own["sent_at"].to_numpy() - own["request_id"].map(truth).to_numpy(dtype=float))
         # on the master's clock, each sent_at is the server's receipt less the loopback trip; on the
-        # worker's own it would be 2 s off (the skew). A busy shared machine delays a receipt now and then.
-        assert np.percentile(errors, 95) <= 0.020, (worker, np.sort(errors)[-5:], clocks)
+        # worker's own it would be 2 s off (the skew), and any offset left uncorrected moves every one of
+        # them: the median says which clock. A busy shared machine delays a receipt now and then (a 0.2 s
+        # one seen with two CPU hogs and two other tests beside it), so the tail is only held under the skew.
+        assert np.median(errors) <= 0.020, (worker, np.sort(errors)[-5:], clocks)
+        assert errors.max() < 1.0, (worker, np.sort(errors)[-5:], clocks)
     # the step ran on one timeline: its windows cut every worker's arrivals the same way
     assert df["scheduled_at"].min() >= step["start_at"] - 1e-6
     assert df["scheduled_at"].max() <= step["window_end"] + 1e-6
