@@ -4,6 +4,7 @@ config that says there is no GPU, and a live view whose numbers carry their unit
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 
@@ -134,15 +135,15 @@ def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_fu
 def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     config = _config(vllm_sim.url, telemetry={"gpu": "auto"}, conditions={"gpus": 0})
     done = run_locust(write_config(tmp_path, config), tmp_path / "run")
-    assert done.returncode in (0, 1), done.stderr[-2000:]
+    # 3: its one step could not be judged (a generator stretched by a busy machine): the summary still ends it
+    verdict = json.loads((tmp_path / "run" / "summary.json").read_text())["verdict"] if done.returncode == 3 else None
+    assert done.returncode in (0, 1) or verdict in ("invalid", "insufficient", "inconclusive"), done.stderr[-2000:]
     output = done.stdout + done.stderr
     assert "Aggregated" not in output and "req/s" not in done.stderr
     assert "GPU" not in output and "NVML" not in output  # gpus: 0: no GPU looked for, nothing said
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
     last = [line for line in done.stdout.splitlines() if line.strip()][-1]
     assert last.startswith("llmload: report ") and "(exit code" in last
-    import json
-
     shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
     assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
     assert "is not used" not in output
