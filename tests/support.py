@@ -65,7 +65,17 @@ class SimServer:
 
 def start_sim(tmp_path: Path, *, flavor: str = "vllm", config: dict | None = None, seed: int = 0,
               health_path: str | None = None) -> SimServer:
-    """Start `llmload sim` on a free loopback port with an optional sim config; wait for health."""
+    """Start `llmload sim` on a free loopback port with an optional sim config; wait for health. A port
+    another process took between `free_port` and the sim's bind (parallel tests) is tried again once."""
+    try:
+        return _start_sim(tmp_path, flavor=flavor, config=config, seed=seed, health_path=health_path)
+    except RuntimeError as exc:
+        if "address already in use" not in str(exc):
+            raise
+        return _start_sim(tmp_path, flavor=flavor, config=config, seed=seed, health_path=health_path)
+
+
+def _start_sim(tmp_path: Path, *, flavor: str, config: dict | None, seed: int, health_path: str | None) -> SimServer:
     import yaml
 
     port = free_port()
