@@ -59,7 +59,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
              "rates": (3.0, 6.0, 9.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
              "input": 64, "output": 32, "search": (1.0, 10.0)},
 }
-CONFIGS["demo-itself"] = {**CONFIGS["demo"], "itself": "llmload.runtime.launcher.demo.demo_configs"}
+#: the demo's own search: the demo's sim and SLO (its truth), its config from `demo_itself_config`
+CONFIGS["demo-itself"] = CONFIGS["demo"]
 _COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 
 

@@ -1,4 +1,4 @@
-"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about eight minutes.
+"""`llmload demo`: a whole capacity test against the built-in simulated vLLM, in about 6.5 minutes.
 
 1. Start `llmload sim --flavor vllm` on a free loopback port with a small engine (6 sequences per
    batch, ~31 ms per decode step), whose capacity is about 6 requests/s of 64-in / 32-out requests.
