@@ -13,7 +13,8 @@ import pytest
 from llmload.config import parse_config
 from llmload.errors import LLMLoadError
 from llmload.runtime.locustglue import session as session_mod
-from llmload.runtime.master.states import ControllerState, RunState, StateMachine
+from llmload.runtime.master.states import ControllerState, RunState
+from llmload.statemachine import StateMachine
 
 CONFIG = {"target": {"url": "http://127.0.0.1:9", "api": "openai-chat"}, "client": {"max_concurrency": 8},
           "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}}

@@ -10,7 +10,7 @@ from llmload.config import parse_config
 from llmload.runtime.locustglue.seams import WorkerLink
 from llmload.runtime.master.controller import StepController
 from llmload.runtime.wire.messages import ResultsMessage
-from llmload.runtime.worker.scheduler import StepState, WorkerRuntime
+from llmload.runtime.worker.scheduler import StepPhase, StepState, WorkerRuntime
 from shapes.plan import build_plan
 
 
@@ -45,7 +45,7 @@ def test_cpu_is_sampled_only_while_a_steps_arrivals_are_sent():
     _samples(runtime, clocks, 1.0, busy=1.0, out=out)  # start-up imports before the first arrival: 100%
     assert out == []
     _samples(runtime, clocks, 3.0, busy=0.05, out=out)  # sending: 5% of a core
-    runtime.steps["r4"].initial_done = True  # the last arrival was put: the drain begins
+    runtime.steps["r4"].to(StepPhase.QUEUED)  # the last arrival was put: the drain begins
     _samples(runtime, clocks, 2.0, busy=0.9, out=out)  # drain, judging, finalisation: not the generator
     assert [label for label, *_ in out] == ["r4", "r4", "r4"]
     assert [cpu for *_, cpu in out] == pytest.approx([0.05, 0.05, 0.05])

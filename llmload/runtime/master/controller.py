@@ -50,10 +50,11 @@ from llmload.rundir.plan_file import PlanFile
 from llmload.runtime.master.live_table import LiveTable, format_header
 from llmload.runtime.master.lost_workers import LostWorkers
 from llmload.runtime.master.shipped import StepTally
-from llmload.runtime.master.states import CONTROLLER_TRANSITIONS, ControllerState, StateMachine
+from llmload.runtime.master.states import CONTROLLER_TRANSITIONS, ControllerState
 from llmload.runtime.master.step import Step, StepEvents, StepStatus
 from llmload.runtime.master.step_run import PROGRESS_EVERY_S, StepContext, StepRun
 from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage
+from llmload.statemachine import StateMachine
 from shapes.steps import StepSpec
 
 if TYPE_CHECKING:  # the Locust side of the link (llmload.runtime.locustglue.seams.WorkerLink)

@@ -32,7 +32,8 @@ from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import LLMLoadError, interrupted_exit_code
 from llmload.runtime.master.controller import StepController
-from llmload.runtime.master.states import RUN_TRANSITIONS, RunState, StateMachine
+from llmload.runtime.master.states import RUN_TRANSITIONS, RunState
+from llmload.statemachine import StateMachine
 
 if TYPE_CHECKING:  # the Locust side of the link
     from llmload.runtime.locustglue.seams import WorkerLink

@@ -6,18 +6,15 @@
 A run is STOPPING once a stop from outside (the web UI, Locust's own shutdown) froze its controller;
 its steps are STOPPING when a stop signal arrived (its time is noted, so workers that die of the same
 signal end the step as `partial`, not lost) and STOPPED once what is queued or in flight is cancelled.
-Every change goes through `StateMachine.to`, which names an unexpected transition in the log (a bug of
+Every change goes through `llmload.statemachine.StateMachine.to`, which names an unexpected transition in the log (a bug of
 ours) without stopping the run.
 """
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 
-__all__ = ["RUN_TRANSITIONS", "CONTROLLER_TRANSITIONS", "RunState", "StateMachine", "ControllerState"]
-
-log = logging.getLogger("llmload.states")
+__all__ = ["RUN_TRANSITIONS", "CONTROLLER_TRANSITIONS", "RunState", "ControllerState"]
 
 
 class RunState(Enum):
@@ -72,27 +69,3 @@ CONTROLLER_TRANSITIONS: dict[ControllerState, set[ControllerState]] = {
     _S.FAILED: set(),
 }
 
-
-class StateMachine:
-    """One named state and the only place it changes."""
-
-    def __init__(self, initial: Enum, transitions: dict, *, name: str) -> None:
-        self.state = initial
-        self._transitions = transitions
-        self._name = name
-
-    def to(self, new: Enum) -> bool:
-        """Move to `new`; False (and the state unchanged) when it already is there or `new` is not a
-        transition out of the current state (logged: such a call is a bug of ours)."""
-        if new is self.state:
-            return False
-        if new not in self._transitions[self.state]:
-            log.warning("%s: no transition %s -> %s (kept %s)", self._name, self.state.name, new.name,
-                        self.state.name)
-            return False
-        log.debug("%s: %s -> %s", self._name, self.state.name, new.name)
-        self.state = new
-        return True
-
-    def is_(self, *states: Enum) -> bool:
-        return self.state in states

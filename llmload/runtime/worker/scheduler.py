@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,10 @@ from llmload.runtime.wire.messages import (
 )
 from llmload.runtime.worker import wakeup
 from llmload.runtime.worker.jobs import ClosedLoop, Job, plan_jobs
+from llmload.statemachine import StateMachine
 from shapes.steps import step_bounds
 
-__all__ = ["Lead", "RequestCancelled", "StepState", "WorkerRuntime"]
+__all__ = ["STEP_PHASES", "Lead", "RequestCancelled", "StepPhase", "StepState", "WorkerRuntime"]
 
 log = logging.getLogger("llmload.worker")
 
@@ -117,6 +119,48 @@ def _cancel_request(state: StepState, greenlet: Any) -> None:
         greenlet.throw(RequestCancelled)
 
 
+class StepPhase(Enum):
+    """Where one step is on this worker (`STEP_PHASES`):
+
+        SCHEDULING -> QUEUED -> DRAINED
+        SCHEDULING or QUEUED -> CANCELLING -> CANCELLED   (the master's cancel: its drain timed out)
+    """
+
+    SCHEDULING = "scheduling"  # the scheduler queues the planned arrivals at their times
+    #: open loop: every planned arrival is queued (or recorded, if the scheduler failed); closed loop: the
+    #: first level's jobs are, and each finished job queues its successor until the shard's share is sent
+    QUEUED = "queued"
+    CANCELLING = "cancelling"  # the master's cancel: queued arrivals and requests in flight are cancelled
+    DRAINED = "drained"  # every job put has finished: the drained notice went out
+    CANCELLED = "cancelled"  # drained after a cancel (the notice says `cancelled`)
+
+    @property
+    def arrivals_queued(self) -> bool:
+        return self is not StepPhase.SCHEDULING
+
+    @property
+    def cancelled(self) -> bool:
+        return self in (StepPhase.CANCELLING, StepPhase.CANCELLED)
+
+    @property
+    def drained(self) -> bool:
+        return self in (StepPhase.DRAINED, StepPhase.CANCELLED)
+
+
+_P = StepPhase
+STEP_PHASES: dict[StepPhase, set[StepPhase]] = {
+    _P.SCHEDULING: {_P.QUEUED, _P.CANCELLING},
+    _P.QUEUED: {_P.CANCELLING, _P.DRAINED},
+    _P.CANCELLING: {_P.CANCELLED},
+    _P.DRAINED: set(),  # a cancel that crossed the drained notice finds nothing left to cancel
+    _P.CANCELLED: set(),
+}
+
+
+def _phase_machine() -> StateMachine:
+    return StateMachine(StepPhase.SCHEDULING, STEP_PHASES, name="worker step")
+
+
 @dataclass
 class StepState:
     """What a worker knows about one step it runs."""
@@ -127,20 +171,26 @@ class StepState:
     loop: ClosedLoop | None = None
     put: int = 0
     finished: int = 0
-    #: open loop: every planned arrival is queued; closed loop: the first level's jobs are queued
-    initial_done: bool = False
-    drained_sent: bool = False
+    #: where the step is (`StepPhase`); changed only through `to`
+    machine: StateMachine = field(default_factory=_phase_machine)
     #: the step's first arrival time, its measurement window start, and its arrivals taken by a user so far
     start_at: float = 0.0
     window_start: float = 0.0
     sent: int = 0
-    cancelled: bool = False
     inflight: set = field(default_factory=set)
     scheduler: Greenlet | None = None
     #: planned jobs the scheduler has queued so far
     scheduled: int = 0
     #: why this step ended early on this worker (a greenlet of ours failed), sent with `llmload:drained`
     error: str | None = None
+
+    @property
+    def phase(self) -> StepPhase:
+        return self.machine.state
+
+    def to(self, phase: StepPhase) -> bool:
+        """The one place the step's phase changes (`STEP_PHASES`)."""
+        return self.machine.to(phase)
 
 
 class WorkerRuntime:
@@ -211,14 +261,13 @@ class WorkerRuntime:
             self._unreadable(exc, data)
             return
         state = self.steps.get(message.label)
-        if state is None:
+        if state is None or state.phase.drained:  # a cancel that crossed our drained notice: nothing is left
             return
-        state.cancelled = True
+        state.to(StepPhase.CANCELLING)
         if state.loop is not None:
             state.loop.stopped = True
         if state.scheduler is not None:
             state.scheduler.kill(block=True)
-            state.initial_done = True
         self._drop_queued(state, outcome="cancelled")
         hub = gevent.get_hub()
         for greenlet in list(state.inflight):
@@ -254,7 +303,7 @@ class WorkerRuntime:
             job.queued_for = at
             self._put(state, job)
             state.scheduled += 1
-        state.initial_done = True
+        state.to(StepPhase.QUEUED)
         self._maybe_drained(state)
 
     def _scheduler_failed(self, state: StepState, jobs: list[Job], greenlet: Greenlet) -> None:
@@ -271,7 +320,8 @@ class WorkerRuntime:
             record.outcome, record.error = "client_error", trim(state.error)
             state.put += 1  # recorded as it would have been sent: the step's counts stay whole
             self.finish(job, record)
-        state.initial_done = True
+        if state.phase is StepPhase.SCHEDULING:  # (a cancel may have come between the failure and this call)
+            state.to(StepPhase.QUEUED)
         self._maybe_drained(state)
 
     def _shipper_failed(self, greenlet: Greenlet) -> None:
@@ -281,7 +331,7 @@ class WorkerRuntime:
         error = f"worker {self.worker}: shipping results to the master failed ({type(exc).__name__}: {exc})"
         log.error("%s", error, exc_info=(type(exc), exc, exc.__traceback__))
         for state in self.steps.values():
-            if not state.drained_sent and state.error is None:
+            if not state.phase.drained and state.error is None:
                 state.error = error
         if self._shipper is greenlet:
             self._shipper = None
@@ -370,7 +420,7 @@ class WorkerRuntime:
             return
         continued = self._next_turn(state, job, record)
         state.finished += 1
-        if state.loop is not None and not state.cancelled and not continued:  # a session's turn is its next
+        if state.loop is not None and not state.phase.cancelled and not continued:  # a session's turn is its next
             successor = state.loop.next(now())
             if successor is not None:
                 self._put(state, successor)
@@ -380,7 +430,7 @@ class WorkerRuntime:
         """A session's answered turn: queue its next turn after the think time (counted as put now, so
         the step is not drained while a session thinks); True when it did. A failed turn ends its
         session. In a closed loop the session's next turn is its user's next request."""
-        if job.session is None or record.outcome != "ok" or state.cancelled:
+        if job.session is None or record.outcome != "ok" or state.phase.cancelled:
             return False
         turn = self.sender.planner().next_turn(job.session, job.session.answer)
         if turn is None:
@@ -395,7 +445,7 @@ class WorkerRuntime:
 
     def _put_turn(self, state: StepState, job: Job) -> None:
         """Queue a session's next turn (already counted in `put`); a cancelled step records it unsent."""
-        if state.cancelled:
+        if state.phase.cancelled:
             record = job.record(self.worker)
             record.session_id, record.turn = job.session.session_id, job.session.turn
             self.finish(job, record)
@@ -406,13 +456,14 @@ class WorkerRuntime:
     # ------------------------------------------------------------------ shipping to the master
 
     def _maybe_drained(self, state: StepState) -> None:
-        arrivals_over = state.initial_done and not (state.loop is not None and state.loop.more(now()))
-        if arrivals_over and state.put <= state.finished and not state.drained_sent:
-            state.drained_sent = True
+        phase = state.phase
+        arrivals_over = phase.arrivals_queued and not (state.loop is not None and state.loop.more(now()))
+        if arrivals_over and state.put <= state.finished and not phase.drained:
+            state.to(StepPhase.CANCELLED if phase.cancelled else StepPhase.DRAINED)
             self.sample_cpu()  # the step's last CPU interval goes out before its drained message
             self.flush()
             self._tell_master(DrainedMessage(worker=self.worker, label=state.label, put=state.put,
-                                             finished=state.finished, cancelled=state.cancelled, at=now(),
+                                             finished=state.finished, cancelled=phase.cancelled, at=now(),
                                              error=state.error))
 
     def flush(self) -> None:
@@ -423,7 +474,7 @@ class WorkerRuntime:
         if not rows and self.cpu_at == self._cpu_shipped:
             return
         self._cpu_shipped = self.cpu_at
-        sent = {s.label: s.sent for s in self.steps.values() if not s.drained_sent}
+        sent = {s.label: s.sent for s in self.steps.values() if not s.phase.drained}
         self._tell_master(ResultsMessage(worker=self.worker, rows=rows, cpu=self.cpu_now, cpu_at=self.cpu_at,
                                          cpu_step=self.cpu_step, sent=sent))
 
@@ -440,8 +491,8 @@ class WorkerRuntime:
         """The step whose arrivals this worker is sending at `t` (the latest started one), else None."""
         label = None
         for state in self.steps.values():
-            over = state.initial_done and not (state.loop is not None and state.loop.more(t))
-            if state.start_at <= t and not over and not state.cancelled:
+            over = state.phase.arrivals_queued and not (state.loop is not None and state.loop.more(t))
+            if state.start_at <= t and not over and not state.phase.cancelled:
                 label = state.label
         return label
 
