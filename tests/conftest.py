@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -35,6 +36,17 @@ ONE_WORKER_MARKERS = ("real_engine", "docker", "browser")
 SHARED_SCOPES = ("module", "package", "session")
 
 
+#: each test's wall time beside two CPU hogs (`scripts/test_durations.py` writes it from a JUnit run); a
+#: test not in it (new, renamed, under a second) is expected to take `DEFAULT_S` by its `slow` mark
+DURATIONS: dict[str, float] = json.loads((Path(__file__).parent / "durations.json").read_text(encoding="utf-8"))
+DEFAULT_S = {"slow": 5.0, "quick": 0.1}
+
+
+def expected_s(item: pytest.Item) -> float:
+    """How long `item` is expected to take (its node id before xdist appends its group)."""
+    return DURATIONS.get(item.nodeid, DEFAULT_S["slow" if item.get_closest_marker("slow") else "quick"])
+
+
 def xdist_group_of(item: pytest.Item) -> str | None:
     """The xdist group of a test under `--dist loadgroup` (the README's test command): the first of
     ONE_WORKER_MARKERS it carries, else the shared fixture of ours it uses (its module's path for a
@@ -59,9 +71,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):
-        # an xdist worker: the slow tests first (xdist hands out tests in this order, the biggest groups
-        # before all), so that no minute-long run starts last while the other workers are idle
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        # an xdist worker: the work units (a group, or one test) in order of their expected time, longest
+        # first: xdist hands them out in this order (`pytest_configure`), so that no two-minute test
+        # starts last while the other workers are idle (the quiet part's demo did: 346 s where 290 would do)
+        unit = {item: xdist_group_of(item) or item.nodeid for item in items}
+        total: dict[str, float] = {}
+        for item in items:
+            total[unit[item]] = total.get(unit[item], 0.0) + expected_s(item)
+        items.sort(key=lambda item: (-total[unit[item]], unit[item]))  # stable: a unit's tests keep their order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        # the order the workers collected (longest unit first), not xdist's default: most tests first
+        config.option.loadscopereorder = False
 
 
 @pytest.fixture
