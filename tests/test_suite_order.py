@@ -10,16 +10,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import DURATIONS
-
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("test_durations_script", REPO / "scripts" / "test_durations.py")
+def _load(name: str, path: Path):
+    """A module by its path (`conftest` alone is ambiguous: tests/report/ has one too)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+conftest = _load("suite_conftest", REPO / "tests" / "conftest.py")
+DURATIONS = conftest.DURATIONS
+
+
+def _script():
+    return _load("test_durations_script", REPO / "scripts" / "test_durations.py")
 
 
 def _defined(path: Path) -> set[str]:
@@ -93,8 +100,6 @@ class _Item:
 
 
 def test_a_worker_collects_the_longest_units_first(monkeypatch):
-    import conftest
-
     monkeypatch.setattr(conftest, "DURATIONS", {"t.py::demo": 140.0, "e.py::ladder": 100.0, "e.py::burst": 50.0,
                                                 "b.py::browser": 40.0, "q.py::soak": 30.0})
     items = [_Item("a.py::quick"), _Item("b.py::browser", "browser"), _Item("e.py::ladder", "real_engine"),
@@ -110,8 +115,6 @@ def test_a_worker_collects_the_longest_units_first(monkeypatch):
 
 
 def test_xdist_hands_the_units_out_in_the_collected_order():
-    import conftest
-
     config = type("Config", (), {"option": type("Options", (), {"dist": "loadgroup", "loadscopereorder": True})()})()
     conftest.pytest_configure(config)
     assert config.option.loadscopereorder is False
