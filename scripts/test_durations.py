@@ -31,12 +31,13 @@ def node_id(classname: str, name: str, root: Path = REPO) -> str | None:
     for cut in range(len(parts), 0, -1):
         path = Path(*parts[:cut]).with_suffix(".py")
         if (root / path).is_file():
-            return "::".join([path.as_posix(), *parts[cut:], strip_group(name)])
+            # the group goes last, whatever it holds ("@tests/capacity::deployments" was split at its "::")
+            return strip_group("::".join([path.as_posix(), *parts[cut:], name]))
     return None
 
 
 def strip_group(name: str) -> str:
-    """A test's name without the `@group` pytest-xdist appends under `--dist loadgroup`."""
+    """A test's node id without the `@group` pytest-xdist appends under `--dist loadgroup`."""
     at = name.rfind("@")
     return name[:at] if at > name.rfind("]") else name
 

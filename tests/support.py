@@ -156,6 +156,23 @@ def run_said(run_dir: Path) -> str:
                      for s in steps)
 
 
+#: the verdicts a busy machine can give a run that should pass (exit 3): a step whose generator fell behind
+#: its schedule is `invalid`, one with too few samples `insufficient`, one whose interval straddles its
+#: target `inconclusive`; the run is still whole (every record, the summary, the report)
+UNJUDGED = ("invalid", "insufficient", "inconclusive")
+
+
+def ended_whole(code: int, run_dir: Path, *, codes: tuple[int, ...] = (0,)) -> bool:
+    """For tests of what a run records, not of its verdict: it exited with one of `codes`, or with 3 and a
+    summary whose verdict a busy machine causes (`UNJUDGED`), never 3 for a run that failed."""
+    import json
+
+    if code in codes:
+        return True
+    path = Path(run_dir) / "summary.json"
+    return code == 3 and path.exists() and json.loads(path.read_text())["verdict"] in UNJUDGED
+
+
 def bad_input_cli(tmp_path: Path, monkeypatch, capsys, *, what: str = "a bad input"):
     """`run(text_or_bytes, command=("run",), name="bad.yaml")` -> (exit code, stderr) of the real entry
     (`llmload.cli.main`) on a file holding that. The pre-flight and the sim server are patched to fail if

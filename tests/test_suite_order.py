@@ -59,6 +59,7 @@ def test_the_script_reads_junit_into_node_ids(tmp_path):
         '<testcase classname="tests.runtime.test_demo" name="test_demo_runs_end_to_end_and_shows_the_knee" time="147.1"/>'
         '<testcase classname="tests.real_engine.test_run_real" name="test_ladder_records_every_arrival@real_engine" time="99.8"/>'
         '<testcase classname="tests.client.test_send_timing" name="test_times_match_ground_truth[vllm-openai-chat]" time="3.7"/>'
+        '<testcase classname="tests.capacity.test_compare_deployments.test_compare@tests/capacity" name="deployments" time="41.8"/>'
         '<testcase classname="tests.test_config" name="test_a_quick_one" time="0.2"/>'
         '<testcase classname="tests.runtime.test_gone" name="test_x" time="9.0"/>'
         '<testcase classname="tests.runtime.test_demo" name="test_skipped" time="0"><skipped/></testcase>'
@@ -70,8 +71,9 @@ def test_the_script_reads_junit_into_node_ids(tmp_path):
     assert json.loads(out.read_text()) == {  # its group dropped, the quick one and the missing file left out
         "tests/runtime/test_demo.py::test_demo_runs_end_to_end_and_shows_the_knee": 147.1,
         "tests/real_engine/test_run_real.py::test_ladder_records_every_arrival": 99.8,
+        "tests/capacity/test_compare_deployments.py::test_compare": 41.8,  # its group had a "::"
         "tests/client/test_send_timing.py::test_times_match_ground_truth[vllm-openai-chat]": 3.7}
-    assert "3 of 4 tests took 1 s or more" in done.stdout
+    assert "4 of 5 tests took 1 s or more" in done.stdout
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "test_durations.py"), str(tmp_path / "no.xml")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == f"test_durations: no such file: {tmp_path / 'no.xml'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import run_said, truth_step_config, write_config
+from support import ended_whole, run_said, truth_step_config, write_config
 
 from analysis import analyze, load_run
 from llmload.cli import main
@@ -22,7 +22,7 @@ def test_sglang_generate_step_matches_the_sims_ground_truth(sim_factory, tmp_pat
     config["requests"]["ignore_eos"] = True
     run_dir = tmp_path / "run"
     code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
-    assert code == 0, run_said(run_dir)
+    assert ended_whole(code, run_dir), run_said(run_dir)  # 3 only for a step a busy machine left unjudged
 
     result = analyze(load_run(run_dir), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5}))
     step = result.steps.iloc[0]

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 from runtime_helpers import base_config, plan, records, write_config
-from support import REPO, run_said
+from support import REPO, ended_whole, run_said
 
 from llmload.arrivals import step_offsets
 from llmload.config import load_config
@@ -40,7 +40,8 @@ def test_the_custom_shape_example_runs_its_own_plan_against_the_sim(vllm_sim, tm
     cmd = locust_command(path, run_dir)
     cmd[cmd.index("-f") + 1] = f"{USERS},{EXAMPLE}"  # the users and the example, as its docstring says
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + run_said(run_dir)
+    # 3 only for a step a busy machine left unjudged (its generator behind: `invalid`); the plan is the point
+    assert ended_whole(done.returncode, run_dir), done.stdout[-2000:] + done.stderr[-2000:] + run_said(run_dir)
 
     expected = _custom_plan(path)
     ran = plan(run_dir)

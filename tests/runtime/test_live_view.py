@@ -99,7 +99,7 @@ def test_live_table_shows_the_steps_server_waiting_and_running_rates(tmp_path, j
 @pytest.mark.slow
 def test_a_saturated_sim_step_shows_server_waiting_in_the_live_table(sim_factory, tmp_path):
     from runtime_helpers import base_config, run_locust, write_config
-    from support import run_said
+    from support import ended_whole, run_said
 
     sim = sim_factory(flavor="vllm", config={"max_num_seqs": 2, "step_base_s": "25ms", "decode_cost_s": "1ms",
                                              "prefill_cost_s": "0.1ms"})
@@ -112,7 +112,7 @@ def test_a_saturated_sim_step_shows_server_waiting_in_the_live_table(sim_factory
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 16}  # ~0.4 s each: 2 at a time hold ~5/s
     done = run_locust(write_config(tmp_path, config), tmp_path / "run")
     said = f"{run_said(tmp_path / 'run')}\n{done.stdout[-2000:]}"
-    assert done.returncode in (0, 1), said
+    assert ended_whole(done.returncode, tmp_path / "run", codes=(0, 1)), said
     row = next((line for line in done.stdout.splitlines() if line.startswith("r10.00 ")), None)
     assert row is not None, said
     assert float(row.split()[8]) > 1.0, row  # "srv wait": the queue during the step, not the drained 0
