@@ -48,9 +48,10 @@ def test_the_demo_sims_curve_matches_the_measured_truth():
 
 @pytest.mark.slow
 def test_the_demo_sims_curve_matches_the_measured_truth_closely():
-    """Measured (60k arrivals x 3 seeds): within 4% of every NOTES value, and rising as the rate does."""
+    """Within 4% of every NOTES value, and rising as the rate does. Seeded, so what it computes is fixed:
+    30k arrivals x 3 seeds come within 0.5% of each (60k: 0.8%, at twice the CPU)."""
     got = steady_state_percentiles(DEMO_SIM, (64, 32), sorted(NOTES_TTFT_P95), figures=("ttft", "tpot"),
-                                   arrivals=60_000)
+                                   arrivals=30_000)
     for rate, value in zip(got["rate"], got["ttft_p95_s"], strict=True):
         assert value == pytest.approx(NOTES_TTFT_P95[rate], rel=0.04), (rate, value)
     assert got["ttft_p95_s"].is_monotonic_increasing
