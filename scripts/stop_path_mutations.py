@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: the tests that own the stop paths' decisions (virtual time, no Locust process: seconds each)
 TESTS = ["tests/runtime/test_run_lifecycle.py", "tests/runtime/test_controller_virtual_time.py",
          "tests/runtime/test_stop_signals.py", "tests/runtime/test_linked_greenlets.py",
-         "tests/runtime/test_messages.py"]
+         "tests/runtime/test_messages.py", "tests/runtime/test_cancel_in_place.py"]
 #: (file, Class.method): each handler a stop goes through, from Locust's events and the signals to the steps
 TARGETS = [
     ("llmload/runtime/locustglue/session.py", "Session._on_test_start"),
@@ -39,6 +39,7 @@ TARGETS = [
     ("llmload/runtime/master/controller.py", "StepController.fail"),
     ("llmload/runtime/launcher/stop_signals.py", "StopSignals._on_signal"),
     ("llmload/runtime/launcher/stop_signals.py", "StopSignals.forward"),
+    ("llmload/runtime/worker/scheduler.py", "WorkerRuntime.on_cancel"),  # a drain timeout's cancel, on each worker
 ]
 
 
