@@ -5,6 +5,7 @@ whose name is ambiguous when several test folders have one)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -52,8 +53,6 @@ class SimServer:
     log: Path
 
     def ground_truth_rows(self) -> list[dict]:
-        import json
-
         if not self.ground_truth.exists():
             return []
         rows = []
@@ -145,8 +144,6 @@ def truth_step_config(url: str) -> dict:
 def run_said(run_dir: Path) -> str:
     """What a run measured, for a failing assertion's message: per step its verdict, failing dimensions,
     outcomes, send lag p99 and why it was invalid (never only Locust's stats table)."""
-    import json
-
     path = Path(run_dir) / "summary.json"
     if not path.exists():
         return f"no summary.json in {run_dir}"
@@ -165,8 +162,6 @@ UNJUDGED = ("invalid", "insufficient", "inconclusive")
 def ended_whole(code: int, run_dir: Path, *, codes: tuple[int, ...] = (0,)) -> bool:
     """For tests of what a run records, not of its verdict: it exited with one of `codes`, or with 3 and a
     summary whose verdict a busy machine causes (`UNJUDGED`), never 3 for a run that failed."""
-    import json
-
     if code in codes:
         return True
     path = Path(run_dir) / "summary.json"

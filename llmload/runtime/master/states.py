@@ -6,8 +6,8 @@
 A run is STOPPING once a stop from outside (the web UI, Locust's own shutdown) froze its controller;
 its steps are STOPPING when a stop signal arrived (its time is noted, so workers that die of the same
 signal end the step as `partial`, not lost) and STOPPED once what is queued or in flight is cancelled.
-Every change goes through `llmload.statemachine.StateMachine.to`, which names an unexpected transition in the log (a bug of
-ours) without stopping the run.
+Every change goes through `llmload.statemachine.StateMachine.to`, which names an unexpected transition in
+the log (a bug of ours) without stopping the run.
 """
 
 from __future__ import annotations

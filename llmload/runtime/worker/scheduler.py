@@ -192,6 +192,10 @@ class StepState:
         """The one place the step's phase changes (`STEP_PHASES`)."""
         return self.machine.to(phase)
 
+    def arrivals_over(self, t: float) -> bool:
+        """Every arrival of this step is queued at `t` (a closed loop: none is left to put)."""
+        return self.phase.arrivals_queued and not (self.loop is not None and self.loop.more(t))
+
 
 class WorkerRuntime:
     """Scheduler, queue and record shipping for one user-running process."""
@@ -457,8 +461,7 @@ class WorkerRuntime:
 
     def _maybe_drained(self, state: StepState) -> None:
         phase = state.phase
-        arrivals_over = phase.arrivals_queued and not (state.loop is not None and state.loop.more(now()))
-        if arrivals_over and state.put <= state.finished and not phase.drained:
+        if state.arrivals_over(now()) and state.put <= state.finished and not phase.drained:
             state.to(StepPhase.CANCELLED if phase.cancelled else StepPhase.DRAINED)
             self.sample_cpu()  # the step's last CPU interval goes out before its drained message
             self.flush()
@@ -491,8 +494,7 @@ class WorkerRuntime:
         """The step whose arrivals this worker is sending at `t` (the latest started one), else None."""
         label = None
         for state in self.steps.values():
-            over = state.phase.arrivals_queued and not (state.loop is not None and state.loop.more(t))
-            if state.start_at <= t and not over and not state.phase.cancelled:
+            if state.start_at <= t and not state.arrivals_over(t) and not state.phase.cancelled:
                 label = state.label
         return label
 
