@@ -45,7 +45,8 @@ import numpy as np
 
 from analysis.stats import mann_kendall
 
-__all__ = ["autocorrelation_time", "exceedance_interval", "iid_percentile_interval", "percentile_interval", "rising"]
+__all__ = ["autocorrelation_time", "completions_to_decide", "effective_trials", "exceedance_interval",
+           "iid_percentile_interval", "percentile_interval", "rising", "wilson"]
 
 #: fewer values than this: no interval (NaN, NaN)
 MIN_VALUES = 5
@@ -95,12 +96,62 @@ def _batch_means_tau(centred: np.ndarray, var: float) -> float:
     return float(block * means.var(ddof=1) / var)
 
 
-def _wilson(p: float, n_eff: float, z: float) -> tuple[float, float]:
+def wilson(p: float, n_eff: float, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `p` seen in `n_eff` trials, at normal quantile `z`."""
     z2 = z * z
     denom = 1.0 + z2 / n_eff
     centre = (p + z2 / (2.0 * n_eff)) / denom
     half = z / denom * math.sqrt(p * (1.0 - p) / n_eff + z2 / (4.0 * n_eff * n_eff))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def effective_trials(share: float, high: float, z: float) -> float | None:
+    """The trials of a Wilson interval at `z` whose high end over `share` is `high`: how many independent
+    values a share's interval is worth (None when the interval has no width above the share)."""
+    if not high > share or high >= 1.0:
+        return None
+    lo_n, hi_n = 0.5, 1e7
+    for _ in range(60):
+        mid = math.sqrt(lo_n * hi_n)
+        lo_n, hi_n = (mid, hi_n) if wilson(share, mid, z)[1] > high else (lo_n, mid)
+    return math.sqrt(lo_n * hi_n)
+
+
+#: `completions_to_decide` says no more than this many times the completions a step had ("over 100x")
+DECIDE_CAP = 100.0
+
+
+def completions_to_decide(share: float, share_high: float, completed: float, level: float,
+                          confidence: float) -> float:
+    """About how many completions a step like this one needs before its target is decided: the share of
+    values over the threshold (`share`, its interval's high end `share_high`, over `completed` values)
+    must have a `confidence` Wilson interval wholly on one side of `level` (1 - q / 100), at the
+    effective trials per completion this step showed (its autocorrelation). `inf` when the share sits
+    on the level, or it would take over `DECIDE_CAP` times the completions; NaN without a share.
+
+    >>> round(completions_to_decide(0.0, 0.08, 30, 0.05, 0.9))  # 30 values, none over: ~52 decide a P95 pass
+    52
+    """
+    if any(v != v for v in (share, share_high, completed)) or completed <= 0:
+        return math.nan
+    z = _z(confidence)
+    trials = effective_trials(share, share_high, z) or completed
+    per_completion = min(1.0, trials / completed)
+    if share == level:
+        return math.inf
+
+    def decided(n: float) -> bool:
+        low, high = wilson(share, n, z)
+        return low > level if share > level else high < level
+
+    cap = DECIDE_CAP * completed * per_completion
+    if not decided(cap):
+        return math.inf
+    lo_n, hi_n = 1.0, cap
+    for _ in range(60):
+        mid = (lo_n + hi_n) / 2
+        lo_n, hi_n = (lo_n, mid) if decided(mid) else (mid, hi_n)
+    return math.ceil(hi_n / per_completion)
 
 
 def rising(values: np.ndarray, *, blocks: int = TREND_BLOCKS, alpha: float = TREND_ALPHA) -> bool:
@@ -135,7 +186,7 @@ def exceedance_interval(values: np.ndarray, limit: float, confidence: float, *, 
         return math.nan, math.nan, math.nan
     indicator = (x > limit).astype(float)
     share = float(indicator.mean())
-    low, high = _wilson(share, x.size / _tau(x, indicator), _z(confidence))
+    low, high = wilson(share, x.size / _tau(x, indicator), _z(confidence))
     if rising(x, blocks=blocks, alpha=alpha):
         low = share
     return share, min(low, share), max(high, share)
@@ -151,7 +202,7 @@ def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blo
     p = q / 100.0
     point = float(np.percentile(x, q))
     tau = 1.0 if iid else _tau(x, (x > point).astype(float))
-    p_low, p_high = _wilson(p, n / tau, _z(confidence))
+    p_low, p_high = wilson(p, n / tau, _z(confidence))
     ordered = np.sort(x)
     low = float(np.percentile(ordered, 100.0 * p_low))
     high = float(np.percentile(ordered, 100.0 * p_high))

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis.intervals import effective_trials
 from llmload import slo as slo_dims
 from llmload.config import SLO
 from shapes.phases import PHASES, rate_phases
@@ -336,23 +337,6 @@ LOCAL_SPAN = 0.2
 _GRID = 241
 
 
-def _wilson_high(f: float, n: float, z: float) -> float:
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    return (f + z2 / (2 * n) + z * math.sqrt(f * (1 - f) / n + z2 / (4 * n * n))) / denom
-
-
-def _effective_n(f: float, high: float, z: float) -> float | None:
-    """The trials of a Wilson interval at `z` whose high end over share `f` is `high` (None: no width)."""
-    if not high > f or high >= 1.0:
-        return None
-    lo_n, hi_n = 0.5, 1e7
-    for _ in range(60):
-        mid = math.sqrt(lo_n * hi_n)
-        lo_n, hi_n = (mid, hi_n) if _wilson_high(f, mid, z) > high else (lo_n, mid)
-    return math.sqrt(lo_n * hi_n)
-
-
 def _deviance(b: float, d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> float:
     eta = np.clip(c + b * d, -30, 30)
     p = 1.0 / (1.0 + np.exp(-eta))
@@ -391,7 +375,7 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
         x, f, high = _num(row.get("offered_rate")), _num(row.get(f"{key}_over")), _num(row.get(f"{key}_over_high"))
         if x is None or f is None or high is None or (span is not None and abs(x - guess) > span * guess):
             continue
-        n = _effective_n(f, high, z)
+        n = effective_trials(f, high, z)
         if n is None:
             continue
         count = _num(row.get("completed"))

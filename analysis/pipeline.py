@@ -28,7 +28,7 @@ from analysis.worksheet import worksheet
 from llmload.config import SLO, Client, Conditions
 from shapes.phases import is_closed_loop
 
-__all__ = ["Analysis", "analyze"]
+__all__ = ["Analysis", "analyze", "needs_text"]
 
 
 @dataclass
@@ -55,6 +55,29 @@ def _windows(plan_steps: list[dict]) -> dict[str, tuple[float, float]]:
         if s.get("window_start") is not None and s.get("window_end") is not None:
             out[str(s["label"])] = (float(s["window_start"]), float(s["window_end"]))
     return out
+
+
+def needs_text(row: pd.Series | dict) -> str:
+    """How long an undecided or insufficient step would have to run, e.g. "about 410 completions would
+    decide it: a window of about 105 s at this rate (this one 30 s)" ("" when the row says nothing)."""
+    needs, window, had = (_number(row.get(k)) for k in ("needs_completions", "needs_window_s", "window_s"))
+    if needs is None:
+        return ""
+    if needs == float("inf"):
+        return "its tail sits on the threshold at this rate: no window of a sensible length decides it"
+    text = (f"it needs {needs:,.0f} completions (min_samples) to be judged" if row.get("verdict") == "insufficient"
+            else f"about {needs:,.0f} completions would decide it")
+    if window is not None and window > 0:
+        text += f": a window of about {window:,.0f} s at this rate" + (f" (this one {had:,.0f} s)" if had else "")
+    return text
+
+
+def _number(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if number != number else number
 
 
 def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame, slo: SLO,
@@ -90,6 +113,10 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
             over = ", ".join(f"{k} {float(r[f'{k}_s']) * 1000:.0f} ms > {limits[k] * 1000:g} ms" for k in few)
             out.append(f"step {r['label']}: {over} on only {int(r['completed'])} completions (fewer than "
                        f"min_samples {slo.min_samples}): over its target but not judged; run the step longer")
+        if r["verdict"] in ("inconclusive", "insufficient") and (needs := needs_text(r)):
+            why = (f"undecided ({', '.join(map(str, r.get('undecided_targets') or []))})"
+                   if r["verdict"] == "inconclusive" else f"insufficient ({int(r['completed'] or 0)} completions)")
+            out.append(f"step {r['label']}: {why}: {needs}")
         missing = r.get("unrecorded_arrivals")
         if missing is not None and missing == missing and missing > 0:
             out.append(f"step {r['label']}: {int(missing)} planned arrivals have no record (a worker lost?): "

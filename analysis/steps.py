@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.metrics import empty_metrics, step_metrics
 from analysis.requests import EventGaps
 from analysis.telemetry_stats import TelemetryIndex
-from analysis.verdict import judge
+from analysis.verdict import judge, judged_fields
 from llmload.config import SLO, Client
 
 __all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_table", "step_table"]
@@ -53,17 +53,14 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
     for step in plan_steps:
         if step.get("status") == "not_run":
             row = empty_metrics(step)
-            row.update(verdict="not_run", failing=[], unmeasured=[], undecided=[], invalid_reasons=[],
-                       over_on_few_samples=[], undecided_targets=[])
+            row.update(judged_fields("not_run", [], {"unmeasured": [], "undecided": [], "invalid": [],
+                                                     "over_on_few_samples": [], "undecided_targets": []}))
             rows.append(row)
             continue
         pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
         row = step_metrics(_take(base, pos), step, slo, tel, gaps, pos)
         verdict, failing, details = judge(row, step, slo, client)
-        row.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                   undecided=details["undecided"], invalid_reasons=details["invalid"],
-                   over_on_few_samples=details["over_on_few_samples"],
-                   undecided_targets=details["undecided_targets"])
+        row.update(judged_fields(verdict, failing, details))
         rows.append(row)
     return _typed(pd.DataFrame(rows))
 

@@ -55,6 +55,7 @@ _EXTRA_STEP_KEYS = (
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples", "undecided_targets",
+    "needs_completions", "needs_window_s",
 )
 _SUSTAINED = sustained_phases()
 #: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)

@@ -15,8 +15,9 @@ Every SLO dimension (the figure it reads, its setting, how it is compared) is de
    even with few completions: an overloaded server that rejects most requests fails, it is not merely
    "insufficient". In a `partial` step (the run was stopped inside it) the requests cancelled by the
    stop are not errors of the server: its error ratio leaves `cancelled` out.
-4. `insufficient`: fewer than `slo.min_samples` completed requests: the percentiles are not judged.
-   Thresholds the few samples are over anyway are listed in `stats["over_on_few_samples"]` (not
+4. `insufficient`: fewer than `slo.min_samples` completed requests (a small floor, 20 by default: below
+   it no interval is formed): the percentiles are not judged. Above it the intervals decide, whatever
+   the count (rules 5 and 7). Thresholds the few samples are over anyway are listed in `stats["over_on_few_samples"]` (not
    judged, but never silent: a reader must not take "insufficient" for "probably fine").
 5. `fail` on every percentile threshold over its value (`ttft_p95`, `tpot_p95`, ...). Where the step row
    carries the figure's interval (`<figure>_low` / `_high`, `analysis.intervals`, at `slo.confidence`),
@@ -32,6 +33,11 @@ Every SLO dimension (the figure it reads, its setting, how it is compared) is de
    Also when a checked target could not be measured (`unmeasured`) or its histogram bucket straddles
    it (`undecided`): a checked threshold that was not measured never leaves a step `pass`; both are
    named in `undecided_targets` too.
+   An undecided (inconclusive) or insufficient step says how many completions would decide it
+   (`details["needs_completions"]`, the row's `needs_completions`: `min_samples` for an insufficient one,
+   else `analysis.intervals.completions_to_decide` for the target that needs most; inf when its share
+   sits on the level) and the window that would give them at its completion rate (`needs_window_s`),
+   so a reader knows how long to run it.
 8. `pass`.
 Every failing dimension is named, ordered by how far over its limit (value / limit, largest first;
 a breach of a zero limit, and OOM, count as infinitely far; queue growth as exactly at its limit).
@@ -47,6 +53,7 @@ import math
 
 import pandas as pd
 
+from analysis.intervals import completions_to_decide
 from analysis.metrics import empty_metrics, step_metrics
 from analysis.requests import derive_requests
 from analysis.telemetry_stats import TelemetryIndex
@@ -54,7 +61,7 @@ from analysis.validity import generator_checks
 from llmload import slo as slo_dims
 from llmload.config import SLO, Client
 
-__all__ = ["VERDICTS", "judge", "judge_step"]
+__all__ = ["VERDICTS", "judge", "judge_step", "judged_fields"]
 
 VERDICTS = ("pass", "fail", "inconclusive", "invalid", "insufficient", "not_run")
 
@@ -89,7 +96,44 @@ def _interval(metrics: dict, figure: str) -> tuple[float, float] | None:
 
 def _empty_details(**extra: object) -> dict:
     return {"excess": {}, "unmeasured": [], "undecided": [], "invalid": [], "over_on_few_samples": [],
-            "undecided_targets": [], **extra}
+            "undecided_targets": [], "needs_completions": math.nan, "needs_window_s": math.nan, **extra}
+
+
+def judged_fields(verdict: str, failing: list[str], details: dict) -> dict:
+    """What a judged step row gets from `judge` (the live judge and the analysis add the same fields)."""
+    return {"verdict": verdict, "failing": failing, "unmeasured": details["unmeasured"],
+            "undecided": details["undecided"], "invalid_reasons": details["invalid"],
+            "over_on_few_samples": details["over_on_few_samples"],
+            "undecided_targets": details["undecided_targets"],
+            "needs_completions": details.get("needs_completions", math.nan),
+            "needs_window_s": details.get("needs_window_s", math.nan)}
+
+
+def _needs(metrics: dict, slo: SLO, keys: list[str]) -> float:
+    """About how many completions would decide the targets `keys` (their intervals straddle): the most
+    any of them needs (`analysis.intervals.completions_to_decide`, from its share over the threshold)."""
+    needs = []
+    for t in slo.thresholds:
+        if t.key in keys:
+            needs.append(completions_to_decide(
+                _float(metrics.get(f"{t.key}_over")), _float(metrics.get(f"{t.key}_over_high")),
+                _float(metrics.get("completed")), 1.0 - t.percentile / 100.0, slo.confidence))
+    known = [n for n in needs if n == n]
+    return max(known) if known else math.nan
+
+
+def _window_for(metrics: dict, completions: float) -> float:
+    """The measurement window that would give `completions` at this step's completion rate (NaN when it
+    completed nothing; inf for inf)."""
+    done, window = _float(metrics.get("completed")), _float(metrics.get("window_s"))
+    if not done > 0 or not window > 0 or completions != completions:
+        return math.nan
+    return window * completions / done
+
+
+def _set_needs(details: dict, metrics: dict, completions: float) -> None:
+    details["needs_completions"] = completions
+    details["needs_window_s"] = _window_for(metrics, completions)
 
 
 def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> tuple[str, list[str], dict]:
@@ -143,11 +187,13 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
         else:
             excess[t.key] = over
     details = {"excess": excess, "unmeasured": unmeasured, "undecided": undecided,
-               "over_on_few_samples": over_on_few, "invalid": [], "undecided_targets": undecided_targets}
+               "over_on_few_samples": over_on_few, "invalid": [], "undecided_targets": undecided_targets,
+               "needs_completions": math.nan, "needs_window_s": math.nan}
     if excess:
         order = sorted(excess, key=lambda k: -excess[k])  # sorted() is stable: ties keep rule order
         return "fail", order, details
     if not enough:
+        _set_needs(details, metrics, float(slo.min_samples))
         return "insufficient", [], details
     if slo.thresholds and len(unmeasured) == len(slo.thresholds):
         return "insufficient", [], details  # every latency target unmeasured: nothing was judged
@@ -158,6 +204,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     # leave a step `pass` (its interval is the whole axis); the step is inconclusive and names it
     undecided_targets.extend(k for k in unmeasured + undecided if k not in undecided_targets)
     if undecided_targets:
+        _set_needs(details, metrics, _needs(metrics, slo, undecided_targets))
         return "inconclusive", [], details
     return "pass", [], details
 
@@ -179,7 +226,7 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     """
     if step.get("status") == "not_run":
         stats = empty_metrics(step)
-        stats.update(verdict="not_run", failing=[], undecided_targets=[])
+        stats.update(judged_fields("not_run", [], _empty_details()))
         return "not_run", [], stats
     label = str(step["label"])
     windows = {label: (_float(step.get("window_start")), _float(step.get("window_end")))}
@@ -187,8 +234,5 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     req = derive_requests(own, windows, slo)
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
-    stats.update(verdict=verdict, failing=failing, unmeasured=details["unmeasured"],
-                 undecided=details["undecided"], invalid_reasons=details["invalid"],
-                 over_on_few_samples=details["over_on_few_samples"],
-                 undecided_targets=details["undecided_targets"])
+    stats.update(judged_fields(verdict, failing, details))
     return verdict, failing, stats

@@ -81,6 +81,12 @@ MAX_TOKENS = 1_000_000  # tokens in one prompt or one answer
 MAX_CONCURRENCY = 100_000  # requests in flight, users of a closed loop
 MAX_FACTOR = 1_000.0  # trace speedup / rate_scale, gamma burstiness
 MAX_TRACE_SCALES = 20  # shape.trace.scales: each is two steps
+#: `slo.min_samples`' default: below 20 completions a step's autocorrelation time (batch means over 3 or
+#: more blocks) and its rising-trend check (6 sub-windows of 2 or more) cannot be estimated, so no
+#: interval is formed; from 20 on, a P95's interval can already lie wholly over a threshold (its low end
+#: is about the 80th percentile at 90%), and a pass needs what the interval says (about 52 independent
+#: completions for a P95 at 90%, more where requests queue together)
+MIN_SAMPLES = 20
 MAX_COUNT = 1_000_000  # requests per level, prefixes, refine steps, min_samples, samples
 MAX_SEED = 2**63 - 1
 MAX_STEPS = 10_000  # steps of a ladder, slices of a soak
@@ -592,7 +598,9 @@ class SLO(Model):
     max_error_ratio: float | None = Field(default=DEFAULT_MAX_ERROR_RATIO, ge=0, le=1)
     allow_oom: bool | None = None
     queue_growth: Literal["forbid", "allow"] | None = None
-    min_samples: int = Field(default=200, ge=1, le=MAX_COUNT)
+    #: the floor below which a step's percentiles are not judged (no interval is formed): above it the
+    #: intervals decide, whatever the count (`analysis.verdict`, METRICS.md "Verdict of a step")
+    min_samples: int = Field(default=MIN_SAMPLES, ge=1, le=MAX_COUNT)
     trend_alpha: float = Field(default=0.05, gt=0, lt=1)
     sub_windows: int = Field(default=6, ge=3, le=1000)
     #: two-sided confidence of every step's percentile intervals and of the knee's interval

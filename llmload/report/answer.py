@@ -258,13 +258,17 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
     out.extend(answer_lines(analysis))
     insufficient = steps[verdicts == "insufficient"]
     if len(insufficient):
-        need = getattr(analysis.slo, "min_samples", 200)
+        need = analysis.slo.min_samples
         named = []
         for _, step in insufficient.iterrows():
             few = over_on_few_samples(step, analysis.slo)
-            named.append(f"{step.get('label')}" + (f" (over its target anyway: {few})" if few else ""))
-        out.append(f"INSUFFICIENT at {', '.join(named)}: fewer than {need} completions, too few to "
-                   "estimate the tail; run those steps longer.")
+            window, had = step.get("needs_window_s"), step.get("window_s")
+            longer = (f"needs about {float(window):,.0f} s, ran {float(had):,.0f} s"
+                      if not is_blank(window) and not is_blank(had) else "")
+            notes = "; ".join(n for n in (f"over its target anyway: {few}" if few else "", longer) if n)
+            named.append(f"{step.get('label')}" + (f" ({notes})" if notes else ""))
+        out.append(f"INSUFFICIENT at {', '.join(named)}: fewer than {need} completions (min_samples), too "
+                   "few to form the tail's interval; run those steps longer.")
     not_run = list(labels[steps.get("status", pd.Series(dtype=object)).astype(str) == "not_run"])
     if not_run:
         out.append(f"Not run: {', '.join(not_run)} (left blank in every table, never counted as passing).")

@@ -91,3 +91,21 @@ def test_an_overloaded_steps_rising_latencies_give_a_one_sided_interval():
     assert not rising(ar1(600, 0.5, 3))
     x = ar1(600, 0.5, 3)
     assert percentile_interval(x, 95, 0.9)[0] < np.percentile(x, 95)
+
+
+def test_completions_to_decide_is_where_the_wilson_interval_leaves_the_level() -> None:
+    """Independent values (the share's interval from as many trials as completions): at the count it
+    returns, the Wilson interval of the same share lies wholly on one side of the level; one fewer does not."""
+    from analysis.intervals import completions_to_decide, wilson
+
+    z = NormalDist().inv_cdf(0.95)
+    for share, level in ((0.0, 0.05), (0.02, 0.05), (0.12, 0.05), (0.1, 0.03)):
+        n = 40
+        high = wilson(share, n, z)[1]
+        need = completions_to_decide(share, high, n, level, 0.9)
+        low_at, high_at = wilson(share, need, z)
+        assert (low_at > level) if share > level else (high_at < level), (share, level, need)
+        before = wilson(share, need - 1, z)
+        assert not ((before[0] > level) if share > level else (before[1] < level)), (share, level, need)
+    assert completions_to_decide(0.05, 0.1, 40, 0.05, 0.9) == math.inf  # on the level: never
+    assert math.isnan(completions_to_decide(math.nan, 0.1, 40, 0.05, 0.9))

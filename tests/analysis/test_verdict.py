@@ -54,6 +54,38 @@ def test_insufficient_when_too_few_completions() -> None:
     assert row["verdict"] == "insufficient" and list(row["failing"]) == []
 
 
+def test_the_default_floor_judges_a_short_step_of_a_slow_server_by_its_interval() -> None:
+    """No min_samples written (issue 41): 60 completions whose TTFT is twice the target fail; 60 far
+    under it pass; the floor (20) leaves 10 insufficient, saying how long a window would be judged."""
+    slo = SLO.model_validate({"ttft_p95": "800ms"})
+    over = [request(f"r{i}", "s", float(i) / 2, ttft=1.6 + 0.01 * (i % 7), e2e=2.0) for i in range(60)]
+    under = [request(f"r{i}", "s", float(i) / 2, ttft=0.2 + 0.01 * (i % 7), e2e=0.5) for i in range(60)]
+    few = [request(f"r{i}", "s", float(i) * 3, ttft=1.6, e2e=2.0) for i in range(10)]
+    judged = {name: analyze(run_of(rows, [plan_step("s", 0, length=30.0)]), slo).steps.iloc[0]
+              for name, rows in (("over", over), ("under", under), ("few", few))}
+    assert judged["over"]["verdict"] == "fail" and list(judged["over"]["failing"]) == ["ttft_p95"]
+    assert judged["under"]["verdict"] == "pass"
+    assert judged["few"]["verdict"] == "insufficient"
+    assert judged["few"]["needs_completions"] == 20
+    assert judged["few"]["needs_window_s"] == pytest.approx(60.0)  # 10 completions in 30 s: 20 in 60
+
+
+def test_an_undecided_step_says_how_many_completions_would_decide_it() -> None:
+    """A step whose P95 interval straddles the target: its share over the target and the effective
+    trials it showed give the completions that would put the share's interval on one side of 5%."""
+    slo = SLO.model_validate({"ttft_p95": "1s"})
+    rng = np.random.default_rng(0)
+    ttft = rng.uniform(0.2, 0.6, 60)
+    ttft[rng.choice(60, 5, replace=False)] = 1.2  # 5 of 60 over the target, spread in time
+    rows = [request(f"r{i}", "s", float(i) / 2, ttft=float(ttft[i]), e2e=2.0) for i in range(60)]
+    row = analyze(run_of(rows, [plan_step("s", 0, length=30.0)]), slo).steps.iloc[0]
+    assert row["verdict"] == "inconclusive" and list(row["undecided_targets"]) == ["ttft_p95"]
+    share = row["ttft_p95_over"]  # 5 of 60 over: 8.3%, near the 5% level
+    assert share == pytest.approx(5 / 60)
+    assert row["needs_completions"] > 60
+    assert row["needs_window_s"] == pytest.approx(30.0 * row["needs_completions"] / 60)
+
+
 def test_count_dimensions_fail_even_with_few_completions() -> None:
     slo = SLO.model_validate({"ttft_p95": "1s", "min_samples": 200, "allow_oom": False})
     rows = _steady(50) + [request("o", "s", 30.5, ttft=None, e2e=None, outcome="oom")]
