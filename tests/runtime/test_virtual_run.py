@@ -117,3 +117,20 @@ def test_the_demo_twice_gives_one_summary_whose_knee_holds_the_truth(tmp_path, c
     assert a["search"]["steps"] >= 2  # the knee search ran its refine steps
     assert cpu_s < 20, f"{cpu_s:.1f} s of CPU per virtual demo run"
     print(f"virtual demo run: {cpu_s:.1f} s of CPU")
+
+
+def test_a_closed_loop_at_its_pool_size_is_never_capped(tmp_path):
+    """A closed-loop level as large as the user pool: each finished request's successor is taken by the
+    user that finished it, never a wait for a free slot (it was marked capped, and the step judged invalid
+    on `client_cap`, live as here)."""
+    config = one_step()
+    config["shape"] = {"concurrency": {"levels": [6], "duration": "20s"}}
+    path = write_config(tmp_path, config)
+    run_virtual(path, out=tmp_path / "run", report=False)
+    records = pd.read_parquet(tmp_path / "run" / "records.parquet")
+    assert len(records) > 50 and not records["capped"].any()
+    (step,) = json.loads((tmp_path / "run" / "summary.json").read_text())["steps"]
+    assert step["verdict"] != "invalid" and not step.get("invalid_reasons")
+    # never more than the level in flight
+    events = sorted([(t, 1) for t in records["sent_at"]] + [(t, -1) for t in records["closed_at"]])
+    assert max(np.cumsum([d for _, d in events])) <= 6

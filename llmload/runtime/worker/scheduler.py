@@ -342,8 +342,10 @@ class WorkerRuntime:
         if self._shipper is greenlet:
             self._shipper = None
 
-    def _put(self, state: StepState, job: Job) -> None:
-        job.capped = self.free_users <= 0
+    def _put(self, state: StepState, job: Job, *, freeing: int = 0) -> None:
+        """Queue `job`; `capped` when no user is free for it (`freeing`: users about to be, e.g. the one
+        whose finished request put this closed-loop successor: it takes it next, never a capped wait)."""
+        job.capped = self.free_users + freeing <= 0
         state.put += 1
         self.queue.put(job)
 
@@ -428,8 +430,8 @@ class WorkerRuntime:
         state.finished += 1
         if state.loop is not None and not state.phase.cancelled and not continued:  # a session's turn is its next
             successor = state.loop.next(self.clock.now())
-            if successor is not None:
-                self._put(state, successor)
+            if successor is not None:  # the user that finished `job` is about to be free for it
+                self._put(state, successor, freeing=1)
         self._maybe_drained(state)
 
     def _next_turn(self, state: StepState, job: Job, record: Record) -> bool:
