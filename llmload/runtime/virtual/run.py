@@ -127,6 +127,10 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     users = [gevent.spawn(_user, runtime) for runtime in link.runtimes.values() for _ in range(pool)]
     try:
         controller.run()
+    except KeyboardInterrupt:  # seconds of CPU: a Ctrl-C means the rehearsal is not wanted
+        print(f"llmload: SIMULATION stopped (Ctrl-C); what ran is in {run_dir} (`llmload report` reports it)",
+              file=sys.stderr, flush=True)
+        return 130
     finally:
         gevent.killall(users)
         for runtime in link.runtimes.values():
