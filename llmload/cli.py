@@ -107,7 +107,9 @@ def run(
     if virtual or sim is not None:
         from llmload.runtime.virtual.run import run_virtual
 
-        raise typer.Exit(run_virtual(config, out=out, sim_path=sim) if virtual else _sim_without_virtual())
+        raise typer.Exit(run_virtual(config, out=out, sim_path=sim, live_flags={
+            "--web": web, "--processes": processes, "--master": master, "--worker": worker,
+            "--locustfile": locustfile, "--metrics-port": metrics_port}) if virtual else _sim_without_virtual())
     from llmload.runtime.launcher.run import run_config
 
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,

@@ -84,6 +84,8 @@ def test_cli_flags(tmp_path):
     result = runner.invoke(app, ["run", str(write_config(tmp_path, sessions, "s.yaml")), "--virtual",
                                  "--out", str(tmp_path / "s")])
     assert result.exit_code == 2 and "--virtual does not simulate requests.sessions" in result.output
+    result = runner.invoke(app, ["run", str(path), "--virtual", "--processes", "2"])
+    assert result.exit_code == 2 and "--processes does not apply" in result.output
     bad_sim = tmp_path / "sim.yaml"
     bad_sim.write_text("max_num_seqs: -1\n")
     result = runner.invoke(app, ["run", str(path), "--virtual", "--sim", str(bad_sim), "--out", str(tmp_path / "b")])

@@ -56,8 +56,14 @@ def sim_settings(sim_path: Path | None) -> tuple[SimSettings, str]:
 
 
 def run_virtual(config_path: Path, *, out: Path | None = None, sim_path: Path | None = None,
-                report: bool = True, workers: int = WORKERS) -> int:
-    """Run `config_path` in virtual time (see the module docstring); returns the run's exit code."""
+                report: bool = True, workers: int = WORKERS, live_flags: dict[str, Any] | None = None) -> int:
+    """Run `config_path` in virtual time (see the module docstring); returns the run's exit code.
+    `live_flags`: `llmload run`'s flags of a live run (name: value); any one set is refused."""
+    given = [name for name, value in (live_flags or {}).items() if value]
+    if given:
+        print(f"llmload: error: --virtual runs in one process without Locust: {', '.join(given)} "
+              f"{'does' if len(given) == 1 else 'do'} not apply", file=sys.stderr)
+        return 2
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
