@@ -136,3 +136,20 @@ def test_a_closed_loop_at_its_pool_size_is_never_capped(tmp_path):
     # never more than the level in flight
     events = sorted([(t, 1) for t in records["sent_at"]] + [(t, -1) for t in records["closed_at"]])
     assert max(np.cumsum([d for _, d in events])) <= 6
+
+
+def test_vllms_queue_limit_rejects_as_the_sim_does(tmp_path):
+    """`max_num_queued_reqs` of the sim settings: past it the request is refused 503 (`rejected`) at once."""
+    sim = tmp_path / "sim.yaml"
+    sim.write_text("max_num_seqs: 2\nstep_base_s: 25ms\ndecode_cost_s: 1ms\nmax_num_queued_reqs: 4\n")
+    path = write_config(tmp_path, one_step(rate=8.0))
+    run_virtual(path, out=tmp_path / "run", sim_path=sim, report=False)
+    records = pd.read_parquet(tmp_path / "run" / "records.parquet").sort_values("sent_at")
+    rejected = records[records["outcome"] == "rejected"]
+    assert len(rejected) > 10 and set(records["outcome"]) == {"ok", "rejected"}
+    assert (rejected["http_status"] == 503).all() and (rejected["closed_at"] == rejected["sent_at"]).all()
+    # at each send, the requests still in flight (sent, not closed): a rejection only at the limit
+    ok = records[records["outcome"] == "ok"]
+    for _, row in records.iterrows():
+        in_flight = int(((ok["sent_at"] < row["sent_at"]) & (ok["closed_at"] > row["sent_at"])).sum())
+        assert (in_flight >= 4) == (row["outcome"] == "rejected"), (in_flight, row["outcome"])

@@ -9,8 +9,9 @@ worker of a run, as one server serves every Locust worker.
 `EngineSender` is the worker's `Sender` for a virtual run: the request is built by the config's mix
 (the same sizes, ids and seeds as a live run's), released at its time (`Clock.wait_until`), and its
 record filled from the engine's token times (outcome `ok`, usage as a server reports it). Not simulated:
-the HTTP layer (admission limits, faults, cold load), quality cases, sessions and user hooks
-(`unsupported` says which a config asks for).
+the HTTP layer (faults, cold load, context-length rules), quality cases, sessions and user hooks
+(`unsupported` says which a config asks for). Admission is: vLLM's `max_num_queued_reqs` refuses a
+request with 503 (`rejected`) while that many are in flight, as `llmload sim` does.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class EngineServer:
         self._ids = 0
         self._submitted = Event()
         self._loop: gevent.Greenlet | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not finished (waiting or running)."""
+        return len(self._serving)
 
     def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
         return self.engine.fits(prompt_tokens, output_tokens)
@@ -116,9 +122,12 @@ def unsupported(config: Config) -> list[str]:
 class EngineSender:
     """A worker's sender whose server is an `EngineServer` (see the module docstring)."""
 
-    def __init__(self, config: Config, server: EngineServer, *, clock: Clock, base_dir: str = ".") -> None:
+    def __init__(self, config: Config, server: EngineServer, *, clock: Clock, base_dir: str = ".",
+                 max_in_flight: int | None = None) -> None:
         self.config = config
         self.server = server
+        #: vLLM's `max_num_queued_reqs`: a request past it is refused 503 (None: no limit)
+        self.max_in_flight = max_in_flight
         self.clock = clock
         self.mix = RequestMix(config.requests, config.target, base_dir=base_dir,
                               tokens_per_word=config.requests.tokens_per_word)
@@ -141,6 +150,12 @@ class EngineSender:
         if not self.server.fits(n_in, n_out):  # the sim answers 400: the prompt cannot fit its KV cache
             record.closed_at, record.http_status = record.sent_at, 400
             record.outcome, record.error = "http_error", "HTTP 400: the request does not fit the KV cache"
+            return
+        if self.max_in_flight is not None and self.server.in_flight >= self.max_in_flight:
+            record.closed_at, record.http_status = record.sent_at, 503
+            record.outcome = "rejected"
+            record.error = (f"HTTP 503: The server is at capacity (max_num_queued_reqs={self.max_in_flight}): "
+                            "too many requests in flight, please retry later.")
             return
         served = self.server.submit(n_in, n_out)
         try:

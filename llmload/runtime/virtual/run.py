@@ -109,13 +109,15 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     print(f"llmload: run directory {run_dir}", flush=True)
     base_dir = str(Path(config_path).resolve().parent)
     clock = VirtualClock(VIRTUAL_EPOCH_S, limit_s=LIMIT_S)
-    server = EngineServer(engine_limits(settings, config.target.server or "vllm"), clock)
+    server = EngineServer(engine_limits(settings, config.target.server or "vllm"), clock)  # one server for all
     pool = -(-_pool_size(config) // workers)
+    flavor = config.target.server or "vllm"
+    max_in_flight = settings.max_num_queued_reqs if flavor == "vllm" else None
 
     def make_worker(send_message: Any) -> WorkerRuntime:
         def build_sender(config_dict: dict, **kwargs: Any) -> EngineSender:
             return EngineSender(Config.model_validate(config_dict), server, clock=clock,
-                                base_dir=kwargs.get("base_dir", base_dir))
+                                base_dir=kwargs.get("base_dir", base_dir), max_in_flight=max_in_flight)
 
         return WorkerRuntime(send_message, build_sender=build_sender, clock=clock)
 
