@@ -131,6 +131,13 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
     return out
 
 
+def simulation_warning(simulation: dict) -> str:
+    """The line a simulated run's summary and report open their warnings with."""
+    return (f"SIMULATION: no server was measured. This run was played in virtual time against the engine of "
+            f"{simulation.get('server', 'the simulated server')} (llmload run --virtual): its numbers are "
+            "that model's, a rehearsal of the plan, not a capacity of the target")
+
+
 def analyze(run: Run, slo: SLO, client: Client | None = None, *,
             conditions: Conditions | None = None) -> Analysis:
     """Analyse a loaded run against an SLO (and the generator limits of `client`)."""
@@ -146,11 +153,16 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
+    simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
+    if simulation is not None:  # `llmload run --virtual`: no server was measured, said first
+        warnings = [simulation_warning(simulation), *warnings]
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
     add_limits(summary, steps)
     summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
     if isinstance(run.plan.get("search"), dict):  # the knee search's record (why it stopped, its steps)
         summary["search"] = dict(run.plan["search"])
+    if simulation is not None:
+        summary["simulation"] = simulation
     decision = summary["decision"]
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),

@@ -96,8 +96,20 @@ def run(
     worker_token_file: Annotated[Optional[Path], typer.Option(
         help="Master and workers: a file whose first line is the shared worker token (else the "
              "LLMLOAD_WORKER_TOKEN variable; docs/SECURITY.md).")] = None,
+    virtual: Annotated[bool, typer.Option(
+        help="Rehearse the whole run in seconds against the simulated server in virtual time (a SIMULATION: "
+             "the target is never contacted).")] = False,
+    sim: Annotated[Optional[Path], typer.Option(
+        help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the "
+             "target (default: the demo's server).")] = None,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
+    if virtual or sim is not None:
+        from llmload.runtime.virtual.run import run_virtual
+
+        raise typer.Exit(run_virtual(config, out=out, sim_path=sim, live_flags={
+            "--web": web, "--processes": processes, "--master": master, "--worker": worker,
+            "--locustfile": locustfile, "--metrics-port": metrics_port}) if virtual else _sim_without_virtual())
     from llmload.runtime.launcher.run import run_config
 
     raise typer.Exit(run_config(config, out=out, web=web, processes=processes, master=master,
@@ -105,6 +117,12 @@ def run(
                                 master_port=master_port, locustfile=locustfile, metrics_port=metrics_port,
                                 metrics_host=metrics_host, master_bind_host=master_bind_host,
                                 worker_token_file=worker_token_file))
+
+
+def _sim_without_virtual() -> int:
+    print("llmload: error: --sim goes with --virtual (the sim stands in for the target only in a virtual run)",
+          file=sys.stderr)
+    return 2
 
 
 @app.command()

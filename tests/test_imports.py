@@ -42,6 +42,8 @@ ROOMS: dict[str, set[str]] = {
     "llmload/runtime/master": {"llmload/runtime/worker", "llmload/runtime/wire", "llmload/rundir"},
     "llmload/runtime/locustglue": {"llmload/runtime/launcher", "llmload/runtime/master", "llmload/runtime/worker",
                                    "llmload/runtime/wire", "llmload/rundir"},
+    "llmload/runtime/virtual": {"llmload/runtime/master", "llmload/runtime/worker", "llmload/runtime/wire",
+                                "llmload/runtime/launcher", "llmload/rundir"},
     "llmload/rundir": set(),
 }
 #: the one edge against the rooms, and why: the launcher probes the target (`check_reachable`) before it

@@ -373,6 +373,9 @@ def render_report(analysis: Any, *, manifest: dict | None = None, title: str | N
     body = "".join(section(sid, heading, html) for sid, heading, html in sections)
     nav = [(sid, heading.split(":")[0]) for sid, heading, _ in sections]
     name = title or f"llmload report: {manifest.get('run_id') or manifest.get('name') or 'run'}"
+    if (analysis.summary or {}).get("simulation"):  # `llmload run --virtual`: said in the title and first
+        name = f"SIMULATION: {name}"
+        body = f'<p class="warnings" id="simulation"><strong>{esc(warnings[0])}</strong></p>' + body
     return page(name, body, nav=nav)
 
 

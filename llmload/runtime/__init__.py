@@ -4,7 +4,7 @@
                  (no gevent, no Locust)
     master/      the master (or local runner): the step controller, one step on every worker, what the
                  workers shipped, lost workers, states, pre-flight, live verdicts, the live table and series
-    worker/      each worker: the scheduler, this worker's jobs, sending, the timerfd wake-up
+    worker/      each worker: the scheduler, this worker's jobs, sending (time from the `llmload.clocks.Clock` it is handed)
     wire/        what the master and the workers say to each other: messages, the clock exchange
     locustglue/  the one room that imports Locust: the session on the environment, every Locust seam
                  (seams.py), the web UI, live Prometheus metrics, the worker token, the console

@@ -1,4 +1,4 @@
-"""The on-time release of a planned request (`sending.wait_until`, `llmload.runtime.worker.wakeup`): one
+"""The on-time release of a planned request (`RealClock.wait_until`, its timerfd `llmload.timerfd`): one
 timerfd wake-up at the arrival's time, no yield loop, other greenlets run meanwhile, a killed waiter
 leaves nothing behind (issue 20: the yield loop cost ~0.1-0.2 ms of CPU per request)."""
 
@@ -9,9 +9,9 @@ import sys
 import gevent
 import pytest
 
+from llmload import clocks, timerfd
 from llmload.clock import now
 from llmload.runtime.wire.messages import StepMessage
-from llmload.runtime.worker import sending, wakeup
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ti
 def test_one_wake_up_at_the_time_and_no_yield_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
     real_sleep = gevent.sleep
-    monkeypatch.setattr(sending.gevent, "sleep", lambda s=0: (sleeps.append(s), real_sleep(s))[1])
+    monkeypatch.setattr(clocks.gevent, "sleep", lambda s=0: (sleeps.append(s), real_sleep(s))[1])
     ticks: list[float] = []
     ticker = gevent.spawn(lambda: [ticks.append(now()) or real_sleep(0.001) for _ in range(100)])
     lags = []
     for _ in range(20):
         at = now() + 0.004
-        sending.wait_until(at)
+        clocks.REAL_CLOCK.wait_until(at)
         lags.append(now() - at)
     ticker.kill()
     assert sleeps == []  # no gevent sleep, no sleep(0) spin: the timerfd is the only wait
@@ -35,12 +35,12 @@ def test_one_wake_up_at_the_time_and_no_yield_loop(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_waiter_killed_early_leaves_no_readable_alarm() -> None:
-    waiter = gevent.spawn(sending.wait_until, now() + 0.02)
+    waiter = gevent.spawn(clocks.REAL_CLOCK.wait_until, now() + 0.02)
     gevent.sleep(0.001)
     waiter.kill(block=True)
     gevent.sleep(0.03)  # the killed waiter's time passes: a pooled fd must not fire for the next one
     at = now() + 0.01
-    sending.wait_until(at)
+    clocks.REAL_CLOCK.wait_until(at)
     assert now() >= at
 
 
@@ -53,7 +53,7 @@ def test_concurrent_waiters_each_wake_at_their_own_time() -> None:
     woke: dict[float, float] = {}
 
     def one(at: float) -> None:
-        sending.wait_until(at)
+        clocks.REAL_CLOCK.wait_until(at)
         woke[at] = now()
 
     gevent.joinall([gevent.spawn(one, at) for at in times])
@@ -63,11 +63,11 @@ def test_concurrent_waiters_each_wake_at_their_own_time() -> None:
 
 def test_the_past_returns_at_once_and_fallback_without_timerfd(monkeypatch: pytest.MonkeyPatch) -> None:
     t = now()
-    sending.wait_until(t - 1.0)
+    clocks.REAL_CLOCK.wait_until(t - 1.0)
     assert now() - t < 0.01
-    monkeypatch.setattr(wakeup, "_alarms", None)  # no timerfd: the sleep-and-yield loop, still on time
+    monkeypatch.setattr(timerfd, "_alarms", None)  # no timerfd: the sleep-and-yield loop, still on time
     at = now() + 0.003
-    sending.wait_until(at)
+    clocks.REAL_CLOCK.wait_until(at)
     assert now() >= at
 
 
@@ -100,15 +100,24 @@ def test_an_arrival_costs_one_wake_up_once_the_lead_is_learnt(tmp_path, monkeypa
     from shapes.steps import StepSpec
 
     user_sleeps: list[float] = []
-    real_sleep, real_wait = gevent.sleep, wakeup.wait
-    monkeypatch.setattr(sending.gevent, "sleep", lambda s=0: (s > 0 and user_sleeps.append(s), real_sleep(s))[1])
-    monkeypatch.setattr(sending, "wakeup", SimpleNamespace(wait=lambda at: (user_sleeps.append(at), real_wait(at))[1]))
+    waiting: set = set()  # the users inside their release wait (the scheduler's wake-ups use the same clock)
+
+    def counted(at: float) -> None:
+        if gevent.getcurrent() in waiting:
+            user_sleeps.append(at)
+
+    real_sleep, real_wait = gevent.sleep, timerfd.wait
+    monkeypatch.setattr(clocks.gevent, "sleep", lambda s=0: (s > 0 and counted(s), real_sleep(s))[1])
+    monkeypatch.setattr(clocks, "timerfd", SimpleNamespace(wait=lambda at: (counted(at), real_wait(at))[1],
+                                                            available=timerfd.available))
     lags: list[float] = []
 
     class Sender:
         def send(self, record, job, user=None) -> None:
             job.ready_at = now()
-            sending.wait_until(job.scheduled_at)
+            waiting.add(gevent.getcurrent())
+            clocks.REAL_CLOCK.wait_until(job.scheduled_at)
+            waiting.discard(gevent.getcurrent())
             record.sent_at = now()
             lags.append(record.sent_at - job.scheduled_at)
             record.outcome = "ok"

@@ -1,10 +1,6 @@
-"""Virtual time for the master's step logic: a clock + sleep pair, and a fake worker link that answers
-step messages in that time.
-
-`VirtualClock.now` / `VirtualClock.sleep` go to `StepController(clock=..., sleep=...)`. A sleeping
-greenlet waits on its own wake-up; one driver greenlet lets every other greenlet run until the loop is
-idle (`gevent.idle`), then moves the clock to the earliest wake-up and wakes that sleeper (ties in the
-order they slept). So a 5-minute soak runs in milliseconds, and in the same order every time.
+"""Virtual time for the master's step logic: the runtime's `llmload.clocks.VirtualClock` (its `now` /
+`sleep` go to `StepController(clock=..., sleep=...)`: a 5-minute soak runs in milliseconds, in the same
+order every time), and a fake worker link that answers step messages in that time.
 
 `FakeLink` is a `WorkerLink` whose workers answer `llmload:step` with one summary and an
 `llmload:drained`, each at a chosen virtual time; `llmload:cancel` is answered with a drained notice.
@@ -15,8 +11,6 @@ order they slept). So a 5-minute soak runs in milliseconds, and in the same orde
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +18,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.clocks import VirtualClock
 from llmload.records import Record
 from llmload.runtime.wire.messages import (
     CANCEL,
@@ -35,45 +30,6 @@ from llmload.runtime.wire.messages import (
 )
 
 __all__ = ["FakeHost", "FakeLink", "VirtualClock", "WorkerPlan"]
-
-
-class VirtualClock:
-    """Seconds that pass only when every greenlet sleeps (deterministic, as fast as the CPU)."""
-
-    def __init__(self, start_s: float = 1_000.0, *, limit_s: float = 86_400.0) -> None:
-        self.t = float(start_s)
-        #: a test that would sleep past this much virtual time is a hung test: the driver raises
-        self.limit_s = self.t + limit_s
-        self._sleepers: list[tuple[float, int, Event]] = []
-        self._seq = itertools.count()
-        self._driver: gevent.Greenlet | None = None
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        """Block this greenlet for `seconds` of virtual time (0 or less: just yield)."""
-        if seconds <= 0:
-            gevent.sleep(0)
-            return
-        wake = Event()
-        heapq.heappush(self._sleepers, (self.t + seconds, next(self._seq), wake))
-        if self._driver is None or self._driver.dead:
-            self._driver = gevent.spawn(self._drive)
-        wake.wait()
-
-    def _drive(self) -> None:
-        while self._sleepers:
-            gevent.idle()  # every runnable greenlet ran until it blocked
-            while self._sleepers and self._sleepers[0][2].ready():
-                heapq.heappop(self._sleepers)  # a sleeper killed meanwhile (never woken)
-            if not self._sleepers:
-                return
-            at, _, wake = heapq.heappop(self._sleepers)
-            if at > self.limit_s:
-                raise RuntimeError(f"virtual time ran past {self.limit_s:g} s: a test that never ends")
-            self.t = max(self.t, at)
-            wake.set()
 
 
 @dataclass

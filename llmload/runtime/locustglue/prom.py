@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK
 from llmload.runtime.locustglue.seams import worker_count
 from llmload.runtime.master.live_series import meets_slo, request_values
 from llmload.runtime.master.step import Step
@@ -147,7 +147,7 @@ class LiveMetrics:
         if step is not None:
             label = step.label
             running.add_metric([label], 1)
-            offered, achieved = step.running_rates(now())
+            offered, achieved = step.running_rates(REAL_CLOCK.now())
             values = {"target": step.target_rate, "offered": offered, "achieved": achieved,
                       "goodput": _goodput(controller, step)}
             for key, value in values.items():
@@ -169,7 +169,8 @@ def _goodput(controller: Any, step: Step) -> float | None:
     ws = step.window_start
     if ws is None:
         return None
-    t = min(now(), step.window_end or now())
+    t = REAL_CLOCK.now()
+    t = min(t, step.window_end or t)
     if t <= ws:
         return None
     slo = controller.config.slo

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.event import Event
 
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.rundir.plan_file import PlanFile
 from llmload.runtime.master.live_table import LiveTable, format_header
@@ -106,8 +106,8 @@ class StepController:
     def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
                  judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
                  wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None,
-                 clocks: Any = None, clock: Callable[[], float] = now,
-                 sleep: Callable[[float], None] = gevent.sleep) -> None:
+                 clocks: Any = None, clock: Callable[[], float] = REAL_CLOCK.now,
+                 sleep: Callable[[float], None] = REAL_CLOCK.sleep) -> None:
         self.config = config
         #: the master's measurements of the workers' clocks (`llmload.runtime.wire.clocksync.ClockSync`), or None
         self.clocks = clocks

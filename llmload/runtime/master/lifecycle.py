@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import gevent
 import gevent.event
 
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.errors import LLMLoadError, interrupted_exit_code
 from llmload.runtime.master.controller import StepController
@@ -117,8 +117,8 @@ class RunHost(Protocol):
 class RunLifecycle:
     """One process's runs: `start`, `stop(reason)`, `finalise`; `state` says where it is."""
 
-    def __init__(self, host: RunHost, *, clock: Callable[[], float] = now,
-                 sleep: Callable[[float], None] = gevent.sleep) -> None:
+    def __init__(self, host: RunHost, *, clock: Callable[[], float] = REAL_CLOCK.now,
+                 sleep: Callable[[float], None] = REAL_CLOCK.sleep) -> None:
         self.host = host
         self._clock = clock
         self._sleep_fn = sleep

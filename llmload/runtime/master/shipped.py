@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.records import RecordWriter, row_json
 from llmload.redaction import redact_text
@@ -33,7 +33,7 @@ class StepTally:
     """Routes shipped summaries, drained notices, sent counts and CPU to their `Step`."""
 
     def __init__(self, run_dir: Path, *, local: bool, telemetry: Any = None,
-                 out: Callable[[str], None] = print, clock: Callable[[], float] = now) -> None:
+                 out: Callable[[str], None] = print, clock: Callable[[], float] = REAL_CLOCK.now) -> None:
         self.run_dir = Path(run_dir)
         #: the master's time source (the controller's `clock`)
         self._clock = clock

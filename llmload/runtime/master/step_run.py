@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import gevent
 from gevent.event import Event
 
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.rundir.plan_file import PlanFile
 from llmload.runtime.master.live_table import ProgressStats, format_progress, quick_stats, step_row
@@ -82,10 +82,10 @@ class StepContext:
     clocks: Any = None
     #: the config as the step message carries it
     config_dict: dict | None = None
-    #: the master's time in seconds (`llmload.clock.now`; a test's virtual clock)
-    clock: Callable[[], float] = now
+    #: the master's time in seconds (`REAL_CLOCK.now`, `llmload.clocks`; a virtual clock's)
+    clock: Callable[[], float] = REAL_CLOCK.now
     #: the master's sleep (`gevent.sleep`; a test's virtual sleep)
-    sleep: Callable[[float], None] = gevent.sleep
+    sleep: Callable[[float], None] = REAL_CLOCK.sleep
     #: the line about back-to-back slices judged in the report was said
     said_unjudged: bool = False
 

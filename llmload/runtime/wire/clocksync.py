@@ -1,7 +1,7 @@
 """One clock across hosts: the master measures each worker's clock NTP-style over Locust's messages.
 
 An exchange: the master sends `llmload:clock_ping` stamped `t0` on its clock; the worker stamps its
-receipt `t1` and its answer `t2` on its own clock (`llmload.clock.raw_now`) and sends
+receipt `t1` and its answer `t2` on its own clock (`RealClock.raw_now`, `llmload.clocks`) and sends
 `llmload:clock_pong`; the master stamps the answer's receipt `t3`. Then, as in NTP,
 
     offset = ((t1 - t0) + (t2 - t3)) / 2        (the worker's clock minus the master's)
@@ -13,7 +13,7 @@ smallest round trip (the least queueing in ZeroMQ, gevent or the network).
 
 The master measures every worker when the run starts (`ClockSync.measure`), a worker first seen at a
 step's launch then, and every worker again when each step has drained. Each step message carries the
-worker's latest offset; the worker applies it (`llmload.clock.set_offset`), so it schedules on the
+worker's latest offset; the worker applies it (`Clock.set_offset`, `llmload.clocks`), so it schedules on the
 master's timeline and writes its records on the master's clock. A step's clock error on one worker is
 the uncertainty of the offset it ran with plus how far the offset moved by the step's end (`drift_s`):
 `StepClock` in plan.json, judged by `analysis.validity` (check `clock`). manifest.json's `clocks`
@@ -31,7 +31,7 @@ from typing import Any
 import gevent
 from gevent.event import AsyncResult
 
-from llmload.clock import now, raw_now
+from llmload.clocks import REAL_CLOCK
 from llmload.errors import MessageError
 from llmload.runtime.wire.messages import CLOCK_PING, CLOCK_PONG, ClockPing, ClockPong
 
@@ -93,7 +93,7 @@ class WorkerClock:
                 "measurements": len(self.samples)}
 
 
-def answer_ping(data: dict, send: Callable[[str, dict], None], *, clock: Callable[[], float] = raw_now) -> None:
+def answer_ping(data: dict, send: Callable[[str, dict], None], *, clock: Callable[[], float] = REAL_CLOCK.raw_now) -> None:
     """The worker's side of an exchange (`ClockPing` in, `ClockPong` out): stamp the receipt and the
     answer on this host's own clock. A ping it cannot read is logged and left unanswered."""
     t1 = clock()
@@ -110,7 +110,7 @@ class ClockSync:
 
     `send(msg_type, data, client_id)` reaches one worker; `on_pong` takes the answers."""
 
-    def __init__(self, send: Callable[[str, dict, str | None], None], *, clock: Callable[[], float] = now,
+    def __init__(self, send: Callable[[str, dict, str | None], None], *, clock: Callable[[], float] = REAL_CLOCK.now,
                  exchanges: int = EXCHANGES, timeout_s: float = PONG_TIMEOUT_S) -> None:
         self._send = send
         self._clock = clock

@@ -9,8 +9,10 @@ marked `capped`: its wait shows as client wait (`sent_at - scheduled_at`), never
 Closed-loop (concurrency) steps use the same queue: the scheduler puts this shard's share of the level
 at once and each finished request puts its successor, until the shard's share of the requests is sent.
 
-The step message carries the worker's clock offset the master measured: `on_step` applies it
-(`llmload.clock.set_offset`), so the schedule and every timestamp are on the master's clock.
+Time comes from the `Clock` the runtime is handed (`llmload.clocks`: the real one, or a virtual one for
+`llmload run --virtual` and the tests); nothing here reads the process clock. The step message carries
+the worker's clock offset the master measured: `on_step` applies it (`Clock.set_offset`), so the
+schedule and every timestamp are on the master's clock.
 
 Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and a compact summary is
 queued for the master, with the process's CPU while it sends a step's arrivals (`sample_cpu`). When a step's arrivals are over and every job of it has finished, the worker
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,10 +41,9 @@ import gevent
 import gevent.queue
 from gevent.greenlet import Greenlet
 
-from llmload import clock
 from llmload.arrivals import Arrival
 from llmload.client.outcomes import SendContext, classify_exception, trim
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK, Clock
 from llmload.errors import MessageError
 from llmload.records import Record, RecordWriter
 from llmload.runtime.wire.messages import (
@@ -54,7 +54,6 @@ from llmload.runtime.wire.messages import (
     StepMessage,
     pack_record,
 )
-from llmload.runtime.worker import wakeup
 from llmload.runtime.worker.jobs import ClosedLoop, Job, plan_jobs
 from llmload.statemachine import StateMachine
 from shapes.steps import step_bounds
@@ -75,7 +74,7 @@ MIN_CPU_SPAN_S = 0.5
 QUEUE_AHEAD_S = 0.003
 #: how long a drain timeout waits for the cancelled requests to be recorded
 CANCEL_WAIT_S = 5.0
-#: with a precise wake-up (a timerfd, `llmload.runtime.worker.wakeup`) the lead is learnt (`Lead`): the
+#: with a precise wake-up (`Clock.precise`: the real clock's timerfd) the lead is learnt (`Lead`): the
 #: `LEAD_QUANTILE` of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being
 #: ready, plus `LEAD_MARGIN_S`
 LEAD_QUANTILE = 0.75
@@ -88,7 +87,7 @@ class Lead:
     """How long before its time an arrival is queued. Each arrival used to cost two sleeps and wake-ups
     (the scheduler's at `QUEUE_AHEAD_S` before, the user's at the time), ~0.25 ms of CPU each on the
     2-vCPU VMs: with a timerfd the scheduler wakes just early enough for the user to build the request
-    (`Sender.send` then yields to the loop for the few µs left, `sending.YIELD_BELOW_S`), one wake-up."""
+    (`Sender.send` then yields to the loop for the few µs left, `llmload.clocks.YIELD_BELOW_S`), one wake-up."""
 
     def __init__(self, precise: bool) -> None:
         self.precise = precise
@@ -200,8 +199,11 @@ class StepState:
 class WorkerRuntime:
     """Scheduler, queue and record shipping for one user-running process."""
 
-    def __init__(self, send_message: Callable[[str, Any], None], *, build_sender: Callable) -> None:
+    def __init__(self, send_message: Callable[[str, Any], None], *, build_sender: Callable,
+                 clock: Clock = REAL_CLOCK) -> None:
         self._send_message = send_message
+        #: every time this worker reads, sleeps or waits for (`llmload.clocks`)
+        self.clock = clock
         self._build_sender = build_sender
         self.queue: gevent.queue.Queue = gevent.queue.Queue()
         self.free_users = 0
@@ -220,7 +222,7 @@ class WorkerRuntime:
         self._cpu_shipped: float | None = None
         self._cpu_mark: tuple[str, float, float] | None = None
         #: how long before its time an arrival is queued (learnt where wake-ups are precise)
-        self.lead = Lead(wakeup.available())
+        self.lead = Lead(clock.precise)
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -234,7 +236,7 @@ class WorkerRuntime:
             return
         self.worker = message.worker
         if message.clock_offset_s is not None:  # onto the master's timeline (llmload.runtime.wire.clocksync)
-            clock.set_offset(message.clock_offset_s)
+            self.clock.set_offset(message.clock_offset_s)
         run_dir = Path(message.run_dir)
         if self.writer is None or self.run_dir != run_dir:
             if self.writer is not None:
@@ -244,7 +246,8 @@ class WorkerRuntime:
         if self.sender is None or message.config != self._config_dict:
             self._config_dict = message.config
             self.sender = self._build_sender(message.config, worker=self.worker, shard=message.shard,
-                                             shards=message.shards, seed=message.seed, base_dir=message.base_dir)
+                                             shards=message.shards, seed=message.seed, base_dir=message.base_dir,
+                                             clock=self.clock)
         step, start_at = message.step, float(message.start_at)
         jobs, loop = plan_jobs(step, start_at=start_at, shard=message.shard, shards=message.shards)
         state = StepState(label=step.label, shard=message.shard, shards=message.shards, loop=loop,
@@ -276,9 +279,9 @@ class WorkerRuntime:
         hub = gevent.get_hub()
         for greenlet in list(state.inflight):
             hub.loop.run_callback(_cancel_request, state, greenlet)
-        deadline = now() + CANCEL_WAIT_S
-        while state.inflight and now() < deadline:
-            gevent.sleep(0.005)
+        deadline = self.clock.now() + CANCEL_WAIT_S
+        while state.inflight and self.clock.now() < deadline:
+            self.clock.sleep(0.005)
         self._maybe_drained(state)
 
     def _unreadable(self, exc: MessageError, data: Any) -> None:
@@ -291,7 +294,7 @@ class WorkerRuntime:
         label = named.get("label")
         self._tell_master(DrainedMessage(worker=exc.worker or self.worker,
                                          label=label if isinstance(label, str) else "", put=0, finished=0,
-                                         cancelled=False, at=now(), error=str(exc)))
+                                         cancelled=False, at=self.clock.now(), error=str(exc)))
 
     def _tell_master(self, message: Message) -> None:
         self._send_message(message.TYPE, message.to_dict())
@@ -299,11 +302,10 @@ class WorkerRuntime:
     # ------------------------------------------------------------------ scheduling
 
     def _schedule(self, state: StepState, jobs: list[Job]) -> None:
-        lead = self.lead
+        lead, sleep_until = self.lead, self.clock.sleep_until
         for job in jobs:
             at = job.scheduled_at - lead.value()
-            if at > now() and not (lead.precise and wakeup.wait(at)):
-                gevent.sleep(max(0.0, at - now()))
+            sleep_until(at)
             job.queued_for = at
             self._put(state, job)
             state.scheduled += 1
@@ -340,8 +342,10 @@ class WorkerRuntime:
         if self._shipper is greenlet:
             self._shipper = None
 
-    def _put(self, state: StepState, job: Job) -> None:
-        job.capped = self.free_users <= 0
+    def _put(self, state: StepState, job: Job, *, freeing: int = 0) -> None:
+        """Queue `job`; `capped` when no user is free for it (`freeing`: users about to be, e.g. the one
+        whose finished request put this closed-loop successor: it takes it next, never a capped wait)."""
+        job.capped = self.free_users + freeing <= 0
         state.put += 1
         self.queue.put(job)
 
@@ -352,7 +356,7 @@ class WorkerRuntime:
             job = self.queue.get()
         finally:
             self.free_users -= 1
-        job.dequeued_at = now()
+        job.dequeued_at = self.clock.now()
         state = self.steps.get(job.label)
         if state is not None and job.scheduled_at >= state.window_start:
             state.sent += 1
@@ -425,9 +429,9 @@ class WorkerRuntime:
         continued = self._next_turn(state, job, record)
         state.finished += 1
         if state.loop is not None and not state.phase.cancelled and not continued:  # a session's turn is its next
-            successor = state.loop.next(now())
-            if successor is not None:
-                self._put(state, successor)
+            successor = state.loop.next(self.clock.now())
+            if successor is not None:  # the user that finished `job` is about to be free for it
+                self._put(state, successor, freeing=1)
         self._maybe_drained(state)
 
     def _next_turn(self, state: StepState, job: Job, record: Record) -> bool:
@@ -440,12 +444,16 @@ class WorkerRuntime:
         if turn is None:
             return False
         a = job.arrival
-        at = now() + turn.think_s
+        at = self.clock.now() + turn.think_s
         successor = Job(label=job.label, seed=job.seed, session=turn, arrival=Arrival(
             request_id=turn.request_id, step=a.step, index=a.index, scheduled_at=at))
         state.put += 1
-        gevent.spawn_later(max(0.0, turn.think_s - TURN_LEAD_S), self._put_turn, state, successor)
+        gevent.spawn(self._put_turn_later, max(0.0, turn.think_s - TURN_LEAD_S), state, successor)
         return True
+
+    def _put_turn_later(self, delay_s: float, state: StepState, job: Job) -> None:
+        self.clock.sleep(delay_s)
+        self._put_turn(state, job)
 
     def _put_turn(self, state: StepState, job: Job) -> None:
         """Queue a session's next turn (already counted in `put`); a cancelled step records it unsent."""
@@ -461,12 +469,12 @@ class WorkerRuntime:
 
     def _maybe_drained(self, state: StepState) -> None:
         phase = state.phase
-        if state.arrivals_over(now()) and state.put <= state.finished and not phase.drained:
+        if state.arrivals_over(self.clock.now()) and state.put <= state.finished and not phase.drained:
             state.to(StepPhase.CANCELLED if phase.cancelled else StepPhase.DRAINED)
             self.sample_cpu()  # the step's last CPU interval goes out before its drained message
             self.flush()
             self._tell_master(DrainedMessage(worker=self.worker, label=state.label, put=state.put,
-                                             finished=state.finished, cancelled=phase.cancelled, at=now(),
+                                             finished=state.finished, cancelled=phase.cancelled, at=self.clock.now(),
                                              error=state.error))
 
     def flush(self) -> None:
@@ -483,7 +491,7 @@ class WorkerRuntime:
 
     def _ship_loop(self) -> None:
         while True:
-            gevent.sleep(SHIP_INTERVAL_S)
+            self.clock.sleep(SHIP_INTERVAL_S)
             self.sample_cpu()
             try:
                 self.flush()
@@ -498,13 +506,14 @@ class WorkerRuntime:
                 label = state.label
         return label
 
-    def sample_cpu(self, *, clock: Callable[[], float] = now,
-                   cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def sample_cpu(self, *, clock: Callable[[], float] | None = None,
+                   cpu_clock: Callable[[], float] | None = None) -> None:
         """This process's CPU (fraction of one core) while it sends a step's arrivals, at most one
         sample per `CPU_INTERVAL_S`, never outside the sending (start-up, drains, judging, finalisation).
         A sample covers [mark, t) and is stamped at its start, so it lies inside its step's
         [start_at, window_end): the number the validity rule reads (`worker_cpu`)."""
-        t, cpu = clock(), cpu_clock()
+        t = clock() if clock is not None else self.clock.now()
+        cpu = cpu_clock() if cpu_clock is not None else self.clock.cpu_time()
         label = self.sending(t)
         mark = self._cpu_mark
         if mark is not None and (label != mark[0] or t - mark[1] >= CPU_INTERVAL_S):

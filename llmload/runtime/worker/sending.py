@@ -23,8 +23,6 @@ import logging
 import random
 from typing import Any
 
-import gevent
-
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.core import send
 from llmload.client.mix import RequestMix
@@ -34,39 +32,13 @@ from llmload.client.quality import case_request
 from llmload.client.sessions import SessionPlanner
 from llmload.client.spec import prepare_spec
 from llmload.client.transport import Transport
-from llmload.clock import now
+from llmload.clocks import REAL_CLOCK, Clock
 from llmload.config import Config
 from llmload.records import Record
-from llmload.runtime.worker import wakeup
 
-__all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send", "wait_until"]
+__all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send"]
 
 log = logging.getLogger("llmload.worker")
-
-#: the last stretch before an arrival's time is spent yielding to the loop rather than in a timer
-SPIN_S = 0.0006
-#: a time closer than this is waited for by yielding to the loop: a sleep and its wake-up cost more
-#: CPU (~0.25 ms per request on the 2-vCPU VMs, bench/README.md)
-YIELD_BELOW_S = 0.0003
-
-
-def wait_until(at: float) -> None:
-    """Return at wall time `at`, other greenlets and I/O running meanwhile. A time under `YIELD_BELOW_S`
-    away (the worker's lead is learnt to leave about that): yield to the loop until it. Farther: one
-    wake-up on a Linux timerfd (`llmload.runtime.worker.wakeup`: within the kernel's timer slack, ~50 us);
-    without one, a gevent sleep until `SPIN_S` before it (libev's timers wake up to 1 ms late), then
-    the yields."""
-    left = at - now()
-    if left <= 0:
-        return
-    if left >= YIELD_BELOW_S and wakeup.wait(at):
-        return
-    delay = at - now() - SPIN_S
-    if delay > 0:
-        gevent.sleep(delay)
-    while now() < at:
-        gevent.sleep(0)
-
 
 class PlannedArrival:
     """What a user's `build_request` gets: one planned arrival of the run, and what the mix would send.
@@ -138,8 +110,11 @@ def _mix_user(user: Any) -> bool:
 class Sender:
     """Builds and sends the requests of one worker."""
 
-    def __init__(self, config: Config, *, concurrency: int, seed: int, base_dir: str = ".") -> None:
+    def __init__(self, config: Config, *, concurrency: int, seed: int, base_dir: str = ".",
+                 clock: Clock = REAL_CLOCK) -> None:
         self.config = config
+        #: when a request is released (`Clock.wait_until`) and its user was ready
+        self.clock = clock
         self.transport = Transport.from_target(config.target, concurrency=concurrency, seed=seed,
                                                base_dir=base_dir)
         self.mix = RequestMix(config.requests, config.target, base_dir=base_dir,
@@ -186,8 +161,8 @@ class Sender:
             except Exception as exc:  # the user's code: its failure is a client_error, nothing is sent
                 self._hook_failed(record, user, "build_request", exc)
                 return
-        job.ready_at = now()  # the worker learns its lead from this (worker.Lead)
-        wait_until(job.scheduled_at)  # the job is queued a little early (worker.Lead)
+        job.ready_at = self.clock.now()  # the worker learns its lead from this (worker.Lead)
+        self.clock.wait_until(job.scheduled_at)  # the job is queued a little early (worker.Lead)
         result = send(self.transport, request, record, expect=expect)
         if session is not None:
             session.answer = result.text
@@ -243,7 +218,7 @@ class Sender:
 
 
 def build_sender(config: dict, *, worker: str, shard: int, shards: int, seed: int,
-                 base_dir: str = ".") -> Sender:
+                 base_dir: str = ".", clock: Clock = REAL_CLOCK) -> Sender:
     """The sender for a worker, from the config dict a step message carries."""
     cfg = Config.model_validate(config)
     cap = cfg.client.max_concurrency
@@ -253,7 +228,7 @@ def build_sender(config: dict, *, worker: str, shard: int, shards: int, seed: in
     levels = closed_loop_levels(cfg)
     if levels:
         concurrency = max(concurrency, -(-max(levels) // shards))
-    return Sender(cfg, concurrency=concurrency, seed=seed + shard, base_dir=base_dir)
+    return Sender(cfg, concurrency=concurrency, seed=seed + shard, base_dir=base_dir, clock=clock)
 
 
 def preflight_send(config: Config, *, prompt: str, max_tokens: int, request_id: str) -> Record:

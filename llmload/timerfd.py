@@ -1,7 +1,8 @@
 """A precise, cheap wake-up at a wall time for a gevent greenlet: one Linux `timerfd` per waiter.
 
-libev's epoll backend rounds every timer's wait up to whole milliseconds, so a gevent timer wakes up to
-1 ms late. `sending.wait_until` used to sleep to 0.6 ms before the time and then yield to the loop
+The real clock's wake-up (`llmload.clocks.RealClock`; nothing else arms one). libev's epoll backend
+rounds every timer's wait up to whole milliseconds, so a gevent timer wakes up to 1 ms late.
+`RealClock.wait_until` used to sleep to 0.6 ms before the time and then yield to the loop
 until it: on time, but a busy loop of `epoll_wait(0)` calls for the last stretch (~0.1-0.2 ms of CPU
 per request). A `timerfd` armed at the absolute `CLOCK_MONOTONIC` time (the clock of
 `time.perf_counter`, which `llmload.clock.now` maps to wall time) makes the fd readable within the
