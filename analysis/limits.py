@@ -238,12 +238,19 @@ def _common(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[s
         "capped_share": _round(window.get("capped_share"), 4),
         "client_wait_p95_s": _round(row.get("client_wait_p95_s")),
         "gpu_utilization_mean": _round(window.get("gpu_utilization_mean"), 3),
-        "kv_num_gpu_blocks": server.get("num_gpu_blocks"), "kv_block_size": server.get("block_size"),
-        "kv_blocked_share": _round(window.get("kv_blocked_share"), 3),
-        "kv_free_blocks_min": _round(window.get("kv_free_blocks_min"), 0),
-        "kv_head_blocks": _round(window.get("kv_head_blocks"), 0),
-        "kv_head_prompt_tokens": _round(window.get("kv_head_prompt_tokens"), 1),
+        **_kv_evidence(window, server),
     }
+
+
+def _kv_evidence(window: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """The head-of-line figures, only where the server gave its KV cache size (cache_config_info)."""
+    if not _known(window.get("kv_head_blocks")):
+        return {}
+    return {"kv_num_gpu_blocks": server.get("num_gpu_blocks"), "kv_block_size": server.get("block_size"),
+            "kv_blocked_share": _round(window.get("kv_blocked_share"), 3),
+            "kv_free_blocks_min": _round(window.get("kv_free_blocks_min"), 0),
+            "kv_head_blocks": _round(window.get("kv_head_blocks"), 0),
+            "kv_head_prompt_tokens": _round(window.get("kv_head_prompt_tokens"), 1)}
 
 
 def _limit(kind: str, evidence: dict[str, Any], advice: str | None = None) -> dict[str, Any]:
@@ -284,7 +291,7 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
     preempted = _f(evidence["preemptions"]) > 0
     waiting = _f(evidence["waiting_mean"])
     kv_full = not llamacpp and _f(evidence["kv_usage_peak"]) >= KV_FULL and waiting >= WAITING_MIN
-    blocked = not llamacpp and _f(evidence["kv_blocked_share"]) >= KV_BLOCKED_SHARE and waiting >= WAITING_MIN
+    blocked = not llamacpp and _f(evidence.get("kv_blocked_share")) >= KV_BLOCKED_SHARE and waiting >= WAITING_MIN
     if preempted or kv_full or blocked:
         evidence["kv_decided_by"] = "preemptions" if preempted else "head_of_line" if blocked else "usage_peak"
         return _limit("kv_cache", evidence)
@@ -339,8 +346,7 @@ def _missing(evidence: Mapping[str, Any], window: Mapping[str, Any], server: Map
     if not _known(evidence.get("running_mean")):
         out.append("running/waiting requests (the server's /metrics)")
     if server.get("slots") is None:
-        out.append("the slot count (no running plateau with requests waiting; conditions.max_num_seqs, or "
-                   "ollama_num_parallel)")
+        out.append("the slot count (conditions.max_num_seqs, or ollama_num_parallel)")
     if not _known(evidence.get("kv_usage_peak")) and server.get("flavor") != "llamacpp":
         out.append("KV cache usage")
     if not _known(evidence.get("server_queue_mean_s")):
