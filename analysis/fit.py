@@ -14,7 +14,7 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
   fitted by least squares weighted by the gaps per batch, and a bootstrap of the gaps gives the
   standard errors. Another client's traffic on the server would add to the batch unseen.
 - **prefill cost per token** (`prefill_cost_s`): TTFT of requests sent while fewer requests than slots
-  were in flight (admitted at once) against their prompt tokens computed (input less prefix-cache hits):
+  (or than the most ever running, when the slot count is not known) were in flight (admitted at once) against their prompt tokens computed (input less prefix-cache hits):
   the least-squares slope and its standard error. Prompts of one length cannot show it.
 - **KV capacity** (`num_blocks`, `block_size`): vLLM's `cache_config_info` (the manifest's
   `kv_num_gpu_blocks`, `kv_block_size`) when given; else KV usage against the tokens the run's requests
@@ -170,29 +170,63 @@ def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
     return np.searchsorted(s, times, side="left") - np.searchsorted(e, times, side="right")
 
 
+def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray) -> pd.DataFrame:
+    """Per request, the engine step that ended with its first token: `step_s` (from the latest token any
+    request got before it, the previous step's end, or from its sending when the engine was idle then;
+    a queued request's wait and the rest of the step it arrived in are left out), `prefill_tokens` (its
+    prompt and those of the requests whose first token came at the same step end) and `decoding` (the
+    requests decoding in that step)."""
+    events = np.sort(np.concatenate([np.asarray(t, dtype=float) for t in done["token_times"]
+                                     if t is not None and len(t)] or [np.array([])]))
+    first = done["first_token_at"].to_numpy(dtype=float)
+    last = done["last_token_at"].to_numpy(dtype=float)
+    sent = done["sent_at"].to_numpy(dtype=float)
+    steps = np.concatenate([np.diff(np.asarray(t, dtype=float)) for t in done["token_times"]
+                            if t is not None and len(t) > 1] or [np.array([])])
+    slack = 0.25 * float(np.median(steps)) if steps.size else 0.0  # one step end's spread at the clients
+    idx = np.searchsorted(events, first - slack, side="left") - 1
+    before = np.where(idx >= 0, events[np.clip(idx, 0, None)], -np.inf)
+    order = np.argsort(first)
+    f_sorted, cum = first[order], np.concatenate([[0.0], np.cumsum(np.nan_to_num(tokens[order]))])
+    together = cum[np.searchsorted(f_sorted, first + slack, side="right")] - \
+        cum[np.searchsorted(f_sorted, first - slack, side="left")]
+    decoding = np.searchsorted(f_sorted, first - slack, side="left") - \
+        np.searchsorted(np.sort(last), first - slack, side="left")
+    return pd.DataFrame({"step_s": first - np.maximum(sent, before), "prefill_tokens": together,
+                         "decoding": decoding})
+
+
 def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, float] | None:
-    """`{prefill_cost_s, prefill_cost_se, requests, tokens_min, tokens_max}`: TTFT against prompt tokens
-    computed, over the requests sent while fewer than `slots` were in flight (all when unknown); None
-    with too few requests or prompts of one length."""
+    """`{prefill_cost_s, prefill_cost_se, requests, tokens_min, tokens_max}`: the length of the step that
+    computed each prompt (`_prefill_steps`) against the prompt tokens computed in it (inputs less
+    prefix-cache hits) and the requests decoding in it, by least squares; over the requests sent while
+    fewer than `slots` were in flight (fewer prompts sharing a step; all when unknown). None with too
+    few requests or prompts of one length. A prompt chunked over several steps (over the token budget)
+    shows only its last chunk."""
     done = _finished(records)
-    if done.empty or "input_tokens" not in done:
+    if done.empty or "input_tokens" not in done or "token_times" not in done:
         return None
     tokens = pd.to_numeric(done["input_tokens"], errors="coerce").to_numpy(dtype=float)
     if "cached_tokens" in done:
         tokens = tokens - np.nan_to_num(pd.to_numeric(done["cached_tokens"], errors="coerce").to_numpy(dtype=float))
-    sent = done["sent_at"].to_numpy(dtype=float)
-    ttft = done["first_token_at"].to_numpy(dtype=float) - sent
-    keep = ~np.isnan(tokens) & ~np.isnan(ttft) & (tokens > 0)
+    steps = _prefill_steps(done, tokens)
+    keep = ~np.isnan(tokens) & np.isfinite(steps["step_s"].to_numpy()) & (tokens > 0)
     if slots:
-        keep &= _in_flight_at(records, sent) < slots
-    x, y = tokens[keep], ttft[keep]
-    if len(x) < MIN_PREFILL_REQUESTS or np.ptp(x) <= 0:
+        keep &= _in_flight_at(records, done["sent_at"].to_numpy(dtype=float)) < slots
+    own = tokens[keep]
+    if len(own) < MIN_PREFILL_REQUESTS or np.ptp(own) <= 0:
         return None
-    intercept, slope = _weighted_line(x, y, np.ones_like(x))
-    resid = y - intercept - slope * x
-    se = math.sqrt(float(np.sum(resid ** 2)) / (len(x) - 2) / float(np.sum((x - x.mean()) ** 2)))
-    return {"prefill_cost_s": slope, "prefill_cost_se": se, "requests": len(x),
-            "tokens_min": float(x.min()), "tokens_max": float(x.max())}
+    chosen = steps[keep]
+    x = np.column_stack([np.ones(len(own)), chosen["prefill_tokens"], chosen["decoding"]])
+    y = chosen["step_s"].to_numpy(dtype=float)
+    if np.linalg.matrix_rank(x) < 3:
+        x = x[:, :2]  # one batch size throughout: its cost is in the intercept
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    sigma2 = float(np.sum(resid ** 2)) / max(len(y) - x.shape[1], 1)
+    se = math.sqrt(sigma2 * float(np.linalg.inv(x.T @ x)[1, 1]))
+    return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": len(own),
+            "tokens_min": float(own.min()), "tokens_max": float(own.max())}
 
 
 def _tokens_held(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
@@ -296,15 +330,17 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
                                    "intercept of the " + basis),
                           Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
                                    "slope of the " + basis)]
-    prefill = fit_prefill_cost(records, slots)
+    peak = samples["running"].max() if not samples.empty else math.nan
+    # with no slot count, fewer in flight than the most ever running is a free slot too (slots >= that)
+    prefill = fit_prefill_cost(records, slots or (int(peak) if peak >= 1 else None))
     if prefill is None:
-        fit.unobserved["prefill_cost_s"] = ("TTFT against prompt length needs prompts of several lengths sent "
+        fit.unobserved["prefill_cost_s"] = ("the prefill step against prompt length needs prompts of several lengths sent "
                                             f"while slots were free ({MIN_PREFILL_REQUESTS} at least)")
     else:
         fit.estimates.append(Estimate("prefill_cost_s", prefill["prefill_cost_s"], prefill["prefill_cost_se"], "s",
-                                      f"slope of TTFT against prompt tokens {prefill['tokens_min']:.0f}-"
+                                      f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
                                       f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while "
-                                      "slots were free)"))
+                                      "slots were free): the step that ended with the first token"))
     if flavor in ("vllm", "sglang"):
         _fit_kv(fit, conds, samples, records)
         _fit_queue_limit(fit, records, samples)

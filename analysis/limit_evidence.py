@@ -4,8 +4,10 @@ Two facts the evidence gives without a word from the user:
 
 - **The slot count** is the running plateau: while requests wait and the KV cache could hold the next
   one, a server runs as many requests as it has slots, so the highest `running` sample is the slot
-  count when running sits there in at least `PLATEAU_SHARE` of the samples with requests waiting
-  (`infer_slots`). It is said to be inferred; `conditions.max_num_seqs` (or the server's own figure)
+  count when running sits on it in at least `PLATEAU_SHARE` of the samples with requests waiting
+  (`infer_slots`). "On it" allows `plateau_floor`: the gauges are set once per engine step, so a
+  sample taken after a request finished and before the next step admitted a waiting one reads a slot
+  short (an eighth of the slots, rounded down, for the many finishes per step of a large batch). It is said to be inferred; `conditions.max_num_seqs` (or the server's own figure)
   replaces it.
 - **A full KV cache** is one whose free blocks cannot hold the head-of-line request: vLLM admits a
   waiting request only when the blocks of its first chunk (its prompt, up to `max_num_batched_tokens`)
@@ -29,7 +31,7 @@ import pandas as pd
 from analysis.telemetry_stats import TelemetryIndex
 
 __all__ = ["KV_BLOCKED_SHARE", "PLATEAU_MIN_SAMPLES", "PLATEAU_SHARE", "head_of_line_blocks", "infer_slots",
-           "kv_blocked", "kv_head_of_line", "server_samples"]
+           "kv_blocked", "kv_head_of_line", "plateau_floor", "server_samples"]
 
 #: share of the samples with requests waiting in which running sits at its peak for that peak to be the
 #: slot count
@@ -41,6 +43,11 @@ PLATEAU_MIN_SAMPLES = 4
 KV_BLOCKED_SHARE = 0.5
 
 _COLUMNS = ["t", "source", "running", "waiting", "kv_usage"]
+
+
+def plateau_floor(slots: float) -> float:
+    """The least `running` that counts as all `slots` busy: a slot short per eight slots (none under 8)."""
+    return slots - math.floor(slots / 8) - 1e-9
 
 
 def server_samples(tel: TelemetryIndex, t0: float = -math.inf, t1: float = math.inf) -> pd.DataFrame:
@@ -112,7 +119,7 @@ def infer_slots(samples: pd.DataFrame, *, num_blocks: float | None = None,
     peak = float(samples["running"].max())
     if not peak >= 1:
         return None, math.nan
-    on = rows["running"].to_numpy(dtype=float) >= peak - 1e-9
+    on = rows["running"].to_numpy(dtype=float) >= plateau_floor(peak)
     if num_blocks and need_blocks:
         on &= ~kv_blocked(rows, num_blocks=num_blocks, need_blocks=need_blocks)
     share = float(on.mean())

@@ -22,7 +22,8 @@ wins:
    llama.cpp: its "KV usage" is the context its slots hold, and it never preempts.
 5. `gpu`: the step failed on OOM (the server said it ran out of GPU memory).
    `decode`: the first failing dimension is TPOT or ITL.
-6. `batch_slots`: running at the slot count in at least `SLOTS_FULL_SHARE` of the samples with at
+6. `batch_slots`: running at the slot count (`plateau_floor`: a slot short per eight slots counts, the
+   gauges being set once per step) in at least `SLOTS_FULL_SHARE` of the samples with at
    least `WAITING_MIN` requests waiting on average (with no slot count written or reported, the running
    plateau is the slot count, `analysis.limit_evidence.infer_slots`, and `slots_source` says so); for a server without running/waiting gauges
    (Ollama), a server queue that is at least `QUEUE_SHARE` of TTFT (queue + prefill) instead.
@@ -51,6 +52,7 @@ from analysis.limit_evidence import (
     head_of_line_blocks,
     infer_slots,
     kv_head_of_line,
+    plateau_floor,
     server_samples,
 )
 from analysis.telemetry_stats import TelemetryIndex
@@ -206,7 +208,7 @@ def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | Non
         if values.size:
             out["running_peak"] = float(pd.Series(values).groupby(sources).max().sum())
             if slots:
-                out["running_at_slots_share"] = float(np.mean(values >= slots - 1e-9))
+                out["running_at_slots_share"] = float(np.mean(values >= plateau_floor(slots)))
         out["gpu_utilization_mean"] = tel.gauge_mean("gpu_utilization", t0, t1)
         out["telemetry"] = {m: tel.has(m) for m in ("running", "waiting", "kv_usage", "preemptions_total",
                                                      "queue_time_seconds_count", "gpu_utilization")}
