@@ -23,10 +23,11 @@ wins:
 5. `gpu`: the step failed on OOM (the server said it ran out of GPU memory).
    `decode`: the first failing dimension is TPOT or ITL.
 6. `batch_slots`: running at the slot count (`plateau_floor`: a slot short per eight slots counts, the
-   gauges being set once per step) in at least `SLOTS_FULL_SHARE` of the samples with at
-   least `WAITING_MIN` requests waiting on average (with no slot count written or reported, the running
-   plateau is the slot count, `analysis.limit_evidence.infer_slots`, and `slots_source` says so); for a server without running/waiting gauges
-   (Ollama), a server queue that is at least `QUEUE_SHARE` of TTFT (queue + prefill) instead.
+   gauges being set once per step) in at least `SLOTS_FULL_SHARE` of the samples with at least
+   `WAITING_MIN` requests waiting on average. With no slot count written or reported, the running
+   plateau is the slot count (`analysis.limit_evidence.infer_slots`; `slots_source` says so). For a
+   server without running/waiting gauges (Ollama), a server queue that is at least `QUEUE_SHARE` of
+   TTFT (queue + prefill) instead.
 7. `prefill`: a time-to-first-token dimension failed and prefill to first token is at least
    `PREFILL_SHARE` of queue + prefill.
 8. `decode`: any TPOT or ITL dimension failed.
@@ -398,8 +399,8 @@ def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex
 
 
 def _pct(value: Any) -> str:
-    """A 0-1 share as a percent: whole under 10% only when whole ("0.8%", "3%", "94%"), as the charts
-    draw it (a KV cache at 0.008 is "0.8%", never "1%")."""
+    """A 0-1 share as a percent, with one decimal under 10% unless whole ("0.8%", "3%", "94%"), as the
+    charts draw it: a KV cache at 0.008 is "0.8%", never "1%"."""
     pct = _f(value) * 100
     if 0 < abs(pct) < 10 and round(pct) != round(pct, 1):
         return f"{pct:.1f}%"
