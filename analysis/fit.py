@@ -17,8 +17,9 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
   (or than the most ever running, when the slot count is not known) were in flight (admitted at once) against their prompt tokens computed (input less prefix-cache hits):
   the least-squares slope and its standard error. Prompts of one length cannot show it.
 - **KV capacity** (`num_blocks`, `block_size`): vLLM's `cache_config_info` (the manifest's
-  `kv_num_gpu_blocks`, `kv_block_size`) when given; else KV usage against the tokens the run's requests
-  held (prompt plus tokens out so far), a fit through the origin, at the stated block size (16 assumed).
+  `kv_num_gpu_blocks`, `kv_block_size`) when given; else, for one instance, KV usage against the tokens
+  the run's requests held (prompt plus tokens out so far), a fit through the origin, at 16 tokens a
+  block (assumed, and said).
 - **queue limit** (`max_num_queued_reqs`): with requests rejected, the most requests in the server
   (running + waiting, its gauges; else the requests in flight at each rejection); with none, unobserved.
 - `max_model_len`, `enable_prefix_caching`, `max_num_batched_tokens`: the manifest's conditions (the
@@ -42,8 +43,8 @@ from analysis.limit_evidence import infer_slots, server_samples
 from analysis.run import Run
 from analysis.telemetry_stats import TelemetryIndex
 
-__all__ = ["BOOTSTRAP", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "fit_prefill_cost", "fit_run",
-           "fit_step_cost", "twin_yaml"]
+__all__ = ["BOOTSTRAP", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "describe", "fit_prefill_cost",
+           "fit_run", "fit_step_cost", "twin_yaml"]
 
 #: gaps a batch size needs before its median enters the step-time fit
 MIN_GAPS_PER_BATCH = 20
@@ -253,9 +254,9 @@ def _fit_kv(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, records: 
                           Estimate("block_size", int(size), None, "tokens", "the server's cache_config_info")]
         return
     known = samples[samples["kv_usage"].notna() & (samples["kv_usage"] > 0.05)] if not samples.empty else samples
-    if len(known) < 10 or "input_tokens" not in records:
-        fit.unobserved["num_blocks"] = ("no cache_config_info and too little KV usage (over 5%) to weigh "
-                                        "against the tokens held")
+    if len(known) < 10 or "input_tokens" not in records or known["source"].nunique() > 1:
+        fit.unobserved["num_blocks"] = ("no cache_config_info, and too little KV usage (over 5%) to weigh "
+                                        "against the tokens held, or several instances sharing the requests")
         return
     usage = known["kv_usage"].to_numpy(dtype=float)
     held = _tokens_held(records, known["t"].to_numpy(dtype=float))
