@@ -14,17 +14,25 @@ wins:
    least `CLIENT_WAIT_MIN_S`.
 2. `generator`: the step is `invalid` (the generator did not deliver the load: nothing else is read).
 3. `none`: the step passed (nothing limited it inside the SLO).
-4. `kv_cache`: preemptions in the window, or KV usage peak at least `KV_FULL` with requests waiting
-   (not for llama.cpp: its "KV usage" is the context its slots hold, and it never preempts).
+4. `kv_cache`: preemptions in the window; or the head-of-line request's KV blocks exceeded the free
+   blocks in at least `KV_BLOCKED_SHARE` of the samples with requests waiting, with requests waiting
+   (`analysis.limit_evidence.kv_head_of_line`: `num_gpu_blocks` and `block_size` from
+   `vllm:cache_config_info`, the prompt from the step's records), whatever the percentage; or KV usage
+   peak at least `KV_FULL` with requests waiting. `evidence["kv_decided_by"]` says which. Not for
+   llama.cpp: its "KV usage" is the context its slots hold, and it never preempts.
 5. `gpu`: the step failed on OOM (the server said it ran out of GPU memory).
    `decode`: the first failing dimension is TPOT or ITL.
-6. `batch_slots`: running at the slot count in at least `SLOTS_FULL_SHARE` of the samples with at
-   least `WAITING_MIN` requests waiting on average; for a server without running/waiting gauges
-   (Ollama), a server queue that is at least `QUEUE_SHARE` of TTFT (queue + prefill) instead.
+6. `batch_slots`: running at the slot count (`plateau_floor`: a slot short per eight slots counts, the
+   gauges being set once per step) in at least `SLOTS_FULL_SHARE` of the samples with at least
+   `WAITING_MIN` requests waiting on average. With no slot count written or reported, the running
+   plateau is the slot count (`analysis.limit_evidence.infer_slots`; `slots_source` says so). For a
+   server without running/waiting gauges (Ollama), a server queue that is at least `QUEUE_SHARE` of
+   TTFT (queue + prefill) instead.
 7. `prefill`: a time-to-first-token dimension failed and prefill to first token is at least
    `PREFILL_SHARE` of queue + prefill.
 8. `decode`: any TPOT or ITL dimension failed.
-9. `gpu`: GPU utilisation averaged at least `GPU_BUSY` over the window.
+9. `gpu`: GPU utilisation averaged at least `GPU_BUSY` over the window (never asked for when
+   `conditions.gpus` is 0).
 10. `none`: nothing matched and no dimension failed (an insufficient or inconclusive step).
 11. `unknown`: nothing matched; `evidence["missing"]` names what the server did not give.
 
@@ -40,6 +48,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.limit_evidence import (
+    KV_BLOCKED_SHARE,
+    head_of_line_blocks,
+    infer_slots,
+    kv_head_of_line,
+    plateau_floor,
+    server_samples,
+)
 from analysis.telemetry_stats import TelemetryIndex
 from llmload import slo as slo_dims
 
@@ -48,6 +64,8 @@ __all__ = [
     "add_limits",
     "CLIENT_WAIT_MIN_S",
     "GPU_BUSY",
+    "INFERRED_SLOTS",
+    "KV_BLOCKED_SHARE",
     "KV_FULL",
     "LIMIT_KINDS",
     "OOM_ADVICE",
@@ -81,6 +99,9 @@ GPU_BUSY = 0.95
 CLIENT_CAP_SHARE = 0.2
 #: client wait p95 (s) under which a cap is only brushed, not binding
 CLIENT_WAIT_MIN_S = 0.05
+
+#: `slots_source` of a slot count read from the running plateau (no conditions, no server figure)
+INFERRED_SLOTS = "inferred from the running plateau"
 
 _TTFT_DIMS = ("ttft", "user_ttft", "e2e", "user_e2e", "server_queue", "client_wait", "queue_growth")
 _DECODE_DIMS = ("tpot", "itl")
@@ -147,23 +168,48 @@ def server_info(conditions: Mapping[str, Any] | None, tel: TelemetryIndex | None
     return {"flavor": flavor, "slots": slots, "slots_source": source,
             "client_max_concurrency": int(_f(cap)) if _known(cap) else None,
             "instances": int(_f(conds.get("instances"))) if _known(conds.get("instances")) else 1,
-            "max_num_batched_tokens": _round(conds.get("extra.max_num_batched_tokens"))}
+            "max_num_batched_tokens": _round(conds.get("extra.max_num_batched_tokens")),
+            "num_gpu_blocks": _round(conds.get("kv_num_gpu_blocks"), 0),
+            "block_size": _round(conds.get("kv_block_size"), 0),
+            "gpus": _round(conds.get("gpus"), 0)}
+
+
+def _prompt_tokens(requests: pd.DataFrame | None, in_window: bool = True) -> float:
+    """Median prompt of the requests (those in the window when `in_window`), from the records."""
+    if requests is None or not len(requests) or "input_tokens" not in requests:
+        return math.nan
+    tokens = pd.to_numeric(requests["input_tokens"], errors="coerce")
+    if in_window and "in_window" in requests:
+        tokens = tokens[requests["in_window"].fillna(False).to_numpy(dtype=bool)]
+    tokens = tokens[tokens > 0]
+    return float(tokens.median()) if len(tokens) else math.nan
+
+
+def _kv_figures(samples: pd.DataFrame, server: Mapping[str, Any], prompt_tokens: float) -> dict[str, float]:
+    return kv_head_of_line(samples, num_blocks=server.get("num_gpu_blocks"), block_size=server.get("block_size"),
+                           prompt_tokens=prompt_tokens, max_num_batched_tokens=server.get("max_num_batched_tokens"))
 
 
 def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | None,
-                   requests: pd.DataFrame | None = None) -> dict[str, Any]:
+                   requests: pd.DataFrame | None = None, *, server: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
     """The window's figures the rules read beyond the step row: running at the slot count, GPU
-    utilisation, and the arrivals held at the client cap (from the step's requests)."""
+    utilisation, the arrivals held at the client cap (from the step's requests) and, with `server`'s KV
+    cache size, whether the head-of-line request fitted the free KV blocks (`kv_head_of_line`)."""
     t0, t1 = _f(row.get("window_start")), _f(row.get("window_end"))
     out: dict[str, Any] = {"running_at_slots_share": math.nan, "running_peak": math.nan,
                            "gpu_utilization_mean": math.nan, "capped_share": math.nan,
                            "received_rate": math.nan, "telemetry": {}}
+    if server is not None and not (math.isnan(t0) or math.isnan(t1)):
+        prompt = _prompt_tokens(requests)
+        out.update(_kv_figures(server_samples(tel, t0, t1), server,
+                               prompt if _known(prompt) else _f(row.get("input_tokens_mean"))))
     if not (math.isnan(t0) or math.isnan(t1)):
         _, values, sources = tel.samples("running", t0, t1)
         if values.size:
             out["running_peak"] = float(pd.Series(values).groupby(sources).max().sum())
             if slots:
-                out["running_at_slots_share"] = float(np.mean(values >= slots - 1e-9))
+                out["running_at_slots_share"] = float(np.mean(values >= plateau_floor(slots)))
         out["gpu_utilization_mean"] = tel.gauge_mean("gpu_utilization", t0, t1)
         out["telemetry"] = {m: tel.has(m) for m in ("running", "waiting", "kv_usage", "preemptions_total",
                                                      "queue_time_seconds_count", "gpu_utilization")}
@@ -195,7 +241,19 @@ def _common(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[s
         "capped_share": _round(window.get("capped_share"), 4),
         "client_wait_p95_s": _round(row.get("client_wait_p95_s")),
         "gpu_utilization_mean": _round(window.get("gpu_utilization_mean"), 3),
+        **_kv_evidence(window, server),
     }
+
+
+def _kv_evidence(window: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """The head-of-line figures, only where the server gave its KV cache size (cache_config_info)."""
+    if not _known(window.get("kv_head_blocks")):
+        return {}
+    return {"kv_num_gpu_blocks": server.get("num_gpu_blocks"), "kv_block_size": server.get("block_size"),
+            "kv_blocked_share": _round(window.get("kv_blocked_share"), 3),
+            "kv_free_blocks_min": _round(window.get("kv_free_blocks_min"), 0),
+            "kv_head_blocks": _round(window.get("kv_head_blocks"), 0),
+            "kv_head_prompt_tokens": _round(window.get("kv_head_prompt_tokens"), 1)}
 
 
 def _limit(kind: str, evidence: dict[str, Any], advice: str | None = None) -> dict[str, Any]:
@@ -236,7 +294,9 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
     preempted = _f(evidence["preemptions"]) > 0
     waiting = _f(evidence["waiting_mean"])
     kv_full = not llamacpp and _f(evidence["kv_usage_peak"]) >= KV_FULL and waiting >= WAITING_MIN
-    if preempted or kv_full:
+    blocked = not llamacpp and _f(evidence.get("kv_blocked_share")) >= KV_BLOCKED_SHARE and waiting >= WAITING_MIN
+    if preempted or kv_full or blocked:
+        evidence["kv_decided_by"] = "preemptions" if preempted else "head_of_line" if blocked else "usage_peak"
         return _limit("kv_cache", evidence)
     if "oom" in dims:  # the server said it ran out of GPU memory
         evidence.update(oom=_round(row.get("oom"), 0), gpu_memory_peak_bytes=_round(row.get("gpu_memory_peak_bytes"), 0))
@@ -258,7 +318,7 @@ def classify_limit(row: Mapping[str, Any], window: Mapping[str, Any], server: Ma
         return _limit("prefill", evidence)
     if any(d in _DECODE_DIMS for d in dims):
         return _limit("decode", _decode_evidence(evidence, row, baseline))
-    if _f(evidence["gpu_utilization_mean"]) >= GPU_BUSY:
+    if _f(evidence["gpu_utilization_mean"]) >= GPU_BUSY and server.get("gpus") != 0:
         return _limit("gpu", evidence)
     if not dims:
         return _limit("none", evidence)  # insufficient or inconclusive, and nothing saturated
@@ -294,7 +354,7 @@ def _missing(evidence: Mapping[str, Any], window: Mapping[str, Any], server: Map
         out.append("KV cache usage")
     if not _known(evidence.get("server_queue_mean_s")):
         out.append("the server queue time (vLLM queue-time histogram, Ollama durations, llama.cpp timings)")
-    if not _known(window.get("gpu_utilization_mean")):
+    if not _known(window.get("gpu_utilization_mean")) and server.get("gpus") != 0:
         out.append("GPU utilisation (telemetry.gpu: nvml or a DCGM exporter)")
     if not out:
         out.append("nothing: no resource was saturated in the figures the server gave")
@@ -318,6 +378,12 @@ def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex
     if steps.empty:
         return []
     server = server_info(conditions, tel)
+    if server["slots"] is None:  # the evidence's own slot count: the running plateau
+        need = head_of_line_blocks(_prompt_tokens(requests, in_window=False), _f(server["block_size"]),
+                                   server["max_num_batched_tokens"])
+        slots, _ = infer_slots(server_samples(tel), num_blocks=server["num_gpu_blocks"], need_blocks=need)
+        if slots is not None:
+            server.update(slots=slots, slots_source=INFERRED_SLOTS)
     baseline = _baseline(steps)
     groups = requests.groupby(requests["step"].astype(str), sort=False).indices if len(requests) else {}
     out: list[dict[str, Any] | None] = []
@@ -327,13 +393,18 @@ def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex
             continue
         pos = groups.get(str(row["label"]))
         own = requests.iloc[pos] if pos is not None else None
-        window = window_figures(row, tel, server["slots"], own)
+        window = window_figures(row, tel, server["slots"], own, server=server)
         out.append(classify_limit(row.to_dict(), window, server, baseline=baseline))
     return out
 
 
 def _pct(value: Any) -> str:
-    return f"{_f(value) * 100:.0f}%"
+    """A 0-1 share as a percent, with one decimal under 10% unless whole ("0.8%", "3%", "94%"), as the
+    charts draw it: a KV cache at 0.008 is "0.8%", never "1%"."""
+    pct = _f(value) * 100
+    if 0 < abs(pct) < 10 and round(pct) != round(pct, 1):
+        return f"{pct:.1f}%"
+    return f"{pct:.0f}%"
 
 
 def _s(value: Any) -> str:
@@ -352,6 +423,9 @@ def limit_sentence(limit: Mapping[str, Any] | None) -> str:
         slots = ev.get("slots")
         parts.append(f"all {slots} batch slots busy" if slots else
                      "the batch slots busy (slot count not recorded)")
+        if slots and ev.get("slots_source") == INFERRED_SLOTS:
+            parts[-1] += (f" ({slots} is the running plateau while requests waited, inferred: "
+                          "conditions.max_num_seqs would confirm it)")
         queue = ev.get("server_queue_mean_s")
         waiting = ev.get("waiting_mean")
         if _known(queue):
@@ -361,6 +435,13 @@ def limit_sentence(limit: Mapping[str, Any] | None) -> str:
         if _known(ev.get("kv_usage_peak")):
             parts.append(f"KV cache at {_pct(ev['kv_usage_peak'])}")
     elif kind == "kv_cache":
+        if ev.get("kv_decided_by") == "head_of_line":
+            prompt = f" for a {_f(ev['kv_head_prompt_tokens']):.0f}-token prompt" \
+                if _known(ev.get("kv_head_prompt_tokens")) else ""
+            parts.append(f"KV cache full: the next waiting request needed {_f(ev.get('kv_head_blocks')):.0f} "
+                         f"blocks{prompt} and fewer were free (as few as {_f(ev.get('kv_free_blocks_min')):.0f} "
+                         f"of {_f(ev.get('kv_num_gpu_blocks')):.0f}) in {_pct(ev.get('kv_blocked_share'))} "
+                         "of the samples with requests waiting")
         if _known(ev.get("kv_usage_peak")):
             parts.append(f"KV cache at {_pct(ev['kv_usage_peak'])} at its peak")
         if _f(ev.get("preemptions")) > 0:

@@ -158,6 +158,17 @@ def compare(
 
 
 @app.command()
+def fit(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the sim YAML here (default: print it).")] = None,
+) -> None:
+    """Fit the simulated server's settings to a run: a twin for `llmload sim --config`, each with its error."""
+    from llmload.report.twin import fit_command
+
+    raise typer.Exit(fit_command(run_dir, output=output))
+
+
+@app.command()
 def plan(
     run_dir: Annotated[Path, typer.Argument(help="A run directory with a passing sustained step.")],
     users: Annotated[int, typer.Option(min=1, max=10**9, help="Users in the population to plan for.")],

@@ -3,7 +3,8 @@ step", "Bursts and recovery"): what `analysis` put in the step rows' `limit` and
 `bursts` / `burstiness`, drawn and said; nothing is recomputed here.
 
 The limits chart puts each step's evidence on one scale, as shares (0-100%): running requests over the
-slot count, KV usage peak, the share of arrivals held at the client cap and prefill's share of queue +
+slot count, KV usage peak, the share of the samples with requests waiting where the next one's KV blocks
+exceeded the free blocks, the share of arrivals held at the client cap and prefill's share of queue +
 prefill, each step labelled with its limit kind; the thresholds of the rules are the dotted lines.
 """
 
@@ -18,6 +19,7 @@ import pandas as pd
 from analysis.burst import burst_knee_sentence
 from analysis.limits import (
     CLIENT_CAP_SHARE,
+    KV_BLOCKED_SHARE,
     KV_FULL,
     PREFILL_SHARE,
     SLOTS_FULL_SHARE,
@@ -36,9 +38,10 @@ SINGLE_RATE_NOTE = ('<p class="muted" id="single-rate-note">Every step ran at on
 #: evidence drawn per step: (key, label, threshold line or None)
 _BARS = (("running_at_slots_share", "running at the slot count (share of samples)", SLOTS_FULL_SHARE),
          ("kv_usage_peak", "KV usage peak", KV_FULL),
+         ("kv_blocked_share", "next waiting request over the free KV blocks (share of samples)", KV_BLOCKED_SHARE),
          ("capped_share", "arrivals held at the client cap", CLIENT_CAP_SHARE),
          ("prefill_share", "prefill ÷ (server queue + prefill)", PREFILL_SHARE))
-_COLOURS = ("#4f81bd", "#c0504d", "#e0a040", "#9bbb59")
+_COLOURS = ("#4f81bd", "#c0504d", "#8064a2", "#e0a040", "#9bbb59")
 
 
 def _num(value: Any) -> float:
@@ -101,7 +104,10 @@ def limits_html(analysis: Any) -> str | None:
              "evidence and lever": limit_sentence(row["limit"])} for _, row in data.iterrows()]
     caption = ("Per step, the server's and the client's own figures the limit was read from, as shares: "
                f"running requests at the slot count (full when in ≥ {SLOTS_FULL_SHARE:.0%} of the samples, with "
-               f"requests waiting), KV usage peak (full at ≥ {KV_FULL:.0%}; any preemption counts too), arrivals "
+               f"requests waiting; with no slot count written, running's plateau while requests waited), KV usage "
+               f"peak (full at ≥ {KV_FULL:.0%}; any preemption counts too), the share of samples with requests "
+               f"waiting where the next one's KV blocks (its prompt ÷ block size) exceeded the free blocks "
+               f"(num_gpu_blocks × (1 − usage); full at ≥ {KV_BLOCKED_SHARE:.0%}, whatever the percentage), arrivals "
                f"held at the client's concurrency cap (binding at ≥ {CLIENT_CAP_SHARE:.0%}), and prefill's share "
                f"of server queue + prefill (prefill-bound at ≥ {PREFILL_SHARE:.0%} when TTFT fails). Dotted over "
                "each bar: its rule's threshold. A missing bar was not reported by the server (see the table).")

@@ -56,11 +56,17 @@ def _not_run(steps: pd.DataFrame) -> pd.Series:
 
 
 def display_frame(frame: pd.DataFrame, preferred: tuple[str, ...] = ()) -> pd.DataFrame:
-    """A frame for display: `preferred` columns first (when present), seconds shown as milliseconds."""
+    """A frame for display: `preferred` columns first (when present), seconds shown as milliseconds and
+    KV usage (vLLM's 0-1 ratio of blocks) as a percent, as the timeline and the answer show it."""
     columns = [c for c in preferred if c in frame.columns] or list(frame.columns)
     out = frame[columns].copy()
     renames = {}
     for column in columns:
+        if str(column).startswith("kv_usage") and pd.api.types.is_numeric_dtype(out[column]) \
+                and not pd.api.types.is_bool_dtype(out[column]):
+            out[column] = out[column] * 100
+            renames[column] = f"{column}_pct"
+            continue
         if not str(column).endswith("_s") or "window" in str(column) or pd.api.types.is_bool_dtype(out[column]):
             continue
         numbers = pd.to_numeric(out[column], errors="coerce")

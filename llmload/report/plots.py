@@ -502,7 +502,8 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
     latency = [c for c in numeric if c.endswith("_p95_s") or c.endswith("_p99_s")]
     other = [c for c in _SLICE_PREFERRED if c in numeric][:4]
     panels = ([("latency p95 (ms)", latency, 1000.0)] if latency else []) + \
-        [(c.replace("_bytes", " (GiB)"), [c], 1.0 / 2 ** 30 if c.endswith("_bytes") else 1.0) for c in other]
+        [(f"{c} (%)", [c], 100.0) if c.startswith("kv_usage") else  # vLLM's 0-1 ratio, as a percent
+         (c.replace("_bytes", " (GiB)"), [c], 1.0 / 2 ** 30 if c.endswith("_bytes") else 1.0) for c in other]
     if not panels:
         return None
     names = slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs]

@@ -134,3 +134,31 @@ def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(sim_fact
     # the slot count is the server's own (/props, /slots), not written in the config
     assert ev["slots"] == 2 and ev["running_at_slots_share"] >= 0.5
     assert ev["waiting_mean"] > 1.0 and _scrape(sim, "llamacpp:requests_processing") == 0
+
+
+def test_slot_bound_with_no_conditions_names_batch_slots_from_the_running_plateau(sim_factory, tmp_path):
+    """Issue 43: nothing written in `conditions`; the running plateau is the slot count, said inferred."""
+    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 2, "step_base_s": "20ms"})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 9])
+    high = steps[1]
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert high["limit"]["kind"] == "batch_slots", high["limit"]
+    ev = high["limit"]["evidence"]
+    assert ev["slots"] == 2 and ev["slots_source"] == "inferred from the running plateau"
+    assert ev["kv_usage_peak"] < 0.05 and not ev.get("missing")
+
+
+def test_kv_bound_with_no_conditions_names_kv_cache_by_its_head_of_line(sim_factory, tmp_path):
+    """Issue 43: 16 slots, 64 blocks; two 448-token requests hold the cache under 95% and the next one's
+    28 blocks do not fit: a full cache whatever its percentage, with no preemption and no conditions."""
+    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 16, "num_blocks": 64, "block_size": 16,
+                                             "step_base_s": "15ms", "enable_prefix_caching": False})
+    steps, run_dir = _run(sim, tmp_path, rates=[1, 6], duration="5s", input_tokens=448, output_tokens=32,
+                          slo={"ttft_p95": "300ms"})
+    high = steps[1]
+    assert high["verdict"] == "fail", run_said(run_dir)
+    assert high["limit"]["kind"] == "kv_cache", high["limit"]
+    ev = high["limit"]["evidence"]
+    assert ev["kv_decided_by"] == "head_of_line" and ev["kv_head_blocks"] == 28 and ev["kv_num_gpu_blocks"] == 64
+    assert ev["kv_usage_peak"] < 0.95 and not ev["preemptions"] and _scrape(sim, "vllm:num_preemptions_total") == 0
+    assert ev["slots"] is None  # the plateau at 2 is the cache's, not two slots

@@ -121,6 +121,10 @@ def test_soak_slices_and_instances_drawn_when_present(tmp_path):
     assert parsed.tables["instances-table"][0] == ["instance", "label", "completed", "ttft_p95_ms"]
     assert parsed.tables["instances-table"][2] == ["http://b", "r1.00", "11", "300"]
     assert "trends-table" in parsed.tables
+    # KV usage, vLLM's 0-1 ratio, is a percent in the tables as on the timeline's axis (issue 43)
+    header = parsed.tables["slices-table"][0]
+    assert "kv_usage_peak_pct" in header and "kv_usage_peak" not in header
+    assert [row[header.index("kv_usage_peak_pct")] for row in parsed.tables["slices-table"][1:]] == ["20", "30", "50"]
 
 
 def test_secret_keys_are_dropped_and_token_counts_kept():

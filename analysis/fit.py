@@ -1,0 +1,393 @@
+"""A sim twin of a measured server: the sim engine's settings fitted to a run's records and telemetry.
+
+`fit_run(run)` estimates each `llmload.sim.settings.SimSettings` key the run can observe, each with its
+uncertainty and where it came from, and names the ones it could not observe (`Fit.unobserved`). The
+engine model (`llmload.sim.engine`) says what each one costs, so each has a figure that shows it:
+
+- **slots** (`max_num_seqs`; `num_parallel` for Ollama and llama.cpp): the server's own figure in the
+  manifest's conditions, else the running plateau (`analysis.limit_evidence.infer_slots`); a run that
+  never queued shows only a lower bound.
+- **step time against batch size** (`step_base_s`, `decode_cost_s`): a decode step costs
+  `step_base_s + decode_cost_s x batch`, and an inter-token gap is one step. Gaps of a single token
+  during which no other request got its first token (no prefill in that step) are grouped by the batch
+  at the gap's middle (the run's requests between first and last token); the median gap per batch is
+  fitted by least squares weighted by the gaps per batch, and a bootstrap of the gaps gives the
+  standard errors. Another client's traffic on the server would add to the batch unseen.
+- **prefill cost per token** (`prefill_cost_s`): TTFT of requests sent while fewer requests than slots
+  (or than the most ever running, when the slot count is not known) were in flight (admitted at once) against their prompt tokens computed (input less prefix-cache hits):
+  the least-squares slope and its standard error. Prompts of one length cannot show it.
+- **KV capacity** (`num_blocks`, `block_size`): vLLM's `cache_config_info` (the manifest's
+  `kv_num_gpu_blocks`, `kv_block_size`) when given; else, for one instance, KV usage against the tokens
+  the run's requests held (prompt plus tokens out so far), a fit through the origin, at 16 tokens a
+  block (assumed, and said).
+- **queue limit** (`max_num_queued_reqs`): with requests rejected, the most requests in the server
+  (running + waiting, its gauges; else the requests in flight at each rejection); with none, unobserved.
+- `max_model_len`, `enable_prefix_caching`, `max_num_batched_tokens`: the manifest's conditions (the
+  server's `/v1/models` and `cache_config_info`; the last only where written as
+  `conditions.extra.max_num_batched_tokens`).
+
+Pure: reads a loaded `analysis.run.Run`, prints nothing; `llmload.report.twin` prints and writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.limit_evidence import infer_slots, server_samples
+from analysis.run import Run
+from analysis.telemetry_stats import TelemetryIndex
+
+__all__ = ["BOOTSTRAP", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "describe", "fit_prefill_cost",
+           "fit_run", "fit_step_cost", "twin_yaml"]
+
+#: gaps a batch size needs before its median enters the step-time fit
+MIN_GAPS_PER_BATCH = 20
+#: bootstrap resamples for the step-time fit's standard errors
+BOOTSTRAP = 200
+#: requests sent at once needed for the prefill slope
+MIN_PREFILL_REQUESTS = 10
+#: block size assumed when the server does not say (vLLM's default on GPUs)
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One fitted setting: its value, one standard error (None: read from the server, exact), the unit
+    of both, and the evidence it came from."""
+
+    key: str
+    value: float | int | bool
+    error: float | None
+    unit: str
+    basis: str
+
+
+@dataclass
+class Fit:
+    """The estimates, the settings not observed (key -> why) and the flavour they are for."""
+
+    flavor: str
+    estimates: list[Estimate] = field(default_factory=list)
+    unobserved: dict[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> Estimate | None:
+        return next((e for e in self.estimates if e.key == key), None)
+
+    def settings(self) -> dict[str, Any]:
+        """The fitted values as `SimSettings` keys (durations in seconds)."""
+        return {e.key: e.value for e in self.estimates}
+
+
+def _f(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _conditions(run: Run) -> dict[str, Any]:
+    return dict((run.manifest or {}).get("conditions") or {})
+
+
+def _finished(records: pd.DataFrame) -> pd.DataFrame:
+    first = pd.to_numeric(records.get("first_token_at"), errors="coerce")
+    last = pd.to_numeric(records.get("last_token_at"), errors="coerce")
+    return records[first.notna() & last.notna()]
+
+
+def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per single-token inter-token gap with no other request's first token inside it (a pure
+    decode step): `gap_s`, `batch` (requests between first and last token at the gap's middle)."""
+    done = _finished(records)
+    if done.empty or "token_times" not in done:
+        return pd.DataFrame({"gap_s": [], "batch": []})
+    starts, ends, counts = [], [], []
+    token_counts = done["token_counts"] if "token_counts" in done else pd.Series([None] * len(done), index=done.index)
+    for times, tc in zip(done["token_times"], token_counts, strict=True):
+        if times is None or len(times) < 2:
+            continue
+        t = np.asarray(times, dtype=float)
+        single = np.ones(len(t) - 1, dtype=bool) if tc is None or len(tc) != len(t) else \
+            np.asarray(tc, dtype=float)[1:] == 1
+        starts.append(t[:-1][single])
+        ends.append(t[1:][single])
+        counts.append(int(single.sum()))
+    if not starts:
+        return pd.DataFrame({"gap_s": [], "batch": []})
+    a, b = np.concatenate(starts), np.concatenate(ends)
+    gap = b - a
+    slack = 0.25 * gap  # a token written at a step end reaches each client within a fraction of a step
+    firsts = np.sort(done["first_token_at"].to_numpy(dtype=float))
+    lasts = np.sort(done["last_token_at"].to_numpy(dtype=float))
+    prefill = np.searchsorted(firsts, b + slack, side="right") - np.searchsorted(firsts, a + slack, side="right")
+    mid = (a + b) / 2
+    batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
+    keep = (prefill == 0) & (gap > 0) & (batch >= 1)
+    return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int)})
+
+
+def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """Intercept and slope of y against x by least squares weighted by w."""
+    xm, ym = np.average(x, weights=w), np.average(y, weights=w)
+    slope = float(np.sum(w * (x - xm) * (y - ym)) / np.sum(w * (x - xm) ** 2))
+    return float(ym - slope * xm), slope
+
+
+def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | None:
+    """`{step_base_s, step_base_se, decode_cost_s, decode_cost_se, gaps, batch_min, batch_max}` from the
+    median gap per batch size (at least `MIN_GAPS_PER_BATCH` gaps each, two sizes at least); None when
+    the run showed fewer than two batch sizes."""
+    groups = [(int(b), g.to_numpy(dtype=float)) for b, g in gaps.groupby("batch")["gap_s"]
+              if len(g) >= MIN_GAPS_PER_BATCH]
+    if len(groups) < 2:
+        return None
+    x = np.array([b for b, _ in groups], dtype=float)
+    w = np.array([len(g) for _, g in groups], dtype=float)
+    y = np.array([np.median(g) for _, g in groups])
+    base, slope = _weighted_line(x, y, w)
+    rng = np.random.default_rng(seed)
+    boot = np.array([[np.median(rng.choice(g, size=len(g))) for _, g in groups] for _ in range(BOOTSTRAP)])
+    fits = np.array([_weighted_line(x, row, w) for row in boot])
+    return {"step_base_s": base, "step_base_se": float(fits[:, 0].std(ddof=1)), "decode_cost_s": slope,
+            "decode_cost_se": float(fits[:, 1].std(ddof=1)), "gaps": int(w.sum()),
+            "batch_min": int(x.min()), "batch_max": int(x.max())}
+
+
+def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Requests sent and not finished (last token, else closed) at each time, from the records."""
+    sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
+    end = pd.to_numeric(records.get("last_token_at"), errors="coerce").to_numpy(dtype=float)
+    if "closed_at" in records:
+        closed = pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float)
+        end = np.where(np.isnan(end), closed, end)
+    ok = ~np.isnan(sent) & ~np.isnan(end)
+    s, e = np.sort(sent[ok]), np.sort(end[ok])
+    return np.searchsorted(s, times, side="left") - np.searchsorted(e, times, side="right")
+
+
+def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray) -> pd.DataFrame:
+    """Per request, the engine step that ended with its first token: `step_s` (from the latest token any
+    request got before it, the previous step's end, or from its sending when the engine was idle then;
+    a queued request's wait and the rest of the step it arrived in are left out), `prefill_tokens` (its
+    prompt and those of the requests whose first token came at the same step end) and `decoding` (the
+    requests decoding in that step)."""
+    events = np.sort(np.concatenate([np.asarray(t, dtype=float) for t in done["token_times"]
+                                     if t is not None and len(t)] or [np.array([])]))
+    first = done["first_token_at"].to_numpy(dtype=float)
+    last = done["last_token_at"].to_numpy(dtype=float)
+    sent = done["sent_at"].to_numpy(dtype=float)
+    steps = np.concatenate([np.diff(np.asarray(t, dtype=float)) for t in done["token_times"]
+                            if t is not None and len(t) > 1] or [np.array([])])
+    slack = 0.25 * float(np.median(steps)) if steps.size else 0.0  # one step end's spread at the clients
+    idx = np.searchsorted(events, first - slack, side="left") - 1
+    before = np.where(idx >= 0, events[np.clip(idx, 0, None)], -np.inf)
+    order = np.argsort(first)
+    f_sorted, cum = first[order], np.concatenate([[0.0], np.cumsum(np.nan_to_num(tokens[order]))])
+    together = cum[np.searchsorted(f_sorted, first + slack, side="right")] - \
+        cum[np.searchsorted(f_sorted, first - slack, side="left")]
+    decoding = np.searchsorted(f_sorted, first - slack, side="left") - \
+        np.searchsorted(np.sort(last), first - slack, side="left")
+    return pd.DataFrame({"step_s": first - np.maximum(sent, before), "prefill_tokens": together,
+                         "decoding": decoding})
+
+
+def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, float] | None:
+    """`{prefill_cost_s, prefill_cost_se, requests, tokens_min, tokens_max}`: the length of the step that
+    computed each prompt (`_prefill_steps`) against the prompt tokens computed in it (inputs less
+    prefix-cache hits) and the requests decoding in it, by least squares; over the requests sent while
+    fewer than `slots` were in flight (fewer prompts sharing a step; all when unknown). None with too
+    few requests or prompts of one length. A prompt chunked over several steps (over the token budget)
+    shows only its last chunk."""
+    done = _finished(records)
+    if done.empty or "input_tokens" not in done or "token_times" not in done:
+        return None
+    tokens = pd.to_numeric(done["input_tokens"], errors="coerce").to_numpy(dtype=float)
+    if "cached_tokens" in done:
+        tokens = tokens - np.nan_to_num(pd.to_numeric(done["cached_tokens"], errors="coerce").to_numpy(dtype=float))
+    steps = _prefill_steps(done, tokens)
+    keep = ~np.isnan(tokens) & np.isfinite(steps["step_s"].to_numpy()) & (tokens > 0)
+    if slots:
+        keep &= _in_flight_at(records, done["sent_at"].to_numpy(dtype=float)) < slots
+    own = tokens[keep]
+    if len(own) < MIN_PREFILL_REQUESTS or np.ptp(own) <= 0:
+        return None
+    chosen = steps[keep]
+    x = np.column_stack([np.ones(len(own)), chosen["prefill_tokens"], chosen["decoding"]])
+    y = chosen["step_s"].to_numpy(dtype=float)
+    if np.linalg.matrix_rank(x) < 3:
+        x = x[:, :2]  # one batch size throughout: its cost is in the intercept
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    sigma2 = float(np.sum(resid ** 2)) / max(len(y) - x.shape[1], 1)
+    se = math.sqrt(sigma2 * float(np.linalg.inv(x.T @ x)[1, 1]))
+    return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": len(own),
+            "tokens_min": float(own.min()), "tokens_max": float(own.max())}
+
+
+def _tokens_held(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Tokens the run's requests held in the KV cache at each time: prompt plus tokens out so far, for
+    requests between their first and last token."""
+    done = _finished(records)
+    held = np.zeros(len(times))
+    for first, last, prompt, token_times in zip(done["first_token_at"], done["last_token_at"],
+                                                pd.to_numeric(done["input_tokens"], errors="coerce"),
+                                                done["token_times"], strict=True):
+        if math.isnan(prompt):
+            continue
+        inside = (times >= first) & (times < last)
+        if inside.any():
+            out = np.searchsorted(np.asarray(token_times, dtype=float), times[inside], side="right")
+            held[inside] += prompt + out
+    return held
+
+
+def _fit_kv(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, records: pd.DataFrame) -> None:
+    blocks, size = _f(conds.get("kv_num_gpu_blocks")), _f(conds.get("kv_block_size"))
+    if blocks > 0 and size > 0:
+        fit.estimates += [Estimate("num_blocks", int(blocks), None, "blocks", "the server's cache_config_info"),
+                          Estimate("block_size", int(size), None, "tokens", "the server's cache_config_info")]
+        return
+    known = samples[samples["kv_usage"].notna() & (samples["kv_usage"] > 0.05)] if not samples.empty else samples
+    if len(known) < 10 or "input_tokens" not in records or known["source"].nunique() > 1:
+        fit.unobserved["num_blocks"] = ("no cache_config_info, and too little KV usage (over 5%) to weigh "
+                                        "against the tokens held, or several instances sharing the requests")
+        return
+    usage = known["kv_usage"].to_numpy(dtype=float)
+    held = _tokens_held(records, known["t"].to_numpy(dtype=float))
+    capacity = float(np.sum(held * usage) / np.sum(usage ** 2))
+    resid = held - capacity * usage
+    se = math.sqrt(float(np.sum(resid ** 2)) / (len(usage) - 1) / float(np.sum(usage ** 2)))
+    size = DEFAULT_BLOCK_SIZE
+    fit.estimates.append(Estimate("num_blocks", int(round(capacity / size)), se / size, "blocks",
+                                  f"KV usage against the tokens the run's requests held ({len(usage)} samples), "
+                                  f"at {size} tokens a block (assumed: the server gave no block size)"))
+    fit.unobserved["block_size"] = "no cache_config_info: 16 assumed for num_blocks"
+
+
+def _fit_queue_limit(fit: Fit, records: pd.DataFrame, samples: pd.DataFrame) -> None:
+    rejected = records[records["outcome"].astype(str) == "rejected"] if "outcome" in records else records.iloc[0:0]
+    if rejected.empty:
+        seen = int(_in_flight_at(records, pd.to_numeric(records["sent_at"], errors="coerce").dropna()
+                                 .to_numpy(dtype=float)).max(initial=0))
+        fit.unobserved["max_num_queued_reqs"] = (f"no request was rejected: a queue limit, if any, is above the "
+                                                 f"{seen} requests in flight seen")
+        return
+    both = samples.dropna(subset=["running", "waiting"]) if not samples.empty else samples
+    if len(both):
+        total = both["running"] + both["waiting"]
+        fit.estimates.append(Estimate("max_num_queued_reqs", int(total.max()), 0.0, "requests",
+                                      f"the most requests in the server (running + waiting) with {len(rejected)} "
+                                      f"rejected; reached in {int((total == total.max()).sum())} samples"))
+        return
+    at = _in_flight_at(records, pd.to_numeric(rejected["sent_at"], errors="coerce").dropna().to_numpy(dtype=float))
+    fit.estimates.append(Estimate("max_num_queued_reqs", int(np.median(at)), float(np.ptp(at)) / 2, "requests",
+                                  f"requests in flight at the {len(at)} rejections (client view)"))
+
+
+def _fit_slots(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, key: str) -> int | None:
+    for name in ("max_num_seqs", "ollama_num_parallel"):
+        if _f(conds.get(name)) > 0:
+            slots = int(_f(conds[name]))
+            fit.estimates.append(Estimate(key, slots, None, "sequences", f"the manifest's conditions.{name}"))
+            return slots
+    blocks = _f(conds.get("kv_num_gpu_blocks"))
+    slots, share = infer_slots(samples, num_blocks=blocks if blocks > 0 else None)
+    if slots is not None:
+        fit.estimates.append(Estimate(key, slots, 0.0, "sequences",
+                                      f"the running plateau while requests waited ({share:.0%} of those samples)"))
+        return slots
+    peak = samples["running"].max() if not samples.empty else math.nan
+    fit.unobserved[key] = ("no running plateau with requests waiting" +
+                           (f": at least {int(peak)} (the most running seen)" if peak == peak else
+                            " (no running gauge)"))
+    return None
+
+
+def fit_run(run: Run, *, seed: int = 0) -> Fit:
+    """The sim settings a run can show, with their errors, and the ones it cannot (module docstring)."""
+    conds = _conditions(run)
+    flavor = str(conds.get("server") or "vllm")
+    flavor = flavor if flavor in ("vllm", "ollama", "llamacpp", "sglang") else "vllm"
+    fit = Fit(flavor=flavor)
+    records = run.records
+    samples = server_samples(TelemetryIndex(run.telemetry))
+    slots_key = "num_parallel" if flavor in ("ollama", "llamacpp") else "max_num_seqs"
+    slots = _fit_slots(fit, conds, samples, slots_key)
+    gaps = decode_gaps(records)
+    step = fit_step_cost(gaps, seed=seed)
+    if step is None:
+        fit.unobserved["step_base_s"] = fit.unobserved["decode_cost_s"] = (
+            f"inter-token gaps at fewer than two batch sizes ({MIN_GAPS_PER_BATCH} gaps each needed)")
+    else:
+        basis = (f"median inter-token gap against batch size {step['batch_min']}-{step['batch_max']} "
+                 f"({step['gaps']} decode-only gaps)")
+        fit.estimates += [Estimate("step_base_s", step["step_base_s"], step["step_base_se"], "s",
+                                   "intercept of the " + basis),
+                          Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
+                                   "slope of the " + basis)]
+    peak = samples["running"].max() if not samples.empty else math.nan
+    # with no slot count, fewer in flight than the most ever running is a free slot too (slots >= that)
+    prefill = fit_prefill_cost(records, slots or (int(peak) if peak >= 1 else None))
+    if prefill is None:
+        fit.unobserved["prefill_cost_s"] = ("the prefill step against prompt length needs prompts of several lengths sent "
+                                            f"while slots were free ({MIN_PREFILL_REQUESTS} at least)")
+    else:
+        fit.estimates.append(Estimate("prefill_cost_s", prefill["prefill_cost_s"], prefill["prefill_cost_se"], "s",
+                                      f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
+                                      f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while "
+                                      "slots were free): the step that ended with the first token"))
+    if flavor in ("vllm", "sglang"):
+        _fit_kv(fit, conds, samples, records)
+        _fit_queue_limit(fit, records, samples)
+    if _f(conds.get("context_length")) > 0:
+        key = "ctx_size" if flavor in ("ollama", "llamacpp") else "max_model_len"
+        fit.estimates.append(Estimate(key, int(_f(conds["context_length"])), None, "tokens",
+                                      "the server's context length (manifest)"))
+    if isinstance(conds.get("prefix_cache"), bool) and flavor == "vllm":
+        fit.estimates.append(Estimate("enable_prefix_caching", conds["prefix_cache"], None, "",
+                                      "the server's cache_config_info"))
+    budget = _f(conds.get("extra.max_num_batched_tokens"))
+    if budget > 0:
+        fit.estimates.append(Estimate("max_num_batched_tokens", int(budget), None, "tokens",
+                                      "conditions.extra.max_num_batched_tokens"))
+    elif flavor in ("vllm", "sglang"):
+        fit.unobserved["max_num_batched_tokens"] = ("not in the server's metrics; write "
+                                                   "conditions.extra.max_num_batched_tokens")
+    return fit
+
+
+def _yaml_value(e: Estimate) -> str:
+    if isinstance(e.value, bool):
+        return "true" if e.value else "false"
+    if e.unit == "s":
+        return f"{e.value * 1000:.4g}ms"
+    return str(int(e.value)) if float(e.value).is_integer() else f"{e.value:.6g}"
+
+
+def describe(e: Estimate) -> str:
+    """`value ± error unit`: durations in ms; "(read)" for a figure the server gave."""
+    if e.unit == "s":
+        text = f"{e.value * 1000:.3g} ms" + (f" ± {e.error * 1000:.2g} ms" if e.error is not None else "")
+    elif isinstance(e.value, bool):
+        text = str(e.value).lower()
+    else:
+        text = f"{_yaml_value(e)}" + (f" ± {e.error:.2g}" if e.error else "") + (f" {e.unit}" if e.unit else "")
+    return text + (" (read from the server)" if e.error is None else "")
+
+
+def twin_yaml(fit: Fit, *, source: str = "") -> str:
+    """The sim YAML (`llmload sim --config`): each fitted key with its error and basis as a comment, the
+    unobserved ones named in comments (left at the sim's defaults)."""
+    lines = [f"# llmload fit{' of ' + source if source else ''}: a sim twin (llmload sim --flavor {fit.flavor} "
+             "--config THIS_FILE)", "# each value: ± one standard error, and where it came from"]
+    for e in fit.estimates:
+        lines.append(f"{e.key}: {_yaml_value(e)}  # {describe(e)}; {e.basis}")
+    for key, why in fit.unobserved.items():
+        lines.append(f"# {key}: not observed ({why}); the sim's default")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,125 @@
+"""The sim twin's fit (analysis/fit.py) against the sim engine itself, driven in virtual time: records and
+gauges of a run whose settings are known exactly, with no network in between."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.fit import decode_gaps, fit_prefill_cost, fit_run, fit_step_cost, twin_yaml
+from analysis.run import Run
+from llmload.sim.engine import Engine, EngineLimits, Sequence
+from llmload.sim.settings import SimSettings
+
+LIMITS = EngineLimits(max_num_seqs=6, num_blocks=512, block_size=16, step_base_s=0.020, decode_cost_s=0.002,
+                      prefill_cost_s=0.0003)
+SOURCE = "server:http://127.0.0.1:8000"
+
+
+def _virtual_run(limits, phases, *, prompts=(50, 500), outputs=(20, 60), seed=1, scrape_s=0.25):
+    """Drive the engine through Poisson arrivals (`phases`: (rate, seconds) in turn); return the records
+    (one row per request) and the gauges sampled every `scrape_s` (long telemetry frame)."""
+    rng = random.Random(seed)
+    arrivals, t0 = [], 0.0
+    for rate, seconds in phases:
+        t = t0
+        while (t := t + rng.expovariate(rate)) < t0 + seconds:
+            arrivals.append(t)
+        t0 += seconds
+    sizes = [(rng.randint(*prompts), rng.randint(*outputs)) for _ in arrivals]
+    engine, now, i = Engine(limits), 0.0, 0
+    tokens: dict[int, list[float]] = {k: [] for k in range(len(arrivals))}
+    tel, next_scrape = [], 0.0
+    while i < len(arrivals) or not engine.idle:
+        if engine.idle and arrivals[i] > now:
+            now = arrivals[i]
+        while i < len(arrivals) and arrivals[i] <= now:
+            engine.add(Sequence(seq_id=i, prompt_tokens=sizes[i][0], output_tokens=sizes[i][1]))
+            i += 1
+        result = engine.step()
+        while next_scrape < now + result.cost_s:  # a scrape during the step reads the gauges it started with
+            tel += [(next_scrape, SOURCE, "running", len(engine.running)),
+                    (next_scrape, SOURCE, "waiting", len(engine.waiting)),
+                    (next_scrape, SOURCE, "kv_usage", engine.kv_usage)]
+            next_scrape += scrape_s
+        now += result.cost_s
+        for seq in result.emitted:
+            tokens[seq.seq_id].append(now)
+    records = pd.DataFrame({
+        "request_id": range(len(arrivals)), "step": "s", "outcome": "ok", "sent_at": arrivals,
+        "first_token_at": [tokens[k][0] for k in tokens], "last_token_at": [tokens[k][-1] for k in tokens],
+        "input_tokens": [s[0] for s in sizes], "output_tokens": [s[1] for s in sizes],
+        "token_times": [tokens[k] for k in tokens]})
+    return records, pd.DataFrame(tel, columns=["t", "source", "metric", "value"])
+
+
+@pytest.fixture(scope="module")
+def light_then_full():
+    """A minute well under capacity, then 30 s past it (every slot busy, a queue)."""
+    return _virtual_run(LIMITS, [(1.5, 60.0), (10.0, 30.0)])
+
+
+def test_step_cost_is_recovered_from_decode_only_gaps(light_then_full):
+    records, _ = light_then_full
+    gaps = decode_gaps(records)
+    assert set(gaps["batch"]) <= set(range(1, 7)) and len(gaps) > 2000
+    step = fit_step_cost(gaps)
+    assert step["step_base_s"] == pytest.approx(0.020, rel=0.02)
+    assert step["decode_cost_s"] == pytest.approx(0.002, rel=0.03)
+    assert step["batch_min"] == 1 and step["batch_max"] == 6
+
+
+def test_prefill_cost_is_the_slope_of_the_first_token_step_against_prompt_length(light_then_full):
+    records, _ = light_then_full
+    prefill = fit_prefill_cost(records, slots=6)
+    assert prefill["prefill_cost_s"] == pytest.approx(0.0003, rel=0.1)
+    assert prefill["prefill_cost_s"] == pytest.approx(0.0003, rel=0.02) and prefill["prefill_cost_se"] < 0.00003
+    # queued requests too: their wait is left out (the step that ended with the first token is read)
+    assert fit_prefill_cost(records, slots=None)["prefill_cost_s"] == pytest.approx(0.0003, rel=0.02)
+    assert fit_prefill_cost(records.assign(input_tokens=300), slots=6) is None  # one prompt length
+
+
+def test_fit_run_with_no_conditions_reads_slots_from_the_plateau_and_writes_a_sim_yaml(light_then_full, tmp_path):
+    records, telemetry = light_then_full
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert fit.get("max_num_seqs").value == 6 and "plateau" in fit.get("max_num_seqs").basis
+    assert fit.get("step_base_s").value == pytest.approx(0.020, rel=0.1)
+    assert fit.get("decode_cost_s").value == pytest.approx(0.002, rel=0.1)
+    assert fit.get("prefill_cost_s").value == pytest.approx(0.0003, rel=0.1)
+    # KV capacity from usage against the tokens held (no cache_config_info): 512 blocks of 16
+    assert fit.get("num_blocks").value == pytest.approx(512, rel=0.1) and "block_size" in fit.unobserved
+    assert "no request was rejected" in fit.unobserved["max_num_queued_reqs"]
+    assert "max_num_batched_tokens" in fit.unobserved
+    path = tmp_path / "twin.yaml"
+    path.write_text(twin_yaml(fit))
+    settings = SimSettings.model_validate(__import__("yaml").safe_load(path.read_text()))
+    assert settings.max_num_seqs == 6 and settings.step_base_s == pytest.approx(0.020, rel=0.1)
+
+
+def test_server_figures_are_read_not_fitted(light_then_full):
+    records, telemetry = light_then_full
+    conds = {"server": "vllm", "max_num_seqs": 6, "kv_num_gpu_blocks": 512, "kv_block_size": 16,
+             "context_length": 8192, "prefix_cache": False}
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": conds}))
+    for key, value in (("max_num_seqs", 6), ("num_blocks", 512), ("block_size", 16), ("max_model_len", 8192),
+                       ("enable_prefix_caching", False)):
+        assert fit.get(key).value == value and fit.get(key).error is None, key
+    assert "(read from the server)" in twin_yaml(fit)
+
+
+def test_queue_limit_from_rejections_and_the_unobservable_named():
+    records, telemetry = _virtual_run(LIMITS, [(1.0, 20.0)], prompts=(200, 200))
+    rejected = pd.DataFrame({"request_id": [900, 901], "step": "s", "outcome": "rejected",
+                             "sent_at": [5.0, 12.0], "first_token_at": np.nan, "last_token_at": np.nan,
+                             "input_tokens": np.nan, "output_tokens": np.nan, "token_times": [[], []]})
+    both = pd.concat([records, rejected], ignore_index=True)
+    peak = int((telemetry.pivot_table(index="t", columns="metric", values="value")[["running", "waiting"]]
+                .sum(axis=1)).max())
+    fit = fit_run(Run(records=both, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert fit.get("max_num_queued_reqs").value == peak
+    # one prompt length: no prefill slope; a light run: no plateau, only a lower bound
+    assert "several lengths" in fit.unobserved["prefill_cost_s"]
+    assert fit.unobserved["max_num_seqs"].startswith("no running plateau with requests waiting: at least")
