@@ -30,6 +30,7 @@ MODULES = {
     "runtime.launcher.stop_signals": ["LAUNCHED_ENV", "ORPHAN_GRACE_S", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
                 "follow_parent", "interrupted_exit_code", "say"],
     "runtime.master.preflight": ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"],
+    "runtime.locustglue.webdoor": ["HOSTS_ENV", "ORIGINS_ENV", "OwnOriginOnly", "host_allowed"],
     "runtime.locustglue.webui": ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"],
     "runtime.locustglue.workerauth": ["HELLO", "REFUSED", "UNPROVEN_FRAME_BYTES", "install", "proof", "worker_token"],
     "runtime.master.start_form": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
