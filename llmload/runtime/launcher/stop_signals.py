@@ -128,13 +128,12 @@ def follow_parent(*, grace_s: float = ORPHAN_GRACE_S) -> None:
 def _start_orphan_watchdog(parent: int, grace_s: float, *, poll_s: float = 0.25) -> None:
     """A daemon OS thread (not a greenlet: it must run while the hub is stuck) that kills this process's
     group `grace_s` after `parent` stopped being its parent."""
-    try:
-        from gevent.monkey import get_original
+    import _thread
 
-        start_thread, sleep = get_original("_thread", "start_new_thread"), get_original("time", "sleep")
-    except ImportError:  # gevent is Locust's; without it nothing is patched
-        import _thread
-
+    monkey = sys.modules.get("gevent.monkey")  # a Locust process is patched: take the real thread and sleep
+    if monkey is not None:  # (looked up, not imported: the launcher never loads gevent)
+        start_thread, sleep = monkey.get_original("_thread", "start_new_thread"), monkey.get_original("time", "sleep")
+    else:
         start_thread, sleep = _thread.start_new_thread, time.sleep
 
     def watch() -> None:
