@@ -61,7 +61,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.intervals import exceedance_interval, percentile_interval
-from analysis.requests import EventGaps, event_gaps
+from analysis.requests import (
+    INPUT_OVER_FACTOR,
+    INPUT_SLACK_TOKENS,
+    OUTPUT_OVER_FACTOR,
+    EventGaps,
+    event_gaps,
+)
 from analysis.split import empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
 from analysis.telemetry_stats import (
@@ -113,6 +119,7 @@ def empty_metrics(step: dict) -> dict:
                 "waiting_mean", "deferred_mean", "tpot_excluded", "reject_ratio", "error_ratio", "oom",
                 "queue_trend_p", "queue_rise", "queue_rise_limit", "input_tokens_mean", "input_tokens_p50", "input_tokens_p95",
                 "output_tokens_mean", "output_tokens_p50", "output_tokens_p95", "output_mismatch_ratio",
+                "usage_mismatch", "usage_mismatch_ratio",
                 "kv_usage_peak", "preemptions", "gpu_memory_peak_bytes", "worker_cpu_max",
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
                 "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
@@ -123,7 +130,7 @@ def empty_metrics(step: dict) -> dict:
         row.update(_pct_columns(name, _nan_pcts()))
     row.update({f"server_queue_p{q:g}_resolution_s": math.nan for q in QUANTILES})
     row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None,
-               server_queue_note=None, server_queue_p95_range_s=None, split=None)
+               server_queue_note=None, server_queue_p95_range_s=None, split=None, usage_mismatch_note=None)
     row["clock"] = worst_clock(step.get("clock"))
     return row
 
@@ -211,6 +218,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
 
     _server_queue(row, fin, tel, step)
     _tokens(row, fin)
+    _usage_mismatch(row, req, in_win, arrivals)
     _token_rates(row, req, finished_in_window, per_s)
     _split(row, req, step)
     is_sent = ~np.isnan(sent_at)
@@ -278,6 +286,37 @@ def _split(row: dict, req: pd.DataFrame, step: dict) -> None:
         done = done & req["in_window"].to_numpy(dtype=bool)  # not in place: pandas' arrays are read-only
     hist = row["server_queue_mean_s"] if row["server_queue_basis"] == "histogram" else math.nan
     row["split"] = step_split(req[done], histogram_mean_s=hist) if done.any() else empty_split()
+
+
+def _usage_mismatch(row: dict, req: pd.DataFrame, in_win: np.ndarray, arrivals: int) -> None:
+    """The step's answers whose usage disagrees with the request (`analysis.requests`' `usage_mismatched`):
+    their count, their share of the arrivals (the `usage_mismatch_ratio` SLO dimension) and a note naming
+    the worst of each kind, for the step's warning."""
+    if "usage_mismatched" not in req:
+        return
+    hit = req[req["usage_mismatched"].to_numpy(dtype=bool) & in_win]
+    row["usage_mismatch"] = len(hit)
+    row["usage_mismatch_ratio"] = len(hit) / arrivals if arrivals else math.nan
+    if hit.empty:
+        return
+    parts = []
+    out, planned_out = (pd.to_numeric(hit.get(c), errors="coerce") for c in ("output_tokens", "planned_output_tokens"))
+    over = (out / planned_out).where(out > OUTPUT_OVER_FACTOR * planned_out)
+    if over.notna().any():
+        worst = over.idxmax()
+        parts.append(f"up to {int(out[worst])} output tokens for max_tokens {int(planned_out[worst])}")
+    if "planned_input_tokens" in hit:
+        inp, planned_in = (pd.to_numeric(hit.get(c), errors="coerce") for c in ("input_tokens", "planned_input_tokens"))
+        far = (np.log(inp / planned_in).abs()).where((inp > INPUT_OVER_FACTOR * planned_in + INPUT_SLACK_TOKENS)
+                                                     | (inp < planned_in / 2))
+        if far.notna().any():
+            worst = far.idxmax()
+            parts.append(f"input {int(inp[worst])} tokens for {int(planned_in[worst])} planned")
+    if "usage_mismatch" in hit:
+        disbelieved = int(hit["usage_mismatch"].fillna(False).astype(bool).sum())
+        if disbelieved:
+            parts.append(f"{disbelieved} server token count not believed (reported_output_tokens)")
+    row["usage_mismatch_note"] = "; ".join(parts)
 
 
 def _tokens(row: dict, fin: pd.DataFrame) -> None:

@@ -121,6 +121,11 @@ def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame
         if missing is not None and missing == missing and missing > 0:
             out.append(f"step {r['label']}: {int(missing)} planned arrivals have no record (a worker lost?): "
                        "its offered and achieved rates are understated")
+        mismatched = r.get("usage_mismatch")
+        if mismatched is not None and mismatched == mismatched and mismatched > 0:
+            out.append(f"step {r['label']}: usage_mismatch: {int(mismatched)} of {int(r['completed'])} answers did "
+                       f"not match the request ({r.get('usage_mismatch_note') or 'usage'}): the server did not "
+                       "do the work asked, so its token rates and latencies do not measure it")
         if r.get("server_queue_note"):
             out.append(f"step {r['label']}: {r['server_queue_note']}")
         if is_closed_loop(r["phase"]) and r["verdict"] != "not_run":

@@ -18,6 +18,10 @@ from `llmload.latency.latencies`, the one definition the live table and Locust e
   else sent_at), for the time-averaged in-flight count
 - `in_window`: `scheduled_at` inside its step's measurement window `[window_start, window_end)`
 - `finished`: outcome `ok` or `quality_fail` (the answer streamed to its end: a latency sample)
+- `usage_mismatched`: a finished request whose usage disagrees with what was asked (METRICS.md "Usage
+  mismatch"): `output_tokens` over `OUTPUT_OVER_FACTOR` times `planned_output_tokens` (the `max_tokens`
+  sent), `input_tokens` under half or over `INPUT_OVER_FACTOR` times plus `INPUT_SLACK_TOKENS` the
+  planned input, or a server count the client did not believe (the record's `usage_mismatch`)
 - `good`: outcome `ok`, in its window, and every per-request SLO threshold met. A threshold whose
   per-request value is NaN (no TPOT for a 1-token answer, no per-request server queue) is not judged
   for that request; `itl` thresholds are step-level only (a request has many gaps).
@@ -41,6 +45,9 @@ from llmload.latency import latencies
 __all__ = [
     "FINISHED",
     "FLOAT32_GAPS_ABOVE",
+    "INPUT_OVER_FACTOR",
+    "INPUT_SLACK_TOKENS",
+    "OUTPUT_OVER_FACTOR",
     "TOLERANCE_S",
     "PER_REQUEST_COLUMNS",
     "EventGaps",
@@ -52,6 +59,14 @@ __all__ = [
 
 #: outcomes whose answer streamed to the end: their latencies are samples of the step's tail
 FINISHED = ("ok", "quality_fail")
+
+#: an answer over this many times its `max_tokens` was not the work asked (a counting difference, a last
+#: empty event, is a token or two; a server that ignores `max_tokens` is many times over)
+OUTPUT_OVER_FACTOR = 2.0
+#: a prompt count over this many times the planned input plus `INPUT_SLACK_TOKENS` (a chat template's
+#: own tokens), or under half of it, was not the prompt sent
+INPUT_OVER_FACTOR = 2.0
+INPUT_SLACK_TOKENS = 64
 
 #: 1 ns: a value equal to its threshold must not fail by float rounding (declared in `llmload.slo`)
 TOLERANCE_S = slo_dims.TOLERANCE_S
@@ -100,9 +115,22 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
         finished=outcome.isin(FINISHED), server_queue_s=_float(records, "server_queue_s"),
         ttfa_s=answer_at - sent, user_ttfa_s=answer_at - sched, answer_tokens=answer_tokens,
         reasoning_rate=reasoning_rate, answer_rate=answer_rate,
+        usage_mismatched=outcome.isin(FINISHED) & _usage_off(records, out_tokens),
     ), index=records.index)  # one block, joined once: column by column fragments the frame
     derived = pd.concat([records.drop(columns=[c for c in new if c in records]), new], axis=1)
     return derived.assign(good=meets_thresholds(derived, slo) & (outcome == "ok") & in_window)
+
+
+def _usage_off(records: pd.DataFrame, out_tokens: pd.Series) -> pd.Series:
+    """Per record: its usage disagrees with the request (the module docstring's `usage_mismatched`)."""
+    planned_out, planned_in = _float(records, "planned_output_tokens"), _float(records, "planned_input_tokens")
+    in_tokens = _float(records, "input_tokens")
+    over = (planned_out > 0) & (out_tokens > OUTPUT_OVER_FACTOR * planned_out)  # NaN compares False
+    off_in = (planned_in > 0) & ((in_tokens > INPUT_OVER_FACTOR * planned_in + INPUT_SLACK_TOKENS)
+                                 | (in_tokens < planned_in / 2))
+    disbelieved = (records["usage_mismatch"].fillna(False).astype(bool) if "usage_mismatch" in records
+                   else pd.Series(False, index=records.index))
+    return over | off_in | disbelieved
 
 
 def meets_thresholds(requests: pd.DataFrame, slo: SLO) -> pd.Series:

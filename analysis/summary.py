@@ -55,7 +55,7 @@ _EXTRA_STEP_KEYS = (
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples", "undecided_targets",
-    "needs_completions", "needs_window_s",
+    "needs_completions", "needs_window_s", "usage_mismatch", "usage_mismatch_ratio",
 )
 _SUSTAINED = sustained_phases()
 #: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)
@@ -245,12 +245,22 @@ def build_summary(steps: pd.DataFrame, slo: SLO, conditions: dict, *, warnings: 
                      "start to its drained end) or remainder (what is left of TTFT)",
         },
         "warnings": list(warnings),
+        "usage_mismatch": _usage_mismatch_total(steps),
     }
     if soak is not None:
         summary["soak"] = json_value(soak)
     if burst is not None:
         summary["burst"] = json_value(burst.to_dict(orient="records"))
     return summary
+
+
+def _usage_mismatch_total(steps: pd.DataFrame) -> int | None:
+    """The run's answers whose usage disagreed with the request (METRICS.md "Usage mismatch"); None when
+    no step counted them (records from before the count)."""
+    if "usage_mismatch" not in steps or steps.empty:
+        return None
+    counts = pd.to_numeric(steps["usage_mismatch"], errors="coerce")
+    return int(counts.sum()) if counts.notna().any() else None
 
 
 def exit_code(summary: dict) -> int:

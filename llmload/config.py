@@ -596,6 +596,9 @@ class SLO(Model):
     thresholds: list[Threshold] = Field(default_factory=list)
     max_reject_ratio: float | None = Field(default=DEFAULT_MAX_REJECT_RATIO, ge=0, le=1)
     max_error_ratio: float | None = Field(default=DEFAULT_MAX_ERROR_RATIO, ge=0, le=1)
+    #: the share of a step's arrivals whose usage may disagree with the request (METRICS.md "Usage
+    #: mismatch"); not checked unless written (the count and a warning are always there)
+    max_usage_mismatch_ratio: float | None = Field(default=None, ge=0, le=1)
     allow_oom: bool | None = None
     queue_growth: Literal["forbid", "allow"] | None = None
     #: the floor below which a step's percentiles are not judged (no interval is formed): above it the

@@ -12,7 +12,8 @@ Kinds:
   (any percentile strictly between 0 and 100, value more than 0); fails when the step's percentile is
   over the value. Its figure is the step column `<name>_p<NN>_s`; `request_column` is the per-request
   column goodput judges each request on (None: step-level only, e.g. ITL, a request has many gaps).
-- `ratio`: a share of the step's arrivals (`reject_ratio`, `error_ratio`), set as a limit from 0 to 1;
+- `ratio`: a share of the step's arrivals (`reject_ratio`, `error_ratio`, `usage_mismatch_ratio`), set as a
+  limit from 0 to 1;
   fails when over it.
 - `flag`: an event that must not happen: `oom` (a count, fails when any, unless `allow_oom: true`) and
   `queue_growth` (a significant rising trend, fails when `queue_growth: forbid`).
@@ -110,6 +111,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
               standard_key=True),
     Dimension("error_ratio", "ratio", "max_error_ratio", "error_ratio", "share of arrivals", "error ratio",
               standard_key=True),
+    Dimension("usage_mismatch_ratio", "ratio", "max_usage_mismatch_ratio", "usage_mismatch_ratio",
+              "share of arrivals", "usage mismatch ratio"),  # the server did not do the work asked
     Dimension("oom", "flag", "allow_oom", "oom", "count", "OOM", compare="none_unless_allowed",
               standard_key=True),
     Dimension("queue_growth", "flag", "queue_growth", "queue_growth", "trend", "queue growth",

@@ -25,7 +25,9 @@ arrival). `prefix_id` / `prefix_tokens` name a shared prompt prefix and its leng
 says (Mooncake: the deepest run of leading blocks another request also has). A wrong file is a one-line
 `ConfigError` naming the file and line, never a traceback; so is a value past the bounds a run can
 replay: a timestamp that is not finite, a trace spanning more than `MAX_TRACE_SPAN_S` (31 days), a token
-count over `MAX_TOKENS` (the config's bound) or a prefix id over `MAX_PREFIX_ID`.
+count over `MAX_TOKENS` (the config's bound) or a prefix id over `MAX_PREFIX_ID`; so is a file over
+`MAX_TRACE_BYTES` (refused before it is read), a JSONL line over the dataset's `MAX_LINE_BYTES` (read no
+further) and a string that is not valid Unicode (a lone surrogate in a prompt).
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from llmload.client.dataset import MAX_LINE_BYTES, size_text, unicode_problem
 from llmload.config import MAX_TOKENS
 from llmload.errors import ConfigError
 
-__all__ = ["MAX_TRACE_SPAN_S", "MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace",
+__all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_SPAN_S", "MOONCAKE_BLOCK_TOKENS", "TRACE_COLUMNS", "TRACE_FORMATS", "load_trace",
            "sniff_format"]
 
 TRACE_FORMATS = ("llmload", "azure", "burstgpt", "mooncake", "conversation")
@@ -51,6 +54,8 @@ MOONCAKE_BLOCK_TOKENS = 512
 MAX_TRACE_SPAN_S = 31 * 86_400.0
 #: the largest `prefix_id` a trace may give
 MAX_PREFIX_ID = 2**31 - 1
+#: the largest trace file (read whole into a frame: it costs a few times its size in memory)
+MAX_TRACE_BYTES = 512 * 2**20
 
 
 def load_trace(path: str | Path, format: str = "auto") -> pd.DataFrame:
@@ -63,6 +68,10 @@ def load_trace(path: str | Path, format: str = "auto") -> pd.DataFrame:
         raise ConfigError("trace file not found", file=str(path))
     if p.is_dir():
         raise ConfigError("is a directory, expected a trace file", file=str(path))
+    size = p.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise ConfigError(f"the trace is {size_text(size)}; a trace file may be at most {size_text(MAX_TRACE_BYTES)} "
+                          "(cut it with shape.trace.window, or split it)", file=str(path))
     kind = sniff_format(p) if format == "auto" else format
     if kind not in TRACE_FORMATS:
         raise ConfigError(f'unknown trace format "{format}" (expected auto or one of {", ".join(TRACE_FORMATS)})',
@@ -80,7 +89,7 @@ def sniff_format(path: str | Path) -> str:
     p = Path(path)
     names: set[str] = set()
     with p.open(encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
+        for raw in iter(lambda: fh.readline(MAX_LINE_BYTES), ""):  # a first line is read no further
             line = raw.strip()
             if not line:
                 continue
@@ -146,7 +155,10 @@ def _json_int(text: str) -> int | float:
 def _jsonl_rows(p: Path) -> _Rows:
     records, lines = [], []
     with p.open(encoding="utf-8") as fh:
-        for number, raw in enumerate(fh, start=1):
+        for number, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), ""), start=1):
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith("\n"):
+                raise ConfigError(f"the line is more than {size_text(MAX_LINE_BYTES)} (a trace line holds one "
+                                  "arrival)", file=str(p), line=number)
             if not raw.strip():
                 continue
             try:
@@ -155,6 +167,9 @@ def _jsonl_rows(p: Path) -> _Rows:
                 raise ConfigError(f"not valid JSON: {exc.msg}", file=str(p), line=number) from None
             if not isinstance(item, dict):
                 raise ConfigError("expected a JSON object per line", file=str(p), line=number)
+            problem = unicode_problem(item)
+            if problem:
+                raise ConfigError(f"not valid UTF-8: {problem}", file=str(p), line=number)
             records.append(item)
             lines.append(number)
     return _Rows(pd.DataFrame.from_records(records), np.asarray(lines, dtype=np.int64))

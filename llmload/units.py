@@ -10,7 +10,9 @@ __all__ = ["MAX_DURATION_S", "format_duration", "format_ms", "parse_duration"]
 #: the longest duration any setting takes: 30 days (a longer soak is split into runs)
 MAX_DURATION_S = 30 * 86400.0
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|ms|s|m|h)?\s*$")
+#: ASCII digits only (`re.ASCII`): `\d` and float() also read Arabic-Indic or full-width digits, which
+#: every other number of a config (a rate, a count) refuses
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|ms|s|m|h)?\s*$", re.ASCII)
 _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -31,15 +33,23 @@ def parse_duration(value: object) -> float:
         match = _DURATION.match(value)
         if match:
             return _bounded(float(match.group(1)) * _SCALE[match.group(2)], value)
-    raise ValueError(f'expected a duration like 800ms, got "{value}"')
+    raise ValueError(f"expected a duration like 800ms, got {_shown(value)}")
 
 
 def _bounded(seconds: float, given: object) -> float:
     if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
-        shown = f'"{given}"' if isinstance(given, str) else repr(given)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise ValueError(f"expected a finite duration of at most 30 days, got {shown}")
+        raise ValueError(f"expected a finite duration of at most 30 days, got {_shown(given)}")
     return seconds
+
+
+def _shown(given: object) -> str:
+    """A value for a one-line error: a string quoted, its control and non-ASCII characters escaped
+    (`"3\\n0s"`, `"\\u0663s"`), at most 40 characters."""
+    if isinstance(given, str):
+        shown = '"' + given.encode("unicode_escape").decode("ascii") + '"'
+    else:
+        shown = repr(given)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def format_duration(seconds: float) -> str:

@@ -36,7 +36,9 @@ def _format_path(path: tuple) -> str:
 
 
 def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_nodes: set[int] | None = None) -> None:
-    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted).
+    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted), and at a
+    key or value that is not valid Unicode (`"\\ud800"`: a lone surrogate, which YAML's escapes allow and
+    no server can be sent as UTF-8).
 
     An aliased node is checked once, at its first path."""
     seen_nodes = set() if seen_nodes is None else seen_nodes
@@ -50,6 +52,7 @@ def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_node
                 continue
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
             line = key_node.start_mark.line + 1
+            _check_text(key_node, file=file, path=path)
             if key in seen:
                 raise ConfigError(f"key given twice (first at line {seen[key]}); remove one",
                                   file=file, line=line, key=_format_path(path + (key,)))
@@ -58,6 +61,20 @@ def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_node
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _check_duplicates(item, file=file, path=path + (i,), seen_nodes=seen_nodes)
+    else:
+        _check_text(node, file=file, path=path)
+
+
+def _check_text(node: yaml.Node, *, file: str, path: tuple) -> None:
+    """ConfigError when a scalar's text cannot be encoded as UTF-8 (a lone surrogate)."""
+    if not isinstance(node, yaml.ScalarNode) or not isinstance(node.value, str):
+        return
+    try:
+        node.value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"not valid UTF-8: a lone surrogate \\u{ord(node.value[exc.start]):04x} (a YAML "
+                          "escape no server can be sent)", file=file, line=node.start_mark.line + 1,
+                          key=_format_path(path) or None) from None
 
 
 def expanded_size(node: yaml.Node, sizes: dict[int, int] | None = None) -> int:

@@ -177,3 +177,22 @@ def test_knee_search_settings_default_and_old_keys_still_accepted(tmp_path):
     path.write_text(REFINE_BASE.replace("{REFINE}", "{resolution: 0.5, max_steps: 2, budget: 15s}"))
     refine = load_config(path).shape.ladder.refine
     assert (refine.precision, refine.budget, refine.max_extensions, refine.max_steps) == (0.05, 15.0, 2, 2)
+
+
+@pytest.mark.parametrize(("key", "text"), [("duration", "٣٠s"), ("duration", "３０s"), ("rate", "٣")])
+def test_digits_other_than_ascii_are_refused_alike_in_durations_and_rates(tmp_path, key, text):
+    """Arabic-Indic or full-width digits were a valid duration (`\\d` and float() read them) while the same
+    digits in `rate` were refused: both are refused now, in one line (issue 44 item 9)."""
+    old = "duration: 30s" if key == "duration" else "rate: 1,"
+    path = write(tmp_path, BASE.replace(old, f'{key}: "{text}"' + ("," if key == "rate" else "")))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert len(str(err.value).splitlines()) == 1 and f"{key}:" in str(err.value), str(err.value)
+
+
+def test_a_duration_error_is_one_line_whatever_the_value():
+    from llmload.units import parse_duration
+
+    with pytest.raises(ValueError) as err:
+        parse_duration("3\n0s")
+    assert len(str(err.value).splitlines()) == 1 and "3\\n0s" in str(err.value)

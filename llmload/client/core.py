@@ -102,7 +102,8 @@ class _Stream:
 
     __slots__ = ("record", "times", "counts", "texts", "reasoning", "input_tokens", "output_tokens",
                  "cached_tokens", "timings", "finish_reason", "error", "malformed", "final", "reasoning_events",
-                 "reasoning_counted", "server_reasoning", "tool_events", "tool_counted", "tool_texts")
+                 "reasoning_counted", "server_reasoning", "tool_events", "tool_counted", "tool_texts", "seen",
+                 "body_head")
 
     def __init__(self, record: Record) -> None:
         self.record = record
@@ -127,9 +128,14 @@ class _Stream:
         self.tool_events = 0
         self.tool_counted = 0
         self.tool_texts: list[str] = []
+        #: a chunk of the API was decoded (an event, a count, an error); the body's first bytes, kept to
+        #: name a body that held none (an HTML page)
+        self.seen = False
+        self.body_head = b""
 
     def apply(self, chunk: StreamChunk, t: float) -> bool:
         """Take one chunk stamped `t`; True when the stream is over (final event or error)."""
+        self.seen = True
         if chunk.output:
             if not self.times:
                 self.record.first_token_at = t
@@ -220,6 +226,8 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
                 break
             if b"\n" in data:  # a line ended: the idle timeout counts from here
                 touch()
+            if not stream.body_head:
+                stream.body_head = data[:80]
             for chunk in feed(data):
                 if apply(chunk, t):
                     done = True
@@ -229,11 +237,14 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
             _drain(resp)
     except BaseException as exc:  # every failure, one classifier (llmload.client.outcomes)
         failure = classify_exception(exc, SendContext(
-            answered=got_200, stage=timing.stage, pool_wait_s=timing.pool_wait_s, own_timer=timer,
+            answered=got_200, headers_status=timing.status, stage=timing.stage, pool_wait_s=timing.pool_wait_s,
+            own_timer=timer,
             elapsed_s=now() - started,
             total_timeout_s=transport.total_timeout_s, idle_timeout_s=transport.idle_timeout_s))
         if failure.outcome == "disconnect":
             record.closed_at = now()
+        if record.http_status is None and timing.status is not None:  # its headers came, its body broke
+            record.http_status = timing.status
         _fail(record, failure.outcome, failure.message, transport)
         if failure.reraise:  # cancelled: a kill or somebody else's deadline
             _count(record, stream, request, got_200)
@@ -321,6 +332,10 @@ def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: 
             claimed = f" (it reported {stream.output_tokens} output tokens)" if stream.output_tokens else ""
             _fail(record, "http_error", f"stream ended with no output: no output-bearing event before its "
                   f"final event{claimed}", transport)
+    elif clean_end and not stream.seen and stream.body_head.strip():
+        head = stream.body_head.decode("utf-8", "replace").strip().splitlines()[0][:60]
+        _fail(record, "malformed", f"the 200 body is not an event stream of the API: nothing in it could be "
+              f"read (it begins {head!r})", transport)
     else:
         _fail(record, "disconnect", "stream ended before its final event", transport)
 

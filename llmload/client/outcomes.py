@@ -97,6 +97,8 @@ class SendContext:
 
     #: a 200 status line was read (the stream had begun)
     answered: bool = False
+    #: the response's headers were read whole (its status code), also when the body broke in the same read
+    headers_status: int | None = None
     #: the transport's stage (`llmload.client.transport.SocketTiming.stage`): "pool" (waiting for a pooled
     #: connection), "connect", "ready" (a socket was handed out), or None
     stage: str | None = None
@@ -135,7 +137,8 @@ def _local_exhaustion(exc: BaseException) -> bool:
 
 def classify_exception(exc: BaseException, ctx: SendContext = SendContext()) -> Failure:  # noqa: B008
     """The outcome of any exception raised while sending one request (module docstring)."""
-    where = "mid-stream" if ctx.answered else "before the response headers"
+    where = ("mid-stream" if ctx.answered else f"after the response headers (HTTP {ctx.headers_status})"
+             if ctx.headers_status is not None else "before the response headers")
     if isinstance(exc, gevent.Timeout):
         if exc is not ctx.own_timer:
             return Failure("cancelled", "cancelled: an outer timeout stopped the request in flight", True)

@@ -117,9 +117,11 @@ class SocketTiming:
     handed out, the moment just before the request bytes are written (METRICS.md `sent_at`: a new
     connection's connect time is not in it). `reused`: the socket was a kept-alive one. `pool_wait_s`:
     time spent waiting for a free connection of our own pool, the generator's time, never the server's.
+    `status`: the response's status code once its headers were read whole, also when the body's framing
+    broke in the same read (the response object is then never handed out).
     """
 
-    __slots__ = ("stage", "ready_at", "reused", "pool_since", "_pool_wait_s", "written")
+    __slots__ = ("stage", "ready_at", "reused", "pool_since", "_pool_wait_s", "written", "status")
 
     def __init__(self) -> None:
         self.reset()
@@ -132,6 +134,7 @@ class SocketTiming:
         self._pool_wait_s = 0.0
         #: bytes of the request written on the socket so far
         self.written = 0
+        self.status: int | None = None
 
     @property
     def pool_wait_s(self) -> float:
@@ -250,7 +253,13 @@ class StreamResponse(HTTPSocketPoolResponse):
         hub = gevent.get_hub()
         self._readable = None if isinstance(sock, _TLS_SOCKETS) else hub.loop.io(sock.fileno(), 1)
         self._wait = hub.wait
-        super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+        try:
+            super().__init__(sock, pool, block_size=BLOCK_SIZE, method="POST")
+        except HTTPParseError:  # the body broke in the read that ended the headers: say they were read
+            if self.headers_complete and self.get_code() >= 200:
+                timing.status = self.get_code()
+            raise
+        timing.status = self.get_code()
 
     def _on_message_complete(self) -> None:
         """An interim response (`100 Continue`, `103 Early Hints`) is a whole bodyless message before

@@ -27,7 +27,7 @@ from types import FrameType
 
 from llmload.errors import interrupted_exit_code  # re-exported: the launcher's code for a signal
 
-__all__ = ["LAUNCHED_ENV", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
+__all__ = ["LAUNCHED_ENV", "ORPHAN_GRACE_S", "STOP_SIGNALS", "StopSignals", "detach_hung_up_terminal", "end_process_group",
            "follow_parent", "interrupted_exit_code", "say"]
 
 #: set in the Locust child's environment by `llmload run` to its PID (the child then leaves the first stop
@@ -101,10 +101,17 @@ class StopSignals:
         say(line, self._out)
 
 
-def follow_parent() -> None:
+#: how long a Locust child may go on finalising once its launcher is gone, before its process group is killed
+ORPHAN_GRACE_S = 60.0
+
+
+def follow_parent(*, grace_s: float = ORPHAN_GRACE_S) -> None:
     """In a Locust process started by `llmload run` (`LAUNCHED_ENV` holds the parent's PID): get
     SIGTERM when that parent dies, even by SIGKILL (Linux `PR_SET_PDEATHSIG`), so the run still stops
-    and finalises instead of running on as an orphan; at once if the parent is already gone."""
+    and finalises instead of running on as an orphan; at once if the parent is already gone. A stop that
+    cannot finish (a hung finalisation, SIGTERM ignored) does not keep it alive: `grace_s` after the
+    parent is gone, a watchdog thread (a real one, beside gevent's hub) kills its process group (it and
+    the workers `--processes` forked), so no orphan keeps the master port or the load going."""
     parent = os.environ.get(LAUNCHED_ENV, "")
     if not parent.isdigit() or os.getsid(0) != os.getpid():  # only the process `llmload run` started
         return  # (it leads its own session; the workers Locust forks from it do not)
@@ -113,8 +120,29 @@ def follow_parent() -> None:
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    _start_orphan_watchdog(int(parent), grace_s)
     if os.getppid() != int(parent):  # it died before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _start_orphan_watchdog(parent: int, grace_s: float, *, poll_s: float = 0.25) -> None:
+    """A daemon OS thread (not a greenlet: it must run while the hub is stuck) that kills this process's
+    group `grace_s` after `parent` stopped being its parent."""
+    import _thread
+
+    monkey = sys.modules.get("gevent.monkey")  # a Locust process is patched: take the real thread and sleep
+    if monkey is not None:  # (looked up, not imported: the launcher never loads gevent)
+        start_thread, sleep = monkey.get_original("_thread", "start_new_thread"), monkey.get_original("time", "sleep")
+    else:
+        start_thread, sleep = _thread.start_new_thread, time.sleep
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            sleep(poll_s)
+        sleep(grace_s)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    start_thread(watch, ())
 
 
 def say(line: str, out=None) -> None:

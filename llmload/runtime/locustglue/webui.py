@@ -17,7 +17,8 @@
 `/llmload` (the old separate page) redirects to the tab. The run's shape and SLO come from
 `--llmload-config`.
 
-Every POST (Start `/swarm`, `/stop`, `/stats/reset`, `/user`: each changes the run) is refused with 403
+Every request is answered only for this UI's own `Host`, with no CORS header for another origin
+(`webdoor.OwnOriginOnly`: Locust turns CORS on for every route). Every POST (Start `/swarm`, `/stop`, `/stats/reset`, `/user`: each changes the run) is refused with 403
 unless it comes from the UI's own page (`check_post`): its `Host` is a loopback name or an IP address
 (or a name in `LLMLOAD_WEB_HOSTS`, comma-separated: a DNS name could be rebound to 127.0.0.1 by another
 site), its `Origin` (or `Referer`) is that host, a browser's `Sec-Fetch-Site` says same-origin, and it
@@ -29,10 +30,8 @@ script adds it to the page's own POSTs as the `X-Llmload-Token` header, or a for
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
-import os
 import secrets
 from importlib.resources import files
 from pathlib import Path
@@ -43,6 +42,7 @@ import gevent
 from llmload.clock import now
 from llmload.redaction import redact
 from llmload.runtime.locustglue.seams import add_tab, fill_tab, override_start_form, splice_into_page
+from llmload.runtime.locustglue.webdoor import HOSTS_ENV, OwnOriginOnly, host_allowed
 from llmload.runtime.master.live_series import LiveSeries
 from llmload.runtime.master.live_table import ProgressStats
 from llmload.runtime.master.step import Step, StepStatus
@@ -52,8 +52,6 @@ __all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_we
 #: how the UI's page proves a POST is its own (the token is in the page's `llmload-token` meta tag)
 TOKEN_HEADER = "X-Llmload-Token"
 TOKEN_FIELD = "llmload_token"
-#: extra host names the UI may be reached by (comma-separated); loopback names and IP addresses always
-HOSTS_ENV = "LLMLOAD_WEB_HOSTS"
 
 #: the tab's columns: (key, title)
 LLM_TABLE = (
@@ -221,28 +219,12 @@ def _sample(session: Any, live: LiveSeries) -> None:
             continue
 
 
-def _host_allowed(host: str) -> bool:
-    """A `Host` header the UI answers POSTs for: loopback names, IP literals, `LLMLOAD_WEB_HOSTS`."""
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]").lower()
-    if not name:
-        return False
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
-        pass
-    extra = {h.strip().lower() for h in os.environ.get(HOSTS_ENV, "").split(",") if h.strip()}
-    return name in extra
-
-
-def check_post(headers: Any, form: Any, token: str) -> str | None:
+def check_post(headers: Any, form: Any, token: str, *, bound: str = "") -> str | None:
     """Why a POST to the UI must be refused (None when it comes from the UI's own page); see the module
-    docstring. `headers` and `form` are mappings with `.get` (Flask's request.headers and request.form)."""
+    docstring. `headers` and `form` are mappings with `.get` (Flask's request.headers and request.form);
+    `bound`: the `--web-host` the UI listens on (`webdoor.host_allowed`)."""
     host = (headers.get("Host") or "").strip()
-    if not _host_allowed(host):
+    if not host_allowed(host, bound=bound):
         return f"Host {host!r} is not this UI's address (a loopback name or an IP; others in {HOSTS_ENV})"
     own = {f"http://{host}".lower(), f"https://{host}".lower()}
     origin = headers.get("Origin")
@@ -291,13 +273,16 @@ def install_web_ui(environment: Any, session: Any) -> None:
     _form_template_args(web_ui, session)
     script = files("llmload.runtime.locustglue").joinpath("webui_tab.js").read_text(encoding="utf-8")
     token = secrets.token_urlsafe(24)
+    bound = str(getattr(web_ui, "host", "") or "")
+    web_ui.app.wsgi_app = OwnOriginOnly(web_ui.app.wsgi_app, bound=bound,
+                                        say=lambda line: print(line, flush=True))  # Host checked, no CORS
 
     @web_ui.app.before_request
     def _same_site_posts_only():
         """Refuse a POST that is not the UI page's own (another site's form, a rebound DNS name)."""
         if request.method != "POST":
             return None
-        why = check_post(request.headers, request.form, token)
+        why = check_post(request.headers, request.form, token, bound=bound)
         if why is None:
             return None
         print(f"llmload: refused a web UI request to {request.path}: {why}", flush=True)

@@ -9,7 +9,14 @@ and takes its statistics. Here every Locust process that loads our locustfile ha
 - a master that handles a worker's messages only once that worker's hello proved the token: an
   unproven worker's `client_ready` is answered with `llmload:refused` (one line saying why, which our
   worker prints before it exits with code 2) and never registered, so Locust never sends it a spawn,
-  our controller never sends it a step, and its statistics and `llmload:results` are dropped.
+  our controller never sends it a step, and its statistics and `llmload:results` are dropped;
+- a master that decodes nothing else of a peer that has not proven the token: Locust's listener decodes
+  every frame with its datetime hook, and a frame it cannot read (not msgpack, a bad datetime: errors it
+  does not catch) would end that greenlet and freeze the run. `_MasterDoor` reads an unproven peer's frame
+  only if it is small (`UNPROVEN_FRAME_BYTES`), as plain msgpack with no hook, and only its type (a hello
+  is checked, a `client_ready` refused, anything else dropped); a frame it cannot read drops that peer
+  (its later frames are not read at all). A proven worker's frames are Locust's, but one that cannot be
+  read is Locust's "corrupted message" (the frame dropped), never the end of the listener.
 
 The token is `LLMLOAD_WORKER_TOKEN` (`llmload run --worker-token-file FILE` puts a file's first line
 there). A process started without one makes a random one for itself: the local workers of
@@ -30,7 +37,7 @@ from typing import Any
 
 from llmload.runtime.launcher.child_env import TOKEN_ENV
 
-__all__ = ["HELLO", "REFUSED", "install", "proof", "worker_token"]
+__all__ = ["HELLO", "REFUSED", "UNPROVEN_FRAME_BYTES", "install", "proof", "worker_token"]
 
 #: the pid of the process that made the token itself (a forked local worker inherits it and uses it;
 #: the process that made it, or a worker started without one, has no token to prove)
@@ -39,6 +46,12 @@ _MADE_BY_ENV = "LLMLOAD_WORKER_TOKEN_MADE_BY"
 #: launcher reads `TOKEN_ENV` without the runtime's imports)
 HELLO = "llmload:hello"
 REFUSED = "llmload:refused"
+#: the largest frame the master reads from a peer that has not proven the token (a hello or a
+#: `client_ready` is about 100 bytes); a bigger one drops the peer unread
+UNPROVEN_FRAME_BYTES = 4096
+#: the peers a master remembers as dropped (an attacker who makes more is only not remembered: its frames
+#: are then dropped one at a time, read no further)
+_DROPPED_MAX = 10_000
 
 log = logging.getLogger("llmload.workerauth")
 
@@ -81,6 +94,11 @@ def install() -> None:
 
     handle = MasterRunner.handle_message
     connect = WorkerRunner.connect_to_master
+    listen = MasterRunner.client_listener
+
+    def client_listener(self: Any) -> Any:
+        self.server.recv_from_client = _MasterDoor(self).recv_from_client  # before Locust's loop reads a frame
+        return listen(self)
 
     def handle_message(self: Any, client_id: str, msg: Any) -> None:
         proven: set[str] = self.__dict__.setdefault("_llmload_proven", set())
@@ -115,6 +133,7 @@ def install() -> None:
         connect(self)
 
     MasterRunner.handle_message = handle_message
+    MasterRunner.client_listener = client_listener
     WorkerRunner.connect_to_master = connect_to_master
 
 
@@ -139,3 +158,65 @@ def _refused(environment: Any, msg: Any, **kwargs: Any) -> None:
     print(f"llmload: error: the master refused this worker: {reason or 'no reason given'}", file=sys.stderr,
           flush=True)
     os._exit(2)
+
+
+class _MasterDoor:
+    """The master's `recv_from_client` (Locust's `rpc.Server`): a proven worker's frames as Locust reads
+    them; of any other peer only a small hello or `client_ready`, read without Locust's hooks."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.dropped: set[str] = set()
+
+    def recv_from_client(self) -> tuple[str, Any]:
+        """The next message to handle, as Locust's `(client id, Message)`; ZeroMQ's errors as Locust's."""
+        import zmq.error
+        from locust.exception import RPCError
+
+        while True:
+            try:
+                frames = self.runner.server.socket.recv_multipart()
+            except zmq.error.ZMQError as exc:
+                raise RPCError("ZMQ network broken") from exc
+            got = self.read(frames)
+            if got is not None:
+                return got
+
+    def read(self, frames: list[bytes]) -> tuple[str, Any] | None:
+        """One message from a peer's frames (identity, payload), or None when it is dropped."""
+        from locust.exception import RPCReceiveError
+        from locust.rpc import Message
+
+        try:
+            client_id = frames[0].decode()
+        except UnicodeDecodeError:
+            return None  # no name to answer or remember: the frame alone is dropped
+        if client_id in self.dropped:
+            return None
+        if len(frames) != 2:
+            return self.drop(client_id, f"{len(frames) - 1} frames in one message")
+        payload = frames[1]
+        if client_id in self.runner.__dict__.get("_llmload_proven", ()):
+            try:
+                return client_id, Message.unserialize(payload)
+            except Exception as exc:  # Locust catches two kinds; a bad datetime, a bad format end its listener
+                raise RPCReceiveError(f"ZMQ interrupted or corrupted message ({type(exc).__name__})",
+                                      addr=client_id) from exc
+        if len(payload) > UNPROVEN_FRAME_BYTES:
+            return self.drop(client_id, f"a frame of {len(payload)} bytes before it proved the worker token")
+        try:
+            import msgpack
+
+            msg_type, data, node_id = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        except Exception as exc:  # not msgpack, not three fields: nothing of it is read
+            return self.drop(client_id, f"a frame that cannot be read ({type(exc).__name__})")
+        if msg_type not in (HELLO, "client_ready"):
+            return None  # before the hello (a heartbeat, statistics): dropped unread, as always
+        return client_id, Message(msg_type, data if msg_type == HELLO else None, node_id)
+
+    def drop(self, client_id: str, why: str) -> None:
+        """Read nothing more from `client_id` (a warning the first time)."""
+        if len(self.dropped) < _DROPPED_MAX:
+            self.dropped.add(client_id)
+        log.warning("llmload: dropped peer %s on the master port: %s", client_id[:80], why)
+        return None

@@ -40,7 +40,8 @@ SLO_OPTION = "llmload_slo"
 
 _THRESHOLD = re.compile(r"^[a-z_]+_p\d")
 #: the SLO's checks besides the thresholds that the form shows when set (min_samples always is)
-_FORM_CHECKS = ("max_reject_ratio", "max_error_ratio", "allow_oom", "queue_growth", "min_samples")
+_FORM_CHECKS = ("max_reject_ratio", "max_error_ratio", "max_usage_mismatch_ratio", "allow_oom", "queue_growth",
+                "min_samples")
 
 
 def _check_text(value: Any) -> str:
