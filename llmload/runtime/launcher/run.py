@@ -153,7 +153,10 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         return 2
     run_dir, made, child, claim = None, False, None, None
     try:
-        config = load_config(config_path)  # first: a config error answers before the heavy imports
+        notes: list[str] = []
+        config = load_config(config_path, notes=notes)  # first: a config error answers before the heavy imports
+        for note in notes:  # a legacy key that does nothing
+            say_once(note)
         if master:
             _check_no_shared_secrets(config, config_path)
         child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
