@@ -5,11 +5,15 @@
 
 The figure is the steps' warm-up plus window (`StepSpec.warmup_s + duration_s`) plus what the knee search
 can run (`shape.ladder.refine`): as many refine steps as fit in its budget (`refine_window_s`, the cost the
-search counts, `shapes.knee_search`), at most `max_steps`. A drained step waits for its answers after its
-arrivals: under capacity about one answer's length (inside the figure's rounding), past the knee up to its
-`drain_timeout`; that bound is said apart. Where the run ends sooner (the ladder stops after a failing step,
-`stop_after_failures`; the search reaches its precision), the figure is an upper bound. A closed-loop level
-of so many requests has no fixed length: it is counted apart and the figure is then a lower bound.
+search counts, `shapes.knee_search`), at most `max_steps`, plus one drain to its bound. A drained step waits
+for its answers after its arrivals, at most `drain_timeout` and never longer than a request may last
+(`target.timeout`): under capacity about one answer's length (seconds), past the knee up to that bound, and a
+ladder keeps one step past the knee (`stop_after_failures`). The sum of every drain's bound is said apart.
+Measured once (the vLLM example against `llmload sim --flavor vllm`, `target.timeout: 30s`, on a busy
+2-core machine): about 7 min 30 s printed, 8 min 9 s from the command's start to its end (the other drains,
+start-up, judging and the report). Where the run ends sooner (the ladder stops after a failing step; the
+search reaches its precision), the figure is an upper bound. A closed-loop level of so many requests has no
+fixed length: it is counted apart and the figure is then a lower bound.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ class PlanDuration:
     scheduled_s: float
     #: closed-loop steps of a request count, whose length depends on the server
     open_ended: int
-    #: the most the drains can add: `drain_timeout_s` of every drained step
+    #: the most the drains can add: each drained step's bound (`drain_timeout_s`, at most `target.timeout`)
     drain_max_s: float
+    #: one drain to its bound: the step past the knee
+    drain_s: float = 0.0
     #: the knee search's refine steps that fit its budget, and what they take
     search_steps: int = 0
     search_s: float = 0.0
@@ -45,8 +51,8 @@ class PlanDuration:
 
     @property
     def expected_s(self) -> float:
-        """The steps' schedule plus the search's (drains and open-ended levels excluded)."""
-        return self.scheduled_s + self.search_s
+        """The steps' schedule, the search's and one drain to its bound (open-ended levels excluded)."""
+        return self.scheduled_s + self.search_s + self.drain_s
 
     def line(self) -> str:
         """One line: `4 steps + knee search, about 12 min (...)`."""
@@ -62,7 +68,9 @@ class PlanDuration:
             about = f"about {format_span(self.expected_s)}"
         parts = [f"steps {format_span(self.scheduled_s)}"] if self.scheduled_s else []
         if self.drain_max_s:
-            parts.append(f"drains up to {format_span(self.drain_max_s)}")
+            more = (f", up to {format_span(self.drain_max_s)} if every drain runs to its bound"
+                    if self.drain_max_s > self.drain_s else "")
+            parts.append(f"a drain {format_span(self.drain_s)}{more}")
         if self.search_budget_s is not None:
             parts.append(f"knee search up to {format_span(self.search_s)} ({self.search_steps} refine "
                          f"step{'s' if self.search_steps != 1 else ''}) of its {format_span(self.search_budget_s)} "
@@ -88,14 +96,17 @@ def format_span(seconds: float) -> str:
 def plan_duration(config: Config, steps: Sequence[StepSpec], *, search: bool = True) -> PlanDuration:
     """The expected wall time of `steps` (the plan `shapes.plan.build_plan` made, or a locustfile shape's),
     plus the config's knee search when `search` (False: a locustfile's own shape plans the run)."""
+    timeout_s = float(config.target.timeout)
     scheduled = sum(s.warmup_s + s.duration_s for s in steps if s.duration_s is not None)
     open_ended = sum(1 for s in steps if s.duration_s is None)
-    drains = sum(s.drain_timeout_s for s in steps if s.drain)
+    bounds = [min(s.drain_timeout_s, timeout_s) for s in steps if s.drain]
     ladder = config.shape.ladder
     if not search or ladder is None or ladder.refine is None:
-        return PlanDuration(len(steps), scheduled, open_ended, drains)
+        return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0))
     refine = ladder.refine
     step_s = max(refine_window_s(ladder, s.rate) for s in ladder.steps)  # the rate is not known yet
     count = min(refine.max_steps, int(refine.budget // step_s))
-    return PlanDuration(len(steps), scheduled, open_ended, drains + ladder.drain_timeout if count else drains,
+    if count:  # the last refine step drains
+        bounds.append(min(ladder.drain_timeout, timeout_s))
+    return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0),
                         search_steps=count, search_s=count * step_s, search_budget_s=refine.budget)

@@ -148,7 +148,7 @@ def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
     assert "is not used" not in output
     # how long it will take, said once before the first step: 2 s of arrivals, a drain of up to 10 s
-    assert done.stdout.count("llmload: plan: 1 step, about 2 s (steps 2 s, drains up to 10 s)") == 1, done.stdout
+    assert done.stdout.count("llmload: plan: 1 step, about 12 s (steps 2 s, a drain 10 s)") == 1, done.stdout
     assert done.stdout.index("llmload: plan:") < done.stdout.index("r4.00")
 
 
