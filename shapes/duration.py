@@ -10,9 +10,10 @@ for its answers after its arrivals, at most `drain_timeout` and never longer tha
 (`target.timeout`): under capacity about one answer's length (seconds), past the knee up to that bound, and a
 ladder keeps one step past the knee (`stop_after_failures`). The sum of every drain's bound is said apart.
 Measured once (the vLLM example against `llmload sim --flavor vllm`, `target.timeout: 30s`, on a busy
-2-core machine): about 7 min 30 s printed, 8 min 9 s from the command's start to its end (the other drains,
-start-up, judging and the report). Where the run ends sooner (the ladder stops after a failing step; the
-search reaches its precision), the figure is an upper bound. A closed-loop level of so many requests has no
+2-core machine): about 7 min 30 s printed; 8 min 9 s from the command's start to its end when every ladder
+step ran (the other drains, start-up, judging and the report), 6 min 18 s in a run whose third step failed
+(the fourth not run). Where the run ends sooner (the ladder stops after a failing step, which the line
+says; the search reaches its precision), the figure is an upper bound. A closed-loop level of so many requests has no
 fixed length: it is counted apart and the figure is then a lower bound.
 """
 
@@ -48,6 +49,8 @@ class PlanDuration:
     search_s: float = 0.0
     #: the search's budget (None: no search)
     search_budget_s: float | None = None
+    #: the ladder ends at a failing step before its last (`stop_after_failures`): the run may be shorter
+    may_stop_early: bool = False
 
     @property
     def expected_s(self) -> float:
@@ -66,15 +69,16 @@ class PlanDuration:
                      "count take what the server takes)")
         else:
             about = f"about {format_span(self.expected_s)}"
+        if self.may_stop_early:
+            about += ", less if a step fails before the last"
         parts = [f"steps {format_span(self.scheduled_s)}"] if self.scheduled_s else []
-        if self.drain_max_s:
-            more = (f", up to {format_span(self.drain_max_s)} if every drain runs to its bound"
-                    if self.drain_max_s > self.drain_s else "")
-            parts.append(f"a drain {format_span(self.drain_s)}{more}")
         if self.search_budget_s is not None:
             parts.append(f"knee search up to {format_span(self.search_s)} ({self.search_steps} refine "
                          f"step{'s' if self.search_steps != 1 else ''}) of its {format_span(self.search_budget_s)} "
                          "budget")
+        if self.drain_max_s:
+            more = f"; all drains up to {format_span(self.drain_max_s)}" if self.drain_max_s > self.drain_s else ""
+            parts.append(f"a drain {format_span(self.drain_s)}{more}")
         return f"{what}, {about} ({', '.join(parts)})"
 
 
@@ -101,12 +105,16 @@ def plan_duration(config: Config, steps: Sequence[StepSpec], *, search: bool = T
     open_ended = sum(1 for s in steps if s.duration_s is None)
     bounds = [min(s.drain_timeout_s, timeout_s) for s in steps if s.drain]
     ladder = config.shape.ladder
+    stops = config.shape.kind == "ladder" and ladder.stop_after_failures is not None
+    early = search and stops and len(steps) > ladder.stop_after_failures
     if not search or ladder is None or ladder.refine is None:
-        return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0))
+        return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0),
+                            may_stop_early=early)
     refine = ladder.refine
     step_s = max(refine_window_s(ladder, s.rate) for s in ladder.steps)  # the rate is not known yet
     count = min(refine.max_steps, int(refine.budget // step_s))
     if count:  # the last refine step drains
         bounds.append(min(ladder.drain_timeout, timeout_s))
     return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0),
-                        search_steps=count, search_s=count * step_s, search_budget_s=refine.budget)
+                        search_steps=count, search_s=count * step_s, search_budget_s=refine.budget,
+                        may_stop_early=early)
