@@ -159,7 +159,8 @@ def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
         print(f"llmload: warning: {warning}", flush=True)
     (Path(run_dir) / "preflight.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
     if failure and config.quality.required:
-        raise PreflightFailed(f"{failure} {_quality_advice(config, cases)}")
+        raise PreflightFailed(f"{failure} {_quality_advice(config, cases)}; the answers are in "
+                              f"{Path(run_dir) / 'preflight.json'}")
     return result
 
 
