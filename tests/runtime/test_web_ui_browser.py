@@ -145,6 +145,10 @@ def test_a_run_from_the_form_shows_live_charts_truthful_rps_verdict_and_report(s
             link = page.locator("#llmload-report-link")
             link.wait_for(timeout=120_000)
             verdict_text = page.locator("#llmload-verdict").inner_text()
+            # the sim's answers never reason: no TTFA column of empty cells beside TTFT (issue 43)
+            ttfa = page.locator("th", has_text="TTFA p95 ms")
+            assert ttfa.count() == 1 and not ttfa.is_visible()
+            assert page.locator("th", has_text="TTFT p95 ms").is_visible()
             answer = page.locator("#llmload-answer li").all_inner_texts()
             page.screenshot(path=str(tmp_path / "done.png"), full_page=True)
             with page.expect_popup() as popup_info:
