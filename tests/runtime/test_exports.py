@@ -31,7 +31,7 @@ MODULES = {
                 "follow_parent", "interrupted_exit_code", "say"],
     "runtime.master.preflight": ["ModelNotServed", "PreflightFailed", "check_model_served", "check_reachable", "preflight",
                                  "start_telemetry", "write_run_manifest"],
-    "runtime.master.served_model": ["IGNORES_MODEL_SERVERS", "model_listed", "served_model_check"],
+    "runtime.master.served_model": ["IGNORES_MODEL_OWNERS", "IGNORES_MODEL_SERVERS", "model_listed", "served_model_check"],
     "runtime.locustglue.webui": ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"],
     "runtime.locustglue.workerauth": ["HELLO", "REFUSED", "install", "proof", "worker_token"],
     "runtime.master.start_form": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",

@@ -1,7 +1,7 @@
 """A model the server does not serve stops `llmload run` before any load (issue 43 item 1): one line naming
-what the server serves and `target.model`, exit 2, no run directory, within seconds. llama.cpp (which
-ignores the model field), SGLang's `/generate` (no model field) and a server that lists no models are not
-refused. A quality case that fails on a 404 says so, not "set quality.required: false"."""
+what the server serves and `target.model`, exit 2, no run directory, within seconds. llama.cpp and SGLang
+(which answer any name with the model they loaded), SGLang's `/generate` (no model field) and a server that
+lists no models are not refused. A quality case that fails on a 404 says so, not "set quality.required: false"."""
 
 from __future__ import annotations
 
@@ -57,14 +57,14 @@ def test_ollama_tags_match_with_or_without_latest(model, listed, served):
     assert model_listed(model, listed) is served
 
 
-@pytest.mark.parametrize("case", ["llamacpp_list", "llamacpp_hint", "tgi_hint", "sglang_generate"])
+@pytest.mark.parametrize("case", ["llamacpp_list", "llamacpp_hint", "sglang_hint", "tgi_hint", "sglang_generate"])
 def test_servers_that_take_any_model_name_are_not_refused(case):
     target = {"model": "anything"}
     listing = _listing("gemma-3-270m", ignores_model=case == "llamacpp_list")
     if case == "llamacpp_hint":
         target["server"] = "llamacpp"
-    elif case == "tgi_hint":
-        target["server"] = "tgi"
+    elif case in ("sglang_hint", "tgi_hint"):
+        target["server"] = case.removesuffix("_hint")
     elif case == "sglang_generate":
         target.update(api="sglang-generate", server="sglang")
     assert served_model_check(_config(**target), {"http://a": listing}) == (None, [])
@@ -79,7 +79,7 @@ def test_a_server_that_lists_no_models_is_a_warning_not_a_refusal(listing):
 
 @pytest.mark.parametrize(("flavor", "api", "wrong", "right"), [
     ("vllm", "openai-chat", "llama3", "sim-model"), ("ollama", "ollama-chat", "llama3", "sim-model:latest"),
-    ("sglang", "openai-completions", "llama3", "sim-model")])
+    ("ollama", "openai-chat", "llama3", "sim-model")])
 def test_the_real_model_lists_of_each_flavour(sim_factory, flavor, api, wrong, right):
     sim = sim_factory(flavor=flavor)
     with pytest.raises(ModelNotServed, match="sim-model") as caught:
@@ -90,9 +90,11 @@ def test_the_real_model_lists_of_each_flavour(sim_factory, flavor, api, wrong, r
     assert check_model_served(config, check_reachable(config)) == []
 
 
-def test_the_llamacpp_sim_is_not_refused_without_a_server_hint(sim_factory):
-    sim = sim_factory(flavor="llamacpp")
-    config = _config(sim.url, model="not-its-alias", server="generic")
+@pytest.mark.parametrize(("flavor", "api"), [("llamacpp", "openai-chat"), ("sglang", "openai-completions"),
+                                             ("sglang", "sglang-generate")])
+def test_servers_that_answer_any_name_are_not_refused_without_a_server_hint(sim_factory, flavor, api):
+    sim = sim_factory(flavor=flavor)  # each answers a request for any model with the one it loaded
+    config = _config(sim.url, api=api, model="not-its-name", server="generic")
     endpoints = check_reachable(config)
     assert endpoints[sim.url]["ignores_model"] is True
     assert check_model_served(config, endpoints) == []

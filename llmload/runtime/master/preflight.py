@@ -5,7 +5,7 @@
   so a server that drips its answer cannot hold the pre-flight;
 - model: listed by the API's probe path (`ApiSpec.probe_path`: `/v1/models` for OpenAI and SGLang,
   `/api/tags` for Ollama); a model the server does not list stops the run (`ModelNotServed`, exit code
-  2), except where the server takes any name (llama.cpp, TGI, SGLang's `/generate`) or lists none (a
+  2), except where the server takes any name (llama.cpp, SGLang, TGI) or lists none (a
   warning): `llmload.runtime.master.served_model`;
 - cold load: one tiny request, timed and recorded apart (`preflight.json`), never in the records;
 - quality cases (`quality.cases`) through the client library: a failure stops the run unless
@@ -29,7 +29,7 @@ from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import RunError, TelemetryError
 from llmload.redaction import redact, redact_text
-from llmload.runtime.master.served_model import served_model_check
+from llmload.runtime.master.served_model import IGNORES_MODEL_OWNERS, served_model_check
 
 __all__ = ["ModelNotServed", "PreflightFailed", "check_model_served", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
 
@@ -87,7 +87,7 @@ def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[s
             if isinstance(reason, TimeoutError):
                 reason = f"no complete answer to GET {path} within {timeout:g}s"
             raise PreflightFailed(f"target {shown} is unreachable: {reason}") from None
-        found[shown] = {"status": status, "models": _model_names(body), "ignores_model": _llamacpp_list(body)}
+        found[shown] = {"status": status, "models": _model_names(body), "ignores_model": _takes_any_name(body)}
     return found
 
 
@@ -116,9 +116,9 @@ def _model_names(body: Any) -> list[str]:
     return [n for n in names if n]
 
 
-def _llamacpp_list(body: Any) -> bool:
-    """llama.cpp's `/v1/models` (`owned_by: llamacpp`): it answers any model name with the one it loaded."""
-    return any(isinstance(item, dict) and item.get("owned_by") == "llamacpp" for item in _items(body))
+def _takes_any_name(body: Any) -> bool:
+    """llama.cpp's or SGLang's `/v1/models` (`owned_by`): it answers any model name with the one it loaded."""
+    return any(isinstance(item, dict) and item.get("owned_by") in IGNORES_MODEL_OWNERS for item in _items(body))
 
 
 def _cold_request(config: Config) -> dict[str, Any]:

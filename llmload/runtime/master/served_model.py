@@ -6,8 +6,9 @@ load (exit 2, one line naming what the endpoint serves and `target.model`), exce
 takes any name:
 
 - the API's body has no model field (`ApiSpec.names_model` False: SGLang's `/generate`);
-- llama.cpp (`target.server: llamacpp`, or a list whose entries say `owned_by: llamacpp`) and TGI
-  (`target.server: tgi`) ignore the model field and answer with the model they loaded;
+- llama.cpp and SGLang (`target.server: llamacpp` / `sglang`, or a list whose entries say `owned_by:
+  llamacpp` / `sglang`) and TGI (`target.server: tgi`) ignore the model field and answer with the model
+  they loaded (SGLang checks it only when started with strict model validation);
 - an endpoint that lists no models (no probe path, a 404, a body we cannot read, an empty list): a
   warning, since nothing says the name is wrong.
 
@@ -21,10 +22,12 @@ from typing import Any
 from llmload.apis import get_api
 from llmload.config import Config
 
-__all__ = ["IGNORES_MODEL_SERVERS", "model_listed", "served_model_check"]
+__all__ = ["IGNORES_MODEL_OWNERS", "IGNORES_MODEL_SERVERS", "model_listed", "served_model_check"]
 
 #: `target.server` hints whose servers answer any model name with the model they loaded
-IGNORES_MODEL_SERVERS = ("llamacpp", "tgi")
+IGNORES_MODEL_SERVERS = ("llamacpp", "sglang", "tgi")
+#: `owned_by` of the model lists of those servers (`/v1/models`)
+IGNORES_MODEL_OWNERS = ("llamacpp", "sglang")
 #: names quoted in the refusal (a server may list hundreds)
 _SHOWN = 8
 
