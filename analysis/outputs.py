@@ -29,11 +29,12 @@ def _replace(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)  # a write cut short (a full disk) leaves no partial file
 
 
-def write_outputs(analysis: Analysis, run_dir: str | Path) -> tuple[Path, Path]:
-    """Write summary.json and worksheet.csv into `run_dir`; return their paths."""
+def write_outputs(analysis: Analysis, run_dir: str | Path, *, suffix: str = "") -> tuple[Path, Path]:
+    """Write summary.json and worksheet.csv into `run_dir` (`suffix`: `summary<suffix>.json` and
+    `worksheet<suffix>.csv`, beside the run's own: a re-analysis); return their paths."""
     root = Path(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    summary_path, sheet_path = root / "summary.json", root / "worksheet.csv"
+    summary_path, sheet_path = root / f"summary{suffix}.json", root / f"worksheet{suffix}.csv"
     _replace(summary_path, json.dumps(json_value(analysis.summary), indent=2, allow_nan=False) + "\n")
     _replace(sheet_path, analysis.worksheet.to_csv(index=False, na_rep=""))
     return summary_path, sheet_path

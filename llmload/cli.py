@@ -175,8 +175,10 @@ def plan(
     think_time: Annotated[str, typer.Option(help="Each user's think time between requests (30s, 2m).")],
     slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config) to judge the run with.")] = None,
 ) -> None:
-    """Little's law as a planning aid: the arrival rate and requests in flight a user population would
-    bring, from a passing run (steady state assumed; never a number of users supported)."""
+    """Little's law as a planning aid: what a user population would bring, from a passing run.
+
+    The arrival rate and requests in flight to expect (steady state assumed; never a number of users
+    supported)."""
     from llmload.report.planning import plan_run
 
     raise typer.Exit(plan_run(run_dir, users=users, think_time=think_time, slo_path=slo))

@@ -2,7 +2,9 @@
 
 - Every numeric flag has bounds (`min`/`max` on its option): `--processes -5` or `--port 99999` is a
   usage error (exit 2) before anything starts, never a traceback or a run against nothing.
-- Boolean flags show no `<bool>` metavar in `--help` (`--web / --no-web` says it already).
+- Boolean flags show no `<bool>` metavar in `--help` (`--web / --no-web` says it already); the usage line
+  names a required argument in capitals (`Usage: llmload run [OPTIONS] CONFIG`, where Typer 0.29 writes
+  `{config}`).
 - A usage error is one line on stderr: `llmload: error: Invalid value for '--processes': ... (see llmload run
   --help)`.
 """
@@ -31,10 +33,22 @@ def _without_flag_metavar(params: list[Any]) -> list[Any]:
 
 
 class FlagsCommand(TyperCommand):
-    """A command whose boolean flags (`--help` included) show no type in the help."""
+    """A command whose boolean flags (`--help` included) show no type in the help, and whose usage line
+    names its required arguments in capitals."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _without_flag_metavar(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [_usage_name(piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+def _usage_name(piece: str) -> str:
+    """`{run_dir}` (Typer's required argument) -> `RUN_DIR`; `[OPTIONS]` and the rest unchanged."""
+    if piece.startswith("{") and "}" in piece:
+        name, _, rest = piece[1:].partition("}")
+        return name.upper() + rest
+    return piece
 
 
 class FlagsGroup(TyperGroup):

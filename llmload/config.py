@@ -64,6 +64,7 @@ __all__ = [
     "Threshold",
     "TraceShape",
     "check_url",
+    "config_notes",
     "load_config",
     "load_slo",
     "parse_config",
@@ -852,8 +853,32 @@ def _check_refine_budget(config: Config, *, file: str, lines: dict[tuple, int]) 
                           key=_format_path(path))
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a run configuration file. Raises ConfigError with file:line key: reason.
+#: keys accepted for old configs that no longer do anything: (key path, what to write instead)
+LEGACY_KEYS = {
+    ("shape", "ladder", "refine", "resolution"): "the knee search no longer bisects; it stops at refine.precision "
+                                                 "or refine.budget (default 10m): set those instead",
+}
+
+
+def config_notes(config: Config, *, file: str = "<config>", text: str = "") -> list[str]:
+    """One `llmload: note:` line per key of `LEGACY_KEYS` the config sets (`file:line key: ...`)."""
+    lines = _line_index(text) if text else {}
+    notes = []
+    for path, instead in LEGACY_KEYS.items():
+        node: Any = config
+        for part in path[:-1]:
+            node = getattr(node, part, None)
+        if node is not None and path[-1] in node.model_fields_set:
+            line = lines.get(path)
+            where = f"{file}:{line}" if line else file
+            notes.append(f"llmload: note: {where} {_format_path(path)} is kept for old configs and does nothing: "
+                         f"{instead}")
+    return notes
+
+
+def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
+    """Read and validate a run configuration file. Raises ConfigError with file:line key: reason; appends
+    to `notes` a line per legacy key the file sets (`config_notes`), for the caller to print.
 
     Files the config names (`requests.dataset`, an `empirical` lengths `file`, `target.api_key_file`) must
     exist, relative to the config's folder, so a typo stops the run before it starts rather than in its
@@ -866,6 +891,8 @@ def load_config(path: str | Path) -> Config:
         key_file = str(base_dir / Path(config.target.api_key_file).expanduser())
         config = config.model_copy(update={"target": config.target.model_copy(update={"api_key_file": key_file})})
     _check_files(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
+    if notes is not None:
+        notes.extend(config_notes(config, file=str(path), text=text))
     return config
 
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENVELOPE_PATH", "ENVELOPE_VERSION", "RULE", "UNCALIBRATED", "check_plan_against_envelope",
-           "load_envelope"]
+__all__ = ["ENVELOPE_PATH", "ENVELOPE_VERSION", "RULE", "UNCALIBRATED", "UNMEASURED_RATE_PER_PROCESS",
+           "UNMEASURED_STREAMS_PER_PROCESS", "check_plan_against_envelope", "load_envelope"]
 
 #: where the envelope is saved and read by default
 ENVELOPE_PATH = Path.home() / ".cache" / "llmload" / "envelope.json"
@@ -50,6 +50,11 @@ def _peak_rate(step: Any) -> float:
 
 UNCALIBRATED = ("llmload: note: this machine's generator envelope is not measured (`llmload calibrate`, "
                 "under 30 s); each step's own send lag, rate and CPU are judged as it runs")
+#: without an envelope, what a plan may ask of one process before the note matters: half the lowest envelope
+#: measured (100 req/s per process on a shared 2-vCPU VM at load average ~5, docs/SCALING.md), and the most
+#: streams in flight that held there (33 per process)
+UNMEASURED_RATE_PER_PROCESS = 50.0
+UNMEASURED_STREAMS_PER_PROCESS = 33
 
 
 def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict | None = None,
@@ -58,11 +63,11 @@ def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict |
 
     Compares the plan's peak arrival rate (a trace's busiest second) and its closed-loop concurrency,
     divided by the worker processes, with the envelope's measured maxima: a warning only beyond a
-    measured figure. No envelope, or one in which no step held: one informational line (`UNCALIBRATED`).
+    measured figure. No envelope, or one in which no step held: one informational line (`UNCALIBRATED`),
+    only for a plan that asks one process more than every machine we measured held
+    (`UNMEASURED_RATE_PER_PROCESS`, `UNMEASURED_STREAMS_PER_PROCESS`): a light plan needs no envelope.
     """
     envelope = envelope if envelope is not None else load_envelope()
-    if not envelope or envelope.get("max_rate_per_process") is None:
-        return UNCALIBRATED
     from shapes.plan import build_plan
 
     try:
@@ -72,6 +77,9 @@ def check_plan_against_envelope(config: Any, processes: int, *, envelope: dict |
     workers = max(1, processes)
     rate = max((_peak_rate(s) for s in steps), default=0.0) / workers
     streams = max((s.concurrency or 0 for s in steps), default=0) / workers
+    if not envelope or envelope.get("max_rate_per_process") is None:
+        heavy = rate > UNMEASURED_RATE_PER_PROCESS or streams > UNMEASURED_STREAMS_PER_PROCESS
+        return UNCALIBRATED if heavy else None
     over = []
     max_rate, max_streams = envelope.get("max_rate_per_process"), envelope.get("max_streams_per_process")
     if rate and max_rate is not None and rate > max_rate:

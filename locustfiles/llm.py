@@ -51,7 +51,7 @@ __all__ = ["LLMUser"]
 @events.init_command_line_parser.add_listener
 def _options(parser, **kwargs) -> None:
     session.add_options(parser)
-    parser.add_argument("--llmload-no-locust-stats", action="store_true", default=False,
+    parser.add_argument("--llmload-no-locust-stats", action="store_true", default=False, include_in_web_ui=False,
                         help="drop Locust's closing request tables (llmload run prints its own summary)")
 
 

@@ -61,12 +61,17 @@ def test_plan_check_warns_per_process_and_only_beyond_the_envelope():
     assert RULE in warning and "2 ms" not in warning
 
 
-def test_an_uncalibrated_machine_gets_one_note_never_a_warning():
-    ladder = _config({"ladder": {"steps": [{"rate": 2, "duration": "10s"}]}})
-    assert check_plan_against_envelope(ladder, 1, envelope={}) == UNCALIBRATED
+def test_an_uncalibrated_machine_gets_one_note_never_a_warning_and_only_for_a_heavy_plan():
+    ladder = _config({"ladder": {"steps": [{"rate": 2, "duration": "10s"}, {"rate": 60, "duration": "10s"}]}})
+    assert check_plan_against_envelope(ladder, 1, envelope={}) == UNCALIBRATED  # 60 req/s in one process
     nothing_held = {"version": 2, "max_rate_per_process": None, "max_streams_per_process": None}
     assert check_plan_against_envelope(ladder, 1, envelope=nothing_held) == UNCALIBRATED
     assert "warning" not in UNCALIBRATED
+    assert check_plan_against_envelope(ladder, 2, envelope={}) is None  # 30 req/s per process: light
+    light = _config({"ladder": {"steps": [{"rate": 2, "duration": "10s"}]}})
+    assert check_plan_against_envelope(light, 1, envelope={}) is None
+    assert check_plan_against_envelope(_config({"concurrency": {"levels": [8, 40]}}), 1, envelope={}) == UNCALIBRATED
+    assert check_plan_against_envelope(_config({"concurrency": {"levels": [8, 32]}}), 1, envelope={}) is None
 
 
 def test_a_step_holds_by_the_run_steps_validity_rule():

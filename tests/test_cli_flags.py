@@ -128,3 +128,19 @@ def test_version_prints_the_package_version_and_exits_0(capsys):
     done = subprocess.run([sys.executable, "-c", PROBE, "--version"], capture_output=True, text=True, cwd=REPO,
                           timeout=60)
     assert f"llmload {__version__}" in done.stdout and done.stdout.rsplit("HEAVY=", 1)[1].strip() == "[]"
+
+
+@pytest.mark.parametrize(("args", "usage"), [(["run", "--help"], "[OPTIONS] CONFIG"),
+                                             (["plan", "--help"], "[OPTIONS] RUN_DIR"),
+                                             (["report", "--help"], "[OPTIONS] RUN_DIR")])
+def test_usage_lines_name_arguments_in_capitals(capsys, args, usage):
+    main(args)
+    out = capsys.readouterr().out
+    assert usage in out and "{" not in out.split("Usage:")[1].splitlines()[0]
+
+
+def test_every_command_s_line_in_the_help_is_one_whole_sentence(capsys):
+    main(["--help"])
+    out = capsys.readouterr().out
+    plan = out[out.index(" plan "):out.index(" calibrate ")]
+    assert "passing" in plan and "run." in plan and "steady state" not in plan  # its first paragraph only

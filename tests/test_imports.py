@@ -46,8 +46,9 @@ ROOMS: dict[str, set[str]] = {
                                 "llmload/runtime/launcher", "llmload/rundir"},
     "llmload/rundir": set(),
 }
-#: the one edge against the rooms, and why: the launcher probes the target (`check_reachable`) before it
-#: starts Locust; the module loads no gevent (rule 3 checks what the launcher loads)
+#: the one edge against the rooms, and why: the launcher probes the target (`check_reachable`, and
+#: `check_model_served` on what it read) before it starts Locust; the module loads no gevent (rule 3
+#: checks what the launcher loads)
 EXCEPTIONS = {("llmload/runtime/launcher/run.py", "llmload/runtime/master/preflight.py")}
 #: the room that imports Locust, and the folders Locust loads by itself
 LOCUST_ROOMS = ("llmload/runtime/locustglue/", "shapes/", "locustfiles/")

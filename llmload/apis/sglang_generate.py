@@ -92,4 +92,4 @@ SPEC = ApiSpec(
     chat=False, probe_path="/v1/models", tokenize_path="/tokenize",
     usage="`meta_info.prompt_tokens` / `completion_tokens` / `cached_tokens` on every event",
     timings="`meta_info.e2e_latency` (server total) on the last event",
-    servers=("sglang",), sim_flavors=("sglang",))
+    servers=("sglang",), sim_flavors=("sglang",), names_model=False)

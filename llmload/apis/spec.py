@@ -59,6 +59,9 @@ class ApiSpec:
     #: servers known to speak it (docs) and the `llmload sim --flavor` values that serve it (tests)
     servers: tuple[str, ...] = ()
     sim_flavors: tuple[str, ...] = ()
+    #: the body names the model (`model`), so the pre-flight refuses one the server does not list;
+    #: False: the body has no model field (the server serves the one it loaded)
+    names_model: bool = True
 
     def decoder(self) -> StreamDecoder:
         """A new stream decoder for one response body (framing plus this API's parser)."""

@@ -395,13 +395,14 @@ def _read_manifest(run_dir: Path) -> dict | None:
 
 
 def write_report(analysis: Any, run_dir: str | Path, *, manifest: dict | None = None,
-                 answer: tuple[str, list[str]] | None = None) -> Path:
-    """Write `run_dir/report.html` from an `Analysis`; returns its path.
+                 answer: tuple[str, list[str]] | None = None, suffix: str = "") -> Path:
+    """Write `run_dir/report.html` from an `Analysis` (`suffix`: `report<suffix>.html`, beside the run's
+    own: a re-analysis); returns its path.
 
     Without `manifest`, the run directory's `manifest.json` is used when it is there. `answer`: see
     `render_report`.
     """
-    path = Path(run_dir) / "report.html"
+    path = Path(run_dir) / f"report{suffix}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     if manifest is None:
         manifest = _read_manifest(path.parent)

@@ -3,21 +3,24 @@
 A run directory its master never finalised (killed) is recovered first: records merged, the running
 step marked partial (`llmload.rundir.recover`).
 
-Another SLO file gives new verdicts without re-running the load: summary.json, worksheet.csv and
-report.html are rewritten, a short verdict table is printed and the exit code follows the new verdict
-(0 pass, 1 fail, 3 invalid or insufficient).
+Without `--slo` the run's own summary.json, worksheet.csv and report.html are rewritten. Another SLO
+file gives new verdicts without re-running the load, written beside the run's own files, which stay as
+the run judged itself: `summary-slo-<file stem>.json`, `worksheet-slo-<stem>.csv`, `report-slo-<stem>.html`
+(`reanalysis_suffix`); a short verdict table and where they went are printed, and the exit code follows
+the new verdict (0 pass, 1 fail, 3 invalid or insufficient).
 
 What a re-analysis SLO file replaces (`reanalysis_slo`): the targets as a whole (every threshold,
 `max_reject_ratio`, `max_error_ratio`, `allow_oom`, `queue_growth`): a target absent from the new file
 is not checked, as in any SLO file. The judging settings `min_samples`, `trend_alpha` and
 `sub_windows` keep the run's values unless the file sets them: they describe how much data a verdict
 needs, not what the product requires, and a default of 200 samples would silently turn a short run's
-steps "insufficient". The SLO used is recorded in summary.json (`slo.source`, `slo.settings`), so
-`llmload plan` follows the run directory's current analysis.
+steps "insufficient". The SLO used is recorded in the summary written (`slo.source`, `slo.settings`), so
+`llmload plan` and `compare` follow the run directory's latest analysis (`run_inputs.current_slo`).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from llmload.config import SLO
@@ -32,8 +35,14 @@ from llmload.report.run_inputs import (  # re-exported: `llmload compare` and `l
 )
 from llmload.report.text import verdict_table
 
-__all__ = ["JUDGING_SETTINGS", "check_run_dir", "client_from_manifest", "current_slo", "reanalysis_slo", "rereport",
-           "slo_from_manifest"]
+__all__ = ["JUDGING_SETTINGS", "check_run_dir", "client_from_manifest", "current_slo", "reanalysis_slo",
+           "reanalysis_suffix", "rereport", "slo_from_manifest"]
+
+
+def reanalysis_suffix(slo_path: str | Path) -> str:
+    """`-slo-<stem>` of the files a re-analysis with `slo_path` writes (`strict.yaml`: `-slo-strict`)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(slo_path).stem).strip("._") or "file"
+    return f"-slo-{stem}"
 
 def _slo_text(slo: SLO) -> str:
     targets = ", ".join(slo.checked) or "nothing"
@@ -62,10 +71,14 @@ def rereport(run_dir: str | Path, *, slo_path: str | Path | None = None) -> int:
         result.summary.setdefault("warnings", []).append(run.telemetry_error)
     result.summary.setdefault("slo", {}).update(source="config" if slo_path is None else str(slo_path),
                                                 settings=slo.model_dump(mode="json"))
-    analysis.write_outputs(result, root)
-    report = write_report(result, root, manifest=run.manifest)
+    suffix = "" if slo_path is None else reanalysis_suffix(slo_path)  # the run's own files stay its own
+    summary_path, sheet_path = analysis.write_outputs(result, root, suffix=suffix)
+    report = write_report(result, root, manifest=run.manifest, suffix=suffix)
     source = f"SLO from {slo_path}" if slo_path is not None else "SLO from the run's config"
     print(f"{root}: re-analysed with the {source}: {_slo_text(slo)}")
+    if suffix:
+        print(f"  written beside the run's own report.html, summary.json and worksheet.csv (unchanged): "
+              f"{report.name}, {summary_path.name}, {sheet_path.name}")
     if kept:
         print(f"  kept from the run (not set in {slo_path}): {', '.join(kept)}; targets absent from "
               f"{slo_path} are not checked")

@@ -68,12 +68,15 @@ def reanalysis_slo(slo_path: str | Path, run_slo: SLO) -> tuple[SLO, list[str]]:
 
 
 def current_slo(root: Path, manifest: dict) -> tuple[SLO, str]:
-    """The SLO of the run directory's current analysis and where it came from: the one the last
-    `llmload report --slo` recorded in summary.json, else the run's configured SLO."""
+    """The SLO of the run directory's latest analysis and where it came from: the one the newest summary
+    recorded (`summary.json`, or a `summary-slo-<stem>.json` that `llmload report --slo` wrote beside it),
+    else the run's configured SLO."""
     manifest_file = str(root / "manifest.json")
+    summaries = [p for p in (root / "summary.json", *root.glob("summary-slo-*.json")) if p.is_file()]
     try:
-        recorded = (json.loads((root / "summary.json").read_text(encoding="utf-8")).get("slo") or {})
-    except (OSError, ValueError):
+        newest = max(summaries, key=lambda p: p.stat().st_mtime_ns) if summaries else None
+        recorded = (json.loads(newest.read_text(encoding="utf-8")).get("slo") or {}) if newest else {}
+    except (OSError, ValueError, AttributeError):
         recorded = {}
     source, settings = recorded.get("source"), recorded.get("settings")
     if source and source != "config" and isinstance(settings, dict):

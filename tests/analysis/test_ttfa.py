@@ -50,7 +50,7 @@ def test_ttfa_p95_slo_judges_steps_and_goodput() -> None:
 
 def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
     from llmload.report.page import step_table
-    from llmload.runtime.master.live_table import format_row, step_row
+    from llmload.runtime.master.live_table import format_header, format_row, step_row
 
     rows = [_reasoning(request(f"r{i}", "s", float(i), ttft=0.1, e2e=3.0, out=20), thinking_s=1.0, reasoning=5)
             for i in range(20)]
@@ -59,9 +59,10 @@ def test_report_and_live_table_show_ttfa_only_when_answers_reasoned() -> None:
                            [plan_step("s", 0, rate=1.0, length=20.0)]), SLO()).steps
     assert "TTFA p95 ms" in step_table(reasoned) and "TTFA p95 ms" not in step_table(plain)
     stats = reasoned.iloc[0].to_dict()
-    assert "1100ms" in format_row(step_row("s", stats, "pass", [], None))  # TTFA p95 = 0.1 + 1.0 s
+    assert "TTFA p95 1100ms" in format_row(step_row("s", stats, "pass", [], None))  # TTFA p95 = 0.1 + 1.0 s
     plain_row = step_row("s", plain.iloc[0].to_dict(), "pass", [], None)
     assert plain_row["ttfa_p95_s"] is None
+    assert "TTFA" not in format_row(plain_row) and "TTFA" not in format_header()  # no column of dashes
 
 
 def test_live_request_values_have_ttfa_as_the_analysis() -> None:

@@ -415,14 +415,15 @@ def _model(request: Received) -> str:
 def _get_answer(handler: Handler, request: Received) -> None:
     path = request.path.split("?")[0].rstrip("/")
     if path == "/v1/models":
-        handler.respond(200, json.dumps({"object": "list", "data": [
-            {"id": "hostile-model", "object": "model", "owned_by": "hostile"}]}))
+        handler.respond(200, json.dumps({"object": "list", "data": [  # and the model the tests' configs name
+            {"id": "hostile-model", "object": "model", "owned_by": "hostile"}, {"id": "sim-model", "object": "model"}]}))
     elif path in ("/health", "/healthz", "/ping", ""):
         handler.respond(200, b"{}")
     elif path == "/metrics":
         handler.respond(200, b"# TYPE up gauge\nup 1\n", content_type="text/plain; version=0.0.4")
     elif path == "/api/tags":
-        handler.respond(200, json.dumps({"models": [{"name": "hostile-model", "model": "hostile-model"}]}))
+        handler.respond(200, json.dumps({"models": [{"name": "hostile-model", "model": "hostile-model"},
+                                                    {"name": "sim-model", "model": "sim-model"}]}))
     elif path == "/api/ps":
         handler.respond(200, json.dumps({"models": []}))
     elif path in ("/api/version", "/version"):

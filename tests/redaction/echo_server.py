@@ -33,7 +33,7 @@ class _Handler(BaseHTTPRequestHandler):
         bare = auth.partition(" ")[2]
         if self.path == "/v1/models":
             body = {"object": "list", "data": [{"id": bare, "object": "model", "owned_by": auth},
-                                               {"id": auth, "object": "model"}]}
+                                               {"id": auth, "object": "model"}, {"id": "my-model"}]}
             self._send(200, json.dumps(body).encode(), "application/json")
         elif self.path == "/metrics":
             text = (f'# TYPE vllm:num_requests_running gauge\n'

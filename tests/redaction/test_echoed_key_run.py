@@ -34,7 +34,7 @@ def _leaks(path: Path) -> bool:
 def test_echoed_key_is_in_no_output(tmp_path, echo_server):
     config = base_config(echo_server.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
                                                       "steps": [{"rate": 4, "duration": "3s"}]}})
-    config["target"].update(api_key_env="LLMLOAD_ECHO_TEST_KEY", model="my-model")  # not listed: a warning
+    config["target"].update(api_key_env="LLMLOAD_ECHO_TEST_KEY", model="my-model")  # listed beside the key
     config["telemetry"].update(interval="200ms")
     path = write_config(tmp_path, config)
     run_dir = tmp_path / "run"
@@ -42,7 +42,6 @@ def test_echoed_key_is_in_no_output(tmp_path, echo_server):
                           capture_output=True, text=True, timeout=240, cwd=REPO,
                           env={**os.environ, "LLMLOAD_ECHO_TEST_KEY": KEY})
     assert (run_dir / "report.html").exists(), done.stdout[-2000:] + done.stderr[-2000:]
-    assert "does not list model" in done.stdout  # the warning that quotes the server's model list
     assert KEY not in done.stdout and KEY not in done.stderr
     written = sorted(p for p in run_dir.rglob("*") if p.is_file())
     names = {p.name for p in written}
@@ -52,3 +51,16 @@ def test_echoed_key_is_in_no_output(tmp_path, echo_server):
     # the echoed values are still there, redacted: the data is kept, only the secret is gone
     assert "<redacted>" in (run_dir / "preflight.json").read_text()
     assert "<redacted>" in (run_dir / "telemetry.jsonl").read_text()
+
+
+def test_a_model_refused_against_a_list_that_echoes_the_key_quotes_it_redacted(tmp_path, echo_server):
+    config = base_config(echo_server.url, {"ladder": {"arrival": "constant", "warmup": "0s",
+                                                      "steps": [{"rate": 1, "duration": "1s"}]}})
+    config["target"].update(api_key_env="LLMLOAD_ECHO_TEST_KEY", model="not-listed")
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "LLMLOAD_ECHO_TEST_KEY": KEY})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "does not serve model 'not-listed'" in done.stderr and "<redacted>" in done.stderr
+    assert KEY not in done.stdout + done.stderr
+    assert not (tmp_path / "run").exists()

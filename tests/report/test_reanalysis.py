@@ -33,7 +33,8 @@ def slo_file(tmp_path, text: str):
 
 
 def summary_of(run_dir) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    """The re-analysis' summary (`report --slo s.yaml` writes it beside the run's own, issue 43)."""
+    return json.loads((run_dir / "summary-slo-s.json").read_text())
 
 
 def test_a_file_without_min_samples_keeps_the_runs(run_dir, tmp_path, capsys):
@@ -70,7 +71,7 @@ def test_a_step_over_its_target_on_too_few_samples_says_so_by_name(run_dir, tmp_
     steps = {s["label"]: s for s in summary["steps"]}
     assert steps["r1.00"]["verdict"] == "insufficient" and steps["r1.00"]["over_on_few_samples"] == ["ttft_p95"]
     assert any("r1.00: ttft_p95 200 ms > 100 ms on only 100 completions" in w for w in summary["warnings"])
-    html = (run_dir / "report.html").read_text()
+    html = (run_dir / "report-slo-s.html").read_text()
     assert "r1.00 (over its target anyway: ttft_p95 (200 ms &gt; 100 ms) on 100 completions)" in html
 
 

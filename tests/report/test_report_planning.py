@@ -77,7 +77,7 @@ def test_plan_follows_the_last_reanalysis_and_judges_by_the_knee(run_dir, tmp_pa
     strict.write_text("ttft_p95: 300ms\nmin_samples: 50\n")
     assert main(["report", str(run_dir), "--slo", str(strict)]) == 1
     capsys.readouterr()
-    knee = knee_of(json.loads((run_dir / "summary.json").read_text()))
+    knee = knee_of(json.loads((run_dir / "summary-slo-strict.json").read_text()))
     assert knee is not None and knee.binding == "ttft_p95" and 1.0 <= knee.rate <= 2.0
     below = math.floor(0.9 * knee.low * (30 + R1))  # users whose rate (users / (Z + R1)) is under the interval
     assert main(["plan", str(run_dir), "--users", str(below), "--think-time", "30s"]) == 0

@@ -33,16 +33,24 @@ def test_own_slo_passes_and_writes_outputs(run_dir, capsys):
 def test_stricter_slo_file_flips_verdict_and_exit_code(run_dir, tmp_path, capsys):
     strict = tmp_path / "strict.yaml"
     strict.write_text("ttft_p95: 300ms\nmin_samples: 50\n")
+    assert rereport(run_dir) == 0  # the run's own analysis first
+    own = {name: (run_dir / name).read_bytes() for name in ("summary.json", "worksheet.csv", "report.html")}
+    capsys.readouterr()
     assert main(["report", str(run_dir), "--slo", str(strict)]) == 1
-    summary = json.loads((run_dir / "summary.json").read_text())
+    # beside the run's own files, which stay as the run judged itself (issue 43)
+    assert {name: (run_dir / name).read_bytes() for name in own} == own
+    out = capsys.readouterr().out
+    assert "report-slo-strict.html, summary-slo-strict.json, worksheet-slo-strict.csv" in out
+    assert (run_dir / "worksheet-slo-strict.csv").exists()
+    summary = json.loads((run_dir / "summary-slo-strict.json").read_text())
     verdicts = {s["label"]: s["verdict"] for s in summary["steps"]}
     assert verdicts == {"r1.00": "pass", "r2.00": "fail"}
     assert summary["last_passing_rate"] == 1.0
     assert "ttft_p95" in {s["label"]: s["failing"] for s in summary["steps"]}["r2.00"]
-    html = (run_dir / "report.html").read_text()
+    html = (run_dir / "report-slo-strict.html").read_text()
     assert "First failing step: 2 req/s offered (step r2.00)" in html and "ttft_p95 (400 ms &gt; 300 ms)" in html
     assert "Knee " in html and "TTFT p95 binds" in html  # recomputed from the steps judged with this SLO
-    assert "fail" in capsys.readouterr().out
+    assert "fail" in out
 
 
 def test_missing_run_dir_or_records_is_one_line_config_error(tmp_path, capsys):

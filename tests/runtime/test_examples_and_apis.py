@@ -44,7 +44,7 @@ def test_every_example_ladder_step_can_reach_min_samples(path: Path):
     ladder, need = config.shape.ladder, config.slo.min_samples
     if ladder is None:
         return
-    dispersion = {"constant": 0.0, "poisson": 1.0, "gamma": 1.0 / ladder.burstiness}[ladder.arrival]
+    dispersion = {"constant": 0.0, "poisson_exact": 0.0, "poisson": 1.0, "gamma": 1.0 / ladder.burstiness}[ladder.arrival]
     short = []
     for step in build_plan(config, base_dir=path.parent):
         expected = step.target_rate * step.duration_s

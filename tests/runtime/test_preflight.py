@@ -14,12 +14,14 @@ pytestmark = pytest.mark.slow
 NEVER = {"contains": "this-text-is-never-in-an-answer"}
 
 
-def test_a_failing_required_quality_case_stops_the_run(sim_factory, tmp_path, capsys):
+def test_a_failing_required_quality_case_stops_the_run(sim_factory, tmp_path, capfd):
     sim = sim_factory(flavor="vllm")
     config = base_config(sim.url, {"ladder": {"steps": [{"rate": 1, "duration": "2s"}]}},
                          quality={"required": True, "cases": [{"prompt": "Hello", "expect": NEVER}]})
     run_dir = tmp_path / "run"
     assert main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)]) == 3
+    said = capfd.readouterr()
+    assert f"the answers are in {run_dir / 'preflight.json'}" in said.out + said.err  # the one file left, named
     preflight = json.loads((run_dir / "preflight.json").read_text())
     assert preflight["quality"][0]["passed"] is False
     assert preflight["cold_load"]["outcome"] == "ok"

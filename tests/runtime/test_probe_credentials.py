@@ -138,7 +138,7 @@ def test_user_and_password_in_the_target_url(two_origins):
     home, _ = two_origins
     url = home.url.replace("http://", "http://admin:hunter2-pw@")
     found = check_reachable(config_for(url), timeout_s=5)
-    assert found == {home.url: {"status": 200, "models": ["m"]}}
+    assert found == {home.url: {"status": 200, "models": ["m"], "ignores_model": False}}
     basic = "Basic YWRtaW46aHVudGVyMi1wdw=="  # admin:hunter2-pw
     assert home.log[0][1]["authorization"] == basic
     assert Credentials.from_target(config_for(url).target).headers()["Authorization"] == basic  # the load's

@@ -147,6 +147,24 @@ def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
     assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
     assert "is not used" not in output
+    # how long it will take, said once before the first step: 2 s of arrivals, a drain of up to 10 s
+    assert done.stdout.count("llmload: plan: 1 step, about 12 s (steps 2 s, a drain 10 s)") == 1, done.stdout
+    assert done.stdout.index("llmload: plan:") < done.stdout.index("r4.00")
+
+
+def test_a_legacy_key_is_noted_before_the_run_starts(tmp_path):
+    import subprocess
+    import sys
+
+    from support import free_port
+
+    config = _config(f"http://127.0.0.1:{free_port()}")  # nothing listens: the run stops at its pre-flight
+    config["shape"]["ladder"]["refine"] = {"resolution": 0.5}
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    notes = [line for line in done.stderr.splitlines() if line.startswith("llmload: note:") and "resolution" in line]
+    assert len(notes) == 1 and "refine.budget" in notes[0], done.stderr
 
 
 def _plain_locust(config_path, run_dir, *extra: str) -> list[str]:

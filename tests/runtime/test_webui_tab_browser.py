@@ -2,7 +2,7 @@
 in for Locust's (a header with RPS and Users, the step table) and a live.json the test writes: nice tick
 numbers, a dot for every second that has a value (at low rates most seconds stand alone), and no RPS
 figure in the header once the run is over, and Locust's "Average size (bytes)" column named for what it
-holds: output tokens (issue 32)."""
+holds: output tokens (issue 32); the TTFA column hidden while no step has one (issue 43)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ RPS_DISPLAY_JS = """() => getComputedStyle([...document.querySelectorAll('header
   .find(n => n.textContent.includes('RPS'))).display"""
 PAGE = """<!DOCTYPE html><html><body>
 <header><div class="stat"><p>RPS</p><p>3.4</p></div><div class="stat"><p>Users</p><p>8</p></div></header>
-<table><thead><tr><th>Offered req/s</th></tr></thead><tbody></tbody></table>
+<table><thead><tr><th>Offered req/s</th><th>TTFA p95 ms</th></tr></thead>
+<tbody><tr><td>1.00</td><td></td></tr><tr><td>2.00</td><td></td></tr></tbody></table>
 <table id="stats"><thead><tr><th><span>Name</span></th><th><span>Average size (bytes)</span></th></tr></thead></table>
 <script src="webui_tab.js"></script></body></html>"""
 
@@ -91,6 +92,10 @@ def test_ticks_markers_and_header_after_the_run(site):
             ours_running = page.locator("#llmload-header").inner_text()
             size_header = page.evaluate("() => document.querySelector('#stats').innerText")
             more = page.evaluate("() => [0.7, 46, 1234, 0.033].map(v => window.llmloadNiceTicks(v, 4).ticks)")
+            ttfa_cells = "() => [...document.querySelector('table').querySelectorAll('th, td')].filter(n => n.cellIndex === 1)"
+            page.wait_for_function(f"() => ({ttfa_cells})().every(n => n.style.display === 'none')", timeout=15_000)
+            page.evaluate("() => { document.querySelectorAll('tbody tr')[1].children[1].textContent = '850'; }")
+            page.wait_for_function(f"() => ({ttfa_cells})().every(n => n.style.display === '')", timeout=15_000)
             _write(root, "stopped")
             page.wait_for_function("() => (window.llmloadLive() || {}).state === 'stopped'", timeout=15_000)
             page.wait_for_timeout(300)

@@ -19,7 +19,7 @@ holds, are caught before Locust starts (one line, exit 2). The launcher claims i
 the whole run with an exclusive lock (`claim_run_dir`: `flock` on `.llmload-lock`), then checks that no
 run is there (`plan.json`): of two runs started into one `--out` at once, one runs and the other is
 refused; the default `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
-started in the same second get two directories (`-2`, `-3`, ...) and an unreachable target gives one line and exit 3. Once the config
+started in the same second get two directories (`-2`, `-3`, ...); an unreachable target gives one line and exit 3, a model the server does not list one line and exit 2 (`llmload.runtime.master.served_model`). Once the config
 has validated, the Locust child is started and held before it reads its command line while the other
 checks run (`llmload.runtime.launcher.gated_child`: its ~1 s of imports no longer follow them); it gets the command
 line above when they pass, and is ended, having said nothing, when one fails. With
@@ -153,11 +153,14 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         return 2
     run_dir, made, child, claim = None, False, None, None
     try:
-        config = load_config(config_path)  # first: a config error answers before the heavy imports
+        notes: list[str] = []
+        config = load_config(config_path, notes=notes)  # first: a config error answers before the heavy imports
+        for note in notes:  # a legacy key that does nothing
+            say_once(note)
         if master:
             _check_no_shared_secrets(config, config_path)
         child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
-        from llmload.runtime.master.preflight import check_reachable
+        from llmload.runtime.master.preflight import check_model_served, check_reachable
         from shapes.plan import build_plan
 
         build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
@@ -169,8 +172,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             run_dir = new_run_dir(config, base=_output_dir(config, config_path))
             made = prepare_run_dir(run_dir, where=where) or _empty_dir(run_dir)
         claim = claim_run_dir(run_dir, where=where)
-        if not skip_preflight:
-            check_reachable(config)
+        if not skip_preflight:  # the master's pre-flight prints the warnings; a refusal is one line here
+            check_model_served(config, check_reachable(config))
     except LLMLoadError as exc:
         if child is not None:
             child.discard()

@@ -365,6 +365,7 @@
   // Locust's Statistics tab calls the mean response_length "Average size (bytes)": llmload reports each
   // request's output tokens there, so the column says so
   var SIZE_LABEL = "Average size (bytes)", TOKENS_LABEL = "Average output tokens";
+  var TTFA_TITLE = "TTFA p95 ms";  // webui.LLM_TABLE's title
   function relabelSize() {
     var nodes = document.querySelectorAll("th, th *");
     for (var i = 0; i < nodes.length; i++) {
@@ -372,6 +373,24 @@
         nodes[i].textContent = TOKENS_LABEL;
         nodes[i].setAttribute("title", "llmload reports each request's output tokens as its response size");
       }
+    }
+  }
+
+  function hideEmptyColumn(title) {
+    // a column no step fills (TTFA p95 of a run without reasoning: it equals TTFT) is hidden, not a column of dashes
+    var heads = document.querySelectorAll("th");
+    for (var i = 0; i < heads.length; i++) {
+      if (heads[i].textContent.trim() !== title) continue;
+      var row = heads[i].parentNode, index = Array.prototype.indexOf.call(row.children, heads[i]);
+      var body = heads[i].closest("table").querySelectorAll("tbody tr"), cells = [heads[i]], empty = true;
+      for (var r = 0; r < body.length; r++) {
+        var cell = body[r].children[index];
+        if (!cell) continue;
+        cells.push(cell);
+        var text = cell.textContent.trim();
+        if (text !== "" && text !== "-" && text !== "null") empty = false;
+      }
+      for (var c = 0; c < cells.length; c++) cells[c].style.display = empty ? "none" : "";
     }
   }
 
@@ -389,7 +408,8 @@
 
   function render() {
     if (!state) return;
-    try { headerBox(state); relabelSize(); } catch (e) { /* the header is Locust's: never break the page */ }
+    try { headerBox(state); relabelSize(); hideEmptyColumn(TTFA_TITLE); }
+    catch (e) { /* the header is Locust's: never break the page */ }
     if (state.state === "ready") openForm();
     if (!placePanel()) return;
     panel.querySelector("#llmload-status").textContent = statusText(state);
@@ -407,7 +427,7 @@
   window.llmloadNiceTicks = niceTicks;  // for the tests
   poll();
   setInterval(poll, POLL_MS);
-  setInterval(function () { if (state) { try { if (placePanel() && !panel.querySelector("svg").firstChild) render(); }
-    catch (e) { /* ignore */ } } }, 300);
+  setInterval(function () { if (state) { try { hideEmptyColumn(TTFA_TITLE);
+    if (placePanel() && !panel.querySelector("svg").firstChild) render(); } catch (e) { /* ignore */ } } }, 300);
   window.addEventListener("resize", render);
 })();

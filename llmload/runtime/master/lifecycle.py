@@ -295,6 +295,9 @@ class RunLifecycle:
         if replaced:  # a locustfile's own shape plans the run: the config's `shape:` is not what runs
             print(f"llmload: note: the locustfile's shape {type(self.shape).__name__} plans this run "
                   f"({len(steps)} steps); the config's shape ({replaced}) is not used", flush=True)
+        from shapes.duration import plan_duration
+
+        print(f"llmload: plan: {plan_duration(config, steps, search=not replaced).line()}", flush=True)
         try:
             write_run_manifest(config, run_dir, checks=checks, config_path=self.options.config_path,
                                workers=len(self.host.link().workers()), overrides=self.overrides,

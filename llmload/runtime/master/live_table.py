@@ -4,8 +4,9 @@ The numbers shown live come from the workers' shipped summaries, judged on the m
 `analysis.judge_step` (the same rules as the final analysis); the report recomputes everything from
 the merged records. Times are shown in milliseconds, rates in requests per second, "srv waiting"
 (the step's mean number of requests waiting in the server's queue) in requests; `out tok/s` is the
-step's output tokens per second (METRICS.md); `TTFA p95` (time to the first answer token) only when the
-step's answers carried reasoning, else `-` (it equals TTFT). TTFT, TPOT and E2E come from `llmload.latency`.
+step's output tokens per second (METRICS.md); `TTFA p95` (time to the first answer token) only on the row
+of a step whose answers carried reasoning, after its verdict (without reasoning it equals TTFT: no column
+of dashes). TTFT, TPOT and E2E come from `llmload.latency`.
 
 `LiveTable` prints a judged step's row: it listens to the step controller's `step_judged` event.
 """
@@ -36,9 +37,10 @@ COLUMNS = (
     ("client_wait_p95_s", "wait p95", 9, "ms"),
     ("server_waiting", "srv waiting", 11, "req"),
     ("output_tokens_per_s", "out tok/s", 9, "t"),
-    ("ttfa_p95_s", "TTFA p95", 9, "ms"),  # shown when the step's answers reasoned, else "-"
     ("verdict", "verdict", 12, "s"),
 )
+#: the step's TTFA p95, after the verdict, on the rows of steps whose answers reasoned (`format_row`)
+TTFA_CELL = ("ttfa_p95_s", "TTFA p95", 9, "ms")
 
 
 def _cell(value: object, kind: str, width: int) -> str:
@@ -62,8 +64,13 @@ def format_header() -> str:
 
 
 def format_row(row: dict) -> str:
-    """One table line from a step row (missing numbers print as `-`)."""
-    return " ".join(_cell(row.get(key), kind, width) for key, _, width, kind in COLUMNS)
+    """One table line from a step row (missing numbers print as `-`); `TTFA p95 ...` after the verdict
+    when the step's answers reasoned."""
+    line = " ".join(_cell(row.get(key), kind, width) for key, _, width, kind in COLUMNS)
+    key, header, _, kind = TTFA_CELL
+    if row.get(key) is not None and not (isinstance(row[key], float) and math.isnan(row[key])):
+        line = f"{line} {header} {_cell(row[key], kind, 0)}"
+    return line
 
 
 def _p(values: np.ndarray, q: float) -> float | None:
@@ -147,7 +154,7 @@ class ProgressStats:
 
 def step_row(label: str, stats: dict, verdict: str, failing: list[str], server_waiting: float | None) -> dict:
     """The table row of a judged step."""
-    row = {"label": label, **{k: stats.get(k) for k, *_ in COLUMNS if k in stats}}
+    row = {"label": label, **{k: stats.get(k) for k, *_ in (*COLUMNS, TTFA_CELL) if k in stats}}
     # the step's mean server queue (telemetry) when known; the last sample after the drain is ~0
     mean = stats.get("waiting_mean")
     row["server_waiting"] = mean if mean is not None and mean == mean else server_waiting

@@ -4,8 +4,9 @@
   one line and exit code 3; any HTTP status counts as reachable); the timeout bounds the whole probe,
   so a server that drips its answer cannot hold the pre-flight;
 - model: listed by the API's probe path (`ApiSpec.probe_path`: `/v1/models` for OpenAI and SGLang,
-  `/api/tags` for Ollama); a missing model is a warning, since
-  llama.cpp serves whatever it loaded under any name;
+  `/api/tags` for Ollama); a model the server does not list stops the run (`ModelNotServed`, exit code
+  2), except where the server takes any name (llama.cpp, SGLang, TGI) or lists none (a
+  warning): `llmload.runtime.master.served_model`;
 - cold load: one tiny request, timed and recorded apart (`preflight.json`), never in the records;
 - quality cases (`quality.cases`) through the client library: a failure stops the run unless
   `quality.required` is false.
@@ -27,15 +28,22 @@ from llmload.apis import get_api
 from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import RunError, TelemetryError
-from llmload.redaction import redact
+from llmload.redaction import redact, redact_text
+from llmload.runtime.master.served_model import IGNORES_MODEL_OWNERS, served_model_check
 
-__all__ = ["PreflightFailed", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
+__all__ = ["ModelNotServed", "PreflightFailed", "check_model_served", "check_reachable", "preflight", "start_telemetry", "write_run_manifest"]
 
 log = logging.getLogger("llmload.preflight")
 
 
 class PreflightFailed(RunError):
     """The run cannot start (exit code 3): target unreachable or a required quality case failed."""
+
+
+class ModelNotServed(PreflightFailed):
+    """`target.model` is not among the models the server lists (exit code 2: the config names it wrong)."""
+
+    exit_code = 2
 
 
 def _get_json(url: str, *, timeout_s: float, headers: dict[str, str]) -> tuple[int, Any]:
@@ -79,19 +87,38 @@ def check_reachable(config: Config, *, timeout_s: float | None = None) -> dict[s
             if isinstance(reason, TimeoutError):
                 reason = f"no complete answer to GET {path} within {timeout:g}s"
             raise PreflightFailed(f"target {shown} is unreachable: {reason}") from None
-        found[shown] = {"status": status, "models": _model_names(body)}
+        found[shown] = {"status": status, "models": _model_names(body), "ignores_model": _takes_any_name(body)}
     return found
 
 
-def _model_names(body: Any) -> list[str]:
+def check_model_served(config: Config, endpoints: dict[str, Any]) -> list[str]:
+    """Raises `ModelNotServed` when an endpoint lists its models without `target.model` (one line, the
+    names it serves); returns the warnings (an endpoint that lists none)."""
+    refusal, warnings = served_model_check(config, endpoints)
+    if refusal:
+        raise ModelNotServed(redact_text(refusal))  # a server may echo the key in its model list
+    return warnings
+
+
+def _items(body: Any) -> list[Any]:
+    """The entries of a model list: OpenAI's `data`, Ollama's `models`."""
     if not isinstance(body, dict):
         return []
     items = body.get("data") or body.get("models") or []
+    return items if isinstance(items, list) else []
+
+
+def _model_names(body: Any) -> list[str]:
     names = []
-    for item in items:
+    for item in _items(body):
         if isinstance(item, dict):
             names.append(str(item.get("id") or item.get("name") or item.get("model") or ""))
     return [n for n in names if n]
+
+
+def _takes_any_name(body: Any) -> bool:
+    """llama.cpp's or SGLang's `/v1/models` (`owned_by`): it answers any model name with the one it loaded."""
+    return any(isinstance(item, dict) and item.get("owned_by") in IGNORES_MODEL_OWNERS for item in _items(body))
 
 
 def _cold_request(config: Config) -> dict[str, Any]:
@@ -111,11 +138,9 @@ def _cold_request(config: Config) -> dict[str, Any]:
 
 def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
     """Run every check; writes `preflight.json`; raises PreflightFailed when the run must not start."""
-    result: dict[str, Any] = {"started_at": now(), "endpoints": check_reachable(config), "warnings": []}
-    for base, info in result["endpoints"].items():
-        if info["models"] and config.target.model not in info["models"]:
-            result["warnings"].append(f"{base} does not list model {config.target.model!r} "
-                                      f"(lists {', '.join(info['models'][:5])})")
+    endpoints = check_reachable(config)
+    result: dict[str, Any] = {"started_at": now(), "endpoints": endpoints,
+                              "warnings": check_model_served(config, endpoints)}
     result["tokens_per_word"] = _tokens_per_word(config)
     result["cold_load"] = _cold_request(config)
     if result["cold_load"]["outcome"] != "ok":
@@ -134,8 +159,24 @@ def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
         print(f"llmload: warning: {warning}", flush=True)
     (Path(run_dir) / "preflight.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
     if failure and config.quality.required:
-        raise PreflightFailed(f"{failure} (set quality.required: false to run anyway)")
+        raise PreflightFailed(f"{failure} {_quality_advice(config, cases)}; the answers are in "
+                              f"{Path(run_dir) / 'preflight.json'}")
     return result
+
+
+def _quality_advice(config: Config, cases: list[Any]) -> str:
+    """What to do about the first failed quality case: only a wrong answer is a quality failure; a request
+    that failed (a 404 for a model or path the server does not know, a timeout) says nothing of quality."""
+    first = next(case for case in cases if not case.passed)
+    if first.outcome == "quality_fail":
+        return "(set quality.required: false to run anyway)"
+    reason = (first.reason or "").lower()
+    if reason.startswith("http 404") or "not found" in reason or "does not exist" in reason:
+        path = get_api(config.target.api).path
+        return (f"(not a quality failure: the server does not know model {config.target.model!r} or the path "
+                f"{path}: check target.model, target.api and target.url)")
+    return (f"(not a quality failure: the request ended {first.outcome} before any answer was checked: "
+            "check the server)")
 
 
 def _tokens_per_word(config: Config) -> float | None:

@@ -35,8 +35,8 @@ __all__ = ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help",
            "format_seconds", "shape_summary", "target_text"]
 
 #: the options' `dest` names (what the form posts and `parsed_options` holds)
-RATES = "llmload_rates"
-SLO_OPTION = "llmload_slo"
+RATES = "step_rates"
+SLO_OPTION = "SLO"
 
 _THRESHOLD = re.compile(r"^[a-z_]+_p\d")
 #: the SLO's checks besides the thresholds that the form shows when set (min_samples always is)
@@ -52,11 +52,12 @@ def _check_text(value: Any) -> str:
 
 
 def add_form_options(parser: Any) -> None:
-    """Add the two options (on Locust's parser itself: options added to a group are not shown in the UI)."""
-    parser.add_argument("--llmload-rates", type=str, default="",
+    """Add the two options (on Locust's parser itself: options added to a group are not shown in the UI).
+    The web UI labels a field by its option's `dest` (`step_rates`: "Step Rates"; `SLO`: "SLO")."""
+    parser.add_argument("--llmload-rates", dest=RATES, type=str, default="",
                         help="steps of this run: req/s per ladder step, comma-separated (concurrency: users "
                              "per level; soak: one rate); empty = as in the config")
-    parser.add_argument("--llmload-slo", type=str, default="",
+    parser.add_argument("--llmload-slo", dest=SLO_OPTION, type=str, default="",
                         help="SLO of this run, e.g. ttft_p95=500ms, tpot_p95=80ms; empty = as in the config")
 
 
