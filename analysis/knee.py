@@ -34,10 +34,17 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    bounds it; once two refine steps ran, that fit over every step also places the crossing when the
    steps within `LOCAL_SPAN` do not lie on both sides of the first estimate.
    Ladder steps (started on an idle server) inside the refine steps' range are left out.
+   A share curve that pooled a failure away (a step wholly over the level, yet the fitted curve never
+   crosses it: a later step at a higher rate read under it) takes the binomial fit over every step
+   instead, so a failing step is weighed, never dropped.
 3. The knee is the lowest crossing, its interval the lowest of the targets' lows and highs (a target
    never crossed whose high-end fit is over at the lowest rate already leaves the low alone); the target
    with the lowest crossing binds. `headroom`: each other target's central fit at the knee rate /
    its threshold (0.41 = at 41% of its target there).
+
+`failed_at` / `failed_on`: the lowest realised rate of a judged step that failed and its failing
+dimensions; where no latency target crossed but a step failed (a reject ratio, an error ratio) the
+sentence says the knee is below it, never that every target held.
 
 `knee_of(summary)` is the one reader every surface calls: summary.json's `knee`, or (an older summary
 without one) the estimate from its `steps` and thresholds. `knee_sentence` words it with no more
@@ -96,12 +103,17 @@ class Knee:
     headroom: dict[str, float] = field(default_factory=dict)
     basis: str = BASIS
     steps_used: int = 0
+    #: the lowest realised rate of a judged step that failed (on any dimension: a percentile target, or
+    #: a count one such as the reject ratio), and that step's failing dimensions; None when none failed
+    failed_at: float | None = None
+    failed_on: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """summary.json's `knee`."""
         return {"rate": self.rate, "low": self.low, "high": self.high, "confidence": self.confidence,
                 "binding": self.binding, "targets": {k: c.to_dict() for k, c in self.targets.items()},
-                "headroom": dict(self.headroom), "basis": self.basis, "steps_used": self.steps_used}
+                "headroom": dict(self.headroom), "basis": self.basis, "steps_used": self.steps_used,
+                "failed_at": self.failed_at, "failed_on": list(self.failed_on)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Knee:
@@ -109,7 +121,8 @@ class Knee:
                    confidence=float(d.get("confidence") or 0.9), binding=d.get("binding"),
                    targets={str(k): Crossing.from_dict(v) for k, v in (d.get("targets") or {}).items()},
                    headroom={str(k): float(v) for k, v in (d.get("headroom") or {}).items() if v is not None},
-                   basis=str(d.get("basis") or BASIS), steps_used=int(d.get("steps_used") or 0))
+                   basis=str(d.get("basis") or BASIS), steps_used=int(d.get("steps_used") or 0),
+                   failed_at=_num(d.get("failed_at")), failed_on=tuple(str(v) for v in d.get("failed_on") or ()))
 
     @property
     def half_width_rel(self) -> float | None:
@@ -307,6 +320,13 @@ def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, f
         return None
     x, f, lo, hi, w = points
     crossing, where = _crossings(x, isotonic(f, w), isotonic(hi, w), isotonic(lo, w), level, share=True)
+    if crossing.rate is None and where == "never" and (lo > level).any():
+        # a step was wholly over the level, yet the pooled curve never crosses it (a later step at a
+        # higher rate read under it: near the knee one step is a noisy draw): every step weighs in
+        # through the binomial fit over all of them, instead of a curve that pooled the failure away
+        overall = _local_fit(rows, key, level, float(np.mean(x)), confidence, span=None)
+        if overall is not None:
+            return overall, "inside"
     if crossing.rate is not None:
         local = _local_fit(rows, key, level, crossing.rate, confidence)
         if local is None and sum(1 for r in rows if _chained(r)) >= 2:
@@ -479,6 +499,9 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     if rate is not None:
         low = min(low, rate) if low is not None else None
         high = max(high, rate) if high is not None else None
+    failed = [(x, list(r.get("failing") or [])) for r in rows
+              if r.get("verdict") == "fail" and (x := _num(r.get("offered_rate"))) is not None]
+    failed_at, failed_on = min(failed, key=lambda item: item[0]) if failed else (None, [])
     headroom = {}
     if rate is not None:
         for f in fits:
@@ -486,7 +509,8 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
                 headroom[f.key] = math.exp(_at(f.x, f.central, rate) - f.level)
     return Knee(rate=rate, low=low, high=high, confidence=confidence,
                 binding=binding_fit.key if crossed else None,
-                targets={f.key: f.crossing for f in fits}, headroom=headroom, steps_used=used)
+                targets={f.key: f.crossing for f in fits}, headroom=headroom, steps_used=used,
+                failed_at=failed_at, failed_on=tuple(str(d) for d in failed_on))
 
 
 # --------------------------------------------------------------------------- readers
@@ -523,7 +547,7 @@ def _decimals(knee: Knee) -> int:
 def _label(key: str) -> str:
     parsed = slo_dims.parse_threshold_key(key)
     if parsed is None:
-        return key
+        return key.replace("_", " ")
     dim = slo_dims.by_name(parsed[0])
     return f"{dim.display if dim else parsed[0]} p{parsed[1]:g}"
 
@@ -549,6 +573,12 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
         if knee.binding is not None:  # crossed at or below the lowest rate run
             bound = f"below {fmt(knee.high)} req/s ({conf})" if knee.high is not None else "below the rates run"
             return f"knee {bound}: {_label(knee.binding)} is over its target at the lowest rate run"
+        if knee.failed_at is not None:  # no percentile target crossed, yet a step failed: never "held"
+            dims = ", ".join(_label(d) for d in knee.failed_on) or "a target"
+            latency = any(slo_dims.parse_threshold_key(d) for d in knee.failed_on)
+            why = ("a step at a higher rate held: near the knee one step is a noisy draw; longer steps "
+                   "there place it" if latency else "the latency targets held at every rate run")
+            return f"knee below {knee.failed_at:.{d}f} req/s: {dims} failed there ({why})"
         if knee.low is not None:
             return f"knee above {fmt(knee.low)} req/s ({conf}): every target held at every rate run"
         return "knee not reached: every target held at every rate run"

@@ -246,3 +246,51 @@ def test_an_end_the_steps_near_the_knee_leave_open_is_closed_by_the_fit_over_eve
     t = estimate_knee(near + far, SLO2).targets["ttft_p95"]
     assert t.rate == pytest.approx(alone.rate)
     assert 3.0 < t.low < 4.45 and 4.75 < t.high < 6.5
+
+
+def _wilson_row(rate: float, share: float, n: int, *, phase: str = "refine", verdict: str | None = None,
+               label: str | None = None) -> dict:
+    """A step with TTFT p95 share `share` over 1 s out of `n` independent completions (Wilson, 90%)."""
+    from statistics import NormalDist
+
+    from analysis.intervals import wilson
+
+    low, high = wilson(share, n, NormalDist().inv_cdf(0.95))
+    p95 = 1.0 * (1 + 4 * (share - 0.05))
+    if verdict is None:
+        verdict = "fail" if low > 0.05 else "pass" if high < 0.05 else "inconclusive"
+    r = row(rate, p95, rel=0.2, verdict=verdict, phase=phase)
+    r.update(label=label or f"r{rate:g}", completed=n, ttft_p95_over=share, ttft_p95_over_low=low,
+             ttft_p95_over_high=high, failing=["ttft_p95"] if verdict == "fail" else [])
+    return r
+
+
+def test_a_failing_step_is_never_pooled_away_into_every_target_held():
+    """Issue 41 (seed 11): r4.00 failed (its share wholly over 5%), three refine steps at 4.17 read 4%, 3%
+    and 2% (inconclusive, inconclusive, pass). The pooled curve never crosses; every step weighs in
+    through the binomial fit over them all: a knee with a rate, never 'every target held'."""
+    steps = [_wilson_row(1.0, 0.0, 30, phase="ladder"), _wilson_row(2.0, 0.0, 60, phase="ladder"),
+             _wilson_row(3.0, 0.01, 90, phase="ladder"), _wilson_row(4.0, 0.2, 120, phase="ladder"),
+             _wilson_row(4.17, 0.04, 150, label="r4.17"), _wilson_row(4.17, 0.03, 150, label="r4.17-2"),
+             _wilson_row(4.17, 0.02, 150, label="r4.17-3")]
+    knee = estimate_knee(steps, SO_TTFT)
+    assert knee.rate is not None and 3.0 < knee.rate < 4.5, knee
+    assert knee.binding == "ttft_p95"
+    assert "every target held" not in knee_sentence(knee)
+    assert knee.failed_at == pytest.approx(4.0) and knee.failed_on == ("ttft_p95",)
+
+
+def test_a_step_failed_on_a_count_dimension_is_said_where_no_latency_target_crossed():
+    """Issue 44 item 1: a server answering most requests 429 fails on reject_ratio while every latency
+    target holds: the knee sentence names the failure, never 'every target held at every rate run'."""
+    steps = [_wilson_row(1.0, 0.0, 60, phase="ladder"), _wilson_row(2.0, 0.0, 120, phase="ladder", verdict="fail")]
+    steps[1]["failing"] = ["reject_ratio"]
+    knee = estimate_knee(steps, SO_TTFT)
+    text = knee_sentence(knee)
+    assert knee.rate is None and knee.failed_at == pytest.approx(2.0)
+    assert text.startswith("knee below 2.0 req/s: reject ratio failed there"), text
+    assert "every target held" not in text
+    assert Knee.from_dict(json.loads(json.dumps(knee.to_dict()))) == knee  # summary.json round trip
+
+
+SO_TTFT = SLO(ttft_p95=1.0)
