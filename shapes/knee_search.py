@@ -38,9 +38,17 @@ Each `next_step`, in this order:
 6. the next rate: the knee's point estimate (rounded to 3 significant figures); after `PROBE_AFTER`
    refine steps, moved by `precision` towards a side of it on which no refine step ran yet (by at least
    half the precision), so the estimate's local fit has steps on both sides;
-7. the budget: a step whose projected wall time (its warm-up + window, `step_s(rate)`, plus the
-   largest overrun of a step recorded so far: drain, judging) does not fit in what is left of
-   `budget_s` since the search began is not started: stop `budget`.
+7. the window: fixed (`step_s(rate)`, the config's `refine.duration`), or, for a search that sizes its
+   steps (`size`: no `refine.duration` written), from the samples it needs near the knee: the
+   completions the nearest undecided step within `NEAR_SHARE` of the rate said would decide it
+   (`needs_completions`: its share's interval and the effective trials per completion it showed, its
+   autocorrelation), at this rate; at most an even share of what is left of the budget among
+   `SHARE_STEPS` steps, at least the base window; without such a step, that share (a step near the
+   knee needs more samples than any other: bench/knee_accuracy.py found 90 s steps at 4 req/s held the
+   truth 19 of 20 times where 30 s steps held it 13). The last step that fits takes what is left;
+8. the budget: a step whose projected wall time (its warm-up + window, plus the largest overrun of a
+   step recorded so far: drain, judging) does not fit in what is left of `budget_s` since the search
+   began is not started: stop `budget`.
 """
 
 from __future__ import annotations
@@ -51,13 +59,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "round_rate", "stop_text"]
+__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "round_rate", "stop_text"]
 
 #: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
 NEAR_OPEN_END = 0.10
 #: steps to the estimate before probing either side of it, and how far (x precision)
 PROBE_AFTER = 2
 PROBE = 1.0
+#: a sizing search shares what is left of its budget among this many steps (`_window`)
+SHARE_STEPS = 4
+#: an undecided step this close to the rate (relative) tells how many samples a step there needs
+NEAR_SHARE = 0.2
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -94,11 +106,23 @@ def round_rate(rate: float, digits: int = 3) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """The next refine step: its target `rate`, and the label of the inconclusive step it repeats
-    (`extends`, None for a step at the knee estimate)."""
+    """The next refine step: its target `rate`, the label of the inconclusive step it repeats
+    (`extends`, None for a step at the knee estimate), and its window when the search sized it
+    (`window_s`, None: the step's own)."""
 
     rate: float
     extends: str | None = None
+    window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """How a search sizes its steps: `base_s(rate)`, the shortest window (the ladder's); `warmup_s`;
+    `max_arrivals`, the most arrivals one step may plan (warm-up and window)."""
+
+    base_s: Callable[[float], float]
+    warmup_s: float
+    max_arrivals: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +160,8 @@ class KneeSearch:
 
     def __init__(self, rows: Iterable[Mapping] = (), *, estimate: Callable[[list[dict]], Any],
                  precision: float = 0.05, budget_s: float = 600.0, max_steps: int = 6, max_extensions: int = 2,
-                 step_s: Callable[[float], float] | float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 step_s: Callable[[float], float] | float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 size: Sizing | None = None) -> None:
         if not 0 < precision < 1:
             raise ValueError(f"precision must be in (0, 1), got {precision}")
         if max_steps < 1:
@@ -149,6 +174,8 @@ class KneeSearch:
         self.max_steps = int(max_steps)
         self.max_extensions = int(max_extensions)
         self._step_s = step_s if callable(step_s) else (lambda _rate, s=float(step_s): s)
+        #: sizes each step's window from the samples it needs (None: `step_s` as given)
+        self.size = size
         self.clock = clock
         self.started = clock()
         self.refine_steps = 0
@@ -207,7 +234,9 @@ class KneeSearch:
         if ask is None:
             self.stopped = reason
             return None
-        if self.step_cost_s(ask.rate) > self.budget_s - self.elapsed_s:
+        if self.size is not None:
+            ask = Ask(ask.rate, ask.extends, self._window(ask.rate))
+        if self.step_cost_s(ask.rate, ask.window_s) > self.budget_s - self.elapsed_s:
             self.stopped = "budget"
             return None
         if ask.extends is not None:
@@ -216,9 +245,41 @@ class KneeSearch:
         self.pending += 1
         return ask
 
-    def step_cost_s(self, rate: float) -> float:
-        """The projected wall time of a step at `rate`: its schedule plus the largest overrun so far."""
-        return float(self._step_s(rate)) + max(0.0, self.overrun_s)
+    def step_cost_s(self, rate: float, window_s: float | None = None) -> float:
+        """The projected wall time of a step at `rate` (with `window_s`, a sized one): its schedule plus
+        the largest overrun so far."""
+        schedule = float(self._step_s(rate)) if window_s is None or self.size is None else self.size.warmup_s + window_s
+        return schedule + max(0.0, self.overrun_s)
+
+    def _window(self, rate: float) -> float:
+        """The window of a sized step at `rate` (module docstring, 7)."""
+        if self.size is None:
+            return float(self._step_s(rate))
+        base = float(self.size.base_s(rate))
+        per_step = self.size.warmup_s + max(0.0, self.overrun_s)
+        left = self.budget_s - self.elapsed_s
+        steps_left = max(1, SHARE_STEPS - self.refine_steps - self.pending)
+        share = left / steps_left - per_step
+        window = share
+        needs = self._needs_near(rate)
+        if needs is not None and rate > 0:
+            window = min(share, needs / rate)
+        window = max(base, window)
+        if left - (per_step + window) < per_step + base:  # no step would fit after this one: take it all
+            window = max(base, left - per_step)
+        if rate > 0:
+            window = min(window, max(base, self.size.max_arrivals / rate - self.size.warmup_s))
+        return float(window)
+
+    def _needs_near(self, rate: float) -> float | None:
+        """The completions the undecided step nearest `rate` (within `NEAR_SHARE`) said would decide it."""
+        near = []
+        for row in self.rows:
+            at, needs = _number(row.get("offered_rate")), _number(row.get("needs_completions"))
+            if row.get("verdict") == "inconclusive" and at is not None and needs is not None \
+                    and abs(at - rate) <= NEAR_SHARE * rate:
+                near.append((abs(at - rate), needs))
+        return min(near)[1] if near else None
 
     def _decide(self) -> tuple[Ask | None, str]:
         knee = self.knee

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmload.config import ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
+from llmload.config import MAX_STEP_ARRIVALS, ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
-from shapes.knee_search import KneeSearch
+from shapes.knee_search import KneeSearch, Sizing
 from shapes.phases import PHASES
 from shapes.steps import StepSpec, derive_seed
 
@@ -161,9 +161,12 @@ def knee_search(config: Config, rows: Iterable[Mapping] = (), *, estimate: Calla
     if ladder is None or ladder.refine is None:
         return None
     refine = ladder.refine
+    # no `refine.duration` written: the search sizes each step from the samples it needs near the knee
+    size = None if refine.duration else Sizing(base_s=lambda rate: refine_window_s(ladder, rate) - ladder.warmup,
+                                               warmup_s=float(ladder.warmup), max_arrivals=MAX_STEP_ARRIVALS)
     return KneeSearch(rows, estimate=estimate or knee_estimator(config), precision=refine.precision,
                       budget_s=refine.budget, max_steps=refine.max_steps, max_extensions=refine.max_extensions,
-                      step_s=lambda rate: refine_window_s(ladder, rate), clock=clock)
+                      step_s=lambda rate: refine_window_s(ladder, rate), clock=clock, size=size)
 
 
 class ConfigSearch:

@@ -181,15 +181,17 @@ def virtual_search(config: Any, sim_settings: SimSettings | Mapping[str, Any] | 
     search_started = now
     taken = [s.label for s in specs]
 
-    def refine(rate: float) -> Any:
-        spec = refine_step(ladder, rate, index=len(specs), seed=int(config.requests.seed), taken=taken)
+    def refine(ask: Any) -> Any:
+        spec = refine_step(ladder, ask.rate, index=len(specs), seed=int(config.requests.seed), taken=taken)
+        if ask.window_s is not None:  # the search sized it (no refine.duration)
+            spec = replace(spec, duration_s=float(ask.window_s))
         taken.append(spec.label)
         return replace(spec, drain=not chain)
 
     pending: list[tuple[Any, float]] = []  # launched refine steps not yet judged: (spec, start)
     start = now
     while (ask := search.next_step()) is not None:
-        spec = refine(ask.rate)
+        spec = refine(ask)
         if chain and pending:
             start = pending[-1][1] + float(pending[-1][0].arrivals_s)
         end = launch(spec, start)

@@ -279,3 +279,34 @@ def test_a_chained_search_stops_on_precision_only_when_the_estimate_before_was_p
                          clock=Clock())
     drained.record(step(drained.next_step().rate, 1))
     assert drained.next_step() is None and drained.answer.stopped == "precision"
+
+
+def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_budget():
+    """No refine.duration (issue 41): a step's window comes from the completions the nearest undecided
+    step said would decide it, at most an even share of the budget left among SHARE_STEPS steps, at least
+    the base window; the last step that fits takes what is left; a step never plans past max_arrivals."""
+    from shapes.knee_search import SHARE_STEPS, Sizing
+
+    now = [0.0]
+    rows = [{"label": "r3", "target_rate": 3.0, "offered_rate": 3.0, "verdict": "pass"},
+            {"label": "r4", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive",
+             "needs_completions": 200.0}]
+    knee = FakeKnee(3.8, 3.2, 4.4)
+    search = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
+                        clock=lambda: now[0], size=Sizing(base_s=lambda rate: 30.0, warmup_s=10.0))
+    ask = search.next_step()
+    assert ask.rate == pytest.approx(3.8) and ask.window_s == pytest.approx(200.0 / 3.8)  # the samples it needs
+    search.record({"label": "r3.8", "target_rate": 3.8, "offered_rate": 3.8, "verdict": "inconclusive",
+                   "needs_completions": 2000.0})
+    now[0] = 70.0
+    ask = search.next_step()  # 2000 completions would take 526 s: capped at the budget's share
+    assert ask.window_s == pytest.approx((400.0 - 70.0) / (SHARE_STEPS - 1) - 10.0)
+    search.record({"label": "r3.8-2", "target_rate": 3.8, "offered_rate": 3.8, "verdict": "inconclusive"})
+    now[0] = 330.0  # 70 s left: after a step of 30 s + 10 s warm-up, no other would fit: this one takes it all
+    ask = search.next_step()
+    assert ask.window_s == pytest.approx(60.0)
+    capped = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
+                        clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 30.0, warmup_s=10.0, max_arrivals=190.0))
+    assert capped.next_step().window_s == pytest.approx(40.0)  # 3.8 req/s x 50 s = 190 arrivals
+    fixed = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, step_s=40.0, clock=lambda: 0.0)
+    assert fixed.next_step().window_s is None  # refine.duration written: the step's own window

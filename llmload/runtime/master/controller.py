@@ -356,6 +356,8 @@ class StepController:
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
             spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
                                           taken=[s.label for s in self.plan.steps])
+            if getattr(ask, "window_s", None) is not None:  # the search sized it (no refine.duration)
+                spec = replace(spec, duration_s=float(ask.window_s))
             step = Step(replace(spec, drain=False), extends=ask.extends)
             self.tally.add(step)
             self.plan.add(step)
