@@ -91,7 +91,7 @@ def demo_itself_config(seed: int) -> dict:
     """`llmload demo`'s own ladder and knee search, its requests drawn from `seed`."""
     from llmload.runtime.launcher.demo import demo_configs
 
-    config = demo_configs("http://127.0.0.1:9")["ladder"]
+    config = demo_configs("http://127.0.0.1:9", scale=1)["ladder"]  # in the reference engine's units (exact)
     config["requests"] = {**config["requests"], "seed": seed}
     config.pop("quality")  # the pre-flight's answer check: no part of the search
     return config

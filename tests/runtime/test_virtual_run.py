@@ -18,13 +18,15 @@ import yaml
 from typer.testing import CliRunner
 
 from llmload.cli import app
-from llmload.runtime.launcher.demo import DEMO_SIM, demo_configs
+from llmload.runtime.launcher.demo import DEMO_SCALE, demo_configs, demo_sim
 from llmload.runtime.virtual.run import VIRTUAL_EPOCH_S, run_virtual
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import engine_limits
 from llmload.sim.truth import run_virtual as engine_truth
 
-TRUE_KNEE = 4.62  # the demo server's steady-state TTFT p95 reaches 1 s here (tests/sim/test_sim_truth.py)
+#: the demo server's steady-state TTFT p95 reaches 1 s at 4.62 req/s (tests/sim/test_sim_truth.py); the demo
+#: runs it DEMO_SCALE times faster, at DEMO_SCALE times the rates
+TRUE_KNEE = 4.62 * DEMO_SCALE
 CLOSED = "http://127.0.0.1:9"  # the discard port: a run that contacted the target would fail its requests
 
 
@@ -53,7 +55,7 @@ def test_each_request_has_the_engines_token_times(tmp_path):
     assert (records["output_tokens"] == 32).all() and records["token_times"].map(len).eq(32).all()
     # the engine run alone on the same arrivals and sizes: the same first and last token, request by request
     arrivals = records["scheduled_at"].to_numpy() - records["scheduled_at"].min()
-    truth = engine_truth(engine_limits(SimSettings.model_validate(DEMO_SIM)), arrivals,
+    truth = engine_truth(engine_limits(SimSettings.model_validate(demo_sim())), arrivals,
                          records["planned_input_tokens"].to_numpy(), np.full(len(records), 32))
     ttft = (records["first_token_at"] - records["sent_at"]).to_numpy()
     e2e = (records["last_token_at"] - records["sent_at"]).to_numpy()

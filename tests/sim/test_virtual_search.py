@@ -44,11 +44,11 @@ def test_the_interval_holds_the_true_knee_over_seeds():
     assert all(r["binding"] == "ttft_p95" for r in score["runs"])
 
 
-def demo_config(seed: int) -> object:
+def demo_config(seed: int, scale: float = 1) -> object:
     """`llmload demo`'s own ladder and knee search (20 s steps, 60 s refine steps, 300 s budget)."""
     from llmload.runtime.launcher.demo import demo_configs
 
-    ladder = demo_configs("http://127.0.0.1:9")["ladder"]
+    ladder = demo_configs("http://127.0.0.1:9", scale=scale)["ladder"]
     ladder["requests"] = {**ladder["requests"], "seed": seed}
     return parse_config(ladder)
 
@@ -59,3 +59,18 @@ def test_the_demos_own_search_holds_the_true_knee_over_twenty_seeds():
     demo's own search": 88 of 100). The demo's earlier search (40 s refine steps, 140 s budget) held it in 16."""
     score = knee_accuracy(demo_config, DEMO_SIM, (64, 32), TRUE_KNEE, seeds=range(1, 21))
     assert score["covered"] >= 17 and score["median_error"] <= 0.10, score
+
+
+def test_the_demos_time_compression_is_exact_in_virtual_time():
+    """`llmload demo` runs its reference engine 4x faster at 4x the rates, a quarter of every target and
+    window (`DEMO_SCALE`): in virtual time its search takes the same steps and its knee is 4x the
+    reference one (apart from the refine rates' rounding to 3 significant figures), in a quarter of the time."""
+    from llmload.runtime.launcher.demo import DEMO_SCALE, demo_sim
+
+    for seed in (1, 2):
+        reference = virtual_search(demo_config(seed), DEMO_SIM, (64, 32))
+        scaled = virtual_search(demo_config(seed, DEMO_SCALE), demo_sim(), (64, 32))
+        assert [r["verdict"] for r in scaled.rows] == [r["verdict"] for r in reference.rows]
+        assert scaled.knee.rate == pytest.approx(DEMO_SCALE * reference.knee.rate, rel=0.05)
+        assert scaled.knee.low == pytest.approx(DEMO_SCALE * reference.knee.low, rel=0.05)
+        assert scaled.run_s == pytest.approx(reference.run_s / DEMO_SCALE, rel=0.05)  # (gaps are 1 s in both)

@@ -298,6 +298,10 @@ class RunLifecycle:
         from shapes.duration import plan_duration
 
         print(f"llmload: plan: {plan_duration(config, steps, search=not replaced).line()}", flush=True)
+        from shapes.samples import sample_lines
+
+        for line in sample_lines(config, steps):
+            print(f"llmload: {line}", flush=True)
         try:
             write_run_manifest(config, run_dir, checks=checks, config_path=self.options.config_path,
                                workers=len(self.host.link().workers()), overrides=self.overrides,

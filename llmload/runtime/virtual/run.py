@@ -50,9 +50,9 @@ def sim_settings(sim_path: Path | None) -> tuple[SimSettings, str]:
     """The simulated server's settings and what they came from (`--sim`, else the demo's server)."""
     if sim_path is not None:
         return load_sim_settings(sim_path), str(sim_path)
-    from llmload.runtime.launcher.demo import DEMO_SIM
+    from llmload.runtime.launcher.demo import demo_sim
 
-    return SimSettings.model_validate(DEMO_SIM), "the demo's simulated server (llmload demo)"
+    return SimSettings.model_validate(demo_sim()), "the demo's simulated server (llmload demo)"
 
 
 def run_virtual(config_path: Path, *, out: Path | None = None, sim_path: Path | None = None,
