@@ -1,4 +1,4 @@
-"""Every command the README shows exists as written: its subcommand, each flag it names, the repository files
+"""Every command the README (and docs/USAGE.md, its reference) shows exists as written: its subcommand, each flag it names, the repository files
 it names. Running them all would take the better part of an hour (a demo, real servers, Docker), so this
 checks what a fresh clone would trip on first, that a command or a flag is not there:
 
@@ -32,7 +32,8 @@ from support import REPO
 
 from llmload.cli import app
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+#: the README (the guide) and docs/USAGE.md (the reference it points to): every command either shows
+README = "\n".join((REPO / name).read_text(encoding="utf-8") for name in ("README.md", "docs/USAGE.md"))
 #: placeholders the README uses for the reader's own files
 OWN_FILES = {"run.yaml", "my-run.yaml", "rag.py", "sim.yaml", "FILE", "CONFIG", "RUN_DIR"}
 REPO_PATH = re.compile(r"^(examples|locustfiles|shapes|bench|scripts|docs|\.ci)/\S+$")
