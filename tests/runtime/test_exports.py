@@ -14,7 +14,7 @@ MODULES = {
     "runtime.locustglue.seams": ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab",
                                  "finish_then_stop", "is_master", "is_worker", "log_readers", "override_start_form", "quiet_spawn_warning", "run_without_teardown",
                                  "session_of", "splice_into_page", "worker_count"],
-    "runtime.launcher.demo": ["DEMO_SIM", "demo_configs", "run_demo", "start_demo_sim"],
+    "runtime.launcher.demo": ["DEMO_SCALE", "DEMO_SIM", "demo_configs", "demo_sim", "run_demo", "start_demo_sim"],
     "runtime.launcher.gated_child": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "rundir.finalise": ["analyse_run", "finalise_run", "merge_run_records"],
     "runtime.master.judging": ["judge_rows", "live_judge"],

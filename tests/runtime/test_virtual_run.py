@@ -68,7 +68,7 @@ def test_each_request_has_the_engines_token_times(tmp_path):
 
 
 def test_an_overloaded_step_fails_on_ttft_and_the_summary_says_simulation(tmp_path):
-    path = write_config(tmp_path, one_step(rate=9.0))
+    path = write_config(tmp_path, one_step(rate=9.0 * DEMO_SCALE))  # past the demo engine's ~6 req/s x scale
     assert run_virtual(path, out=tmp_path / "run") == 1  # the verdict's exit code: fail
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"][0]["verdict"] == "fail" and "ttft_p95" in summary["steps"][0]["failing"]

@@ -46,7 +46,7 @@ def test_the_form_shows_the_queue_growth_and_min_samples_checks_that_apply():
     run, changed = apply_form(config, slo=shown.replace("queue_growth=forbid", "queue_growth=allow"))
     assert run.slo.queue_growth == "allow" and run.slo.min_samples == 30 and run.slo.allow_oom is False
     assert changed["slo"]["queue_growth"] == "allow"
-    assert "min_samples=200" in form_values(_config(slo={"ttft_p95": "1s"}))[SLO_OPTION]  # the default applies
+    assert "min_samples=20" in form_values(_config(slo={"ttft_p95": "1s"}))[SLO_OPTION]  # the default applies
 
 
 def test_options_are_typed_strings_with_empty_defaults_on_the_parser_itself():
