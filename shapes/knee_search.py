@@ -59,7 +59,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "round_rate", "stop_text"]
+__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "round_rate", "steps_text",
+           "stop_text"]
 
 #: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
 NEAR_OPEN_END = 0.10
@@ -86,6 +87,20 @@ _STOP_TEXT = {
     "no_verdict": "no step gave a verdict to estimate from",
     "stopped": "the run was stopped",
 }
+
+
+def steps_text(steps: int, extensions: int = 0) -> str:
+    """How many refine steps a search ran, and how many of them repeated an undecided step, e.g. "4 refine
+    steps (2 of them repeats of an inconclusive step near the knee)".
+
+    >>> steps_text(1), steps_text(4, 2)
+    ('1 refine step', '4 refine steps (2 of them repeats of an inconclusive step near the knee)')
+    """
+    text = f"{steps} refine step{'s' if steps != 1 else ''}"
+    if extensions:
+        text += (f" ({extensions} of them {'repeats' if extensions != 1 else 'a repeat'} of an inconclusive "
+                 "step near the knee)")
+    return text
 
 
 def stop_text(stopped: str | None) -> str:

@@ -148,9 +148,19 @@ def _no_failure_sentence(steps: pd.DataFrame, last: float) -> str:
         return ("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
                 "to find the boundary.")
     parts = [f"{above.at[i, 'label']} {v}" for i, v in unjudged.items()]
-    return (f"No tested rate failed, but the rates above {last:g} req/s gave no verdict ({', '.join(parts)}): "
-            f"the capacity is at least {last:g} req/s and the boundary is not located; fix those steps "
+    return (f"No tested rate failed, but the rates above {_rate_text(last)} req/s gave no verdict ({', '.join(parts)}): "
+            f"the capacity is at least {_rate_text(last)} req/s and the boundary is not located; fix those steps "
             "(generator, duration) and test them again.")
+
+
+def _located_without_failure(steps: pd.DataFrame) -> str:
+    """What is true when the knee was placed but no step failed outright: the steps near it came close
+    enough to their targets (their intervals straddle) for the estimate to place the crossing."""
+    verdicts = steps.get("verdict", pd.Series("", index=steps.index)).astype(str)
+    undecided = list(steps.loc[verdicts == "inconclusive", "label"].astype(str)) if "label" in steps else []
+    named = f" ({', '.join(undecided[:6])}{', ...' if len(undecided) > 6 else ''})" if undecided else ""
+    return ("No step failed outright: the knee is placed where the steps' tails cross their targets, from the "
+            f"steps whose intervals straddle them{named}; a longer step there, or one above it, confirms it.")
 
 
 #: the conditions named in the answer's last line (all of them are in the manifest section)
@@ -180,7 +190,7 @@ def knee_text(summary: dict) -> str:
     """The knee sentence (`analysis.knee.knee_sentence` of `knee_of(summary)`) and why the knee search
     stopped (summary.json `search`); "" for a run with no rate axis (no knee to state)."""
     from analysis.knee import knee_of, knee_sentence
-    from shapes.knee_search import stop_text
+    from shapes.knee_search import steps_text, stop_text
 
     knee = knee_of(summary)
     search = summary.get("search") or {}
@@ -190,7 +200,7 @@ def knee_text(summary: dict) -> str:
     text = text[0].upper() + text[1:] + "."
     if search.get("stopped"):
         steps = search.get("steps") or 0
-        text += (f" The knee search stopped after {steps} refine step{'s' if steps != 1 else ''}: "
+        text += (f" The knee search stopped after {steps_text(steps, search.get('extensions') or 0)}: "
                  f"{stop_text(search['stopped'])}.")
     return text
 
@@ -247,7 +257,10 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
                    f"what failed first: {what}."
                    + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
     elif not is_blank(last):
-        out.append(_no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
+        located = ((summary.get("knee") or {}).get("rate") is not None
+                   and (steps.get("verdict", pd.Series(dtype=object)).astype(str) == "inconclusive").any())
+        out.append(_located_without_failure(steps) if located
+                   else _no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
     for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):

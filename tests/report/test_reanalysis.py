@@ -144,3 +144,21 @@ def test_compare_follows_the_last_reanalysis_and_says_so(run_dir, tmp_path, caps
     assert verdicts.split()[1:] == ["fail", "pass"]  # the re-analysis' verdict, not the run's own
     knees = next(line for line in out.splitlines() if line.startswith("knee req/s"))
     assert f"{knee['rate']:.1f}" in knees and "90%" in knees  # the knee of summary.json, with its interval
+
+
+def test_a_knee_placed_without_a_failing_step_is_not_said_to_be_unlocated():
+    """Issue 43 item 4: a knee estimated from inconclusive steps beside 'No tested rate failed ... the
+    boundary is not located' contradicted itself; the answer now says where the knee came from, and rounds."""
+    analysis = make_analysis()
+    steps = analysis.steps
+    steps.loc[2, "verdict"] = "inconclusive"
+    steps.at[2, "failing"] = []
+    analysis.summary.update(verdict="inconclusive", last_passing_rate=1.0 + 2 / 3, first_failing_rate=None,
+                            failed_first=[],
+                            knee={"rate": 1.9, "low": 1.6, "high": 2.2, "confidence": 0.9, "binding": "ttft_p95"},
+                            search={"stopped": "budget", "steps": 3, "extensions": 1})
+    text = " ".join(answer_sentences(analysis, make_manifest())[1])
+    assert "Knee 1.9 req/s (1.6 to 2.2, 90%): TTFT p95 binds" in text
+    assert "boundary is not located" not in text and "No step failed outright" in text and "(r2.00)" in text
+    assert "3 refine steps (1 of them a repeat of an inconclusive step near the knee)" in text
+    assert "1.66667" not in text
