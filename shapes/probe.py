@@ -39,6 +39,8 @@ REQUESTS_PER_USER = 4
 #: placement fractions of the saturation throughput: upward while steps pass, downward from the first
 UP = (0.7, 0.9, 1.0, 1.15, 1.3)
 DOWN = (0.45, 0.25, 0.12, 0.06)
+#: rates within this share of each other are one placement (a rate rounded to 3 figures stays one)
+SAME = 0.02
 #: past an inconclusive placement step (near the knee): this share further, for the bracket's other side
 NEAR = 0.2
 #: values over the percentile a placement step's judgement needs (200 completions for a p95)
@@ -169,17 +171,16 @@ def next_placement(saturation_rps: float, placed: Sequence[tuple[float, str]]) -
     near = [r for r, v in placed if v == "inconclusive"]
     if any(p < f for p in passes for f in fails):
         return None
-    tried = {round(r / saturation_rps, 6) for r, _ in placed}
     if fails or (near and not passes and min(near) <= min(placed)[0]):  # no pass under them yet: down
         lowest = min(fails + near)
         if lowest in near:
             return lowest * (1.0 - NEAR)
-        options = [f for f in DOWN if f < lowest / saturation_rps - 1e-9 and round(f, 6) not in tried]
+        options = [f for f in DOWN if f < lowest / saturation_rps * (1.0 - SAME)]
         return saturation_rps * options[0] if options else None
     highest = max((r for r, _ in placed), default=0.0)
     if highest in near:
         return highest * (1.0 + NEAR) if highest * (1.0 + NEAR) <= UP[-1] * saturation_rps else None
-    options = [f for f in UP if f > highest / saturation_rps + 1e-9 and round(f, 6) not in tried]
+    options = [f for f in UP if f > highest / saturation_rps * (1.0 + SAME)]
     return saturation_rps * options[0] if options else None
 
 
