@@ -72,14 +72,16 @@ class AutoSizing:
     max_place_s: float
     max_refine_s: float
 
-    PLACE_SHARE = 0.1
-    REFINE_SHARE = 0.15
+    PLACE_SHARE = 0.12
+    REFINE_SHARE = 0.25
+    WARMUP_IDLE = 3.0  # idle requests' time
+    WARMUP_MAX_S = 20.0
 
     @classmethod
     def of(cls, rng: ServerRange, budget_s: float) -> AutoSizing:
         e2e = max(rng.idle_e2e_s, 1e-3)
         minimum = min(max(10.0, 10.0 * e2e), 0.1 * budget_s)
-        return cls(warmup_s=min(max(2.0, 3.0 * e2e), 20.0), min_window_s=minimum,
+        return cls(warmup_s=min(max(2.0, cls.WARMUP_IDLE * e2e), cls.WARMUP_MAX_S), min_window_s=minimum,
                    max_place_s=max(minimum, cls.PLACE_SHARE * budget_s),
                    max_refine_s=max(minimum, cls.REFINE_SHARE * budget_s))
 
@@ -204,6 +206,9 @@ class AutoSearch:
             rate = round_rate(rate)
             if self._fits(self.sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)):
                 return self._ask("place", rate)
+            if not placed:  # not one rate step fits in what the probe left of the budget
+                self.stopped = "budget"
+                return None
         self.stage = "refine"
         left = float(self.auto.budget) - self.elapsed_s - CLOSING_S - self._drain_s(rate or 0.0)
         self.knee_search = KneeSearch(
