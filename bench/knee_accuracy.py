@@ -16,8 +16,9 @@ Configurations:
     demo   the demo's sim (`llmload.runtime.launcher.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
     tpot   a wider batch with a per-sequence decode cost: TPOT p95 binds (TTFT far from its target)
     auto-slow, auto-mid, auto-fast  `shape: auto` (`llmload find`'s config) with an 8 min budget on sims
-           whose true knees are about 0.5 (TTFT p95), 5.5 (TPOT p95; the tpot sim) and 29 req/s (TTFT p95);
-           `--virtual` runs them with `llmload.sim.virtual_auto`
+           whose true knees are about 0.5 (TTFT p95; 16 slots, 256-token answers of 13 s), 5.4 (TPOT p95;
+           the tpot sim) and 29 req/s (TTFT p95); `--virtual` runs them with `llmload.sim.virtual_auto`
+    auto-slow-2slot  the same at about 0.5 req/s on two slots and 2.4 s requests: the hard case
     demo-itself  `llmload demo`'s own ladder and search (20 s steps, 60 s refine steps, 300 s budget) on
            the demo's sim: virtual time only (`--virtual`; live, it is `llmload demo` itself)
 
@@ -64,11 +65,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 #: the demo's own search: the demo's sim and SLO (its truth), its config from `demo_itself_config`
 CONFIGS["demo-itself"] = CONFIGS["demo"]
-#: `shape: auto` (issue 41): no rates, no windows; the budget is the whole run's. Knees about 0.5, 5.5, 29 req/s
+#: `shape: auto` (issue 41): no rates, no windows; the budget is the whole run's. Knees about 0.5, 5.4, 29 req/s
 AUTO_CONFIGS: dict[str, dict[str, Any]] = {
-    "auto-slow": {"sim": {"max_num_seqs": 2, "step_base_s": "45ms", "decode_cost_s": "3.75ms",
-                          "prefill_cost_s": "0.375ms", "load_time_s": "0.2s"},
-                  "slo": {"ttft_p95": 4.5, "tpot_p95": 0.1125}, "input": 128, "output": 48, "search": (0.1, 2.0)},
+    "auto-slow": {"sim": {"max_num_seqs": 16, "step_base_s": "50ms", "decode_cost_s": "2.5ms",
+                          "prefill_cost_s": "0.25ms", "load_time_s": "0.2s"},
+                  "slo": {"ttft_p95": 3.75, "tpot_p95": 0.15}, "input": 64, "output": 256, "search": (0.1, 2.0)},
+    #: the hard case: two slots, 2.4 s requests; near its knee a 300 s window's p95 reads under the
+    #: steady state's most of the time (rare long queue episodes carry the tail)
+    "auto-slow-2slot": {"sim": {"max_num_seqs": 2, "step_base_s": "45ms", "decode_cost_s": "3.75ms",
+                                "prefill_cost_s": "0.375ms", "load_time_s": "0.2s"},
+                        "slo": {"ttft_p95": 4.5, "tpot_p95": 0.1125}, "input": 128, "output": 48,
+                        "search": (0.1, 2.0)},
     "auto-mid": {"sim": CONFIGS["tpot"]["sim"], "slo": CONFIGS["tpot"]["slo"], "input": 64, "output": 32,
                  "search": (1.0, 10.0)},
     "auto-fast": {"sim": {"max_num_seqs": 32, "step_base_s": "15ms", "decode_cost_s": "0.45ms",

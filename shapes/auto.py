@@ -35,6 +35,7 @@ from shapes.probe import (
     autocorrelation_time,
     next_placement,
     next_probe_level,
+    probe_level_s,
     probe_levels,
     probe_step,
     samples_for,
@@ -45,8 +46,8 @@ from shapes.steps import StepSpec, derive_seed
 
 __all__ = ["AutoAnswer", "AutoSearch", "AutoSizing", "auto_steps"]
 
-#: the probe's share of the budget: no new probe level past it
-PROBE_SHARE = 0.2
+#: the probe's share of the budget: no probe level that would end past it (`probe_level_s`)
+PROBE_SHARE = 0.3
 #: placement steps at most
 MAX_PLACEMENT = 5
 #: seconds between a drained step's end and the next one's start (lead, judging), and the run's tail
@@ -185,7 +186,8 @@ class AutoSearch:
     def _next_probe(self) -> Ask | None:
         levels = probe_levels(self.rows)
         level = next_probe_level(levels, max_concurrency=self.probe_max)
-        if level is not None and self.elapsed_s < PROBE_SHARE * self.auto.budget:
+        if level is not None and (self.elapsed_s + probe_level_s(levels, level) + STEP_GAP_S
+                                  <= PROBE_SHARE * self.auto.budget):
             return self._ask("probe", float(level))
         self.range = server_range(levels)
         if self.range is None:

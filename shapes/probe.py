@@ -1,8 +1,8 @@
 """The `auto` shape's arithmetic: the server's range from a closed-loop probe, where the first rate steps
 go, and how long each step's window must be. Pure functions over judged step rows; no Locust, no pandas.
 
-1. The probe (`probe_step`, `next_probe_level`): closed-loop levels 1, 2, 4, ... users, each for
-   `probe_requests(c)` requests, drained. Level 1 gives the idle latency (E2E, TTFT of a lone request);
+1. The probe (`probe_step`, `next_probe_level`): closed-loop levels of 1, then 4x (while the latency
+   is the idle one) or 2x users, each for `probe_requests(c)` requests (two rounds), drained. Level 1 gives the idle latency (E2E, TTFT of a lone request);
    each level's completion throughput rises with the users until the server saturates. The ramp stops
    at the first level whose throughput is under `SATURATED` x the best before it (more users only
    queue), at `max_concurrency`, or when the probe has used its share of the budget. Counting requests
@@ -29,13 +29,16 @@ from statistics import NormalDist
 from shapes.steps import StepSpec, derive_seed
 
 __all__ = ["DOWN", "UP", "ServerRange", "autocorrelation_time", "effective_samples", "next_placement",
-           "next_probe_level", "probe_requests", "probe_step", "samples_for", "server_range", "window_s"]
+           "next_probe_level", "probe_level_s", "probe_requests", "probe_step", "samples_for", "server_range", "window_s"]
 
 #: a probe level whose throughput is under this share of the best before it: saturated
 SATURATED = 1.15
-#: requests of the first (one-user) probe level, and per user of the others
-FIRST_REQUESTS = 6
-REQUESTS_PER_USER = 4
+#: requests of the first (one-user) probe level, and per user of the others (rounds)
+FIRST_REQUESTS = 3
+REQUESTS_PER_USER = 2
+#: a level whose median E2E is under this multiple of the idle one is not loaded yet: the next has 4x
+#: its users, else 2x (a server of many slots and long answers reaches saturation in few levels)
+UNLOADED = 1.3
 #: placement fractions of the saturation throughput: upward while steps pass, downward from the first
 UP = (0.7, 0.9, 1.0, 1.15, 1.3)
 DOWN = (0.45, 0.25, 0.12, 0.06)
@@ -63,7 +66,7 @@ def probe_requests(concurrency: int) -> int:
     """Requests of the probe level with `concurrency` users (a few rounds of each user).
 
     >>> probe_requests(1), probe_requests(8)
-    (6, 32)
+    (3, 16)
     """
     return FIRST_REQUESTS if concurrency <= 1 else REQUESTS_PER_USER * concurrency
 
@@ -107,8 +110,9 @@ def _throughput(row: Mapping) -> float | None:
 
 
 def next_probe_level(levels: Sequence[ProbeLevel], *, max_concurrency: int) -> int | None:
-    """The next probe level's users (double the last), or None: saturated, at `max_concurrency`, or a
-    level that completed nothing (a server that does not answer has no range to probe)."""
+    """The next probe level's users (4x the last while its latency is still the idle one, else 2x, at
+    most `max_concurrency`), or None: saturated, at `max_concurrency` already, or a level that completed
+    nothing (a server that does not answer has no range to probe)."""
     if not levels:
         return 1
     last = levels[-1]
@@ -117,8 +121,23 @@ def next_probe_level(levels: Sequence[ProbeLevel], *, max_concurrency: int) -> i
     before = [lv.throughput for lv in levels[:-1] if lv.throughput is not None]
     if before and last.throughput < SATURATED * max(before):
         return None
-    nxt = last.concurrency * 2
-    return nxt if nxt <= max_concurrency else None
+    if last.concurrency >= max_concurrency:
+        return None
+    idle = levels[0].e2e_s
+    unloaded = idle is not None and last.e2e_s is not None and last.e2e_s < UNLOADED * idle
+    return min(last.concurrency * (4 if unloaded else 2), max_concurrency)
+
+
+def probe_level_s(levels: Sequence[ProbeLevel], concurrency: int) -> float:
+    """The expected wall time of the probe level with `concurrency` users after `levels`: its rounds of
+    the last level's median E2E, scaled by the users' growth once the last level was loaded (its
+    requests queue: the latency grows with the users)."""
+    last = levels[-1]
+    e2e = last.e2e_s or 0.0
+    idle = levels[0].e2e_s
+    loaded = idle is not None and e2e >= UNLOADED * idle
+    grow = concurrency / max(last.concurrency, 1) if loaded else 1.0
+    return probe_requests(concurrency) / max(concurrency, 1) * e2e * grow
 
 
 @dataclass(frozen=True)
