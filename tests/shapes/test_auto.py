@@ -50,19 +50,19 @@ def test_bad_auto_configs_are_one_line_naming_the_key(shape, slo, key, says):
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_probe_asks_for_doubling_levels_then_places_rate_steps():
+def test_the_probe_asks_for_more_users_then_places_rate_steps():
     config = auto_config()
     rows = [{"phase": "probe", "concurrency": 1, "completion_throughput": 1.2, "e2e_p50_s": 0.8,
              "ttft_p50_s": 0.03, "window_start": 0.0, "window_end": 5.0}]
     search = AutoSearch(config, rows, estimate=lambda rows: None, clock=lambda: 10.0)
     ask = search.next_step()
-    assert ask.rate == 2.0
+    assert ask.rate == 4.0
     spec = search.step_spec(ask.rate, index=1, seed=1, taken=["probe-c1"])
-    assert (spec.phase, spec.concurrency, spec.drain) == ("probe", 2, True)
-    search.record({"phase": "probe", "concurrency": 2, "completion_throughput": 1.25, "e2e_p50_s": 1.6})
-    ask = search.next_step()  # saturated at one user's throughput: placement at 0.7 x 1.25 req/s
+    assert (spec.phase, spec.concurrency, spec.requests, spec.drain) == ("probe", 4, 8, True)
+    search.record({"phase": "probe", "concurrency": 4, "completion_throughput": 1.25, "e2e_p50_s": 3.2})
+    ask = search.next_step()  # saturated near one user's throughput: placement at 0.7 x 1.25 req/s
     assert ask.rate == pytest.approx(0.875)
-    spec = search.step_spec(ask.rate, index=2, seed=1, taken=["probe-c1", "probe-c2"])
+    spec = search.step_spec(ask.rate, index=2, seed=1, taken=["probe-c1", "probe-c4"])
     assert (spec.phase, spec.arrival, spec.drain, spec.label) == ("ladder", "poisson_exact", True, "r0.875")
     # the window holds the 200 completions a p95 judgement needs (229 s), capped at a share of the budget
     assert spec.duration_s == pytest.approx(AutoSizing.PLACE_SHARE * 480.0)

@@ -16,6 +16,7 @@ from shapes.probe import (
     effective_samples,
     next_placement,
     next_probe_level,
+    probe_level_s,
     probe_levels,
     probe_step,
     samples_for,
@@ -31,17 +32,27 @@ def level_row(c: int, throughput: float, e2e: float, ttft: float = 0.05) -> dict
 
 def test_probe_step_is_a_closed_loop_probe_level():
     step = probe_step(8, index=3, seed=1)
-    assert (step.label, step.phase, step.arrival, step.concurrency, step.requests) == ("probe-c8", "probe", "closed", 8, 32)
+    assert (step.label, step.phase, step.arrival, step.concurrency, step.requests) == ("probe-c8", "probe", "closed", 8, 16)
     assert step.drain and step.closed_loop
 
 
-def test_the_ramp_doubles_until_the_throughput_stops_growing():
+def test_the_ramp_quadruples_while_unloaded_doubles_once_loaded_and_stops_at_saturation():
     assert next_probe_level([], max_concurrency=64) == 1
-    rows = [level_row(1, 1.0, 1.0), level_row(2, 1.9, 1.05), level_row(4, 3.6, 1.1)]
-    assert next_probe_level(probe_levels(rows), max_concurrency=64) == 8
-    saturated = rows + [level_row(8, 3.9, 2.0)]  # 8% more than the best before: only queueing
+    rows = [level_row(1, 1.0, 1.0), level_row(4, 3.8, 1.05)]
+    assert next_probe_level(probe_levels(rows), max_concurrency=64) == 16  # latency still the idle one
+    rows.append(level_row(16, 9.0, 1.8))
+    assert next_probe_level(probe_levels(rows), max_concurrency=64) == 32  # loaded: 2x
+    assert next_probe_level(probe_levels(rows), max_concurrency=20) == 20  # the cap
+    saturated = rows + [level_row(32, 9.9, 3.3)]  # 10% more than the best before: only queueing
     assert next_probe_level(probe_levels(saturated), max_concurrency=64) is None
-    assert next_probe_level(probe_levels(rows), max_concurrency=4) is None  # the cap
+    assert next_probe_level(probe_levels(rows[:2]), max_concurrency=4) is None  # at the cap already
+
+
+def test_a_probe_level_is_expected_to_last_its_rounds_of_the_latency():
+    rows = [level_row(1, 0.074, 13.5), level_row(4, 0.26, 15.0)]
+    assert probe_level_s(probe_levels(rows), 16) == pytest.approx(2 * 15.0)  # unloaded: the same latency
+    rows.append(level_row(16, 0.69, 23.0))
+    assert probe_level_s(probe_levels(rows), 32) == pytest.approx(2 * 23.0 * 2)  # loaded: it grows
 
 
 def test_a_level_that_completed_nothing_ends_the_probe():
