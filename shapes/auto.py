@@ -54,6 +54,8 @@ MAX_PLACEMENT = 5
 #: after the last step (drain, analysis, report), counted against the budget
 STEP_GAP_S = 2.0
 CLOSING_S = 10.0
+#: a drained step's expected tail, in idle requests' time (its last requests finishing)
+DRAIN_IDLE = 3.0
 
 
 def auto_steps(config: Any, base_dir: Any = None) -> list[StepSpec]:
@@ -235,7 +237,7 @@ class AutoSearch:
     def _drain_s(self, rate: float) -> float:
         """A drained step's expected tail: a few idle requests (more near saturation)."""
         e2e = self.range.idle_e2e_s if self.range is not None else 1.0
-        return 3.0 * e2e
+        return DRAIN_IDLE * e2e
 
     # ------------------------------------------------------------------ window sizing
 
@@ -249,12 +251,17 @@ class AutoSearch:
 
     def refine_window_s(self, rate: float) -> float:
         """A refine step's window: `REFINE_EFFECTIVE` independent samples times the autocorrelation time
-        measured so far near `rate`, at `rate`, within the sizing."""
+        measured so far near `rate`, at `rate`, within the sizing; shortened to what the budget has left
+        when that is at least half of it (and the minimum window)."""
         keys = [t.key for t in self.slo.thresholds]
         tau = autocorrelation_time([r for r in self.rows if r.get("phase") in rate_phases()], keys,
                                    float(self.slo.confidence), near=rate)
         s = self.sizing
-        return window_s(rate, REFINE_EFFECTIVE * tau, min_s=s.min_window_s, max_s=s.max_refine_s)
+        window = window_s(rate, REFINE_EFFECTIVE * tau, min_s=s.min_window_s, max_s=s.max_refine_s)
+        # the last step takes what the budget has left, when that is at least half its window
+        left = (float(self.auto.budget) - self.elapsed_s - s.warmup_s - self._drain_s(rate) - STEP_GAP_S
+                - CLOSING_S)
+        return left if max(s.min_window_s, window / 2) <= left < window else window
 
     def refine_step_s(self, rate: float) -> float:
         """Warm-up plus window of a refine step at `rate` (what the knee search's budget counts)."""
