@@ -65,22 +65,27 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 #: the demo's own search: the demo's sim and SLO (its truth), its config from `demo_itself_config`
 CONFIGS["demo-itself"] = CONFIGS["demo"]
-#: `shape: auto` (issue 41): no rates, no windows; the budget is the whole run's. Knees about 0.5, 5.4, 29 req/s
+#: `shape: auto` (issue 41): no rates, no windows; the budget is the whole run's. Knees about 0.5, 5.5, 29 req/s;
+#: `truth`: the true knee as measured once (`--recompute-truth` measures it again: minutes for a slow sim)
 AUTO_CONFIGS: dict[str, dict[str, Any]] = {
     "auto-slow": {"sim": {"max_num_seqs": 16, "step_base_s": "50ms", "decode_cost_s": "2.5ms",
                           "prefill_cost_s": "0.25ms", "load_time_s": "0.2s"},
-                  "slo": {"ttft_p95": 3.75, "tpot_p95": 0.15}, "input": 64, "output": 256, "search": (0.1, 2.0)},
+                  "slo": {"ttft_p95": 3.75, "tpot_p95": 0.15}, "input": 64, "output": 256, "search": (0.1, 2.0),
+                  "truth": {"rate": 0.509, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
     #: the hard case: two slots, 2.4 s requests; near its knee a 300 s window's p95 reads under the
     #: steady state's most of the time (rare long queue episodes carry the tail)
     "auto-slow-2slot": {"sim": {"max_num_seqs": 2, "step_base_s": "45ms", "decode_cost_s": "3.75ms",
                                 "prefill_cost_s": "0.375ms", "load_time_s": "0.2s"},
                         "slo": {"ttft_p95": 4.5, "tpot_p95": 0.1125}, "input": 128, "output": 48,
-                        "search": (0.1, 2.0)},
+                        "search": (0.1, 2.0),
+                        "truth": {"rate": 0.502, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
     "auto-mid": {"sim": CONFIGS["tpot"]["sim"], "slo": CONFIGS["tpot"]["slo"], "input": 64, "output": 32,
-                 "search": (1.0, 10.0)},
+                 "search": (1.0, 10.0),
+                 "truth": {"rate": 5.51, "binding": "tpot_p95", "from": "true_knee, 3 x 50k arrivals (the tpot sim)"}},
     "auto-fast": {"sim": {"max_num_seqs": 32, "step_base_s": "15ms", "decode_cost_s": "0.45ms",
                           "prefill_cost_s": "0.03ms", "load_time_s": "0.2s"},
-                  "slo": {"ttft_p95": 0.45, "tpot_p95": 0.06}, "input": 64, "output": 32, "search": (5.0, 60.0)},
+                  "slo": {"ttft_p95": 0.45, "tpot_p95": 0.06}, "input": 64, "output": 32, "search": (5.0, 60.0),
+                  "truth": {"rate": 29.2, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
 }
 for _name, _c in AUTO_CONFIGS.items():
     CONFIGS[_name] = {**_c, "auto": True, "budget_s": 480.0}
@@ -135,14 +140,16 @@ def demo_itself_config(seed: int) -> dict:
     return config
 
 
-def truth(name: str, *, quick: bool, arrivals: int = 50_000) -> dict:
+def truth(name: str, *, quick: bool, arrivals: int = 50_000, recompute: bool = False) -> dict:
     """The configuration's true knee (req/s, in the sim's own units) and binding target (`arrivals` per
-    rate and seed, three seeds)."""
+    rate and seed, three seeds); an `auto-*` configuration's stored one unless `recompute`."""
     from llmload.config import SLO
     from llmload.sim.settings import SimSettings
     from llmload.sim.truth import true_knee
 
     c = CONFIGS[name]
+    if c.get("truth") and not recompute:
+        return dict(c["truth"])
     settings = SimSettings.model_validate(c["sim"])
     slo = SLO(**{k: v for k, v in c["slo"].items()})
     lo, hi = c["search"]
@@ -231,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="the knee search's budget in the sim's own seconds (default 600: refine.budget's default)")
     ap.add_argument("--truth-arrivals", type=int, default=50_000,
                     help="arrivals per rate and seed of the true knee's steady state (a slow sim takes minutes at 50k)")
+    ap.add_argument("--recompute-truth", action="store_true",
+                    help="compute the auto-* configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     before = machine()
     results = {}
     for name in names:
-        true = truth(name, quick=args.quick, arrivals=args.truth_arrivals)
+        true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         if args.virtual:
             found = virtual_searches(name, seeds, true["rate"])
