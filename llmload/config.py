@@ -511,8 +511,8 @@ class AutoShape(Model):
     max_extensions: int = Field(default=2, ge=0, le=100)
     arrival: Literal["constant", "poisson", "poisson_exact", "gamma"] = "poisson_exact"
     burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
-    #: the closed-loop probe doubles its users from 1 up to this (and the client cap) until the
-    #: throughput stops growing
+    #: the closed-loop probe raises its users from 1 (4x, then 2x once loaded) up to this (and the
+    #: client cap) until the throughput stops growing
     probe_max_concurrency: int = Field(default=64, ge=2, le=MAX_CONCURRENCY)
     drain_timeout: Duration = 60.0
 

@@ -3,7 +3,7 @@
 Three stages, one search object (`AutoSearch`, KneeSearch's interface: next_step / record / pending /
 stop / answer / use_clock), all within `shape.auto.budget` of wall time counted from the run's start:
 
-1. probe      closed-loop levels 1, 2, 4, ... users (phase `probe`, drained; `shapes.probe`): the idle
+1. probe      closed-loop levels of 1, 4, 16, ... users (phase `probe`, drained; `shapes.probe`): the idle
               latency and the saturation throughput. The plan holds the first level; the search asks
               for the others while the throughput still grows.
 2. placement  open-loop steps (phase `ladder`, drained, started on an idle server as a ladder's are) at
