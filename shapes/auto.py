@@ -42,7 +42,7 @@ from shapes.probe import (
     server_range,
     window_s,
 )
-from shapes.steps import StepSpec, derive_seed
+from shapes.steps import StepSpec, derive_seed, rate_label, unique_label
 
 __all__ = ["AutoAnswer", "AutoSearch", "AutoSizing", "auto_steps"]
 
@@ -271,8 +271,6 @@ class AutoSearch:
 
     def step_spec(self, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
         """The step of the last ask (`rate` as asked), the `index`-th step of the run."""
-        from shapes.plan import rate_label, unique_label
-
         stage = self._asked[0] if self._asked is not None else "refine"
         auto = self.auto
         if stage == "probe":

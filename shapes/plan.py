@@ -30,7 +30,7 @@ from llmload.errors import ConfigError
 from shapes.auto import AutoSearch, auto_steps, spent_before
 from shapes.knee_search import KneeSearch
 from shapes.phases import PHASES
-from shapes.steps import StepSpec, derive_seed
+from shapes.steps import StepSpec, derive_seed, rate_label, unique_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,30 +86,6 @@ def pool_size(config: Config) -> int:
     pool size): ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival."""
     levels = closed_loop_levels(config)
     return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
-
-
-def rate_label(rate: float) -> str:
-    """`r` and the rate with the fewest decimals (at least 2, at most 6) that write it exactly.
-
-    >>> rate_label(0.5), rate_label(12), rate_label(3.3125)
-    ('r0.50', 'r12.00', 'r3.3125')
-    """
-    for digits in range(2, 7):
-        text = f"{rate:.{digits}f}"
-        if float(text) == rate:
-            return f"r{text}"
-    return f"r{rate:.6f}"
-
-
-def unique_label(label: str, taken: Iterable[str]) -> str:
-    """`label`, or `label-2`, `label-3`, ... if already taken (labels are unique in a run)."""
-    used = set(taken)
-    if label not in used:
-        return label
-    n = 2
-    while f"{label}-{n}" in used:
-        n += 1
-    return f"{label}-{n}"
 
 
 def _ladder(ladder: LadderShape, seed: int) -> list[StepSpec]:
