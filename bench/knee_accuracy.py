@@ -15,6 +15,10 @@ is divided by k back into the sim's own units before it is compared.
 Configurations:
     demo   the demo's sim (`llmload.runtime.launcher.demo.DEMO_SIM`): TTFT p95 1 s binds, about 4.6 req/s
     tpot   a wider batch with a per-sequence decode cost: TPOT p95 binds (TTFT far from its target)
+    auto-slow, auto-mid, auto-fast  `shape: auto` (`llmload find`'s config) with an 8 min budget on sims
+           whose true knees are about 0.5 (TTFT p95; 16 slots, 256-token answers of 13 s), 5.4 (TPOT p95;
+           the tpot sim) and 29 req/s (TTFT p95); `--virtual` runs them with `llmload.sim.virtual_auto`
+    auto-slow-2slot  the same at about 0.5 req/s on two slots and 2.4 s requests: the hard case
     demo-itself  `llmload demo`'s own ladder and search (20 s steps, 60 s refine steps, 300 s budget) on
            the demo's sim: virtual time only (`--virtual`; live, it is `llmload demo` itself)
 
@@ -61,6 +65,30 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 #: the demo's own search: the demo's sim and SLO (its truth), its config from `demo_itself_config`
 CONFIGS["demo-itself"] = CONFIGS["demo"]
+#: `shape: auto` (issue 41): no rates, no windows; the budget is the whole run's. Knees about 0.5, 5.5, 29 req/s;
+#: `truth`: the true knee as measured once (`--recompute-truth` measures it again: minutes for a slow sim)
+AUTO_CONFIGS: dict[str, dict[str, Any]] = {
+    "auto-slow": {"sim": {"max_num_seqs": 16, "step_base_s": "50ms", "decode_cost_s": "2.5ms",
+                          "prefill_cost_s": "0.25ms", "load_time_s": "0.2s"},
+                  "slo": {"ttft_p95": 3.75, "tpot_p95": 0.15}, "input": 64, "output": 256, "search": (0.1, 2.0),
+                  "truth": {"rate": 0.509, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
+    #: the hard case: two slots, 2.4 s requests; near its knee a 300 s window's p95 reads under the
+    #: steady state's most of the time (rare long queue episodes carry the tail)
+    "auto-slow-2slot": {"sim": {"max_num_seqs": 2, "step_base_s": "45ms", "decode_cost_s": "3.75ms",
+                                "prefill_cost_s": "0.375ms", "load_time_s": "0.2s"},
+                        "slo": {"ttft_p95": 4.5, "tpot_p95": 0.1125}, "input": 128, "output": 48,
+                        "search": (0.1, 2.0),
+                        "truth": {"rate": 0.502, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
+    "auto-mid": {"sim": CONFIGS["tpot"]["sim"], "slo": CONFIGS["tpot"]["slo"], "input": 64, "output": 32,
+                 "search": (1.0, 10.0),
+                 "truth": {"rate": 5.51, "binding": "tpot_p95", "from": "true_knee, 3 x 50k arrivals (the tpot sim)"}},
+    "auto-fast": {"sim": {"max_num_seqs": 32, "step_base_s": "15ms", "decode_cost_s": "0.45ms",
+                          "prefill_cost_s": "0.03ms", "load_time_s": "0.2s"},
+                  "slo": {"ttft_p95": 0.45, "tpot_p95": 0.06}, "input": 64, "output": 32, "search": (5.0, 60.0),
+                  "truth": {"rate": 29.2, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
+}
+for _name, _c in AUTO_CONFIGS.items():
+    CONFIGS[_name] = {**_c, "auto": True, "budget_s": 480.0}
 _COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 
 
@@ -73,6 +101,8 @@ def run_config(name: str, url: str, seed: int, k: float, *, quick: bool, budget_
     """The llmload config of one search, compressed by `k` (`budget_s`: the search's budget in the
     sim's own seconds, default the configuration's)."""
     c = CONFIGS[name]
+    if c.get("auto"):
+        return auto_config(name, url, seed, k, budget_s=budget_s)
     step_s, refine_s, budget_s = ((5.0, 10.0, 30.0) if quick else (c["step_s"], c["refine_s"], budget_s or c["budget_s"]))
     slo = {key: f"{value / k * 1000:g}ms" for key, value in c["slo"].items()}
     return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
@@ -87,6 +117,19 @@ def run_config(name: str, url: str, seed: int, k: float, *, quick: bool, budget_
             "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
 
 
+def auto_config(name: str, url: str, seed: int, k: float, *, budget_s: float | None = None) -> dict:
+    """The `shape: auto` config of an `auto-*` configuration (what `llmload find` builds), compressed by `k`."""
+    c = CONFIGS[name]
+    slo = {key: f"{value / k * 1000:g}ms" for key, value in c["slo"].items()}
+    return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
+            "requests": {"input_tokens": {"dist": "fixed", "value": c["input"]},
+                         "output_tokens": {"dist": "fixed", "value": c["output"]}, "seed": seed},
+            "client": {"max_concurrency": 256},
+            "slo": {**slo, "max_reject_ratio": 0.0, "min_samples": 10},
+            "shape": {"auto": {"budget": f"{(budget_s or c['budget_s']) / k:g}s", "precision": 0.05}},
+            "telemetry": {"gpu": "off"}, "conditions": {"gpus": 0}}
+
+
 def demo_itself_config(seed: int) -> dict:
     """`llmload demo`'s own ladder and knee search, its requests drawn from `seed`."""
     from llmload.runtime.launcher.demo import demo_configs
@@ -97,18 +140,21 @@ def demo_itself_config(seed: int) -> dict:
     return config
 
 
-def truth(name: str, *, quick: bool) -> dict:
-    """The configuration's true knee (req/s, in the sim's own units) and binding target."""
+def truth(name: str, *, quick: bool, arrivals: int = 50_000, recompute: bool = False) -> dict:
+    """The configuration's true knee (req/s, in the sim's own units) and binding target (`arrivals` per
+    rate and seed, three seeds); an `auto-*` configuration's stored one unless `recompute`."""
     from llmload.config import SLO
     from llmload.sim.settings import SimSettings
     from llmload.sim.truth import true_knee
 
     c = CONFIGS[name]
+    if c.get("truth") and not recompute:
+        return dict(c["truth"])
     settings = SimSettings.model_validate(c["sim"])
     slo = SLO(**{k: v for k, v in c["slo"].items()})
     lo, hi = c["search"]
     found = true_knee(settings, (c["input"], c["output"]), slo, lo=lo, hi=hi, tol=0.005,
-                      **({"arrivals": 5_000, "seeds": (1,)} if quick else {"arrivals": 50_000, "seeds": (1, 2, 3)}))
+                      **({"arrivals": 5_000, "seeds": (1,)} if quick else {"arrivals": arrivals, "seeds": (1, 2, 3)}))
     return {"rate": _rate_of(found), "binding": found.get("binding"), "detail": found}
 
 
@@ -153,6 +199,8 @@ def virtual_searches(name: str, seeds: range, true_rate: float) -> dict:
     else:
         def config_of(seed: int) -> dict:
             return run_config(name, "http://127.0.0.1:9", seed, 1.0, quick=False)
+    if c.get("auto"):
+        from llmload.sim.virtual_auto import auto_accuracy as knee_accuracy  # noqa: F811 (the auto run's)
     found = knee_accuracy(lambda seed: parse_config(config_of(seed)), c["sim"], (c["input"], c["output"]),
                           true_rate, seeds)
     runs = [{**r, "wall_s": round(r["run_s"], 1)} for r in found.pop("runs")]
@@ -188,6 +236,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=RESULT, help="the result JSON")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="the knee search's budget in the sim's own seconds (default 600: refine.budget's default)")
+    ap.add_argument("--truth-arrivals", type=int, default=50_000,
+                    help="arrivals per rate and seed of the true knee's steady state (a slow sim takes minutes at 50k)")
+    ap.add_argument("--recompute-truth", action="store_true",
+                    help="compute the auto-* configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
@@ -198,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     before = machine()
     results = {}
     for name in names:
-        true = truth(name, quick=args.quick)
+        true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         if args.virtual:
             found = virtual_searches(name, seeds, true["rate"])

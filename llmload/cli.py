@@ -126,6 +126,32 @@ def _sim_without_virtual() -> int:
 
 
 @app.command()
+def find(
+    url: Annotated[str, typer.Argument(callback=check_target_url, help="Base URL of the server (http://host:port).")],
+    slo: Annotated[list[str], typer.Option(
+        "--slo", help="A target NAME=VALUE, repeated: ttft_p95=800ms, tpot_p95=100ms, e2e_p99=20s, "
+                      "max_reject_ratio=0.01 (latency targets need a unit).")],
+    model: Annotated[Optional[str], typer.Option(help="Model name (default: the first the server lists).")] = None,
+    api: Annotated[str, typer.Option(help="openai-chat | openai-completions | ollama-chat | ollama-generate.")] = "openai-chat",
+    input_tokens: Annotated[int, typer.Option(min=1, max=1_000_000, help="Prompt tokens per request.")] = 256,
+    output_tokens: Annotated[int, typer.Option(min=1, max=1_000_000, help="Output tokens per request.")] = 128,
+    budget: Annotated[str, typer.Option(help="Wall time for the whole search (8m, 600s).")] = "8m",
+    precision: Annotated[float, typer.Option(min=0.001, max=0.999,
+                                             help="Stop once the knee's interval is within this share of it.")] = 0.05,
+    output: Annotated[Path, typer.Option(help="Folder for the run directory (and the config it ran).")] = Path("runs"),
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default: a new one under --output).")] = None,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of the arrivals and request draws.")] = 1,
+) -> None:
+    """Find the knee from a URL and targets alone: a short probe of the server's range, then steps placed
+    across it and a knee search, within --budget (`shape: auto`; docs/FIND.md)."""
+    from llmload.runtime.launcher.find import run_find
+
+    raise typer.Exit(run_find(url, slo, model=model, api=api, input_tokens=input_tokens,
+                              output_tokens=output_tokens, budget=budget, precision=precision, output=output,
+                              seed=seed, out=out))
+
+
+@app.command()
 def demo(
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: under runs/).")] = None,
 ) -> None:

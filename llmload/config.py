@@ -44,6 +44,7 @@ __all__ = [
     "ConcurrencyShape",
     "Config",
     "Dist",
+    "AutoShape",
     "LadderShape",
     "LadderStep",
     "MAX_CONCURRENCY",
@@ -503,6 +504,37 @@ class SoakShape(Model):
         return self
 
 
+class AutoShape(Model):
+    """The knee from a URL and targets alone (`shapes.auto`): a short closed-loop probe measures the
+    server's range (idle latency, saturation throughput), open-loop steps placed across that range
+    bracket the knee, then the knee search refines it. Every step's window is sized from the samples
+    its judgement needs at its rate, within `budget` (the whole run's wall time) and until the knee's
+    relative half-width is at most `precision`."""
+
+    budget: Positive = 480.0
+    precision: float = Field(default=0.05, gt=0, lt=1)
+    #: refine steps at most (after the probe and the placement steps)
+    max_steps: int = Field(default=12, ge=1, le=1000)
+    max_extensions: int = Field(default=2, ge=0, le=100)
+    arrival: Literal["constant", "poisson", "poisson_exact", "gamma"] = "poisson_exact"
+    burstiness: float = Field(default=1.0, gt=0, le=MAX_FACTOR)
+    #: the closed-loop probe raises its users from 1 (4x, then 2x once loaded) up to this (and the
+    #: client cap) until the throughput stops growing
+    probe_max_concurrency: int = Field(default=64, ge=2, le=MAX_CONCURRENCY)
+    drain_timeout: Duration = 60.0
+
+    @model_validator(mode="after")
+    def _budget_holds_a_search(self) -> AutoShape:
+        if self.budget < MIN_AUTO_BUDGET_S:
+            raise ValueError(f"budget: {self.budget:g}s is too short for a probe, placement steps and a "
+                             f"search; give at least {MIN_AUTO_BUDGET_S:g}s")
+        return self
+
+
+#: the shortest `shape.auto.budget`: a probe, three placement steps and two refine steps of 10 s
+MIN_AUTO_BUDGET_S = 60.0
+
+
 def _check_arrivals(count: float, where: str) -> None:
     """ValueError when one step would plan more than `MAX_STEP_ARRIVALS` arrivals (held in memory)."""
     if count > MAX_STEP_ARRIVALS:
@@ -511,16 +543,17 @@ def _check_arrivals(count: float, where: str) -> None:
 
 
 #: the `shape:` kinds, in the order they are named; each has a LoadTestShape class (`shapes.loadshapes`)
-SHAPE_KINDS = ("ladder", "concurrency", "trace", "soak")
+SHAPE_KINDS = ("ladder", "concurrency", "trace", "soak", "auto")
 
 
 class Shape(Model):
-    """Exactly one of ladder, concurrency, trace, soak."""
+    """Exactly one of ladder, concurrency, trace, soak, auto."""
 
     ladder: LadderShape | None = None
     concurrency: ConcurrencyShape | None = None
     trace: TraceShape | None = None
     soak: SoakShape | None = None
+    auto: AutoShape | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Shape:
@@ -534,7 +567,7 @@ class Shape(Model):
         return next(k for k in SHAPE_KINDS if getattr(self, k) is not None)
 
     @property
-    def spec(self) -> LadderShape | ConcurrencyShape | TraceShape | SoakShape:
+    def spec(self) -> LadderShape | ConcurrencyShape | TraceShape | SoakShape | AutoShape:
         return getattr(self, self.kind)
 
 
@@ -830,7 +863,16 @@ def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config
     except ValidationError as exc:
         _raise_first(exc, file=file, lines=_line_index(text))
     _check_refine_budget(config, file=file, lines=_line_index(text) if text else {})
+    _check_auto_targets(config, file=file, lines=_line_index(text) if text else {})
     return config
+
+
+def _check_auto_targets(config: Config, *, file: str, lines: dict[tuple, int]) -> None:
+    """`shape.auto` searches for the rate where a percentile target is crossed: it needs one."""
+    if config.shape.auto is None or config.slo.thresholds:
+        return
+    raise ConfigError("shape: auto needs at least one percentile target to search for (e.g. ttft_p95: 1s)",
+                      file=file, line=lines.get(("slo",)) or lines.get(("shape", "auto")), key="slo")
 
 
 def refine_step_s(ladder: LadderShape) -> float:

@@ -6,6 +6,7 @@
     ConcurrencyLoadShape `shape: {concurrency: ...}`: one closed-loop step per level
     TraceLoadShape       `shape: {trace: ...}`: the trace as recorded (`burst`), then its uniform twin
     SoakLoadShape        `shape: {soak: ...}`: back-to-back slices of one long load
+    AutoLoadShape        `shape: {auto: ...}`: a probe, placement steps and the knee search (`shapes.auto`)
 
 `config.shape.kind` picks the class (`shape_for_config`; the registry is `SHAPES`). A shape of your own
 is a subclass of `LLMLoadShape` in your locustfile that overrides `steps()` (see
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from llmload.config import Config
     from shapes.knee_search import KneeSearch
 
-__all__ = ["SHAPES", "BoundarySearchShape", "ConcurrencyLoadShape", "LLMLoadShape", "LadderLoadShape",
+__all__ = ["SHAPES", "AutoLoadShape", "BoundarySearchShape", "ConcurrencyLoadShape", "LLMLoadShape", "LadderLoadShape",
            "SoakLoadShape", "TraceLoadShape", "planning_shape", "register_shape", "shape_for_config"]
 
 
@@ -206,6 +207,16 @@ class SoakLoadShape(_ConfigShape):
 
     abstract = True
     kind = "soak"
+
+
+@register_shape
+class AutoLoadShape(ConfigSearch, _ConfigShape):
+    """The knee from a URL and targets: a closed-loop probe of the server's range (phase `probe`), open-loop
+    steps placed across it (phase `ladder`), then refine steps at the knee estimate, every window sized
+    from the samples its judgement needs, within `shape.auto.budget` (`shapes.auto.AutoSearch`)."""
+
+    abstract = True
+    kind = "auto"
 
 
 def _own_shape(shape: Any) -> bool:

@@ -8,6 +8,7 @@ never a list of phase names of their own, so a new phase is one `Phase` below.
     ladder       ladder steps                  -       yes      yes        yes        -           -
     refine       the knee search               -       no       yes        yes        -           -
     concurrency  concurrency levels            yes     yes      -          -          -           -
+    probe        `auto`'s range probe          yes     yes      -          -          -           -
     burst        trace replay, as recorded     -       yes      -          -          burst       -
     uniform      trace replay, evenly spaced   -       yes      -          -          uniform     -
     soak         soak slices                   -       no       -          yes        -           yes
@@ -60,6 +61,7 @@ PHASES: dict[str, Phase] = {p.name: p for p in (
     Phase("ladder", rate_axis=True, sustained=True),
     Phase("refine", drained=False, rate_axis=True, sustained=True),
     Phase("concurrency", closed_loop=True),
+    Phase("probe", closed_loop=True),
     Phase("burst", burst_pair="burst"),
     Phase("uniform", burst_pair="uniform"),
     Phase("soak", drained=False, sustained=True, slices=True),

@@ -7,6 +7,8 @@
                  then phase `uniform` (label `uniform`) when `uniform_twin`: same requests, evenly spaced.
                  With `scales: [r1, r2, ..]`: per mean rate, ascending, the trace time-scaled to it
                  (label `burst-r3.00`) and its uniform twin (`uniform-r3.00`), for the trace's own knee
+    auto         the probe's first closed-loop level (label `probe-c1`, phase `probe`); the rest of the
+                 probe, the placement steps and the refine steps come from `shapes.auto.AutoSearch`
     soak         one step per slice (labels `soak-000`, ...), phase `soak`; constant/Poisson/gamma at
                  `rate`, or a trace looped to the duration. Every slice but the last has `drain=False`:
                  the next slice should start as its arrivals end (its requests still finish, within
@@ -25,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.config import MAX_STEP_ARRIVALS, ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
+from shapes.auto import AutoSearch, auto_steps, spent_before
 from shapes.knee_search import KneeSearch, Sizing
 from shapes.phases import PHASES
-from shapes.steps import StepSpec, derive_seed
+from shapes.steps import StepSpec, derive_seed, rate_label, unique_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,7 +73,7 @@ def closed_loop_levels(config: Config) -> list[int]:
 
 #: the steps of each `shape:` kind of the config (`shapes.loadshapes` has the LoadTestShape classes)
 STEP_BUILDERS = {"ladder": ladder_steps, "concurrency": concurrency_steps, "trace": trace_steps,
-                 "soak": soak_steps}
+                 "soak": soak_steps, "auto": auto_steps}
 
 
 #: users in the pool when the client has no concurrency cap
@@ -83,30 +86,6 @@ def pool_size(config: Config) -> int:
     pool size): ramping them at Locust's usual rate (100/s) only delayed the plan's first arrival."""
     levels = closed_loop_levels(config)
     return max(levels) if levels else config.client.max_concurrency or UNCAPPED_POOL
-
-
-def rate_label(rate: float) -> str:
-    """`r` and the rate with the fewest decimals (at least 2, at most 6) that write it exactly.
-
-    >>> rate_label(0.5), rate_label(12), rate_label(3.3125)
-    ('r0.50', 'r12.00', 'r3.3125')
-    """
-    for digits in range(2, 7):
-        text = f"{rate:.{digits}f}"
-        if float(text) == rate:
-            return f"r{text}"
-    return f"r{rate:.6f}"
-
-
-def unique_label(label: str, taken: Iterable[str]) -> str:
-    """`label`, or `label-2`, `label-3`, ... if already taken (labels are unique in a run)."""
-    used = set(taken)
-    if label not in used:
-        return label
-    n = 2
-    while f"{label}-{n}" in used:
-        n += 1
-    return f"{label}-{n}"
 
 
 def _ladder(ladder: LadderShape, seed: int) -> list[StepSpec]:
@@ -154,9 +133,14 @@ def knee_estimator(config: Config) -> Callable[[list[dict]], Any]:
 
 
 def knee_search(config: Config, rows: Iterable[Mapping] = (), *, estimate: Callable | None = None,
-                clock: Callable[[], float] = time.monotonic) -> KneeSearch | None:
-    """The knee search a ladder config asks for (`shape.ladder.refine`), or None when it asks none.
+                clock: Callable[[], float] = time.monotonic) -> KneeSearch | AutoSearch | None:
+    """The knee search a ladder config asks for (`shape.ladder.refine`), or None when it asks none; for
+    `shape.auto`, its whole search after the planned probe level (`shapes.auto.AutoSearch`).
     `rows`: the judged rows of the steps run so far; `estimate`: default `knee_estimator(config)`."""
+    if config.shape.auto is not None:
+        rows = [dict(r) for r in rows]
+        return AutoSearch(config, rows, estimate=estimate or knee_estimator(config), clock=clock,
+                          spent_s=spent_before(rows))
     ladder = config.shape.ladder
     if ladder is None or ladder.refine is None:
         return None
@@ -173,10 +157,14 @@ class ConfigSearch:
     """The steps a config's knee search adds after the plan, as a shape offers them (`search`,
     `search_step`: `shapes.loadshapes.BoundarySearchShape`); pure, for a controller given no shape."""
 
-    def search(self, config: Config, rows: Iterable[Mapping] = ()) -> KneeSearch | None:
-        return knee_search(config, rows)
+    def search(self, config: Config, rows: Iterable[Mapping] = ()) -> KneeSearch | AutoSearch | None:
+        self._search = knee_search(config, rows)
+        return self._search
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
+        """The step the search asked for at `rate` (a refine step; `auto`: the step of its stage)."""
+        if isinstance(getattr(self, "_search", None), AutoSearch):
+            return self._search.step_spec(rate, index=index, seed=seed, taken=taken)
         return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)
 
 

@@ -13,7 +13,7 @@ loop (`phase="concurrency"`) has no schedule: its window is known only once its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -29,7 +29,9 @@ __all__ = [
     "TraceArrivals",
     "active_step",
     "derive_seed",
+    "rate_label",
     "step_bounds",
+    "unique_label",
 ]
 
 #: the phase names a step may carry (their traits: `shapes.phases.PHASES`)
@@ -186,3 +188,27 @@ def active_step(steps: Sequence[StepSpec], starts: Sequence[float | None], t: fl
         return None
     step, start = steps[current], starts[current]
     return None if step_bounds(step, start).part_at(t) == "after" else step
+
+
+def rate_label(rate: float) -> str:
+    """`r` and the rate with the fewest decimals (at least 2, at most 6) that write it exactly.
+
+    >>> rate_label(0.5), rate_label(12), rate_label(3.3125)
+    ('r0.50', 'r12.00', 'r3.3125')
+    """
+    for digits in range(2, 7):
+        text = f"{rate:.{digits}f}"
+        if float(text) == rate:
+            return f"r{text}"
+    return f"r{rate:.6f}"
+
+
+def unique_label(label: str, taken: Iterable[str]) -> str:
+    """`label`, or `label-2`, `label-3`, ... if already taken (labels are unique in a run)."""
+    used = set(taken)
+    if label not in used:
+        return label
+    n = 2
+    while f"{label}-{n}" in used:
+        n += 1
+    return f"{label}-{n}"

@@ -49,7 +49,8 @@ ROOMS: dict[str, set[str]] = {
 #: the one edge against the rooms, and why: the launcher probes the target (`check_reachable`, and
 #: `check_model_served` on what it read) before it starts Locust; the module loads no gevent (rule 3
 #: checks what the launcher loads)
-EXCEPTIONS = {("llmload/runtime/launcher/run.py", "llmload/runtime/master/preflight.py")}
+EXCEPTIONS = {("llmload/runtime/launcher/run.py", "llmload/runtime/master/preflight.py"),
+              ("llmload/runtime/launcher/find.py", "llmload/runtime/master/preflight.py")}  # the served model
 #: the room that imports Locust, and the folders Locust loads by itself
 LOCUST_ROOMS = ("llmload/runtime/locustglue/", "shapes/", "locustfiles/")
 #: where strings naming project modules are looked for (rule 6)

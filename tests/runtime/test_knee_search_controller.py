@@ -120,3 +120,70 @@ def test_the_closing_line_without_a_knee_never_shows_none():
     for stopped in ("no_failure", "no_pass", "no_verdict", "budget", None):
         line = search_line(stopped, 1)
         assert "None" not in line and line.startswith("  knee search: ")
+
+
+def test_a_search_step_of_a_drained_phase_runs_drained_and_is_handed_back_at_once(tmp_path):
+    """`shape: auto`'s probe and placement steps come from its search: a step whose phase is drained runs
+    as a planned step (drained, judged) and the search has its row before it decides the next step."""
+    from dataclasses import replace
+
+    from shapes.knee_search import Ask
+
+    class TwoStages:
+        def __init__(self):
+            self.rows, self.pending, self.refine_steps, self.stopped, self.seen = [], 0, 0, None, []
+            self.asks = [(30.0, "ladder"), (35.0, "refine")]
+
+        def next_step(self):
+            self.seen.append((len(self.rows), self.pending))
+            if not self.asks:
+                self.stopped = "precision"
+                return None
+            self.pending += 1
+            return Ask(self.asks[0][0])
+
+        def record(self, row, **_):
+            self.rows.append(row)
+            self.pending -= 1
+
+        def stop(self, reason="stopped"):
+            self.stopped = self.stopped or reason
+
+        @property
+        def answer(self):
+            from shapes.knee_search import SearchAnswer
+
+            return SearchAnswer(knee=None, stopped=self.stopped or "running", steps=1, extensions=0, elapsed_s=0.0)
+
+    search = TwoStages()
+
+    class StagedShape(ConfigSearch):
+        def search(self, config, rows=()):
+            return search
+
+        def search_step(self, config, rate, *, index, seed, taken):
+            rate_, phase = search.asks.pop(0)
+            spec = build_plan(config)[0]
+            return replace(spec, label=f"{phase}-{rate_:g}", index=index, phase=phase, target_rate=rate_,
+                           drain=phase == "ladder")
+
+    config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": {"ladder": {
+        "warmup": "0s", "arrival": "constant", "steps": [{"rate": 20, "duration": "0.05s"}],
+        "refine": {"max_steps": 4, "budget": "1m"}}}})
+
+    def judge(rows, step, config):
+        return "pass", [], {"label": step["label"], "phase": step["phase"], "offered_rate": step["target_rate"],
+                            "completed": 1}
+
+    runner, lines = FakeRunner(), []
+    controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), judge=judge,
+                                out=lines.append, shape=StagedShape())
+    runner.controller = controller
+    controller.run()
+    rows = {s.label: s.plan_row() for s in controller.steps}
+    assert [s.spec.phase for s in controller.steps] == ["ladder", "ladder", "refine"]
+    assert rows["ladder-30"]["drain"] is True and rows["refine-35"]["drain"] is False
+    # the drained step's row was handed back before the next decision; the chained one still settles
+    # at the decision after it (the one-step lag) and is handed back once it drained
+    assert search.seen == [(0, 0), (1, 0), (1, 1)]
+    assert [r["label"] for r in search.rows] == ["ladder-30", "refine-35"]

@@ -25,7 +25,7 @@ _PHASE_LIST = re.compile(rf'(phase\S*\s*(==|!=)\s*"({NAMES})")|(isin\(\(\s*"({NA
 def test_the_traits_of_each_phase():
     assert phases_where(sustained=True) == ("ladder", "refine", "soak")
     assert phases_where(rate_axis=True) == ("ladder", "refine")
-    assert phases_where(closed_loop=True) == ("concurrency",)
+    assert phases_where(closed_loop=True) == ("concurrency", "probe")
     assert phases_where(drained=False) == ("refine", "soak") and not PHASES["soak"].judged_live
     assert PHASES["refine"].judged_live  # chained refine steps: the knee search needs their verdicts
     assert (phases_where(burst_pair="burst"), phases_where(burst_pair="uniform")) == (("burst",), ("uniform",))

@@ -33,8 +33,9 @@ def test_planning_never_imports_locust():
 def test_docstring_examples_run():
     import doctest
 
-    import shapes.plan
+    import shapes.probe
+    import shapes.steps
 
-    for module in (llmload.arrivals, shapes.plan):
+    for module in (llmload.arrivals, shapes.steps, shapes.probe):  # shapes.steps: rate_label, unique_label
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__

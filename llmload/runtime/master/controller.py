@@ -55,6 +55,7 @@ from llmload.runtime.master.step import Step, StepEvents, StepStatus
 from llmload.runtime.master.step_run import PROGRESS_EVERY_S, StepContext, StepRun
 from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage
 from llmload.statemachine import StateMachine
+from shapes.phases import PHASES
 from shapes.steps import StepSpec
 
 if TYPE_CHECKING:  # the Locust side of the link (llmload.runtime.locustglue.seams.WorkerLink)
@@ -356,6 +357,9 @@ class StepController:
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
             spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
                                           taken=[s.label for s in self.plan.steps])
+            if PHASES[spec.phase].drained:  # `auto`'s probe and placement steps: run as planned ones are
+                self._search_drained(search, Step(spec, extends=ask.extends))
+                continue
             if getattr(ask, "window_s", None) is not None:  # the search sized it (no refine.duration)
                 spec = replace(spec, duration_s=float(ask.window_s))
             step = Step(replace(spec, drain=False), extends=ask.extends)
@@ -372,6 +376,15 @@ class StepController:
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions))
         self.events.search_finished.fire(answer=search.answer)
+
+    def _search_drained(self, search: Any, step: Step) -> None:
+        """A search step of a drained phase (`shape: auto`'s probe levels and placement steps): after the
+        chained steps before it settled, run, drained and judged like a planned step; handed back at once."""
+        gevent.joinall(self._tails)
+        self.tally.add(step)
+        self.plan.add(step)
+        self.run_step(step)
+        search.record(step.judged_row())
 
     @staticmethod
     def _record_judged(search: Any, refine: list[Step], handed: int, *, keep: int) -> int:

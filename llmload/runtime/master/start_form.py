@@ -106,6 +106,10 @@ def shape_summary(config: Config) -> str:
         s = shape.soak
         what = f"{s.rate:g} req/s {s.arrival}" if s.rate is not None else "a trace"
         return f"soak at {what} for {format_seconds(float(s.duration))}, slices of {format_seconds(float(s.slice))}"
+    if shape.kind == "auto":
+        a = shape.auto
+        return (f"auto: a probe, placed steps and a knee search within {format_seconds(float(a.budget))}, "
+                f"precision {a.precision:g} (rates not editable)")
     t = shape.trace
     return f"trace replay of {t.file} (speed-up {t.speedup:g}, rate scale {t.rate_scale:g}; rates not editable)"
 

@@ -1,0 +1,95 @@
+"""`shape: {auto: ...}`: its config, its plan, and whole runs in virtual time against the sim's engine
+(`llmload.sim.virtual_auto`) holding the sim's true knee (`llmload.sim.truth.true_knee`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.config import parse_config
+from llmload.errors import ConfigError
+from shapes.auto import AutoSearch, AutoSizing, auto_steps
+from shapes.plan import build_plan, knee_search
+
+#: the bench's `auto-mid` (= `tpot`) sim: TPOT p95 38 ms binds at 5.51 req/s (bench/README.md, 3 x 50k arrivals)
+MID_SIM = {"max_num_seqs": 16, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms"}
+MID_TRUE_KNEE = 5.51
+
+
+def auto_config(seed: int = 1, **auto) -> object:
+    return parse_config({"target": {"url": "http://127.0.0.1:9", "model": "m"},
+                         "requests": {"input_tokens": {"dist": "fixed", "value": 64},
+                                      "output_tokens": {"dist": "fixed", "value": 32}, "seed": seed},
+                         "slo": {"ttft_p95": "1s", "tpot_p95": "38ms", "max_reject_ratio": 0.0, "min_samples": 10},
+                         "shape": {"auto": {"budget": "8m", **auto}}})
+
+
+def test_auto_defaults_and_plan():
+    config = auto_config()
+    assert config.shape.kind == "auto"
+    auto = config.shape.auto
+    assert (auto.budget, auto.precision, auto.max_steps, auto.probe_max_concurrency) == (480.0, 0.05, 12, 64)
+    (first,) = build_plan(config)
+    assert (first.label, first.phase, first.concurrency) == ("probe-c1", "probe", 1)
+    assert auto_steps(config) == [first]
+    assert isinstance(knee_search(config, []), AutoSearch)
+
+
+@pytest.mark.parametrize(("shape", "slo", "key", "says"), [
+    ({"auto": {}}, {}, "slo", "needs at least one percentile target"),
+    ({"auto": {}}, {"max_reject_ratio": 0.0}, "slo", "needs at least one percentile target"),
+    ({"auto": {"budgte": "8m"}}, {"ttft_p95": "1s"}, "shape.auto.budgte", "unknown key"),
+    ({"auto": {"budget": "30s"}}, {"ttft_p95": "1s"}, "shape.auto", "too short"),
+    ({"auto": {"precision": 1.5}}, {"ttft_p95": "1s"}, "shape.auto.precision", "less than 1"),
+    ({"auto": {}, "ladder": {"steps": [{"rate": 1, "duration": "1s"}]}}, {"ttft_p95": "1s"}, "shape",
+     "exactly one of"),
+])
+def test_bad_auto_configs_are_one_line_naming_the_key(shape, slo, key, says):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape, "slo": slo})
+    assert err.value.key is None or err.value.key.startswith(key)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_probe_asks_for_more_users_then_places_rate_steps():
+    config = auto_config()
+    rows = [{"phase": "probe", "concurrency": 1, "completion_throughput": 1.2, "e2e_p50_s": 0.8,
+             "ttft_p50_s": 0.03, "window_start": 0.0, "window_end": 5.0}]
+    search = AutoSearch(config, rows, estimate=lambda rows: None, clock=lambda: 10.0)
+    ask = search.next_step()
+    assert ask.rate == 4.0
+    spec = search.step_spec(ask.rate, index=1, seed=1, taken=["probe-c1"])
+    assert (spec.phase, spec.concurrency, spec.requests, spec.drain) == ("probe", 4, 8, True)
+    search.record({"phase": "probe", "concurrency": 4, "completion_throughput": 1.25, "e2e_p50_s": 3.2})
+    ask = search.next_step()  # saturated near one user's throughput: placement at 0.7 x 1.25 req/s
+    assert ask.rate == pytest.approx(0.875)
+    spec = search.step_spec(ask.rate, index=2, seed=1, taken=["probe-c1", "probe-c4"])
+    assert (spec.phase, spec.arrival, spec.drain, spec.label) == ("ladder", "poisson_exact", True, "r0.875")
+    # the window holds the 200 completions a p95 judgement needs (229 s), capped at a share of the budget
+    assert spec.duration_s == pytest.approx(AutoSizing.PLACE_SHARE * 480.0)
+    assert search.range.saturation_rps == pytest.approx(1.25)
+
+
+def test_the_budget_counts_from_the_run_start():
+    config = auto_config(budget="2m")
+    rows = [{"phase": "probe", "concurrency": 1, "completion_throughput": 1.0, "e2e_p50_s": 1.0,
+             "window_start": 0.0, "window_end": 100.0}]
+    search = knee_search(config, rows, clock=lambda: 0.0)
+    assert search.elapsed_s == pytest.approx(102.0)  # the planned level's window and its gap
+    assert search.next_step() is None  # no probe level past a fifth of the budget; no placement fits
+    assert search.stopped == "budget"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_auto_in_virtual_time_holds_the_true_knee(seed):
+    from llmload.sim.virtual_auto import virtual_auto
+
+    found = virtual_auto(auto_config(seed), MID_SIM, (64, 32))
+    knee = found.knee
+    assert knee is not None and knee.binding == "tpot_p95"
+    assert (knee.low is None or knee.low <= MID_TRUE_KNEE) and (knee.high is None or knee.high >= MID_TRUE_KNEE)
+    assert abs(knee.rate - MID_TRUE_KNEE) / MID_TRUE_KNEE <= 0.10
+    assert found.run_s <= 480.0 + 30.0  # the budget, and the last step's drain
+    phases = [r["phase"] for r in found.rows]
+    assert phases[0] == "probe" and "ladder" in phases and phases.index("ladder") > phases.index("probe")
+    answer = found.answer.to_dict()
+    assert answer["auto"]["range"]["saturation_rps"] > MID_TRUE_KNEE
