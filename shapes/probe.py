@@ -223,13 +223,6 @@ def window_s(rate: float, samples: float, *, min_s: float, max_s: float) -> floa
     return float(min(max(samples / rate, min_s), max(max_s, min_s)))
 
 
-def _wilson_high(p: float, n: float, z: float) -> float:
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2.0 * n)) / denom
-    return min(1.0, centre + z / denom * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)))
-
-
 def effective_samples(share: float, high: float, confidence: float) -> float | None:
     """The effective sample size behind an exceedance share whose interval reaches up to `high`: the
     Wilson interval at `confidence` with that many trials (`analysis.intervals.exceedance_interval`
@@ -240,14 +233,9 @@ def effective_samples(share: float, high: float, confidence: float) -> float | N
     """
     if not 0.0 <= share < high < 1.0:
         return None
-    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
-    lo, hi = 1e-3, 1e9
-    for _ in range(200):  # the upper end falls as the trials grow: bisect in log space
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _wilson_high(share, mid, z) > high else (lo, mid)
-        if hi / lo < 1.0001:
-            break
-    return math.sqrt(lo * hi)
+    from analysis.intervals import effective_trials  # the one reading of a Wilson interval's trials
+
+    return effective_trials(share, high, NormalDist().inv_cdf(0.5 + confidence / 2.0))
 
 
 def autocorrelation_time(rows: Iterable[Mapping], keys: Sequence[str], confidence: float, *,

@@ -8,6 +8,8 @@
     wire/        what the master and the workers say to each other: messages, the clock exchange
     locustglue/  the one room that imports Locust: the session on the environment, every Locust seam
                  (seams.py), the web UI, live Prometheus metrics, the worker token, the console
+    virtual/     `llmload run CONFIG --virtual`: the whole run in one process on a virtual clock, the sim's
+                 engine answering, an in-process link between the master's controller and the workers
     (llmload/rundir/: the run directory: its layout, plan.json, finalisation, recovery)
 """
 

@@ -114,9 +114,9 @@ def test_windows_hold_the_completions_a_judgement_needs():
 @pytest.mark.parametrize("n_eff", [20.0, 150.0, 2000.0])
 @pytest.mark.parametrize("share", [0.0, 0.05, 0.3])
 def test_effective_samples_reads_back_the_trials_of_a_wilson_interval(share, n_eff):
-    from analysis.intervals import _wilson, _z
+    from analysis.intervals import _z, wilson
 
-    high = _wilson(share, n_eff, _z(0.9))[1]
+    high = wilson(share, n_eff, _z(0.9))[1]
     assert effective_samples(share, high, 0.9) == pytest.approx(n_eff, rel=1e-3)
 
 

@@ -75,7 +75,7 @@ def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
 
 
 def _running_stats(session: Any, controller: Any, step: Step) -> dict:
-    """`quick_stats` of the running step, folded in as its summaries arrive (`table.ProgressStats`): a
+    """`quick_stats` of the running step, folded in as its summaries arrive (`live_table.ProgressStats`): a
     poll re-reading every summary of a long step cost the master seconds at 10,000 req/s."""
     cache = vars(session).setdefault("_web_running_stats", {})
     key = (id(controller), step.label)

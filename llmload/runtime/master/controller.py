@@ -1,14 +1,14 @@
 """The master's step controller: runs the plan step by step, drains, judges live, refines.
 
 Its parts, one module each: `step` (the typed `Step`: everything the master knows of one step, and
-the `StepEvents` it fires), `steps_run` (one step: send, drain, cancel, judge), `tally` (routes what
-the workers ship to its step), `lost` (arrivals of workers lost mid-step), the knee search
+the `StepEvents` it fires), `step_run` (one step: send, drain, cancel, judge), `shipped` (`StepTally`:
+routes what the workers ship to its step), `lost_workers` (arrivals of workers lost mid-step), the knee search
 (`shapes.knee_search.KneeSearch`, called from `_refine`), and `states` (`ControllerState`: its named
 states, changed only in `_to`).
 
 The controller's view for others is `steps` (the run's `Step`s in plan order) and `events`
 (`step_started`, `step_window_ended`, `step_judged`, `step_finished`, `search_finished`): the live
-table (`table.LiveTable`) and the web UI's series (`live.LiveSeries.listen`) listen to them.
+table (`live_table.LiveTable`) and the web UI's series (`live_series.LiveSeries.listen`) listen to them.
 
 It runs as one greenlet on the master (or the local runner), never inside `tick()` (ticks come late,
 NOTES.md). For each step it sends every worker one self-contained `llmload:step` message with an
