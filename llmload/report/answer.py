@@ -248,6 +248,11 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
                    + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
     elif not is_blank(last):
         out.append(_no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
+    from analysis.energy import energy_sentence  # GPU energy at the knee, beside its cost (issue 45)
+
+    energy = energy_sentence(summary.get("energy_at_knee"))
+    if energy:
+        out.append(energy)
     for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):
