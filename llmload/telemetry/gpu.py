@@ -183,8 +183,11 @@ class DcgmPoller:
                 points.append(Point(src, "gpu_memory_total_bytes", total, always=False))
             if "DCGM_FI_DEV_GPU_UTIL" in v:
                 points.append(Point(src, "gpu_utilization", v["DCGM_FI_DEV_GPU_UTIL"] / 100.0))
-            if "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in v:  # mJ since the driver loaded
-                points.append(Point(src, "gpu_energy_joules", v["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] / 1000.0))
+            # mJ since the driver loaded; a counter in dcgm-exporter's default list, which the parser
+            # names with `_total` when the page declares its TYPE
+            energy = v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"))
+            if energy is not None:
+                points.append(Point(src, "gpu_energy_joules", energy / 1000.0))
             if "DCGM_FI_DEV_POWER_USAGE" in v:  # W
                 points.append(Point(src, "gpu_power_watts", v["DCGM_FI_DEV_POWER_USAGE"]))
         return points

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from analysis_frames import plan_step, request, run_of
 
 from analysis import analyze
 from analysis.energy import energy_at_knee, energy_sentence
@@ -17,8 +18,6 @@ from llmload.telemetry.collector import TelemetryCollector
 from llmload.telemetry.gpu import NvmlSampler
 from tests.telemetry.fake_nvml import FakeNvml
 from tests.telemetry.helpers import config_for
-
-from analysis_frames import plan_step, request, run_of
 
 SLO1 = SLO(ttft_p95=1.0, min_samples=5)
 WATTS = (300.0, 100.0)  # two GPUs of one instance
