@@ -114,6 +114,9 @@ def test_no_gpu_leaves_the_columns_blank_and_says_nothing() -> None:
     from llmload.report.answer import answer_sentences
 
     assert not any("J per good" in s for s in answer_sentences(result, {})[1])
+    from llmload.report.page import step_table
+
+    assert "J per good" not in step_table(result.steps, SLO1)
 
 
 def test_energy_at_the_knee_is_interpolated_between_the_judged_steps_around_it() -> None:
@@ -140,6 +143,9 @@ def test_energy_at_the_knee_is_interpolated_between_the_judged_steps_around_it()
 
     said = [s for s in answer_sentences(result, manifest)[1] if "J per good output token" in s]
     assert len(said) == 1 and "between steps r2 and r4" in said[0] and "per million good tokens" in said[0]
+    from llmload.report.page import step_table
+
+    assert "J per good output token" in step_table(result.steps, SLO1)
 
 
 def test_energy_at_knee_from_step_rows() -> None:
