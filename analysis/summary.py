@@ -195,7 +195,7 @@ def _step_entry(row: pd.Series) -> dict:
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))
     entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
-    if row.get("energy_basis") is not None:  # GPU energy was measured (METRICS.md "Energy")
+    if isinstance(row.get("energy_basis"), str):  # GPU energy was measured (METRICS.md "Energy")
         entry.update({k: json_value(row.get(k)) for k in _ENERGY_STEP_KEYS})
     if isinstance(row.get("limit"), dict):  # the client cap held the load back (`analysis.validity`)
         entry["limit"] = json_value(row.get("limit"))
