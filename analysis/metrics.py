@@ -42,6 +42,10 @@ Which requests each number uses (a step's requests are those with `step == label
   `reasoning_rate_p50` / `answer_rate_p50` (tokens/s, `analysis.requests`).
 - `split`: the queueing split of the step's completed requests (`analysis.split.step_split`).
 - GPU memory peak: the largest sum over GPUs at one sample time (as `llmload.telemetry.series`).
+- energy: `energy_j` = the GPUs' energy over the window `[window_start, window_end]`, summed over GPUs
+  (`TelemetryIndex.energy`: energy counter, else integrated power; `energy_basis` `counter` / `power`,
+  None without GPU energy); `joules_per_good_output_token` = `energy_j` / the good output tokens of the
+  window (`good_output_tokens_per_s` x window seconds); NaN with no good token.
 - Little's law: in-flight mean / (completion throughput x mean E2E of completed arrivals); ~1 in a
   steady state.
 Percentiles are from raw values by linear interpolation (`analysis.stats.quantiles`).
@@ -124,13 +128,15 @@ def empty_metrics(step: dict) -> dict:
                 "littles_law_ratio", "server_queue_mean_s", "e2e_mean_s", "prefix_share_ratio",
                 "unrecorded_arrivals", "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s",
                 "served_start", "served_end", "workers", "capped_share", "received_rate",
-                "reasoning_tokens_per_s", "answer_tokens_per_s", "reasoning_rate_p50", "answer_rate_p50"):
+                "reasoning_tokens_per_s", "answer_tokens_per_s", "reasoning_rate_p50", "answer_rate_p50",
+                "energy_j", "joules_per_good_output_token"):
         row[key] = math.nan
     for name in LATENCIES:
         row.update(_pct_columns(name, _nan_pcts()))
     row.update({f"server_queue_p{q:g}_resolution_s": math.nan for q in QUANTILES})
     row.update(outcomes=None, queue_growth=None, queue_trend_series=None, server_queue_basis=None,
-               server_queue_note=None, server_queue_p95_range_s=None, split=None, usage_mismatch_note=None)
+               server_queue_note=None, server_queue_p95_range_s=None, split=None, usage_mismatch_note=None,
+               energy_basis=None)
     row["clock"] = worst_clock(step.get("clock"))
     return row
 
@@ -229,6 +235,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
                preemptions=tel.counter_delta("preemptions_total", ws, we),
                gpu_memory_peak_bytes=tel.peak_total("gpu_memory_used_bytes", ws, we),
                worker_cpu_max=tel.peak("worker_cpu", _f(step.get("start_at") or ws), we))
+    _energy(row, tel, ws, we, window_s)
     _queue_trend(row, slo, tel, starts, ends)
     _threshold_percentiles(row, slo, fin, itl)
     denom = row["completion_throughput"] * row["e2e_mean_s"]
@@ -276,6 +283,14 @@ def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, p
         rates = counts(name)[done] if name in req else np.array([])
         rates = rates[~np.isnan(rates)]
         row[f"{name}_p50"] = float(np.median(rates)) if rates.size else math.nan
+
+
+def _energy(row: dict, tel: TelemetryIndex, ws: float, we: float, window_s: float) -> None:
+    """The GPUs' energy over the window and per good output token (module docstring)."""
+    joules, basis = tel.energy(ws, we)
+    good_tokens = row["good_output_tokens_per_s"] * window_s
+    row.update(energy_j=joules, energy_basis=basis,
+               joules_per_good_output_token=joules / good_tokens if good_tokens > 0 else math.nan)
 
 
 def _split(row: dict, req: pd.DataFrame, step: dict) -> None:

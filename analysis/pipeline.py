@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
+from analysis.energy import energy_at_knee
 from analysis.limits import add_limits, step_limits
 from analysis.requests import derive_requests, event_gaps
 from analysis.run import Run
@@ -163,6 +164,9 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         warnings = [simulation_warning(simulation), *warnings]
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
     add_limits(summary, steps)
+    energy = energy_at_knee(steps, summary.get("knee"), cost_per_hour=conds.get("cost_per_hour"))
+    if energy is not None:  # no GPU energy (or no knee between steps): nothing said
+        summary["energy_at_knee"] = energy
     summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
     if isinstance(run.plan.get("search"), dict):  # the knee search's record (why it stopped, its steps)
         summary["search"] = dict(run.plan["search"])

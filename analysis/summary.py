@@ -57,6 +57,8 @@ _EXTRA_STEP_KEYS = (
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples", "undecided_targets",
     "needs_completions", "needs_window_s", "usage_mismatch", "usage_mismatch_ratio",
 )
+#: a step's energy figures, in summary.json only where some GPU energy was measured
+_ENERGY_STEP_KEYS = ("energy_j", "energy_basis", "joules_per_good_output_token")
 _SUSTAINED = sustained_phases()
 #: the standard SLO keys (CONFIG.md), each absent one reported "not checked" (`llmload.slo`)
 _STANDARD_SLO = slo_dims.standard_keys()
@@ -193,6 +195,8 @@ def _step_entry(row: pd.Series) -> dict:
     entry = {k: json_value(row.get(k)) for k in keys}
     entry["split"] = _split_entry(row.get("split"))
     entry["server_queue_p95_range_s"] = _range(row.get("server_queue_p95_range_s"))
+    if isinstance(row.get("energy_basis"), str):  # GPU energy was measured (METRICS.md "Energy")
+        entry.update({k: json_value(row.get(k)) for k in _ENERGY_STEP_KEYS})
     if isinstance(row.get("limit"), dict):  # the client cap held the load back (`analysis.validity`)
         entry["limit"] = json_value(row.get("limit"))
     if coarse_histogram_p95(row):

@@ -6,6 +6,12 @@ window is two binary searches. Several sources of one gauge (several instances) 
 (`preemptions_total`, the queue-time histogram's `_sum` / `_count`) are increases over the window, from
 the last sample before it, resets handled. A `scrape_error` sample is a gap, never a value.
 
+`energy(t0, t1)`: the GPUs' energy over a window in joules, per GPU source from the energy counter
+`gpu_energy_joules` (its increases, a reset counted from 0, linear between samples at the window's
+edges: basis `counter`), else the trapezoid of `gpu_power_watts` (linear at the edges: basis `power`),
+summed over the GPUs; NaN unless every GPU that reported either has samples at or around both edges
+(a sum missing a GPU would understate). Both are exact for a power constant between samples.
+
 The server queue percentiles from the vLLM histogram come from
 `llmload.telemetry.histogram.queue_time_quantile` (imported when needed; NaN if it is not there).
 
@@ -126,6 +132,28 @@ class TelemetryIndex:
                 total, seen = total + inc, True
         return total if seen else math.nan
 
+    def energy(self, t0: float, t1: float) -> tuple[float, str | None]:
+        """`(joules, basis)` of every GPU over [t0, t1] (module docstring); `(NaN, None)` when no GPU
+        reported energy or power, or one does not cover the window."""
+        counter, power = self._series.get("gpu_energy_joules"), self._series.get("gpu_power_watts")
+        sources = set()
+        for s in (counter, power):
+            if s is not None:
+                sources.update(int(c) for c in np.unique(s.source))
+        if not sources or not t1 > t0:
+            return math.nan, None
+        total, bases = 0.0, set()
+        for code in sorted(sources):
+            joules = _counter_energy(counter, code, t0, t1)
+            basis = "counter"
+            if math.isnan(joules):
+                joules, basis = _power_energy(power, code, t0, t1), "power"
+            if math.isnan(joules):
+                return math.nan, None
+            total += joules
+            bases.add(basis)
+        return total, "+".join(sorted(bases))
+
     def subwindow_means(self, metric: str, edges: np.ndarray) -> np.ndarray:
         """Per sub-window [edges[i], edges[i+1]) the gauge's time-average (summed over sources)."""
         k = len(edges) - 1
@@ -148,6 +176,42 @@ class TelemetryIndex:
         if math.isnan(total) or math.isnan(count) or count <= 0:
             return math.nan
         return total / count
+
+
+def _covering(s: _Series | None, code: int, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """One source's `(times, values)` when they have samples at or before t0 and at or after t1."""
+    if s is None:
+        return None
+    mask = s.source == code
+    t, v = s.t[mask], s.value[mask]
+    if not len(t) or t[0] > t0 or t[-1] < t1:
+        return None
+    return t, v
+
+
+def _counter_energy(s: _Series | None, code: int, t0: float, t1: float) -> float:
+    """Joules one GPU's energy counter rose over [t0, t1]: its increases (after a reset, the new value)
+    summed, linear between samples at the edges."""
+    got = _covering(s, code, t0, t1)
+    if got is None:
+        return math.nan
+    t, v = got
+    steps = np.diff(v)
+    rises = np.where(steps >= 0, steps, v[1:])
+    cumulative = np.concatenate(([0.0], np.cumsum(rises)))
+    return float(np.interp(t1, t, cumulative) - np.interp(t0, t, cumulative))
+
+
+def _power_energy(s: _Series | None, code: int, t0: float, t1: float) -> float:
+    """Joules of one GPU's power samples over [t0, t1]: the trapezoid, linear between samples at the edges."""
+    got = _covering(s, code, t0, t1)
+    if got is None:
+        return math.nan
+    t, v = got
+    inside = (t > t0) & (t < t1)
+    x = np.concatenate(([t0], t[inside], [t1]))
+    y = np.concatenate(([np.interp(t0, t, v)], v[inside], [np.interp(t1, t, v)]))
+    return float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0)
 
 
 def _f(value: object) -> float:

@@ -13,7 +13,9 @@ The recorded memory must follow the steps within one sample interval (`follow_st
 done at `t`, a sample taken in `[t, t + interval + slack]` is at the new level (the baseline before the
 first step plus the child's memory at that step, within `--tolerance-mib`), and no sample taken between
 that and the next step leaves it. The agent's pages are one agent interval old at most, so its limit is
-one agent interval plus one scrape period. Writes, next to `--out` (default
+one agent interval plus one scrape period. Energy is printed beside (not judged): each recorder's GPU
+energy over the span it sampled, from the energy counter and from the integrated power where the board
+reports them (`energy_over`, the analysis' own `TelemetryIndex.energy`), and how far the two agree. Writes, next to `--out` (default
 bench/results/gpu_telemetry_check.json): `gpu_telemetry_series.csv` (t, recorder, used bytes, the child's
 steps) and `gpu_telemetry_chart.svg`, the report's GPU memory timeline panel drawn from the series.
 
@@ -24,7 +26,7 @@ the message says "no NVIDIA GPU here" and nothing is checked); 1 a recorder did 
     python bench/gpu_telemetry_check.py [--steps-mib 1024 1024 2048] [--hold-s 3] [--interval 0.5]
 
 The step detection and comparison are pure functions (`expected_levels`, `follow_steps`,
-`detect_steps`), unit-tested on a synthetic series in tests/telemetry/test_gpu_telemetry_check.py.
+`detect_steps`, `energy_over`), unit-tested on a synthetic series in tests/telemetry/test_gpu_telemetry_check.py.
 """
 
 from __future__ import annotations
@@ -150,6 +152,31 @@ def detect_steps(times: Sequence[float], used: Sequence[float], *, min_jump_byte
     return [(t1, u1 - u0) for (_, u0), (t1, u1) in zip(pairs, pairs[1:], strict=False) if abs(u1 - u0) >= min_jump_bytes]
 
 
+def energy_over(samples: Sequence[tuple[float, str, float]]) -> dict:
+    """`{"span_s", "counter_j", "power_j", "counter_vs_power"}` of one GPU's `(t, metric, value)` samples
+    (`gpu_energy_joules`, `gpu_power_watts`) over the span both cover, each None where not reported."""
+    import pandas as pd
+
+    from analysis.telemetry_stats import TelemetryIndex
+
+    out: dict = {"span_s": None, "counter_j": None, "power_j": None, "counter_vs_power": None}
+    frame = pd.DataFrame([{"t": t, "source": "gpu", "metric": m, "value": v} for t, m, v in samples],
+                         columns=["t", "source", "metric", "value"])
+    spans = [(g["t"].min(), g["t"].max()) for _, g in frame.groupby("metric")]
+    if not spans:
+        return out
+    t0, t1 = max(a for a, _ in spans), min(b for _, b in spans)
+    if not t1 > t0:
+        return out
+    out["span_s"] = float(t1 - t0)
+    for metric, key in (("gpu_energy_joules", "counter_j"), ("gpu_power_watts", "power_j")):
+        joules, _ = TelemetryIndex(frame[frame["metric"] == metric]).energy(float(t0), float(t1))
+        out[key] = None if joules != joules else joules
+    if out["counter_j"] is not None and out["power_j"]:
+        out["counter_vs_power"] = out["counter_j"] / out["power_j"]
+    return out
+
+
 def gpu_chart(series: dict[str, tuple[list[float], list[float]]], events: Sequence[dict]) -> str | None:
     """The report's GPU memory timeline panel (`llmload.report.plots.timeline_plot`) for one recorder's
     series, with the check as its one step window: an SVG string."""
@@ -179,6 +206,7 @@ class _Recorder(threading.Thread):
         self.times: list[float] = []
         self.ends: list[float] = []  # when each sample's read returned
         self.used: list[float] = []
+        self.energy: list[tuple[float, str, float]] = []  # (t, gpu_energy_joules | gpu_power_watts, value)
         self.errors = 0
 
     def run(self) -> None:
@@ -190,6 +218,8 @@ class _Recorder(threading.Thread):
                 self.errors += 1
             else:
                 used = [p.value for p in points if p.metric == "gpu_memory_used_bytes" and p.source == self.source]
+                self.energy += [(began, p.metric, float(p.value)) for p in points if p.source == self.source
+                                and p.metric in ("gpu_energy_joules", "gpu_power_watts")]
                 if used:
                     self.times.append(began)
                     self.ends.append(time.time())
@@ -290,7 +320,8 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict]:
         results[r.name_] = {"followed": ok, "limit_s": limit, "baseline_bytes": base, "samples": len(r.times),
                             "failed_scrapes": r.errors, "steps": [asdict(c) for c in checks],
                             "max_lag_s": max((c.lag_s for c in checks if c.lag_s is not None), default=None),
-                            "seen_steps": detect_steps(r.times, r.used, min_jump_bytes=min(args.steps_mib) * MIB / 2)}
+                            "seen_steps": detect_steps(r.times, r.used, min_jump_bytes=min(args.steps_mib) * MIB / 2),
+                            "energy": energy_over(r.energy)}
     folder = Path(args.out).parent
     folder.mkdir(parents=True, exist_ok=True)
     series_path, chart_path = folder / "gpu_telemetry_series.csv", folder / "gpu_telemetry_chart.svg"
@@ -308,7 +339,21 @@ def run_check(args: argparse.Namespace) -> tuple[int, dict]:
                   "interval_s": args.interval, "tolerance_mib": args.tolerance_mib, "events": events,
                   "recorders": results, "series": str(series_path), "chart": str(chart_path) if svg else None,
                   "message": f"recorded GPU memory {verdict} (nvml max lag "
-                             f"{results['nvml']['max_lag_s']}, gpu-agent max lag {results['gpu-agent']['max_lag_s']} s)"}
+                             f"{results['nvml']['max_lag_s']}, gpu-agent max lag {results['gpu-agent']['max_lag_s']} s); "
+                             + "; ".join(f"{name} energy {_energy_text(results[name]['energy'])}"
+                                         for name in ("nvml", "gpu-agent"))}
+
+
+def _energy_text(energy: dict) -> str:
+    """`1234.5 J over 20.0 s (counter), 1230.1 J (power), counter/power 1.004`, or what was not reported."""
+    if energy.get("span_s") is None:
+        return "not reported"
+    parts = [f"over {energy['span_s']:.1f} s:"]
+    parts += [f"{energy[k]:.1f} J ({name})" if energy.get(k) is not None else f"no {name}"
+              for k, name in (("counter_j", "counter"), ("power_j", "power"))]
+    if energy.get("counter_vs_power") is not None:
+        parts.append(f"counter/power {energy['counter_vs_power']:.3f}")
+    return " ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

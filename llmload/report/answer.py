@@ -261,6 +261,11 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
                    and (steps.get("verdict", pd.Series(dtype=object)).astype(str) == "inconclusive").any())
         out.append(_located_without_failure(steps) if located
                    else _no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
+    from analysis.energy import energy_sentence  # GPU energy at the knee, beside its cost (issue 45)
+
+    energy = energy_sentence(summary.get("energy_at_knee"))
+    if energy:
+        out.append(energy)
     for key, text in (("last_passing_concurrency", "Last passing concurrency (closed loop)"),
                       ("first_failing_concurrency", "First failing concurrency (closed loop)")):
         if not is_blank(summary.get(key)):

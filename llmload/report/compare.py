@@ -3,7 +3,8 @@
 Per run: the knee with its interval and the target that binds (`analysis.knee.knee_of`, as every surface
 reads it), the highest passing step's realised offered rate, goodput at the SLO (the goodput of the last passing step),
 goodput per GPU, and with `conditions.cost_per_hour` the cost per million good output tokens and per
-thousand good requests. Per step (matched by phase and label, else by phase and target rate; two steps
+thousand good requests; where a run measured GPU energy, its joules per good output token at the knee
+(summary.json `energy_at_knee`, METRICS.md "Energy"), a column shown only when some run has it. Per step (matched by phase and label, else by phase and target rate; two steps
 of one run never share a row): the key numbers and their differences from the baseline run. And which
 fixed conditions differ, because a capacity figure holds only for its conditions.
 
@@ -62,6 +63,8 @@ COST_DEFINITIONS = (
     ("goodput per GPU", "goodput at the SLO ÷ conditions.gpus"),
     ("cost per 1M good tokens", "cost_per_hour ÷ (good tokens per second × 3600) × 1e6"),
     ("cost per 1k good requests", "cost_per_hour ÷ (goodput at the SLO × 3600) × 1e3"),
+    ("J per good token at the knee", "GPU energy over a step's window ÷ its good output tokens, interpolated "
+     "between the judged steps around the knee rate (only where GPU energy was measured)"),
 )
 _STEP_NUMBERS = (("offered_rate", "offered/s", 1.0), ("goodput", "goodput/s", 1.0),
                  ("ttft_p95_s", "TTFT p95 ms", 1000.0), ("e2e_p95_s", "E2E p95 ms", 1000.0))
@@ -86,6 +89,14 @@ class RunFigures:
     reanalysed: str | None = None
     #: the SLO the figures were judged with (None: the run's configured one)
     slo: Any = field(repr=False, default=None)
+    #: summary.json's `energy_at_knee` (None: no GPU energy measured)
+    energy_at_knee: dict | None = field(repr=False, default=None)
+
+    @property
+    def joules_per_good_token_at_knee(self) -> float | None:
+        if not self.valid or not isinstance(self.energy_at_knee, dict):
+            return None
+        return _number(self.energy_at_knee.get("joules_per_good_output_token"))
 
     @property
     def knee_text(self) -> str | None:
@@ -159,7 +170,8 @@ def run_figures(name: str, steps: pd.DataFrame, summary: dict, manifest: dict | 
     return RunFigures(name=name, verdict=str((summary or {}).get("verdict") or ""), last_passing_rate=last,
                       goodput_at_slo=goodput, good_tokens_per_s=tokens, gpus=_number(conditions.get("gpus")),
                       cost_per_hour=_number(conditions.get("cost_per_hour")), steps=steps,
-                      manifest=manifest or {}, knee=knee_of(summary or {}))
+                      manifest=manifest or {}, knee=knee_of(summary or {}),
+                      energy_at_knee=(summary or {}).get("energy_at_knee"))
 
 
 def load_figures(run_dir: str | Path, name: str | None = None) -> RunFigures:
@@ -301,7 +313,19 @@ def _run_rows(runs: Sequence[RunFigures], base: int | None) -> tuple[list[str], 
              r.cost_per_thousand_good_requests,
              _ratio(r.last_passing_rate, ref.last_passing_rate) if ref and r.valid else None,
              _ratio(r.goodput_per_gpu, ref.goodput_per_gpu) if ref else None] for r in runs]
+    if any(r.joules_per_good_token_at_knee is not None for r in runs):  # GPU energy measured somewhere
+        at = headers.index("cost per 1k good req") + 1
+        headers.insert(at, "J per good tok @knee")
+        for r, row in zip(runs, rows, strict=True):
+            row.insert(at, r.joules_per_good_token_at_knee)
     return headers, rows
+
+
+def _definitions(runs: Sequence[RunFigures]) -> tuple[tuple[str, str], ...]:
+    """COST_DEFINITIONS, the energy one only when some run has the figure (no GPU: nothing said)."""
+    if any(r.joules_per_good_token_at_knee is not None for r in runs):
+        return COST_DEFINITIONS
+    return tuple(d for d in COST_DEFINITIONS if not d[0].startswith("J per good token"))
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -366,7 +390,7 @@ def render_comparison(runs: Sequence[RunFigures]) -> str:
         section("runs", "Capacity and cost per run",
                 notes + table([dict(zip(run_headers, row, strict=True)) for row in run_rows],
                               table_id="runs-table")
-                + kv_table(COST_DEFINITIONS, table_id="cost-definitions")),
+                + kv_table(_definitions(runs), table_id="cost-definitions")),
         section("conditions", "What differs: measurement set-up and fixed conditions",
                 table(diff_rows, table_id="conditions-table") if diff_rows
                 else '<p class="muted">No recorded condition, SLO, request mix or process count differs.</p>'),
@@ -448,7 +472,7 @@ def compare_runs(run_dirs: Sequence[str | Path], *, out: str | Path | None = Non
         print("runs:" + "".join(f"\n  {tag} = {r.name}" for tag, r in zip(labels, runs, strict=True)))
     shown = [replace(r, name=tag) for r, tag in zip(runs, labels, strict=True)]
     print(_transposed(*_run_rows(shown, base)))
-    for term, definition in COST_DEFINITIONS:
+    for term, definition in _definitions(runs):
         print(f"  {term}: {definition}")
     print()
     print(text_table(*_long_step_rows(shown, step_comparison(runs, base), base)))

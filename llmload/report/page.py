@@ -118,8 +118,13 @@ def step_table(steps: pd.DataFrame, slo: Any = None) -> str:
     row_class = ["not-run" if u else "" for u in unrun]
     glance = table(df, columns=list(_STEP_COLUMNS) + extra, headers=headers, table_id="steps-table",
                    row_class=row_class)
-    detail = table(df, columns=list(_STEP_DETAIL_COLUMNS) + extra, headers=headers, table_id="steps-detail",
-                   row_class=row_class)
+    energy = []  # GPU energy per step, only where it was measured (METRICS.md "Energy")
+    if "energy_basis" in steps.columns and steps["energy_basis"].notna().any():
+        energy = ["energy_j", "joules_per_good_output_token", "energy_basis"]
+        headers.update(energy_j="GPU energy J", joules_per_good_output_token="J per good output token",
+                       energy_basis="energy basis")
+    detail = table(df, columns=list(_STEP_DETAIL_COLUMNS) + extra + energy, headers=headers,
+                   table_id="steps-detail", row_class=row_class)
     return glance + fold("Every figure of each step (rates, tokens/s, client wait, server queue)", detail,
                          fold_id="steps-detail-fold")
 

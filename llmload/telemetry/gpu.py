@@ -5,6 +5,11 @@
 imported lazily. Without a usable NVML `open()` returns False and logs one line: the run goes on with
 no GPU series. `DcgmPoller` scrapes `DCGM_FI_DEV_FB_USED` / `_FB_FREE` (MiB) and `_GPU_UTIL` (percent);
 it prefers the exact byte counts `llmload gpu-agent` adds under `llmload_gpu_*` names.
+
+Energy (METRICS.md "Energy"): NVML's `nvmlDeviceGetTotalEnergyConsumption` (millijoules since the driver
+loaded; Volta and later) becomes the counter `gpu_energy_joules`; `nvmlDeviceGetPowerUsage` (milliwatts)
+the gauge `gpu_power_watts`, what the analysis integrates where the counter is not supported. From DCGM:
+`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ) and `DCGM_FI_DEV_POWER_USAGE` (W).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ MIB = 1024 * 1024
 
 
 class GpuReading(dict):
-    """One GPU at one poll: index, name, uuid, used/total bytes, utilisation 0-1, {pid: bytes}."""
+    """One GPU at one poll: index, name, uuid, used/total bytes, utilisation 0-1, {pid: bytes}, energy
+    since the driver loaded (J) and power (W), each None where the board does not report it."""
 
 
 def _text(value: Any) -> str:
@@ -76,9 +82,13 @@ class NvmlSampler:
             for i, handle in enumerate(self._handles):
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
                 reading = GpuReading(index=i, used_bytes=float(mem.used), total_bytes=float(mem.total),
-                                     utilization=None, processes={})
+                                     utilization=None, processes={}, energy_j=None, power_w=None)
                 with contextlib.suppress(Exception):  # NOT_SUPPORTED on some boards
                     reading["utilization"] = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0
+                with contextlib.suppress(Exception):  # NVMLError_NotSupported before Volta: power instead
+                    reading["energy_j"] = float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1000.0
+                with contextlib.suppress(Exception):
+                    reading["power_w"] = float(nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0
                 try:
                     for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                         used = getattr(proc, "usedGpuMemory", None)
@@ -99,6 +109,10 @@ class NvmlSampler:
             points.append(Point(src, "gpu_memory_total_bytes", r["total_bytes"], always=False))
             if r["utilization"] is not None:
                 points.append(Point(src, "gpu_utilization", r["utilization"]))
+            if r.get("energy_j") is not None:  # a counter: every poll, so each window has its own edges
+                points.append(Point(src, "gpu_energy_joules", r["energy_j"]))
+            if r.get("power_w") is not None:
+                points.append(Point(src, "gpu_power_watts", r["power_w"]))
             for pid, used in r["processes"].items():
                 points.append(Point(src, "gpu_process_memory_bytes", used, format_labels({"pid": pid})))
         return points
@@ -169,4 +183,11 @@ class DcgmPoller:
                 points.append(Point(src, "gpu_memory_total_bytes", total, always=False))
             if "DCGM_FI_DEV_GPU_UTIL" in v:
                 points.append(Point(src, "gpu_utilization", v["DCGM_FI_DEV_GPU_UTIL"] / 100.0))
+            # mJ since the driver loaded; a counter in dcgm-exporter's default list, which the parser
+            # names with `_total` when the page declares its TYPE
+            energy = v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", v.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"))
+            if energy is not None:
+                points.append(Point(src, "gpu_energy_joules", energy / 1000.0))
+            if "DCGM_FI_DEV_POWER_USAGE" in v:  # W
+                points.append(Point(src, "gpu_power_watts", v["DCGM_FI_DEV_POWER_USAGE"]))
         return points

@@ -125,3 +125,15 @@ DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-def",device="nvidia1",modelName="NVIDIA H1
 DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-abc",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="h"} 95
 DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-def",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="h"} 40
 """
+
+#: dcgm-exporter's power gauge (W) and total energy counter (mJ since the driver loaded; declared a
+#: counter in its default list); GPU 1 without the counter (a board that does not report it)
+DCGM_ENERGY = DCGM + """\
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-abc",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="h"} 512.25
+DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-def",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="h"} 90.5
+# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-abc",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="h"} 123456789012
+"""

@@ -9,12 +9,22 @@ GIB = 1024**3
 
 
 class FakeNvml:
-    """`used[i]` bytes and `util[i]` percent of GPU i; `processes[i]` = {pid: bytes}."""
+    """`used[i]` bytes and `util[i]` percent of GPU i; `processes[i]` = {pid: bytes}; `energy_mj[i]`
+    millijoules since the driver loaded and `power_mw[i]` milliwatts (`advance` runs them at that power).
+    `energy=False`: a board without the energy counter (pre-Volta), which raises NotSupported as NVML does;
+    `power=False`: nor power."""
 
     class NVMLError(Exception):
         pass
 
-    def __init__(self, gpus: int = 2, *, total: int = 80 * GIB, fail_init: bool = False) -> None:
+    class NVMLError_NotSupported(NVMLError):  # noqa: N801 (pynvml's name)
+        pass
+
+    def __init__(self, gpus: int = 2, *, total: int = 80 * GIB, fail_init: bool = False, energy: bool = True,
+                 power: bool = True) -> None:
+        self.energy_mj = [0] * gpus
+        self.power_mw = [0] * gpus
+        self.energy_supported, self.power_supported = energy, power
         self.used = [0] * gpus
         self.util = [0] * gpus
         self.processes: list[dict[int, int]] = [{} for _ in range(gpus)]
@@ -52,3 +62,18 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
         return "550.54.15"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+        if not self.energy_supported:
+            raise self.NVMLError_NotSupported("Not Supported")
+        return int(self.energy_mj[h])
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+        if not self.power_supported:
+            raise self.NVMLError_NotSupported("Not Supported")
+        return int(self.power_mw[h])
+
+    def advance(self, seconds: float) -> None:
+        """Every GPU draws its `power_mw` for `seconds`: its energy counter goes up by that much."""
+        for i, mw in enumerate(self.power_mw):
+            self.energy_mj[i] += mw * seconds

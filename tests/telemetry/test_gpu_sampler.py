@@ -15,7 +15,7 @@ from llmload.telemetry.gpu_agent import GpuAgent
 from llmload.telemetry.series import gpu_memory_peak, gpu_memory_peak_per_step
 from llmload.telemetry.sink import finalise_telemetry, read_telemetry
 
-from .exposition_samples import DCGM
+from .exposition_samples import DCGM, DCGM_ENERGY
 from .fake_nvml import GIB, FakeNvml
 from .helpers import CannedServer, config_for
 
@@ -90,9 +90,37 @@ def test_dcgm_exporter_scrape(canned: CannedServer) -> None:
         DcgmPoller(canned.url + "/metrics", timeout_s=2).poll()
 
 
+def test_sampler_energy_counter_power_and_a_board_without_them() -> None:
+    """NVML's millijoules and milliwatts become joules and watts; a board that raises NotSupported for
+    the counter gives power only, one without either gives neither (memory still sampled)."""
+    def points(nvml: FakeNvml) -> dict:
+        nvml.energy_mj, nvml.power_mw = [1_234_567, 2_000], [350_500, 80_000]
+        sampler = NvmlSampler(nvml)
+        assert sampler.open()
+        return {(p.source, p.metric): p.value for p in sampler.poll()}
+
+    got = points(FakeNvml(2))
+    assert got[("gpu:0", "gpu_energy_joules")] == pytest.approx(1234.567)
+    assert got[("gpu:1", "gpu_power_watts")] == pytest.approx(80.0)
+    no_counter = points(FakeNvml(2, energy=False))
+    assert ("gpu:0", "gpu_energy_joules") not in no_counter and no_counter[("gpu:0", "gpu_power_watts")] == 350.5
+    neither = points(FakeNvml(2, energy=False, power=False))
+    assert not [k for k in neither if k[1] in ("gpu_energy_joules", "gpu_power_watts")]
+    assert ("gpu:0", "gpu_memory_used_bytes") in neither
+
+
+def test_dcgm_energy_counter_and_power(canned: CannedServer) -> None:
+    canned.routes["/metrics"] = (200, DCGM_ENERGY, 0.0)
+    got = {(p.source, p.metric): p.value for p in DcgmPoller(canned.url + "/metrics", timeout_s=2).poll()}
+    assert got[("gpu:0", "gpu_energy_joules")] == pytest.approx(123456789.012)  # mJ -> J
+    assert got[("gpu:0", "gpu_power_watts")] == 512.25 and got[("gpu:1", "gpu_power_watts")] == 90.5
+    assert ("gpu:1", "gpu_energy_joules") not in got
+
+
 def test_gpu_agent_serves_exact_bytes_in_dcgm_form() -> None:
     nvml = FakeNvml(1)
     nvml.used, nvml.util, nvml.processes[0] = [12 * GIB + 12345], [50], {77: 3 * GIB}
+    nvml.energy_mj, nvml.power_mw = [987_654_321], [420_000]
     agent = GpuAgent(port=0, interval_s=60, nvml=nvml).start()
     try:
         got = {(p.source, p.metric, p.labels): p.value for p in DcgmPoller(agent.url, timeout_s=2).poll()}
@@ -102,6 +130,8 @@ def test_gpu_agent_serves_exact_bytes_in_dcgm_form() -> None:
     assert got[("gpu:0", "gpu_memory_total_bytes", "")] == 80 * GIB
     assert got[("gpu:0", "gpu_utilization", "")] == pytest.approx(0.5)
     assert got[("gpu:0", "gpu_process_memory_bytes", "pid=77")] == 3 * GIB
+    assert got[("gpu:0", "gpu_energy_joules", "")] == pytest.approx(987_654.321)
+    assert got[("gpu:0", "gpu_power_watts", "")] == pytest.approx(420.0)
     assert nvml.shutdowns == 1
 
 

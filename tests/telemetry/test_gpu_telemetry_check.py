@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,20 @@ def test_without_a_gpu_it_says_so_and_exits_0(check, tmp_path, monkeypatch):
     assert doc["gpu"] is False and doc["message"].startswith("no NVIDIA GPU here") and doc["exit_code"] == 0
 
 
+def test_energy_over_a_span_from_counter_and_power(check):
+    """300 W for 10 s: 3000 J both ways over the span both series cover; missing series say None."""
+    counter = [(t, "gpu_energy_joules", 1e6 + 300.0 * t) for t in np.arange(0.0, 11.0, 0.5)]
+    power = [(t + 0.25, "gpu_power_watts", 300.0) for t in np.arange(0.0, 10.5, 0.5)]
+    got = check.energy_over(counter + power)
+    assert got["span_s"] == pytest.approx(10.0)
+    assert got["counter_j"] == pytest.approx(3000.0) and got["power_j"] == pytest.approx(3000.0)
+    assert got["counter_vs_power"] == pytest.approx(1.0)
+    only_power = check.energy_over(power)
+    assert only_power["counter_j"] is None and only_power["power_j"] == pytest.approx(3000.0)
+    assert check.energy_over([])["span_s"] is None
+    assert "3000.0 J (counter)" in check._energy_text(got) and check._energy_text({"span_s": None}) == "not reported"
+
+
 FAKE_CHILD = r"""
 import json, os, sys, time
 steps = [int(s) for s in sys.argv[1].split(",")]
@@ -168,6 +183,12 @@ def test_the_whole_check_on_a_fake_gpu(check, tmp_path, monkeypatch):
             used = BASE + int(state.read_text() or 0)
             return SimpleNamespace(used=used, total=self.total, free=self.total - used)
 
+        def nvmlDeviceGetTotalEnergyConsumption(self, h):  # noqa: N802 (250 W since the epoch, in mJ)
+            return int(250_000 * time.time())
+
+        def nvmlDeviceGetPowerUsage(self, h):  # noqa: N802
+            return 250_000
+
     fake = FileNvml(gpus=1)
     real_sampler = gpu.NvmlSampler
     monkeypatch.setattr(gpu, "NvmlSampler", lambda nvml=None: real_sampler(fake))
@@ -195,3 +216,7 @@ def test_the_whole_check_on_a_fake_gpu(check, tmp_path, monkeypatch):
     series = (tmp_path / "check" / "gpu_telemetry_series.csv").read_text().splitlines()
     assert series[0] == "t,recorder,used_bytes,child_step,child_held_bytes" and len(series) > 20
     assert "GPU memory" in (tmp_path / "check" / "gpu_telemetry_chart.svg").read_text()
+    for name in ("nvml", "gpu-agent"):  # energy printed beside: both bases, agreeing (the agent's page lags)
+        energy = doc["recorders"][name]["energy"]
+        assert energy["counter_j"] > 0 and energy["counter_vs_power"] == pytest.approx(1.0, abs=0.15), energy
+    assert "nvml energy over" in doc["message"] and "J (power)" in doc["message"]
