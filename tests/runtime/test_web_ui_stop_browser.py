@@ -27,7 +27,7 @@ def test_the_web_uis_stop_button_stops_and_finalises_the_run(sim_factory, tmp_pa
                                         autostart=False, stderr=log)
     try:
         with form_page(sync_playwright, base) as page:
-            page.get_by_label("Llmload Rates", exact=False).wait_for(timeout=15_000)
+            page.get_by_label("Step Rates", exact=False).wait_for(timeout=15_000)
             page.get_by_role("button", name="Start").click()
             page.get_by_role("tab", name="LLM").click()
             _wait_live(page, lambda s: (s.get("current") or {}).get("label") == "r3.00"
