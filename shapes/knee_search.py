@@ -42,10 +42,13 @@ Each `next_step`, in this order:
    steps (`size`: no `refine.duration` written), from the samples it needs near the knee: the
    completions the nearest undecided step within `NEAR_SHARE` of the rate said would decide it
    (`needs_completions`: its share's interval and the effective trials per completion it showed, its
-   autocorrelation), at this rate; at most an even share of what is left of the budget among
-   `SHARE_STEPS` steps, at least the base window; without such a step, that share (a step near the
-   knee needs more samples than any other: bench/knee_accuracy.py found 90 s steps at 4 req/s held the
-   truth 19 of 20 times where 30 s steps held it 13). The last step that fits takes what is left;
+   autocorrelation), at this rate; without such a step, `shapes.probe.REFINE_EFFECTIVE` (60)
+   independent samples times the largest autocorrelation time of the judged steps near the rate (none
+   there: the base window); at
+   most an even share of what is left of the budget among `SHARE_STEPS` steps, at least the base window
+   (a step near the knee needs more samples than any other: bench/knee_accuracy.py found 90 s steps at
+   4 req/s held the truth 19 of 20 times where 30 s steps held it 13). The last step that fits takes
+   what is left;
 8. the budget: a step whose projected wall time (its warm-up + window, plus the largest overrun of a
    step recorded so far: drain, judging) does not fit in what is left of `budget_s` since the search
    began is not started: stop `budget`.
@@ -138,6 +141,8 @@ class Sizing:
     base_s: Callable[[float], float]
     warmup_s: float
     max_arrivals: float = math.inf
+    #: the interval confidence of the rows' shares (to read their effective trials back)
+    confidence: float = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +282,16 @@ class KneeSearch:
         share = left / steps_left - per_step
         window = share
         needs = self._needs_near(rate)
-        if needs is not None and rate > 0:
+        near = [row for row in self.rows if row.get("verdict") in JUDGED
+                and (at := _number(row.get("offered_rate"))) is not None and abs(at - rate) <= NEAR_SHARE * rate]
+        if needs is None and near:  # no undecided step near: independent samples x the autocorrelation time there
+            from shapes.probe import REFINE_EFFECTIVE, autocorrelation_time
+
+            keys = sorted({str(k)[:-5] for row in near for k in row if str(k).endswith("_over")})
+            needs = REFINE_EFFECTIVE * autocorrelation_time(near, keys, self.size.confidence)
+        if needs is None:  # nothing judged near the rate: the base window
+            window = base
+        elif rate > 0:
             window = min(share, needs / rate)
         window = max(base, window)
         if left - (per_step + window) < per_step + base:  # no step would fit after this one: take it all

@@ -147,7 +147,8 @@ def knee_search(config: Config, rows: Iterable[Mapping] = (), *, estimate: Calla
     refine = ladder.refine
     # no `refine.duration` written: the search sizes each step from the samples it needs near the knee
     size = None if refine.duration else Sizing(base_s=lambda rate: refine_window_s(ladder, rate) - ladder.warmup,
-                                               warmup_s=float(ladder.warmup), max_arrivals=MAX_STEP_ARRIVALS)
+                                               warmup_s=float(ladder.warmup), max_arrivals=MAX_STEP_ARRIVALS,
+                                               confidence=config.slo.confidence)
     return KneeSearch(rows, estimate=estimate or knee_estimator(config), precision=refine.precision,
                       budget_s=refine.budget, max_steps=refine.max_steps, max_extensions=refine.max_extensions,
                       step_s=lambda rate: refine_window_s(ladder, rate), clock=clock, size=size)

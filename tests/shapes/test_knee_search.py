@@ -308,5 +308,15 @@ def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_bu
     capped = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
                         clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 30.0, warmup_s=10.0, max_arrivals=190.0))
     assert capped.next_step().window_s == pytest.approx(40.0)  # 3.8 req/s x 50 s = 190 arrivals
+    far = [{"label": "r1", "target_rate": 1.0, "offered_rate": 1.0, "verdict": "pass"},
+           {"label": "r10", "target_rate": 10.0, "offered_rate": 10.0, "verdict": "fail"}]
+    lone = KneeSearch(far, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
+                      clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 30.0, warmup_s=10.0))
+    assert lone.next_step().window_s == pytest.approx(30.0)  # nothing judged near 3.8: the base window
+    decided = [*far, {"label": "r4", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "pass", "completed": 120,
+                      "ttft_p95_over": 0.0, "ttft_p95_over_high": 0.0220}]  # its share's interval: ~120 trials
+    near = KneeSearch(decided, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
+                      clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 10.0, warmup_s=10.0))
+    assert near.next_step().window_s == pytest.approx(60 / 3.8, rel=0.05)  # 60 independent samples, tau ~1
     fixed = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, step_s=40.0, clock=lambda: 0.0)
     assert fixed.next_step().window_s is None  # refine.duration written: the step's own window
