@@ -96,11 +96,13 @@ def steps_text(steps: int, extensions: int = 0) -> str:
     """How many refine steps a search ran, and how many of them repeated an undecided step, e.g. "4 refine
     steps (2 of them repeats of an inconclusive step near the knee)".
 
-    >>> steps_text(1), steps_text(4, 2)
-    ('1 refine step', '4 refine steps (2 of them repeats of an inconclusive step near the knee)')
+    >>> steps_text(1), steps_text(4, 2), steps_text(1, 1)
+    ('1 refine step', '4 refine steps (2 of them repeats of an inconclusive step near the knee)', '1 refine step (a repeat of an inconclusive step near the knee)')
     """
     text = f"{steps} refine step{'s' if steps != 1 else ''}"
-    if extensions:
+    if extensions and extensions >= steps:
+        text += f" ({'a repeat' if steps == 1 else 'all repeats'} of an inconclusive step near the knee)"
+    elif extensions:
         text += (f" ({extensions} of them {'repeats' if extensions != 1 else 'a repeat'} of an inconclusive "
                  "step near the knee)")
     return text
