@@ -21,10 +21,13 @@ from llmload.report.manifest_view import conditions_of
 from llmload.report.plots import RATE_PHASES
 from shapes.boundary import REALISED_RATE_TOLERANCE
 from shapes.boundary import realised_rate_note as rate_note
-from shapes.phases import sustained_phases
+from shapes.phases import rate_phases, sustained_phases
 
 __all__ = [
+    "BURST_QUESTION",
     "QUESTION",
+    "SOAK_QUESTION",
+    "question_of",
     "SLO_KEYS",
     "answer_sentences",
     "knee_text",
@@ -44,6 +47,25 @@ __all__ = [
 
 QUESTION = ("With this model and this server configuration fixed, at what sustained arrival rate does "
             "the service stop meeting its response targets, and which target breaks first?")
+#: the question of a run with no rate axis, only a trace replay (bursts against their uniform twin)
+BURST_QUESTION = ("With this model and this server configuration fixed, what do the bursts of this traffic "
+                  "cost against the same requests arriving evenly at the same mean rate, and which target "
+                  "do they break?")
+#: the question of a soak: does the service hold over time
+SOAK_QUESTION = ("With this model and this server configuration fixed, does the service keep meeting its "
+                 "response targets at a steady load over time, or does it drift?")
+
+
+def question_of(steps: pd.DataFrame) -> str:
+    """The question a run's report opens with: the rate question when any step is on the rate axis (a
+    ladder, a knee search, `shape: auto`), else the burst question for a trace replay, the soak question
+    for a soak, the rate question otherwise."""
+    phases = set(steps.get("phase", pd.Series(dtype=object)).astype(str))
+    if phases & set(rate_phases()):
+        return QUESTION
+    if phases & {"burst", "uniform"}:
+        return BURST_QUESTION
+    return SOAK_QUESTION if "soak" in phases else QUESTION
 
 #: the SLO keys of CONFIG.md (`llmload.slo`); any of them absent from the SLO file is reported as "not checked"
 SLO_KEYS = slo_dims.standard_keys()

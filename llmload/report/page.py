@@ -18,7 +18,7 @@ import pandas as pd
 from llmload import slo as slo_dims
 from llmload.redaction import redact_text
 from llmload.report import plots
-from llmload.report.answer import QUESTION, answer_sentences, derived_warnings, thresholds_of
+from llmload.report.answer import answer_sentences, derived_warnings, question_of, thresholds_of
 from llmload.report.definitions import DEFINITIONS, NAME_MAP
 from llmload.report.html import cell_text, esc, figure, fold, is_blank, kv_table, page, section, table
 from llmload.report.limits_view import SINGLE_RATE_NOTE, bursts_html, limits_html
@@ -208,7 +208,7 @@ def _answer_html(analysis: Any, manifest: dict | None, answer: tuple[str, list[s
     verdict, sentences = answer if answer is not None else answer_sentences(analysis, manifest)
     badge = verdict if verdict in ("pass", "fail", "inconclusive", "invalid", "insufficient") else "unknown"
     items = "".join(f'<p class="a">{esc(s)}</p>' for s in sentences)
-    return (f'<div class="answer"><p class="q">{esc(QUESTION)}</p>'
+    return (f'<div class="answer"><p class="q">{esc(question_of(analysis.steps))}</p>'
             f'<p class="a">Run verdict: <span class="badge b-{badge}" id="run-verdict">{esc(verdict)}</span>'
             f"</p>{items}</div><h3>Steps at a glance</h3>{step_table(analysis.steps, analysis.slo)}")
 
@@ -265,8 +265,9 @@ def _split_html(analysis: Any) -> str:
         "client times, Ollama durations, llama.cpp timings), histogram (the server's histogram, read from "
         "the step's start to its drained end: exact mean, p95 only as its bucket) or remainder (what is "
         "left of TTFT once the other part is known: inferred, not measured)." + basis))
-    if split is not None and not split.empty:
-        body += table(display_frame(split), table_id="split-table")
+    if split is not None and not split.empty:  # four rows a step: the chart says it, the rows are detail
+        body += fold(f"The split's {len(split)} rows (four components per step, with p50 and p95)",
+                     table(display_frame(split), table_id="split-table"), fold_id="split-rows")
     return body
 
 

@@ -167,9 +167,11 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
     data, x, xlabel = rate_axis(steps)
     if data.empty:
         return None
-    fig, axes = _figure(11.5, 3.5, 1, 3, margins=(0.7, 1.05, 0.55, 0.35), wgap=0.75)
+    # one legend for the three panels (the same lines and colours), in a row under them: beside or over
+    # the E2E panel it covered its data
+    fig, axes = _figure(11.5, 3.9, 1, 3, margins=(0.7, 0.2, 0.95, 0.35), wgap=0.75)
     drew = False
-    legend: dict[str, object] = {}  # one legend for the three panels (the same lines and colours)
+    legend: dict[str, object] = {}
     for ax, metric, title in zip(axes[0], ("ttft", "tpot", "e2e"), ("TTFT", "TPOT", "E2E"), strict=True):
         for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
             y = _col(data, f"{metric}_{q}_s") * 1000
@@ -200,7 +202,8 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
         ax.set_ylabel("ms")
         ax.grid(alpha=0.3)
     if legend:
-        fig.legend(list(legend.values()), list(legend), fontsize=7, loc="upper right")
+        fig.legend(list(legend.values()), list(legend), fontsize=7, loc="lower center", ncol=min(len(legend), 8),
+                   frameon=False)
     return _svg(fig, "latency") if drew else None
 
 
