@@ -116,7 +116,7 @@ def test_llmload_run_with_a_wrong_model_is_one_line_exit_2_and_leaves_no_run_dir
     errors = [line for line in done.stderr.splitlines() if line.startswith("llmload: error")]
     assert len(errors) == 1 and "'llama3'" in errors[0] and "sim-model" in errors[0], output
     assert "target.model" in errors[0]
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert not (tmp_path / "runs").exists()  # nothing on disk: the check comes before any folder is made
     assert elapsed_s < 10 + 20  # the check itself is bounded by 10 s; the rest is a slow machine's start-up
 
 

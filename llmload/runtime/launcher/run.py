@@ -151,7 +151,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
     if out is not None and (Path(out) / "plan.json").exists():
         print(f"llmload: error: {out} already holds a run: choose another --out", file=sys.stderr)
         return 2
-    run_dir, made, child, claim = None, False, None, None
+    run_dir, made, child, claim, new_base = None, False, None, None, None
     try:
         notes: list[str] = []
         config = load_config(config_path, notes=notes)  # first: a config error answers before the heavy imports
@@ -169,7 +169,9 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             run_dir = Path(out)
             made = prepare_run_dir(run_dir, where=where)
         else:  # made here by an exclusive mkdir (unique); the write check follows
-            run_dir = new_run_dir(config, base=_output_dir(config, config_path))
+            base = _output_dir(config, config_path)
+            new_base = None if base.exists() else base  # made for this run: removed with it if unused
+            run_dir = new_run_dir(config, base=base)
             made = prepare_run_dir(run_dir, where=where) or _empty_dir(run_dir)
         claim = claim_run_dir(run_dir, where=where)
         if not skip_preflight:  # the master's pre-flight prints the warnings; a refusal is one line here
@@ -181,6 +183,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             claim.release()
         print(f"llmload: error: {exc}", file=sys.stderr)
         remove_if_unused(run_dir if made else None)
+        if new_base is not None and new_base.is_dir() and not any(new_base.iterdir()):
+            new_base.rmdir()  # a refused run leaves nothing on disk, not even the output folder it made
         return exc.exit_code
     except BaseException:  # e.g. Ctrl-C during the checks: the held child goes with the launcher
         if child is not None:
