@@ -10,25 +10,17 @@ rate, or no such step on both sides: an extrapolation would be a guess.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from analysis.knee import JUDGED
+from llmload.units import finite as _num
 from shapes.phases import rate_phases
 
 __all__ = ["energy_at_knee", "energy_sentence"]
 
 #: joules per kWh
 KWH_J = 3.6e6
-
-
-def _num(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def energy_at_knee(steps: Any, knee: Mapping | None, *, cost_per_hour: Any = None) -> dict | None:

@@ -64,6 +64,7 @@ import numpy as np
 from analysis.intervals import effective_trials
 from llmload import slo as slo_dims
 from llmload.config import SLO
+from llmload.units import finite as _num
 from shapes.phases import PHASES, rate_phases
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
@@ -130,14 +131,6 @@ class Knee:
         if self.rate is None or self.low is None or self.high is None or not self.rate > 0:
             return None
         return (self.high - self.low) / 2.0 / self.rate
-
-
-def _num(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 # --------------------------------------------------------------------------- fitting

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["MAX_DURATION_S", "format_duration", "format_ms", "parse_duration"]
+__all__ = ["MAX_DURATION_S", "finite", "format_duration", "format_ms", "parse_duration"]
 
 #: the longest duration any setting takes: 30 days (a longer soak is split into runs)
 MAX_DURATION_S = 30 * 86400.0
@@ -68,3 +68,16 @@ def format_ms(seconds: float | None) -> str:
     if seconds is None or seconds != seconds:
         return ""
     return f"{seconds * 1000:.1f}"
+
+
+def finite(value: object) -> float | None:
+    """`value` as a finite float, None when it is not a number (None, text, NaN, an infinity).
+
+    >>> finite("2.5"), finite(None), finite(float("nan")), finite("x")
+    (2.5, None, None, None)
+    """
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

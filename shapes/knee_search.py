@@ -62,6 +62,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmload.units import finite as _number
+
 __all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "round_rate", "steps_text",
            "stop_text"]
 
@@ -167,14 +169,6 @@ class SearchAnswer:
 
 def _inside(rate: float, low: float | None, high: float | None) -> bool:
     return (low is None or rate >= low) and (high is None or rate <= high)
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 class KneeSearch:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from llmload.units import finite as _num
 from shapes.steps import StepSpec, derive_seed
 
 __all__ = ["DOWN", "UP", "ServerRange", "autocorrelation_time", "effective_samples", "next_placement",
@@ -50,14 +51,6 @@ NEAR = 0.2
 TAIL_SAMPLES = 10
 #: independent samples a refine step should carry near the knee (times the autocorrelation time)
 REFINE_EFFECTIVE = 60
-
-
-def _num(value: object) -> float | None:
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 # --------------------------------------------------------------------------- the probe
