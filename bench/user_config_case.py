@@ -1,48 +1,86 @@
 """A config a user writes for a slow server (issue 41), against a sim whose true knee is known, in virtual time.
 
-    PYTHONPATH=. python bench/user_config_case.py none 1 21      # min_samples unset (the default floor)
-    PYTHONPATH=. DUR=90s python bench/user_config_case.py 20 1 21  # a fixed refine.duration instead
+    PYTHONPATH=. python bench/user_config_case.py [--seeds 20] [--first-seed 1] [--min-samples N]
+        [--refine-duration 90s] [--out bench/results/user_config_case.json]
 
 A ladder of 1, 2, 3, 4, 5 req/s of 30 s steps, `slo: {ttft_p95: 800ms, tpot_p95: 100ms}`, a 6 minute refine
-budget; the sim: 6 slots, 30 ms + 1.2 ms per sequence per step, 64-in / 32-out (true knee 3.47 req/s,
-`llmload.sim.truth.true_knee`). Prints each seed's answer, whether its interval holds the truth, and the
-median and worst point error. bench/README.md has the figures."""
-import sys, statistics
-from llmload.config import Config
-from llmload.sim.virtual_search import virtual_search
-from llmload.sim.truth import true_knee
-from llmload.sim.settings import SimSettings
+budget, no `min_samples` unless given; the sim: 6 slots, 30 ms + 1.2 ms per sequence per step, 64-in / 32-out
+(true knee about 3.47 req/s, `llmload.sim.truth.true_knee`). Prints each seed's answer, whether its interval
+holds the truth, and the median and worst point error (`llmload.sim.virtual_search`: the tool's own steps,
+judging and search against the sim's engine, about a second a seed). bench/README.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from _common import machine, write_result
+
 from analysis.knee import knee_sentence
+from llmload.config import SLO, Config
+from llmload.sim.settings import SimSettings
+from llmload.sim.truth import true_knee
+from llmload.sim.virtual_search import virtual_search
 
 SIM = {"max_num_seqs": 6, "step_base_s": "30ms", "decode_cost_s": "1.2ms", "prefill_cost_s": "0.1ms"}
 SIZES = (64, 32)
-import os
-DUR=os.environ.get("DUR")
-def config(seed, min_samples=None, budget="6m"):
-    slo = {"ttft_p95": "800ms", "tpot_p95": "100ms"}
+TARGETS = {"ttft_p95": "800ms", "tpot_p95": "100ms"}
+
+
+def user_config(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> Config:
+    """The user's config as written, its requests drawn from `seed`."""
+    slo: dict = dict(TARGETS)
     if min_samples is not None:
         slo["min_samples"] = min_samples
+    refine: dict = {"budget": "6m"}
+    if refine_duration:
+        refine["duration"] = refine_duration
     return Config.model_validate({
         "target": {"url": "http://127.0.0.1:9", "model": "m"},
         "requests": {"input_tokens": {"dist": "fixed", "value": SIZES[0]},
                      "output_tokens": {"dist": "fixed", "value": SIZES[1]}, "seed": seed},
-        "shape": {"ladder": {"steps": [{"rate": r, "duration": "30s"} for r in (1, 2, 3, 4, 5)],
-                             "refine": {"budget": budget, **({"duration": DUR} if DUR else {})}}},
+        "shape": {"ladder": {"steps": [{"rate": r, "duration": "30s"} for r in (1, 2, 3, 4, 5)], "refine": refine}},
         "slo": slo})
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--min-samples", type=int, default=None, help="write slo.min_samples (default: unset)")
+    ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
+    args = ap.parse_args()
+    before = machine()
+    truth = true_knee(SimSettings.model_validate(SIM), SIZES, SLO(ttft_p95=0.8, tpot_p95=0.1), lo=1, hi=8,
+                      tol=0.005, arrivals=30_000, seeds=(1,))
+    t = float(truth["rate"] if isinstance(truth, dict) else truth)
+    print(f"true knee {t:.3f} req/s")
+    errors, held, runs = [], 0, []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        found = virtual_search(user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration),
+                               SIM, SIZES)
+        k = found.knee
+        ok = (k is not None and k.rate is not None and (k.low is None or k.low <= t)
+              and (k.high is None or t <= k.high))
+        held += ok
+        if k is not None and k.rate is not None:
+            errors.append(abs(k.rate - t) / t)
+        runs.append({"seed": seed, "rate": None if k is None else k.rate, "low": None if k is None else k.low,
+                     "high": None if k is None else k.high, "holds": bool(ok), "stopped": found.stopped,
+                     "virtual_run_s": round(found.run_s, 1)})
+        steps = " ".join(f"{r['label']}:{r['verdict'][:4]}" for r in found.rows)
+        print(f"{seed:3d} {'holds' if ok else 'MISS '} {knee_sentence(k)} | {found.stopped} {found.run_s:.0f} s | {steps}")
+    if errors:
+        print(f"answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
+              f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
+    write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, runs=runs, held=held,
+                 median_error=statistics.median(errors) if errors else None,
+                 worst_error=max(errors) if errors else None)
+
+
 if __name__ == "__main__":
-    ms = None if sys.argv[1] == "none" else int(sys.argv[1])
-    seeds = range(int(sys.argv[2]), int(sys.argv[3]))
-    from llmload.config import SLO
-    truth = true_knee(SimSettings.model_validate(SIM), SIZES, SLO(ttft_p95=0.8, tpot_p95=0.1), lo=1, hi=8, tol=0.005, arrivals=30000, seeds=(1,))
-    t = truth["rate"] if isinstance(truth, dict) else truth
-    print("truth", t)
-    errs = []
-    for seed in seeds:
-        vs = virtual_search(config(seed, ms), SIM, SIZES)
-        k = vs.knee
-        steps = " ".join(f"{r['label']}:{r['verdict'][:4]}" for r in vs.rows)
-        ok = k is not None and k.rate is not None and (k.low is None or k.low <= t) and (k.high is None or t <= k.high)
-        if k is not None and k.rate: errs.append(abs(k.rate - t) / t)
-        print(seed, "OK " if ok else "BAD", knee_sentence(k), "|", vs.stopped, f"{vs.run_s:.0f}s", "|", steps)
-    if errs: print("median err", statistics.median(errs), "worst", max(errs))
+    main()

@@ -33,6 +33,7 @@ TINY = {
     # without a GPU (CI) it says "no NVIDIA GPU here" and exits 0; with one, a 256 MiB step check
     "gpu_telemetry_check.py": ["--steps-mib", "256", "--hold-s", "1", "--interval", "0.25"],
     "knee_accuracy.py": ["--quick", "--work", "work"],
+    "user_config_case.py": ["--seeds", "1"],
 }
 
 
