@@ -92,6 +92,16 @@ _STOP_TEXT = {
     "no_verdict": "no step gave a verdict to estimate from",
     "stopped": "the run was stopped",
 }
+#: the `auto` shape places its own rates (fractions of the probe's saturation throughput): its ends are
+#: the server's, not a ladder the user can extend
+_AUTO_STOP_TEXT = {
+    "no_failure": "no target was crossed at any rate judged, up to the highest placement (past the probe's "
+                  "saturation throughput): the targets are looser than anything this server's queue reaches; "
+                  "check the reject and error ratios",
+    "no_pass": "the targets were crossed already at the lowest rate placed (a small fraction of the probe's "
+               "saturation throughput): the server misses them at light load; compare its idle latency "
+               "(the probe's one-user level) with the targets",
+}
 
 
 def steps_text(steps: int, extensions: int = 0) -> str:
@@ -110,9 +120,16 @@ def steps_text(steps: int, extensions: int = 0) -> str:
     return text
 
 
-def stop_text(stopped: str | None) -> str:
-    """A short phrase for a stop reason ("" for None)."""
-    return "" if not stopped else _STOP_TEXT.get(stopped, stopped)
+def stop_text(stopped: str | None, *, auto: bool = False) -> str:
+    """A short phrase for a stop reason ("" for None); `auto`: the search of an `auto` shape, whose
+    rates the tool placed (the advice is about the server, not a ladder to extend).
+
+    >>> stop_text("no_pass").endswith("extend the ladder downward"), "ladder" in stop_text("no_pass", auto=True)
+    (True, False)
+    """
+    if not stopped:
+        return ""
+    return (auto and _AUTO_STOP_TEXT.get(stopped)) or _STOP_TEXT.get(stopped, stopped)
 
 
 def round_rate(rate: float, digits: int = 3) -> float:

@@ -320,3 +320,16 @@ def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_bu
     assert near.next_step().window_s == pytest.approx(60 / 3.8, rel=0.05)  # 60 independent samples, tau ~1
     fixed = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, step_s=40.0, clock=lambda: 0.0)
     assert fixed.next_step().window_s is None  # refine.duration written: the step's own window
+
+
+def test_an_auto_search_that_ends_without_a_bracket_advises_on_the_server_not_a_ladder():
+    # the auto shape placed its own rates: "extend the ladder" would send the user to a ladder they never wrote
+    from llmload.report.answer import knee_text
+
+    for stopped in ("no_pass", "no_failure"):
+        assert "ladder" in stop_text(stopped)
+        assert "ladder" not in stop_text(stopped, auto=True)
+    auto_run = {"search": {"stopped": "no_pass", "steps": 0, "auto": {"range": None}}}
+    ladder_run = {"search": {"stopped": "no_pass", "steps": 0}}
+    assert "light load" in knee_text(auto_run) and "ladder" not in knee_text(auto_run)
+    assert "extend the ladder downward" in knee_text(ladder_run)
