@@ -205,3 +205,26 @@ def test_a_worker_lost_mid_step_is_judged_on_what_survived(tmp_path, capsys):
     assert (mine["outcome"] == "ok").sum() > 0 and (mine["closed_at"].dropna() <= step["start_at"] + 3.0).all()
     assert step["live_verdict"] == summary(run_dir)["steps"][0]["verdict"]
     assert f"{step['label']}: {len(lost)} request(s) of lost worker(s) 1 recorded as cancelled (worker lost)" in said
+
+
+def test_a_server_that_dies_mid_step_fails_the_step_without_a_written_error_limit(tmp_path):
+    """Issue 19 item 4 (was test_stop_and_workers.py's live run): the server dies 3 s into an 8 s step;
+    the rest of the arrivals meet a closed port. No `max_error_ratio` in the SLO: the default limit fails
+    the step on `error_ratio`, exit 1, never a pass."""
+    config = base_config(CLOSED, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                             "steps": [{"rate": 6, "duration": "8s"}]}},
+                         client={"max_concurrency": 16, "max_send_lag_p99": "1s", "max_worker_cpu": 1.0})
+
+    def kill_the_server(run: VirtualRun) -> None:
+        _wait_step_running(run, 3.0)
+        run.server.die()
+
+    run_dir = tmp_path / "run"
+    code = run_virtual(write_config(tmp_path, config), out=run_dir, sim_path=_sim(tmp_path, {"load_time_s": 0}),
+                       report=False, during=kill_the_server)
+    row = summary(run_dir)["steps"][0]
+    assert row["outcomes"].get("connect_error", 0) > row["outcomes"].get("ok", 0) > 0, row["outcomes"]
+    assert row["verdict"] == "fail" and "error_ratio" in row["failing"], row
+    assert code == 1
+    refused = records(run_dir)[lambda d: d["outcome"] == "connect_error"]
+    assert (refused["error"] == "cannot connect: Connection refused").all()  # as the live client says it

@@ -51,11 +51,13 @@ LIMIT_S = 30 * 86_400.0
 @dataclass(frozen=True)
 class VirtualRun:
     """What `run_virtual(during=...)` is handed: the run's controller (`StepController`: `mark_stopping()`
-    then `stop()` is what a stop signal does to it), its link (`InProcessLink.lose` kills a worker) and
-    its clock (`clock.sleep(s)`: wait `s` virtual seconds)."""
+    then `stop()` is what a stop signal does to it), its link (`InProcessLink.lose` kills a worker), the
+    simulated server (`EngineServer.die` kills it) and its clock (`clock.sleep(s)`: wait `s` virtual
+    seconds)."""
 
     controller: StepController
     link: InProcessLink
+    server: EngineServer
     clock: VirtualClock
 
 
@@ -152,7 +154,7 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     for cid, runtime in link.runtimes.items():
         for _ in range(pool):
             link.add_user(cid, gevent.spawn(_user, runtime))
-    outside = gevent.spawn(during, VirtualRun(controller, link, clock)) if during is not None else None
+    outside = gevent.spawn(during, VirtualRun(controller, link, server, clock)) if during is not None else None
     try:
         controller.run()
     except KeyboardInterrupt:  # seconds of CPU: a Ctrl-C means the rehearsal is not wanted
