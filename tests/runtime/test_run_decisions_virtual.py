@@ -228,3 +228,29 @@ def test_a_server_that_dies_mid_step_fails_the_step_without_a_written_error_limi
     assert code == 1
     refused = records(run_dir)[lambda d: d["outcome"] == "connect_error"]
     assert (refused["error"] == "cannot connect: Connection refused").all()  # as the live client says it
+
+
+def test_closed_loop_levels_never_hold_more_requests_than_their_users(tmp_path):
+    """Was test_examples_and_apis.py's live run against the Ollama sim (4 parallel slots; its cold load is
+    HTTP, not simulated here): each level sends its requests, all answered, over the config's API, and a
+    closed loop of c users never has more than c requests in flight."""
+    config = base_config(CLOSED, {"concurrency": {"levels": [1, 3], "requests_per_level": 9,
+                                                  "drain_timeout": "20s"}})
+    config["target"].update(api="ollama-generate", server="ollama")
+    run_dir = tmp_path / "run"
+    run_virtual(write_config(tmp_path, config), out=run_dir, sim_path=_sim(tmp_path, {"num_parallel": 4}),
+                report=False)
+    assert (run_dir / "records.parquet").exists()
+    df = records(run_dir)
+    assert set(df["outcome"]) == {"ok"} and set(df["api"]) == {"ollama-generate"}
+    for step in plan(run_dir)["steps"]:
+        own = df[df["step"] == step["label"]].sort_values("sent_at")
+        assert len(own) == 9
+        # a closed loop of c users never has more than c requests in flight
+        events = sorted([(t, 1) for t in own["sent_at"]] + [(t, -1) for t in own["closed_at"]])
+        depth = peak = 0
+        for _, delta in events:
+            depth += delta
+            peak = max(peak, depth)
+        assert peak <= step["concurrency"]
+    assert [s["verdict"] for s in summary(run_dir)["steps"]] != []
