@@ -64,10 +64,10 @@ class InProcessLink:
 
     def lose(self, client_id: str) -> None:
         """The worker `client_id` vanishes now, as a killed worker process (see the module docstring)."""
+        runtime = self.runtimes[client_id]
         if client_id in self.lost:
             return
         self.lost.add(client_id)
-        runtime = self.runtimes[client_id]
         writer, runtime.writer = runtime.writer, None  # what it flushed to its file is all it leaves
         if writer is not None:
             writer.close()

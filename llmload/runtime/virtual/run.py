@@ -154,7 +154,11 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     for cid, runtime in link.runtimes.items():
         for _ in range(pool):
             link.add_user(cid, gevent.spawn(_user, runtime))
-    outside = gevent.spawn(during, VirtualRun(controller, link, server, clock)) if during is not None else None
+    outside = None
+    if during is not None:
+        outside = gevent.spawn(during, VirtualRun(controller, link, server, clock))
+        outside.link_exception(lambda g: controller.fail(f"what happened from outside the run failed "
+                                                         f"({type(g.exception).__name__}: {g.exception})"))
     try:
         controller.run()
     except KeyboardInterrupt:  # seconds of CPU: a Ctrl-C means the rehearsal is not wanted
