@@ -1,8 +1,9 @@
 """A forged Locust worker for tests: it speaks Locust's protocol without llmload's worker code.
 
-    python forged_worker.py HOST PORT OUT STOP_FILE [PROOF]
+    python forged_worker.py HOST PORT OUT STOP_FILE [PROOF [CLIENT_ID]]
 
-Connects to the master at HOST:PORT, optionally sends an `llmload:hello` with PROOF (a bad one, say),
+Connects to the master at HOST:PORT as CLIENT_ID (default `forged_0123456789abcdef`), optionally sends an
+`llmload:hello` with PROOF (a bad one, say; `-`: none),
 then every 0.5 s a `client_ready`, Locust `stats` and an `llmload:results` carrying one forged record
 (request id `forged-000001`, TTFT 1 ms), until STOP_FILE exists or 120 s passed. Every message type it
 received is written to OUT (JSON list), so a test can check what the master gave it.
@@ -25,8 +26,8 @@ from llmload.runtime.wire.messages import RESULTS, pack_record
 
 def main() -> None:
     host, port, out, stop = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-    proof = sys.argv[5] if len(sys.argv) > 5 else None
-    client_id = "forged_0123456789abcdef"
+    proof = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+    client_id = sys.argv[6] if len(sys.argv) > 6 else "forged_0123456789abcdef"
     client = zmqrpc.Client(host, port, client_id)
     now = time.time()
     forged = Record(request_id="forged-000001", step="r1", worker="9", scheduled_at=now, outcome="ok",

@@ -1,4 +1,6 @@
-"""Example configs validate; a closed loop against the Ollama sim; the live web UI's LLM tab and page."""
+"""Example configs validate; the live web UI's LLM tab and page. (A closed loop's levels over the Ollama
+API are tests/runtime/test_run_decisions_virtual.py's, in virtual time; the Ollama sim's wire is
+tests/client/'s.)"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_config, plan, records, run_locust, start_web_run, summary, write_config
+from runtime_helpers import base_config, start_web_run, write_config
 from support import REPO, free_port
 
 from llmload.apis import api_names
@@ -58,30 +60,6 @@ def test_the_llamacpp_example_names_the_engine_s_model_alias():
 
     examples = [p for p in EXAMPLES if load_config(p).target.server == "llamacpp"]
     assert examples and all(load_config(p).target.model == MODEL_ALIAS for p in examples)
-
-
-@pytest.mark.slow
-def test_closed_loop_levels_against_the_ollama_sim(sim_factory, tmp_path):
-    sim = sim_factory(flavor="ollama", config={"load_time_s": "0.1s", "num_parallel": 4})
-    config = base_config(sim.url, {"concurrency": {"levels": [1, 3], "requests_per_level": 9,
-                                                   "drain_timeout": "20s"}})
-    config["target"].update(api="ollama-generate", server="ollama")
-    run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir)
-    assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
-    df = records(run_dir)
-    assert set(df["outcome"]) == {"ok"} and set(df["api"]) == {"ollama-generate"}
-    for step in plan(run_dir)["steps"]:
-        own = df[df["step"] == step["label"]].sort_values("sent_at")
-        assert len(own) == 9
-        # a closed loop of c users never has more than c requests in flight
-        events = sorted([(t, 1) for t in own["sent_at"]] + [(t, -1) for t in own["closed_at"]])
-        depth = peak = 0
-        for _, delta in events:
-            depth += delta
-            peak = max(peak, depth)
-        assert peak <= step["concurrency"]
-    assert [s["verdict"] for s in summary(run_dir)["steps"]] != []
 
 
 def _get(url: str) -> bytes:

@@ -155,3 +155,18 @@ def test_vllms_queue_limit_rejects_as_the_sim_does(tmp_path):
     for _, row in records.iterrows():
         in_flight = int(((ok["sent_at"] < row["sent_at"]) & (ok["closed_at"] > row["sent_at"])).sum())
         assert (in_flight >= 4) == (row["outcome"] == "rejected"), (in_flight, row["outcome"])
+
+
+def test_what_fails_outside_the_run_fails_it_with_one_line(tmp_path, capsys):
+    """`run_virtual(during=...)` (a test's stop signal, lost worker or dying server at a virtual time): one
+    that raises ends the run as a failed greenlet of a live run does, exit 3 with one line, never a run
+    that passes without what was meant to happen to it."""
+    def broken(run) -> None:
+        run.clock.sleep(5.0)
+        run.link.lose("w9")  # no such worker
+
+    path = write_config(tmp_path, one_step())
+    assert run_virtual(path, out=tmp_path / "run", report=False, during=broken) == 3
+    assert "llmload: error: what happened from outside the run failed (KeyError: 'w9'); ending the run" in \
+        capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "plan.json").read_text())["error"].startswith("what happened from outside")

@@ -60,39 +60,45 @@ def test_a_master_without_a_token_or_with_a_shared_secret_does_not_start(tmp_pat
     assert "secret-header-value-1" not in err
 
 
+#: two forged workers beside one real one in one run: one that proves nothing, one with a bad proof
+FORGERS = {"forged_0123456789abcdef": None, "forged_fedcba9876543210": "bad"}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("forged_proof", [None, "bad"])
-def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, tmp_path, forged_proof):
+def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
     path = _config(tmp_path, sim.url)
     run_dir, port = tmp_path / "run", free_port()
     env = {**os.environ, TOKEN_ENV: TOKEN}
-    out, stop = tmp_path / "forged.json", tmp_path / "stop"
-    forged = subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(out), str(stop)]
-                              + ([proof("not-the-token-at-all-000", "forged_0123456789abcdef")]
-                                 if forged_proof else []),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stop = tmp_path / "stop"
+    outs = {client_id: tmp_path / f"{client_id}.json" for client_id in FORGERS}
+    forged = [subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(outs[client_id]), str(stop),
+                                proof("not-the-token-at-all-000", client_id) if forged_proof else "-", client_id],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              for client_id, forged_proof in FORGERS.items()]
     master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port),
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     worker = None
     try:
-        deadline = time.time() + 60  # the forged worker is refused before the real one joins
-        while time.time() < deadline and not (out.exists() and json.loads(out.read_text() or "[]")):
+        deadline = time.time() + 60  # the forged workers are refused before the real one joins
+        while time.time() < deadline and not all(out.exists() and json.loads(out.read_text() or "[]")
+                                                 for out in outs.values()):
             time.sleep(0.2)
         worker = subprocess.Popen(locust_command(path, None, worker=True, master_port=port), env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _, master_err = master.communicate(timeout=120)
     finally:
         stop.touch()
-        for proc in (master, worker, forged):
+        for proc in (master, worker, *forged):
             if proc is not None and proc.poll() is None:
                 proc.kill()
             if proc is not None:
                 proc.wait()
-    got = json.loads(out.read_text())
-    assert got and set(got) == {"llmload:refused"}, got  # no ack, no spawn, no step (config, headers)
-    assert "refused worker forged_0123456789abcdef" in master_err
+    for client_id, out in outs.items():
+        got = json.loads(out.read_text())
+        assert got and set(got) == {"llmload:refused"}, (client_id, got)  # no ack, no spawn, no step (config, headers)
+        assert f"refused worker {client_id}" in master_err
     df = records(run_dir)
     assert len(df) == 12 and "forged-000001" not in set(df["request_id"])  # the real worker's 3 s at 4/s
     assert "9" not in set(df["worker"])

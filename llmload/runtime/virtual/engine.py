@@ -12,10 +12,17 @@ record filled from the engine's token times (outcome `ok`, usage as a server rep
 the HTTP layer (faults, cold load, context-length rules), quality cases, sessions and user hooks
 (`unsupported` says which a config asks for). Admission is: vLLM's `max_num_queued_reqs` refuses a
 request with 503 (`rejected`) while that many are in flight, as `llmload sim` does.
+
+`EngineServer.die()` is the server process dying (`run_virtual(during=...)` calls it at a virtual time):
+what it was serving loses its connection mid-stream, and every later request meets a closed port; each
+record says so as the live client's would (`llmload.client.outcomes.classify_exception` of the socket
+error it would have read: `disconnect`, `connect_error`).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +30,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.client.mix import RequestMix
+from llmload.client.outcomes import Failure, SendContext, classify_exception
 from llmload.clocks import Clock
 from llmload.config import Config
 from llmload.records import Record
@@ -39,6 +47,8 @@ class Served:
     seq: EngineSequence
     token_times: list[float] = field(default_factory=list)
     done: Event = field(default_factory=Event)
+    #: the server died before it finished (`EngineServer.die`)
+    dropped: bool = False
 
 
 class EngineServer:
@@ -52,6 +62,8 @@ class EngineServer:
         self._ids = 0
         self._submitted = Event()
         self._loop: gevent.Greenlet | None = None
+        #: the server process died (`die`): nothing is served any more
+        self.dead = False
 
     @property
     def in_flight(self) -> int:
@@ -77,6 +89,15 @@ class EngineServer:
         """The client went away (a cancel): the engine drops the request and frees its blocks."""
         if self._serving.pop(served.seq.seq_id, None) is not None:
             self.engine.abort(served.seq)
+
+    def die(self) -> None:
+        """The server process dies now: every request it holds is dropped (see the module docstring)."""
+        self.dead = True
+        self.close()
+        serving, self._serving = self._serving, {}
+        for served in serving.values():
+            served.dropped = True
+            served.done.set()
 
     def close(self) -> None:
         if self._loop is not None:
@@ -146,6 +167,10 @@ class EngineSender:
         job.ready_at = self.clock.now()
         self.clock.wait_until(job.scheduled_at)
         record.sent_at = self.clock.now()
+        if self.server.dead:  # a closed port: refused at connect
+            refused = ConnectionRefusedError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
+            self._failed(record, classify_exception(refused, SendContext(stage="connect")))
+            return
         n_in, n_out = int(request.planned_input_tokens or 1), int(request.planned_output_tokens or 1)
         if not self.server.fits(n_in, n_out):  # the sim answers 400: the prompt cannot fit its KV cache
             record.closed_at, record.http_status = record.sent_at, 400
@@ -164,6 +189,16 @@ class EngineSender:
             if not served.done.is_set():
                 self.server.abort(served)
         times = served.token_times
+        if served.dropped:  # the server died mid-request: its socket closed under the stream
+            record.http_status = 200
+            record.token_times = list(times)
+            if times:
+                record.first_token_at = record.first_answer_at = times[0]
+                record.last_token_at = times[-1]
+            record.output_tokens = len(times)
+            reset = ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
+            self._failed(record, classify_exception(reset, SendContext(answered=True, headers_status=200)))
+            return
         record.http_status = 200
         record.token_times = list(times)
         record.first_token_at = record.first_answer_at = times[0]
@@ -172,6 +207,10 @@ class EngineSender:
         record.reasoning_tokens = 0
         record.finish_reason = "length"
         record.outcome = "ok"
+
+    def _failed(self, record: Record, failure: Failure) -> None:
+        record.closed_at = self.clock.now()
+        record.outcome, record.error = failure.outcome, failure.message
 
     def planner(self) -> Any:
         raise RuntimeError("a virtual run has no sessions")

@@ -5,6 +5,10 @@ The Locust link (`llmload.runtime.locustglue.seams.WorkerLink`) carries the type
 way, read as the Locust side reads them (`read_message`, so a message one side cannot read fails the
 run with its one line, as a live run would). A message is delivered in a greenlet of its own, as a
 message off a socket is handled by the receiving loop, never inside the sender's call.
+
+`lose(client_id)` makes a worker vanish as a killed worker process does: what it wrote to its record file
+stays, nothing more is written or shipped, its users and their requests die (the server drops them, as a
+closed connection), and the master sees it `missing` and no longer among `workers()`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+from gevent import Greenlet
 
 from llmload.runtime.wire.messages import (
     CANCEL,
@@ -42,14 +47,36 @@ class InProcessLink:
             runtime = make_worker(lambda kind, data, name=name: self._to_master(name, kind, data))
             runtime.worker = name
             self.runtimes[f"w{i}"] = runtime
+        #: each worker's user greenlets (the run spawns them: `add_user`)
+        self.users: dict[str, list[Greenlet]] = {cid: [] for cid in self.runtimes}
+        #: the client ids of the workers lost (`lose`)
+        self.lost: set[str] = set()
 
     def workers(self) -> list[tuple[str | None, str]]:
-        return [(cid, runtime.worker) for cid, runtime in self.runtimes.items()]
+        return [(cid, runtime.worker) for cid, runtime in self.runtimes.items() if cid not in self.lost]
 
     def missing(self, client_id: str | None) -> bool:
-        return False
+        return client_id in self.lost
+
+    def add_user(self, client_id: str, user: Greenlet) -> None:
+        """`user` is one of the worker `client_id`'s users (it dies with the worker: `lose`)."""
+        self.users[client_id].append(user)
+
+    def lose(self, client_id: str) -> None:
+        """The worker `client_id` vanishes now, as a killed worker process (see the module docstring)."""
+        runtime = self.runtimes[client_id]
+        if client_id in self.lost:
+            return
+        self.lost.add(client_id)
+        writer, runtime.writer = runtime.writer, None  # what it flushed to its file is all it leaves
+        if writer is not None:
+            writer.close()
+        gevent.killall(self.users.pop(client_id, []), block=True)
+        runtime.close()
 
     def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
+        if client_id in self.lost:  # as a message to a worker that is gone: nobody reads it
+            return
         runtime = self.runtimes[client_id]
         handler = {STEP: runtime.on_step, CANCEL: runtime.on_cancel}.get(msg_type)
         if handler is None:
@@ -57,6 +84,8 @@ class InProcessLink:
         gevent.spawn(handler, data)
 
     def _to_master(self, worker: str, kind: str, data: Any) -> None:
+        if f"w{worker}" in self.lost:  # a lost worker sends nothing more
+            return
         gevent.spawn(self._deliver, worker, kind, data)
 
     def _deliver(self, worker: str, kind: str, data: Any) -> None:

@@ -18,6 +18,8 @@ plainly that the run was a simulation, of which server.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from llmload.runtime.worker.scheduler import WorkerRuntime
 from llmload.sim.settings import SimSettings, load_sim_settings
 from llmload.sim.truth import engine_limits
 
-__all__ = ["VIRTUAL_EPOCH_S", "WORKERS", "run_virtual"]
+__all__ = ["VIRTUAL_EPOCH_S", "WORKERS", "VirtualRun", "run_virtual"]
 
 #: where virtual time starts (2026-01-01T00:00:00Z): one fixed origin, so a seed's run repeats exactly
 VIRTUAL_EPOCH_S = 1_767_225_600.0
@@ -44,6 +46,19 @@ VIRTUAL_EPOCH_S = 1_767_225_600.0
 WORKERS = 2
 #: virtual seconds after which a run is taken for one that never ends
 LIMIT_S = 30 * 86_400.0
+
+
+@dataclass(frozen=True)
+class VirtualRun:
+    """What `run_virtual(during=...)` is handed: the run's controller (`StepController`: `mark_stopping()`
+    then `stop()` is what a stop signal does to it), its link (`InProcessLink.lose` kills a worker), the
+    simulated server (`EngineServer.die` kills it) and its clock (`clock.sleep(s)`: wait `s` virtual
+    seconds)."""
+
+    controller: StepController
+    link: InProcessLink
+    server: EngineServer
+    clock: VirtualClock
 
 
 def sim_settings(sim_path: Path | None) -> tuple[SimSettings, str]:
@@ -56,9 +71,12 @@ def sim_settings(sim_path: Path | None) -> tuple[SimSettings, str]:
 
 
 def run_virtual(config_path: Path, *, out: Path | None = None, sim_path: Path | None = None,
-                report: bool = True, workers: int = WORKERS, live_flags: dict[str, Any] | None = None) -> int:
+                report: bool = True, workers: int = WORKERS, live_flags: dict[str, Any] | None = None,
+                during: Callable[[VirtualRun], None] | None = None) -> int:
     """Run `config_path` in virtual time (see the module docstring); returns the run's exit code.
-    `live_flags`: `llmload run`'s flags of a live run (name: value); any one set is refused."""
+    `live_flags`: `llmload run`'s flags of a live run (name: value); any one set is refused.
+    `during`: called in a greenlet of its own as the run starts, with the run's `VirtualRun`: what
+    happens to a live run from outside (a stop signal, a worker killed) at a virtual time of its choosing."""
     given = [name for name, value in (live_flags or {}).items() if value]
     if given:
         print(f"llmload: error: --virtual runs in one process without Locust: {', '.join(given)} "
@@ -95,13 +113,14 @@ def run_virtual(config_path: Path, *, out: Path | None = None, sim_path: Path | 
     try:
         print(f"llmload: SIMULATION: {config_path} in virtual time against {source}; the target "
               f"{config.target.url} is not contacted", flush=True)
-        return _run(config, config_path, run_dir, steps, settings, source, report=report, workers=workers)
+        return _run(config, config_path, run_dir, steps, settings, source, report=report, workers=workers,
+                    during=during)
     finally:
         claim.release()
 
 
 def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings: SimSettings, source: str, *,
-         report: bool, workers: int) -> int:
+         report: bool, workers: int, during: Callable[[VirtualRun], None] | None = None) -> int:
     from llmload.rundir.finalise import finalise_run
     from llmload.telemetry.manifest import shape_record
     from shapes.plan import ConfigSearch
@@ -132,7 +151,14 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
                                 clock=clock.now, sleep=clock.sleep)
     controller.plan.data["simulation"] = simulation
     link.controller = controller
-    users = [gevent.spawn(_user, runtime) for runtime in link.runtimes.values() for _ in range(pool)]
+    for cid, runtime in link.runtimes.items():
+        for _ in range(pool):
+            link.add_user(cid, gevent.spawn(_user, runtime))
+    outside = None
+    if during is not None:
+        outside = gevent.spawn(during, VirtualRun(controller, link, server, clock))
+        outside.link_exception(lambda g: controller.fail(f"what happened from outside the run failed "
+                                                         f"({type(g.exception).__name__}: {g.exception})"))
     try:
         controller.run()
     except KeyboardInterrupt:  # seconds of CPU: a Ctrl-C means the rehearsal is not wanted
@@ -140,7 +166,9 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
               file=sys.stderr, flush=True)
         return 130
     finally:
-        gevent.killall(users)
+        if outside is not None:
+            outside.kill()
+        gevent.killall([user for users in link.users.values() for user in users])
         for runtime in link.runtimes.values():
             runtime.close()
         server.close()
