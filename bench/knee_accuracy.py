@@ -56,12 +56,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
                      "load_time_s": "0.2s"},
              "slo": {"ttft_p95": 1.0, "tpot_p95": 0.08},
              "rates": (2.0, 4.0, 6.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
-             "input": 64, "output": 32, "search": (1.0, 8.0)},
+             "input": 64, "output": 32, "search": (1.0, 8.0),
+             "truth": {"rate": 4.616, "binding": "ttft_p95", "from": "true_knee, 3 x 50k arrivals"}},
     "tpot": {"sim": {"max_num_seqs": 16, "step_base_s": "25ms", "decode_cost_s": "1ms", "prefill_cost_s": "0.1ms",
                      "load_time_s": "0.2s"},
              "slo": {"ttft_p95": 1.0, "tpot_p95": 0.038},
              "rates": (3.0, 6.0, 9.0), "step_s": 30.0, "refine_s": 60.0, "budget_s": 600.0,
-             "input": 64, "output": 32, "search": (1.0, 10.0)},
+             "input": 64, "output": 32, "search": (1.0, 10.0),
+             "truth": {"rate": 5.509, "binding": "tpot_p95", "from": "true_knee, 3 x 50k arrivals"}},
 }
 #: the demo's own search: the demo's sim and SLO (its truth), its config from `demo_itself_config`
 CONFIGS["demo-itself"] = CONFIGS["demo"]
@@ -142,7 +144,7 @@ def demo_itself_config(seed: int) -> dict:
 
 def truth(name: str, *, quick: bool, arrivals: int = 50_000, recompute: bool = False) -> dict:
     """The configuration's true knee (req/s, in the sim's own units) and binding target (`arrivals` per
-    rate and seed, three seeds); an `auto-*` configuration's stored one unless `recompute`."""
+    rate and seed, three seeds); the stored one (measured once, as the configuration says) unless `recompute`."""
     from llmload.config import SLO
     from llmload.sim.settings import SimSettings
     from llmload.sim.truth import true_knee
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--truth-arrivals", type=int, default=50_000,
                     help="arrivals per rate and seed of the true knee's steady state (a slow sim takes minutes at 50k)")
     ap.add_argument("--recompute-truth", action="store_true",
-                    help="compute the auto-* configurations' true knees instead of using the stored ones")
+                    help="compute the configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
     args = ap.parse_args(argv)
