@@ -30,11 +30,9 @@ def test_a_port_something_listens_on_is_one_line_keyed_by_its_flag():
         held.listen()
         port = held.getsockname()[1]
         with pytest.raises(ConfigError) as caught:
-            check_ports_free([Listener("the master's port for workers", "127.0.0.1", port, "--master-port")])
-    assert caught.value.exit_code == 2 and caught.value.key == "--master-port"
-    assert str(caught.value).startswith(f"--master-port: port {port} on 127.0.0.1 (the master's port for workers) "
-                                        "is in use")
-    assert "\n" not in str(caught.value)
+            check_ports_free([Listener("127.0.0.1", port, "--master-port")])
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == f"--master-port {port}: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 def test_a_port_nothing_listens_on_passes_even_after_a_connection_closed_there():
@@ -49,4 +47,4 @@ def test_a_port_nothing_listens_on_passes_even_after_a_connection_closed_there()
         accepted, _ = server.accept()
         accepted.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
         client.close()
-    check_ports_free([Listener("the web UI's port", "127.0.0.1", port, "LOCUST_WEB_PORT")])
+    check_ports_free([Listener("127.0.0.1", port, "LOCUST_WEB_PORT")])

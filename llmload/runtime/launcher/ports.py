@@ -25,9 +25,8 @@ __all__ = ["Listener", "check_ports_free", "run_listeners"]
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """One socket the run will listen on, and what sets its port (for the error line)."""
+    """One socket the run will listen on, and the flag or variable that sets its port (for the error line)."""
 
-    what: str
     host: str
     port: int
     set_by: str
@@ -39,28 +38,28 @@ def run_listeners(*, master: bool, master_bind_host: str, master_port: int | Non
     asked for takes a free one, so only an asked-for port is checked."""
     found = []
     if master:
-        found.append(Listener("the master's port for workers", master_bind_host, master_port or default_master_port,
-                              "--master-port"))
+        found.append(Listener(master_bind_host, master_port or default_master_port, "--master-port"))
     elif processes and master_port:
-        found.append(Listener("the port the local workers join", "127.0.0.1", master_port, "--master-port"))
+        found.append(Listener("127.0.0.1", master_port, "--master-port"))
     if web:
         host = os.environ.get("LOCUST_WEB_HOST") or "127.0.0.1"
         port = os.environ.get("LOCUST_WEB_PORT") or "8089"
         if port.isdigit():  # anything else is Locust's to refuse
-            found.append(Listener("the web UI's port", host, int(port), "LOCUST_WEB_PORT"))
+            found.append(Listener(host, int(port), "LOCUST_WEB_PORT"))
     if metrics_port:
-        found.append(Listener("the live metrics port", metrics_host, metrics_port, "--metrics-port"))
+        found.append(Listener(metrics_host, metrics_port, "--metrics-port"))
     return found
 
 
 def check_ports_free(listeners: list[Listener]) -> None:
-    """Raise `ConfigError` (keyed by the flag or variable that sets it) for the first listener whose port
-    something already listens on."""
+    """Raise `ConfigError` for the first listener whose port something already listens on: one line
+    naming the flag or variable that sets it, as the live metrics' own bind says it
+    (`--metrics-port 9100: cannot listen on 127.0.0.1:9100: Address already in use`)."""
     for listener in listeners:
         problem = _bind_problem(listener.host, listener.port)
         if problem is not None:
-            raise ConfigError(f"port {listener.port} on {listener.host} ({listener.what}) is in use ({problem}): "
-                              "another run or program listens there; choose another port", key=listener.set_by)
+            raise ConfigError(f"cannot listen on {listener.host}:{listener.port}: {problem}",
+                              key=f"{listener.set_by} {listener.port}")
 
 
 def _bind_problem(host: str, port: int) -> str | None:
