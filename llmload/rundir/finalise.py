@@ -44,12 +44,13 @@ def merge_run_records(run_dir: Path) -> int:
 
 
 def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None,
-                unwritten: list[str] | None = None, verdict: dict | None = None) -> int:
+                unwritten: list[str] | None = None, verdict: dict | None = None, dropped: str = "") -> int:
     """Analysis, summary.json, worksheet.csv and (unless `report=False`) report.html; returns the
     verdict's exit code. `outcome`, when given, gets the run's `verdict` and the report's answer
     `sentences` (for the web UI). `unwritten`, when given, collects the files a full disk kept out
     (silently: the caller says it in one line; `verdict["verdict"]` then gets the verdict reached);
-    without it a full disk raises."""
+    without it a full disk raises. `dropped`: what the run dropped for want of space
+    (`llmload.diskfull.dropped_said`), a warning of the summary and the report."""
     import analysis
 
     run = analysis.load_run(run_dir)
@@ -58,6 +59,10 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     result = analysis.analyze(run, config.slo, config.client)
     if run.telemetry_error:
         result.summary.setdefault("warnings", []).append(run.telemetry_error)
+    if dropped:  # the server's series end where telemetry stopped: a reader of the report must know
+        note = f"dropped for want of space under the run directory: {dropped}"
+        result.warnings.append(note)
+        result.summary.setdefault("warnings", []).append(note)
     try:
         analysis.write_outputs(result, run_dir)
     except OSError as exc:
@@ -163,7 +168,8 @@ def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | No
             log.exception("telemetry could not be finalised")
             print(f"llmload: warning: telemetry.parquet not written: {exc}")
     try:
-        code = analyse_run(run_dir, config, report=report, outcome=outcome, unwritten=unwritten, verdict=reached)
+        code = analyse_run(run_dir, config, report=report, outcome=outcome, unwritten=unwritten, verdict=reached,
+                           dropped=dropped)
     except Exception as exc:
         if not is_disk_full(exc):
             raise

@@ -128,3 +128,5 @@ def test_finished_records_outrank_telemetry_on_a_nearly_full_disk(sim_factory, t
     if done.returncode != DISK_FULL_EXIT:  # the analysis fitted in what the records left
         assert done.returncode in (0, 1, 3) and (out / "summary.json").exists(), said
         assert set(pq.read_table(out / "records.parquet").column("request_id").to_pylist()) >= finished
+        warned = json.loads((out / "summary.json").read_text())["warnings"]
+        assert any("telemetry stopped at" in w for w in warned), warned  # the report says its series end early
