@@ -80,7 +80,7 @@ def _no_line_twice(said: str) -> None:
 def test_a_full_disk_is_one_line_exit_4_and_keeps_what_fitted(sim_factory, tmp_path, tiny_disk):
     sim = sim_factory(flavor="vllm")
     out = tiny_disk / "run"
-    done = _run(sim, tmp_path, out, duration="5s")
+    done = _run(sim, tmp_path, out, duration="10s")  # 80 records: more than 64 KiB holds
     said = done.stdout + done.stderr
     assert done.returncode == DISK_FULL_EXIT, said
     assert "Traceback" not in said and "Errno 28" not in said, said
@@ -95,6 +95,9 @@ def test_a_full_disk_is_one_line_exit_4_and_keeps_what_fitted(sim_factory, tmp_p
     received = {r["request_id"] for r in sim.ground_truth_rows()}
     kept = _record_ids(out)
     assert kept <= received
+    # the records the disk could not hold are counted in the error line, as the sim's own log counts them
+    lost = len({r for r in received if not r.startswith("preflight")} - kept)
+    assert lost > 0 and f"; {lost} finished record(s) lost;" in errors[0], said
     # with room again, `llmload report` finishes the run from what was kept
     roomy = tmp_path / "copy"
     shutil.copytree(out, roomy)
