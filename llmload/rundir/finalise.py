@@ -11,7 +11,9 @@ place, so a write cut short leaves no partial file; every step that fits is stil
 where a report does not), and one `llmload: error:` line names what was not written, what was kept and
 the verdict if it was reached, with exit code `DISK_FULL_EXIT` (4) unless summary.json was saved (then
 the verdict's code: the run has its conclusion). The record files (`records/*.jsonl`)
-always stay: `llmload report RUN_DIR` finishes the run once there is space.
+always stay: `llmload report RUN_DIR` finishes the run once there is space. What the run dropped for
+want of space (telemetry a writer stopped, finished records not on disk: `llmload.diskfull.dropped_said`)
+is said in that line, or else given back in `closing` for the run's closing line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmload.config import Config
-from llmload.diskfull import DISK_FULL_EXIT, is_disk_full
+from llmload.diskfull import DISK_FULL_EXIT, dropped_said, is_disk_full
 from llmload.records import merge_record_files
 
 __all__ = ["analyse_run", "finalise_run", "merge_run_records"]
@@ -42,12 +44,13 @@ def merge_run_records(run_dir: Path) -> int:
 
 
 def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None,
-                unwritten: list[str] | None = None, verdict: dict | None = None) -> int:
+                unwritten: list[str] | None = None, verdict: dict | None = None, dropped: str = "") -> int:
     """Analysis, summary.json, worksheet.csv and (unless `report=False`) report.html; returns the
     verdict's exit code. `outcome`, when given, gets the run's `verdict` and the report's answer
     `sentences` (for the web UI). `unwritten`, when given, collects the files a full disk kept out
     (silently: the caller says it in one line; `verdict["verdict"]` then gets the verdict reached);
-    without it a full disk raises."""
+    without it a full disk raises. `dropped`: what the run dropped for want of space
+    (`llmload.diskfull.dropped_said`), a warning of the summary and the report."""
     import analysis
 
     run = analysis.load_run(run_dir)
@@ -56,6 +59,10 @@ def analyse_run(run_dir: Path, config: Config, *, report: bool = True, outcome: 
     result = analysis.analyze(run, config.slo, config.client)
     if run.telemetry_error:
         result.summary.setdefault("warnings", []).append(run.telemetry_error)
+    if dropped:  # the server's series end where telemetry stopped: a reader of the report must know
+        note = f"dropped for want of space under the run directory: {dropped}"
+        result.warnings.append(note)
+        result.summary.setdefault("warnings", []).append(note)
     try:
         analysis.write_outputs(result, run_dir)
     except OSError as exc:
@@ -127,22 +134,29 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def finalise_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None) -> int:
-    """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`)."""
+def finalise_run(run_dir: Path, config: Config, *, report: bool = True, outcome: dict | None = None,
+                 finished: int | None = None, closing: list[str] | None = None) -> int:
+    """Everything after the last step; returns 0 pass, 1 fail, 3 invalid (`outcome`: see `analyse_run`).
+    `finished`, when known (the master's count of shipped records), is what the records on disk are
+    checked against; `closing`, when given, gets what was dropped for want of space unless a full-disk
+    error line said it already (the run's closing line adds it)."""
     with _no_cyclic_gc():
-        return _finalize(Path(run_dir), config, report=report, outcome=outcome)
+        return _finalize(Path(run_dir), config, report=report, outcome=outcome, finished=finished,
+                         closing=closing)
 
 
-def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | None) -> int:
+def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | None, finished: int | None,
+              closing: list[str] | None) -> int:
     unwritten: list[str] = []  # what a full disk kept out; said in one line at the end
     reached: dict = {}  # the verdict, when the analysis ran but its summary could not be written
     try:
-        merge_run_records(run_dir)
+        kept = merge_run_records(run_dir)
     except Exception as exc:
         if not is_disk_full(exc):
             raise
         return _disk_full(run_dir, ["records.parquet", "telemetry.parquet", "summary.json", "report.html"],
-                          exc, reached)
+                          exc, reached, finished=finished)
+    dropped = dropped_said(records_lost=(finished or 0) - kept)
     try:
         from llmload.telemetry import finalise_telemetry
 
@@ -154,19 +168,22 @@ def _finalize(run_dir: Path, config: Config, *, report: bool, outcome: dict | No
             log.exception("telemetry could not be finalised")
             print(f"llmload: warning: telemetry.parquet not written: {exc}")
     try:
-        code = analyse_run(run_dir, config, report=report, outcome=outcome, unwritten=unwritten, verdict=reached)
+        code = analyse_run(run_dir, config, report=report, outcome=outcome, unwritten=unwritten, verdict=reached,
+                           dropped=dropped)
     except Exception as exc:
         if not is_disk_full(exc):
             raise
         unwritten += [n for n in ("summary.json", "report.html") if not (run_dir / n).exists()]
-        return _disk_full(run_dir, unwritten, exc, reached)
+        return _disk_full(run_dir, unwritten, exc, reached, dropped=dropped)
     if unwritten:
-        return _disk_full(run_dir, unwritten, None, reached, code)
+        return _disk_full(run_dir, unwritten, None, reached, code, dropped=dropped)
+    if dropped and closing is not None:
+        closing.append(dropped)
     return code
 
 
 def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, reached: dict,
-               code: int = DISK_FULL_EXIT) -> int:
+               code: int = DISK_FULL_EXIT, *, finished: int | None = None, dropped: str | None = None,) -> int:
     """One line for a finalisation a full disk cut short (what is missing, what is kept, the verdict if
     reached, what to do); returns the verdict's `code` when summary.json was saved (the run has its
     conclusion; only telemetry.parquet or report.html is missing), else `DISK_FULL_EXIT`."""
@@ -176,13 +193,16 @@ def _disk_full(run_dir: Path, unwritten: list[str], exc: BaseException | None, r
     lines = 0
     for path in files:
         with open(path, "rb") as f:
-            lines += sum(1 for line in f if line.strip())
+            lines += sum(1 for line in f if line.rstrip().endswith(b"}"))  # not a line the disk cut short
     (run_dir / "report.html.tmp").unlink(missing_ok=True)  # a report cut short
     verdict = reached.get("verdict")
     said = f"; the verdict was {verdict} but could not be saved" if verdict and "summary.json" not in kept else ""
+    if dropped is None:  # the merge failed: the record lines on disk are what was kept
+        dropped = dropped_said(records_lost=(finished or 0) - lines)
+    said += f"; {dropped}" if dropped else ""
     code = code if "summary.json" in kept else DISK_FULL_EXIT
     print(f"llmload: error: the disk holding {run_dir} is full: not written: {', '.join(dict.fromkeys(unwritten))}; "
-          f"kept: {', '.join(kept + [f'{lines} record line(s) in records/*.jsonl'])}{said}; free space, then "
+          f"kept: {', '.join(kept + [f'{lines} complete record line(s) in records/*.jsonl'])}{said}; free space, then "
           f"`llmload report {run_dir}` finishes it (exit code {code})", file=sys.stderr, flush=True)
     if exc is not None:
         log.debug("finalisation stopped by a full disk", exc_info=exc)

@@ -9,6 +9,10 @@ Repeats: a point marked `always=False` (raw server series, counters, histogram b
 when its value changed since it was last written for that series, or after the source had a gap. The
 "last sample at or before t" of such a series is still exact, which is all counters and histograms need;
 gauges the analysis averages (`running`, `waiting`, `kv_usage`, GPU memory) are written every sample.
+
+Space: finished records outrank telemetry. Before each batch the sink checks the free space under its
+folder (`llmload.diskfull.free_bytes`); under `reserve_bytes` it stops for the rest of the run, says so
+once, and counts the samples it no longer writes (`llmload.diskfull.dropped_said`, the closing line).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from llmload.diskfull import free_bytes, telemetry_dropped, telemetry_stopped
 from llmload.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -74,8 +79,14 @@ class Point(NamedTuple):
 class TelemetrySink:
     """Appends points as JSON lines, flushed per batch. Safe to call from several threads."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, reserve_bytes: int | None = None) -> None:
+        from llmload.diskfull import TELEMETRY_RESERVE_BYTES
+
         self.path = Path(path)
+        #: free bytes under the folder below which this sink stops (records come first)
+        self.reserve_bytes = TELEMETRY_RESERVE_BYTES if reserve_bytes is None else reserve_bytes
+        #: when this sink stopped for want of space (epoch seconds), None while it writes
+        self.stopped_at: float | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._lock = threading.Lock()
@@ -97,23 +108,31 @@ class TelemetrySink:
                     self._last[key] = value
                 out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
                                        "step": step, "labels": p.labels}, separators=(",", ":")))
+            if out and self.stopped_at is None and not self._file.closed:
+                free = free_bytes(self.path.parent)
+                if free is not None and free < self.reserve_bytes:
+                    self._stop(t, free)
+            if out and self.stopped_at is not None:
+                telemetry_dropped(len(out))
+                return 0
             if out and not self._file.closed:
                 try:
                     self._file.write(redact_text("\n".join(out)) + "\n")  # a label may echo the API key
                     self._file.flush()
-                except OSError as exc:  # a full disk: telemetry stops, the run and its records go on
-                    from llmload.diskfull import warn_unwritable
-
-                    warn_unwritable(self.path, exc, "telemetry stops here and the run goes on")
-                    self._abandon()
+                except OSError:  # a full disk all the same (another writer): telemetry stops, the run goes on
+                    self._stop(t, None)
+                    telemetry_dropped(len(out))
                     return 0
                 self.lines += len(out)
         return len(out)
 
-    def _abandon(self) -> None:
-        """Stop writing (the disk is full): close the file, dropping what its buffer still holds."""
+    def _stop(self, t: float, free: int | None) -> None:
+        """Stop writing for the rest of the run (space is short): close the file, dropping what its buffer
+        still holds, and say so once per process."""
+        self.stopped_at = t
         with contextlib.suppress(OSError):  # the close flushes the same buffer again
             self._file.close()
+        telemetry_stopped(self.path, t, free=free, reserve=self.reserve_bytes)
 
     def forget(self, source: str) -> None:
         """After a gap, write every series of `source` again on its next sample."""

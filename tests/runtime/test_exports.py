@@ -18,6 +18,8 @@ MODULES = {
     "runtime.launcher.gated_child": ["GATE_ENV", "GatedChild", "gated_boot", "released"],
     "rundir.finalise": ["analyse_run", "finalise_run", "merge_run_records"],
     "runtime.master.judging": ["judge_rows", "live_judge"],
+    "runtime.launcher.ports": ["Listener", "check_ports_free", "run_listeners"],
+    "runtime.locustglue.master_watch": ["LOST_EXIT", "MasterWatch", "PROBE_TIMEOUT_S", "SILENT_S"],
     "runtime.launcher.run": ["BOOT", "free_loopback_port", "locust_command", "run_config", "say_once",
                              "verdict_exit_code"],
     "rundir.layout": ["LOCK_FILE", "RunDirClaim", "claim_run_dir", "new_run_dir", "prepare_run_dir", "remove_if_unused"],

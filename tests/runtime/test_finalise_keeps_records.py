@@ -101,3 +101,28 @@ def test_a_summary_that_fitted_keeps_the_verdicts_exit_code(tmp_path, monkeypatc
     assert code == analysis.exit_code(summary) != DISK_FULL_EXIT
     line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llmload: error"))
     assert "not written: report.html" in line and f"(exit code {code})" in line
+
+
+def test_finished_records_missing_from_disk_are_counted_in_the_one_line(tmp_path, monkeypatch, capsys):
+    """The master's count of shipped records against what the disk kept: the difference is said in the
+    error line, and not handed to the run's closing line to say again."""
+    write_run(tmp_path)
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(analysis, "write_outputs", no_space)
+    closing: list[str] = []
+    kept = len(_ids_on_disk(tmp_path))
+    assert finalise_run(tmp_path, _config(), finished=kept + 3, closing=closing) == DISK_FULL_EXIT
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("llmload: error"))
+    assert "; 3 finished record(s) lost;" in line and closing == []
+
+
+def test_a_run_that_dropped_nothing_says_nothing_of_it(tmp_path, capsys):
+    write_run(tmp_path)
+    closing: list[str] = []
+    finalise_run(tmp_path, _config(), report=False, finished=len(_ids_on_disk(tmp_path)), closing=closing)
+    assert closing == [] and "lost" not in capsys.readouterr().out
+    finalise_run(tmp_path, _config(), report=False, finished=len(_ids_on_disk(tmp_path)) + 2, closing=closing)
+    assert closing == ["2 finished record(s) lost"]

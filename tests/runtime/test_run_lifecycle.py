@@ -42,7 +42,7 @@ class Run:
         self.finalised: list[dict] = []
         self.run_dir = tmp_path / "run"
 
-        def finalise_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
+        def finalise_run(run_dir, config, *, report=True, outcome=None, finished=None, closing=None):  # noqa: ARG001
             self.finalised.append(json.loads((run_dir / "plan.json").read_text()))
             (run_dir / "summary.json").write_text("{}")
             return VERDICT_CODE

@@ -17,7 +17,7 @@ from llmload.runtime.master.states import RunState
 
 
 def _busy_finalise(ticks: list[int]):
-    def finalise_run(run_dir, config, *, report=True, outcome=None):  # noqa: ARG001
+    def finalise_run(run_dir, config, *, report=True, outcome=None, finished=None, closing=None):  # noqa: ARG001
         seen = len(ticks)
         deadline = time.perf_counter() + 0.4
         while time.perf_counter() < deadline:  # CPU-bound, never yields to gevent (like matplotlib)
@@ -65,7 +65,7 @@ import llmload.rundir.finalise as finish
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions
 from llmload.runtime.master.states import RunState
 
-def finalise_run(run_dir, config, *, report=True, outcome=None):
+def finalise_run(run_dir, config, *, report=True, outcome=None, finished=None, closing=None):  # noqa: ARG001
     from matplotlib.figure import Figure  # the report's first matplotlib import, as in a fresh container
     Figure()
     (run_dir / "report.html").write_text("ok")

@@ -49,3 +49,39 @@ def test_an_empty_run_still_gets_the_schema(tmp_path: Path) -> None:
     table = pq.read_table(finalise_telemetry(tmp_path))
     assert table.num_rows == 0 and table.schema.equals(TELEMETRY_SCHEMA)
     assert read_telemetry(tmp_path).empty
+
+
+def test_the_sink_stops_once_the_free_space_falls_under_its_reserve(tmp_path: Path, capsys) -> None:
+    """On a real tmpfs: lines go on while the free space (statvfs) stays above the reserve; the batch that
+    finds it under stops the sink for good, says so once, and counts every sample it no longer writes
+    (issue 44, item 5). Skipped where a tmpfs cannot be mounted (not root)."""
+    import subprocess
+
+    import pytest
+
+    from llmload import diskfull
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
+    diskfull.reset_dropped()
+    try:
+        free = diskfull.free_bytes(where)
+        sink = TelemetrySink(where / "telemetry.jsonl", reserve_bytes=free - 64 * 2**10)
+        batch = [Point("server:a", f"m{i}", float(i)) for i in range(100)]  # ~8 KB a batch
+        written = [sink.write(float(t), "r1", batch) for t in range(40)]
+        sink.close()
+        stopped = written.index(0)
+        assert 4 <= stopped <= 10 and all(n == 100 for n in written[:stopped]) and not any(written[stopped:])
+        assert sink.stopped_at == float(stopped) and sink.lines == 100 * stopped
+        assert len((where / "telemetry.jsonl").read_text().splitlines()) == 100 * stopped
+        assert diskfull.free_bytes(where) > 32 * 2**10  # the rest is left to the records
+        err = capsys.readouterr().err
+        assert err.count("telemetry stops at") == 1 and "kept for finished records" in err
+        assert f"{100 * (40 - stopped):,} sample(s) not written" in diskfull.dropped_said()
+        assert "finished record(s) lost" in diskfull.dropped_said(records_lost=2)
+    finally:
+        diskfull.reset_dropped()
+        subprocess.run(["umount", "-l", str(where)], check=False)

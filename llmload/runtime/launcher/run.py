@@ -18,7 +18,9 @@ Config errors, bad flag combinations and a run directory that cannot be written,
 holds, are caught before Locust starts (one line, exit 2). The launcher claims its run directory for
 the whole run with an exclusive lock (`claim_run_dir`: `flock` on `.llmload-lock`), then checks that no
 run is there (`plan.json`): of two runs started into one `--out` at once, one runs and the other is
-refused; the default `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
+refused; a port the run would listen on (the master's, the web UI's, the live metrics') that something
+already listens on is refused before anything is made (`llmload.runtime.launcher.ports`); the default
+`<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
 started in the same second get two directories (`-2`, `-3`, ...); an unreachable target gives one line and exit 3, a model the server does not list one line and exit 2 (`llmload.runtime.master.served_model`). Once the config
 has validated, the Locust child is started and held before it reads its command line while the other
 checks run (`llmload.runtime.launcher.gated_child`: its ~1 s of imports no longer follow them); it gets the command
@@ -159,6 +161,11 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             say_once(note)
         if master:
             _check_no_shared_secrets(config, config_path)
+        from llmload.runtime.launcher.ports import check_ports_free, run_listeners
+
+        check_ports_free(run_listeners(master=master, master_bind_host=master_bind_host, master_port=master_port,
+                                       default_master_port=DEFAULT_PORT, processes=processes, web=web,
+                                       metrics_port=metrics_port, metrics_host=metrics_host))
         child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
         from llmload.runtime.master.preflight import check_model_served, check_reachable
         from shapes.plan import build_plan

@@ -9,7 +9,8 @@ Locust event or signal into one call on it (test_start -> `start`; test_stopping
 `stop(WEB_STOP)`; test_stop -> `stop(USERS_STOPPED)`; quitting -> `stop(QUITTING)`; SIGINT/SIGTERM/SIGHUP
 -> `stop(SIGNAL)`). What happens where:
 
-- worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel`;
+- worker or local runner: a `WorkerRuntime` answers `llmload:step` / `llmload:cancel` (a worker's
+  `MasterWatch` stops it and exits 3 once its master is gone);
 - master or local runner: the config named by `--llmload-config` is validated at init (a config error
   is one line and exit code 2), and on `test_start` a greenlet runs pre-flight, writes the manifest,
   starts telemetry, runs the `StepController`, then finalises the run directory and sets the exit code;
@@ -225,10 +226,12 @@ class Session:
                                     concurrent=True)
             self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
             if self.is_worker:
+                from llmload.runtime.locustglue.master_watch import MasterWatch
                 from llmload.runtime.wire import clocksync
 
                 runner.register_message(clocksync.PING, lambda environment, msg, **kw: clocksync.answer_ping(
                     msg.data, runner.send_message))
+                runner.greenlet.spawn(MasterWatch(runner, self.worker).run)  # a lost master: stop, exit 3
         if not self.is_worker:
             runner.register_message(RESULTS, self._on_results)
             runner.register_message(DRAINED, self._on_drained)

@@ -224,6 +224,9 @@ class RunLifecycle:
 
         self.options = options
         self.outcome = {}
+        from llmload.diskfull import reset_dropped
+
+        reset_dropped()  # what an earlier run in this process dropped is not this run's
         self.controller = None  # the last run's, until this run's is made
         self.stop_reason = None
         given = options.run_dir
@@ -371,6 +374,9 @@ class RunLifecycle:
         from llmload.rundir.finalise import finalise_run
 
         report = self.options.report
+        tally = getattr(self.controller, "tally", None)
+        finished = getattr(tally, "finished", None)
+        closing: list[str] = []  # what the disk had no room for, unless a full-disk error line said it
         try:
             if self.host.web:  # in a thread: the web UI answers meanwhile
                 if report:  # matplotlib's first import lists the fonts with a subprocess, which gevent's
@@ -378,9 +384,11 @@ class RunLifecycle:
                     import matplotlib.font_manager  # noqa: F401
 
                 code = gevent.get_hub().threadpool.apply(finalise_run, (self.run_dir, self.config),
-                                                         {"report": report, "outcome": self.outcome})
+                                                         {"report": report, "outcome": self.outcome,
+                                                          "finished": finished, "closing": closing})
             else:
-                code = finalise_run(self.run_dir, self.config, report=report, outcome=self.outcome)
+                code = finalise_run(self.run_dir, self.config, report=report, outcome=self.outcome,
+                                    finished=finished, closing=closing)
         except Exception as exc:
             log.exception("finalisation failed")
             print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
@@ -395,7 +403,8 @@ class RunLifecycle:
         written = next((self.run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
                         if (self.run_dir / name).exists()), None)
         if written is not None:
-            print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}{said}", flush=True)
+            print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}"
+                  f"{''.join(f'; {d}' for d in closing)}{said}", flush=True)
         self._to(RunState.DONE)
 
     # ------------------------------------------------------------------ stop

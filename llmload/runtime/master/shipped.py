@@ -50,6 +50,8 @@ class StepTally:
         self._cpu_sink: Any = None
         self._master_file: _JsonLines | None = None
         self._closed = False
+        #: records the workers shipped over the run (finished requests: what must be on disk at the end)
+        self.finished = 0
 
     def add(self, step: Step) -> None:
         self.steps[step.label] = step
@@ -78,6 +80,7 @@ class StepTally:
             if label in self.steps:
                 self.steps[label].sent[worker] = int(count)
         rows = [unpack_record(r) for r in results.rows]
+        self.finished += len(rows)
         if not self.local:
             if self._master_file is None:
                 self._master_file = _JsonLines(self.run_dir / "records" / "master.jsonl")

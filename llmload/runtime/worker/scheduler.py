@@ -17,7 +17,8 @@ schedule and every timestamp are on the master's clock.
 Every finished request is written (flushed) to `records/worker-<id>.jsonl`, and a compact summary is
 queued for the master, with the process's CPU while it sends a step's arrivals (`sample_cpu`). When a step's arrivals are over and every job of it has finished, the worker
 flushes its summaries and sends `llmload:drained`. On `llmload:cancel` (drain timeout) the in-flight
-requests of that step are killed, which records them as `cancelled`.
+requests of that step are killed, which records them as `cancelled`; a worker whose master is gone
+stops every step the same way (`abandon`).
 
 The scheduler and shipper greenlets are linked (`link_exception`): a scheduler that fails records the
 step's arrivals it never queued as `client_error` (a failure of the generator) and the step drains at
@@ -223,6 +224,8 @@ class WorkerRuntime:
         self._cpu_mark: tuple[str, float, float] | None = None
         #: how long before its time an arrival is queued (learnt where wake-ups are precise)
         self.lead = Lead(clock.precise)
+        #: the master is gone (`abandon`): nothing is sent to it any more
+        self.master_gone = False
 
     # ------------------------------------------------------------------ messages from the master
 
@@ -284,6 +287,38 @@ class WorkerRuntime:
             self.clock.sleep(0.005)
         self._maybe_drained(state)
 
+    def abandon(self) -> int | None:
+        """The master is gone (`llmload.runtime.locustglue.master_watch`): nothing more goes to it, every
+        step stops at once as a cancel stops it (queued arrivals and requests in flight recorded
+        `cancelled`) and the record file is closed. Returns how many records the file got (None: no
+        step came, no file)."""
+        self.master_gone = True
+        hub = gevent.get_hub()
+        for state in self.steps.values():
+            if state.phase.drained:
+                continue
+            if not state.phase.cancelled:
+                state.to(StepPhase.CANCELLING)
+            if state.loop is not None:
+                state.loop.stopped = True
+            if state.scheduler is not None:
+                state.scheduler.kill(block=True)
+            self._drop_queued(state, outcome="cancelled")
+            for greenlet in list(state.inflight):
+                hub.loop.run_callback(_cancel_request, state, greenlet)
+        deadline = self.clock.now() + CANCEL_WAIT_S
+        while any(state.inflight for state in self.steps.values()) and self.clock.now() < deadline:
+            self.clock.sleep(0.005)
+        if self._shipper is not None:
+            self._shipper.kill(block=False)
+            self._shipper = None
+        if self.writer is None:
+            return None
+        count = self.writer.count
+        self.writer.close()
+        self.writer = None
+        return count
+
     def _unreadable(self, exc: MessageError, data: Any) -> None:
         """A message from the master this worker cannot read (llmload versions that differ, a bug):
         said in this worker's log and as the `error` of a drained notice for the step it names (`""`
@@ -297,6 +332,8 @@ class WorkerRuntime:
                                          cancelled=False, at=self.clock.now(), error=str(exc)))
 
     def _tell_master(self, message: Message) -> None:
+        if self.master_gone:  # nobody to tell (a send would only wait on Locust's retries)
+            return
         self._send_message(message.TYPE, message.to_dict())
 
     # ------------------------------------------------------------------ scheduling
