@@ -37,7 +37,8 @@ TINY = {
     # in virtual time (llmload.sim.virtual_search); a live search against the sim is `llmload demo`'s
     # (tests/runtime/test_demo.py) and the other ladders' under tests/
     "knee_accuracy.py": ["--quick", "--virtual"],
-    "user_config_case.py": ["--seeds", "1"],
+    # its true knee from 2,000 arrivals a rate instead of 30,000 (the bisection was most of its CPU)
+    "user_config_case.py": ["--seeds", "1", "--truth-arrivals", "2000"],
 }
 
 
