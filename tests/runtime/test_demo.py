@@ -93,7 +93,7 @@ def test_the_demos_bursts_cost_more_than_their_uniform_twin(virtual_demo):
 
 @pytest.mark.slow
 @pytest.mark.quiet  # its split is checked against the sim's own log with bounds a busy machine can reach
-def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capfd):
+def test_demo_runs_live_end_to_end(tmp_path, capfd):
     """`llmload demo`'s live processes once, with short steps: the sim started and stopped, both runs
     through Locust with their reports, the answer printed, each step's split against the sim's log. Its
     decisions (the knee, the search, the bursts' cost) are the tests above, on the same configs."""
