@@ -1,7 +1,7 @@
 """A config a user writes for a slow server (issue 41), against a sim whose true knee is known, in virtual time.
 
     PYTHONPATH=. python bench/user_config_case.py [--seeds 20] [--first-seed 1] [--min-samples N]
-        [--refine-duration 90s] [--out bench/results/user_config_case.json]
+        [--refine-duration 90s] [--truth-arrivals 30000] [--out bench/results/user_config_case.json]
 
 A ladder of 1, 2, 3, 4, 5 req/s of 30 s steps, `slo: {ttft_p95: 800ms, tpot_p95: 100ms}`, a 6 minute refine
 budget, no `min_samples` unless given; the sim: 6 slots, 30 ms + 1.2 ms per sequence per step, 64-in / 32-out
@@ -52,11 +52,13 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--min-samples", type=int, default=None, help="write slo.min_samples (default: unset)")
     ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
+    ap.add_argument("--truth-arrivals", type=int, default=30_000,
+                    help="arrivals per rate of the true knee's steady state (fewer: a rougher truth, e.g. the smoke test)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
     args = ap.parse_args()
     before = machine()
     truth = true_knee(SimSettings.model_validate(SIM), SIZES, SLO(ttft_p95=0.8, tpot_p95=0.1), lo=1, hi=8,
-                      tol=0.005, arrivals=30_000, seeds=(1,))
+                      tol=0.005, arrivals=args.truth_arrivals, seeds=(1,))
     t = float(truth["rate"] if isinstance(truth, dict) else truth)
     print(f"true knee {t:.3f} req/s")
     errors, held, runs = [], 0, []
@@ -77,7 +79,8 @@ def main() -> None:
     if errors:
         print(f"answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
               f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
-    write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, runs=runs, held=held,
+    write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
+                 runs=runs, held=held,
                  median_error=statistics.median(errors) if errors else None,
                  worst_error=max(errors) if errors else None)
 

@@ -201,3 +201,23 @@ def assert_one_line(code: int, err: str, *, where: str, key: str | None = None) 
     assert lines[0].startswith("llmload: error: ") and where in lines[0], err
     if key is not None:
         assert key in lines[0], err
+
+
+def run_virtual_demo(folder: Path) -> dict[str, int]:
+    """`llmload demo`'s two runs (its ladder and knee search, its burst replay and uniform twin) as the demo
+    writes them, each run whole in virtual time (`llmload run --virtual`) against the demo's engine, into
+    `folder`/ladder and `folder`/burst as the demo leaves them; returns each run's exit code. The target
+    is the discard port: a run that contacted it would fail its requests. Seconds of CPU: the demo's
+    decisions are tested on it, its live processes once (tests/runtime/test_demo.py)."""
+    import yaml
+
+    from llmload.runtime.launcher.demo import demo_configs
+    from llmload.runtime.virtual.run import run_virtual
+
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = {}
+    for name, config in demo_configs("http://127.0.0.1:9").items():
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        codes[name] = run_virtual(path, out=folder / name)
+    return codes

@@ -20,20 +20,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: script -> arguments for a tiny run (small request counts, short steps)
 TINY = {
-    "generator_cost.py": ["--rate", "20", "--requests", "10", "--rounds", "1"],
+    "generator_cost.py": ["--rate", "20", "--requests", "5", "--rounds", "1"],
     "calibration.py": ["--quick"],
-    "report_build.py": ["--records", "500"],
-    "analysis_bench.py": ["--records", "2000"],
+    "report_build.py": ["--records", "100"],
+    "analysis_bench.py": ["--records", "200"],
     "sim_timing.py": ["--streams", "2", "--tokens", "5"],
     "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
-    "finalize.py": ["--records", "1000", "--rounds", "1", "--telemetry"],
-    "prefix_ladder.py": ["--rates", "2", "--step-s", "2", "--work", "work"],
+    # the cold child is the breakdown's without its imports: these two import all that any mode does
+    "finalize.py": ["--records", "200", "--rounds", "1", "--telemetry", "--modes", "master", "breakdown"],
+    "prefix_ladder.py": ["--rates", "2", "--step-s", "1", "--work", "work"],
     "fan_in.py": ["--quick"],
-    "scaling.py": ["--workers", "1", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
+    # two workers: the one-worker run is the same function with one (the ratio is left out without it)
+    "scaling.py": ["--workers", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
     # without a GPU (CI) it says "no NVIDIA GPU here" and exits 0; with one, a 256 MiB step check
     "gpu_telemetry_check.py": ["--steps-mib", "256", "--hold-s", "1", "--interval", "0.25"],
-    "knee_accuracy.py": ["--quick", "--work", "work"],
-    "user_config_case.py": ["--seeds", "1"],
+    # in virtual time (llmload.sim.virtual_search); a live search against the sim is `llmload demo`'s
+    # (tests/runtime/test_demo.py) and the other ladders' under tests/
+    "knee_accuracy.py": ["--quick", "--virtual"],
+    # its true knee from 2,000 arrivals a rate instead of 30,000 (the bisection was most of its CPU)
+    "user_config_case.py": ["--seeds", "1", "--truth-arrivals", "2000"],
+    # one seed, one budget, in virtual time (the demo's truth is stored)
+    "time_to_precision.py": ["--configs", "demo", "--budgets", "2m", "--seeds", "1"],
 }
 
 

@@ -1,4 +1,5 @@
-"""`llmload demo` end to end (shortened steps): both run directories, a knee, bursts worse than uniform."""
+"""`llmload demo`: its configs, its decisions on them in virtual time (a knee, bursts worse than uniform),
+and its live processes end to end once (shortened steps): both run directories, the answer printed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import urllib.request
 import numpy as np
 import pandas as pd
 import pytest
+from support import run_virtual_demo
 
-from llmload.runtime.launcher.demo import DEMO_SCALE, demo_configs, run_demo
+from llmload.runtime.launcher.demo import DEMO_SCALE, answer_lines, demo_configs, run_demo
 
 
 def test_demo_configs_cross_the_knee():
@@ -40,47 +42,81 @@ def test_demo_runs_the_knee_search_within_three_minutes_and_looks_for_no_gpu(tmp
     assert all(c["conditions"]["gpus"] == 0 for c in configs.values())
 
 
+@pytest.fixture(scope="module")
+def virtual_demo(tmp_path_factory):
+    """The demo's two runs whole in virtual time (support.run_virtual_demo), once for this module."""
+    folder = tmp_path_factory.mktemp("virtual-demo")
+    return folder, run_virtual_demo(folder)
+
+
 @pytest.mark.slow
-@pytest.mark.quiet  # its 5 s steps at 6 req/s fail only when the generator keeps up: six busy workers passed one
-def test_demo_runs_end_to_end_and_shows_the_knee(tmp_path, capfd):
-    # the demo's own ladder and search (5 s windows as it runs them, 4x compressed), a shorter trace slice
-    assert run_demo(out=tmp_path, trace_s=12.0) == 0
+def test_the_demos_ladder_finds_the_knee_and_its_answer_says_so(virtual_demo):
+    """The demo's decisions, on its own configs and engine in virtual time: the ladder passes below the
+    knee and fails above it, the search refines near it and stops by its own rule, the knee's interval
+    holds its estimate, TTFT p95 binds, and the demo's answer (what it prints) says so."""
+    folder, codes = virtual_demo
+    assert codes["ladder"] in (0, 1), codes
+    ladder = json.loads((folder / "ladder" / "summary.json").read_text())
+    # the ladder's steps past its first failing one are not run (stop_after_failures: 1)
+    ladder["steps"] = [s for s in ladder["steps"] if s["verdict"] != "not_run"]
+    rungs = [s for s in ladder["steps"] if s["phase"] == "ladder"]
+    assert all(s["verdict"] != "invalid" for s in ladder["steps"])  # virtual time: no generator lag
+    judged = [s["verdict"] for s in rungs]
+    assert judged[0] != "fail" and judged[-1] == "fail", [(s["label"], s["verdict"]) for s in ladder["steps"]]
+    refine = [s for s in ladder["steps"] if s["phase"] == "refine"]
+    passed = [s["offered_rate"] for s in rungs if s["verdict"] == "pass"]
+    failed = [s["offered_rate"] for s in rungs if s["verdict"] == "fail"]
+    assert passed and failed and min(failed) > max(passed)  # a knee to search: refine steps near it
+    assert refine and all(0.5 * max(passed) < s["target_rate"] < 1.5 * min(failed) for s in refine)
+    assert ladder["search"]["stopped"] in ("precision", "budget", "max_steps")
+    knee = ladder["knee"]
+    lines = answer_lines(folder)  # what `llmload demo` prints after its runs
+    said = re.search(r"llmload demo: knee (\d+(\.\d+)?) req/s \((.+), 90%\): TTFT p95 binds", lines[0])
+    assert said and knee["binding"] == "ttft_p95" and knee["rate"] is not None, lines
+    assert float(said.group(1)) == pytest.approx(knee["rate"], abs=0.5)
+    assert (knee["low"] or 0) <= knee["rate"] <= (knee["high"] or float("inf"))
+    assert all(s["output_tokens_per_s"] > 0 and s["total_tokens_per_s"] > s["output_tokens_per_s"]
+               for s in ladder["steps"])
+    html = (folder / "ladder" / "report.html").read_text()
+    assert 'id="plot-tokens"' in html and "output tok/s" in html and "remainder" in html
+
+
+@pytest.mark.slow
+def test_the_demos_bursts_cost_more_than_their_uniform_twin(virtual_demo):
+    folder, codes = virtual_demo
+    assert codes["burst"] in (0, 1), codes
+    burst = json.loads((folder / "burst" / "summary.json").read_text())
+    by_label = {s["label"]: s for s in burst["steps"]}
+    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"], by_label
+    assert any(line.startswith("llmload demo: bursts: TTFT p95") for line in answer_lines(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.quiet  # its split is checked against the sim's own log with bounds a busy machine can reach
+def test_demo_runs_live_end_to_end(tmp_path, capfd):
+    """`llmload demo`'s live processes once, with short steps: the sim started and stopped, both runs
+    through Locust with their reports, the answer printed, each step's split against the sim's log. Its
+    decisions (the knee, the search, the bursts' cost) are the tests above, on the same configs."""
+    # the demo's own ladder and search with 2 s windows (4x compressed, as it runs them) and a short
+    # trace slice; what they decide is judged in virtual time above
+    assert run_demo(out=tmp_path, step_s=8.0, trace_s=8.0) == 0
     out, err = capfd.readouterr()  # the Locust children write to the inherited descriptors
     for name in ("ladder", "burst"):
         assert (tmp_path / name / "report.html").exists()
         assert str((tmp_path / name / "report.html").resolve()) in out
     assert "NVML" not in out + err and "Aggregated" not in out + err  # gpus: 0; our summary, not Locust's
+    lines = answer_lines(tmp_path)  # the knee (or why none), the bursts' cost, any stretched generator
+    assert lines[0].startswith("llmload demo: ") and all(line in out for line in lines), out[-3000:]
     ladder = json.loads((tmp_path / "ladder" / "summary.json").read_text())
-    # the ladder's steps past its first failing one are not run (stop_after_failures: 1)
     ladder["steps"] = [s for s in ladder["steps"] if s["verdict"] != "not_run"]
-    # a busy machine may stretch the generator on some steps: those are invalid, and the demo says so
-    rungs = [s for s in ladder["steps"] if s["phase"] == "ladder"]
-    judged = [s["verdict"] for s in rungs if s["verdict"] != "invalid"]
-    assert judged[0] != "fail" and judged[-1] == "fail", [(s["label"], s["verdict"]) for s in ladder["steps"]]
-    refine = [s for s in ladder["steps"] if s["phase"] == "refine"]
-    passed = [s["offered_rate"] for s in rungs if s["verdict"] == "pass"]
-    failed = [s["offered_rate"] for s in rungs if s["verdict"] == "fail"]
-    if passed and failed and min(failed) > max(passed):  # a knee to search: refine steps near it
-        assert refine and all(0.5 * max(passed) < s["target_rate"] < 1.5 * min(failed) for s in refine)
-    assert ladder["search"]["stopped"] in ("precision", "budget", "max_steps")
-    knee = ladder["knee"]  # a short demo's interval may be open below or above (said in words)
-    said = re.search(r"llmload demo: knee (\d+(\.\d+)?) req/s \((.+), 90%\): TTFT p95 binds", out)
-    assert said and knee["binding"] == "ttft_p95" and knee["rate"] is not None, out[-3000:]
-    assert (knee["low"] or 0) <= knee["rate"] <= (knee["high"] or float("inf"))
     for name in ("ladder", "burst"):
         summary = json.loads((tmp_path / name / "summary.json").read_text())
         for step in summary["steps"]:
             if step["verdict"] == "invalid":
                 assert f"({name} step {step['label']}, judged invalid" in out, out[-3000:]
     _split_agrees_with_the_ground_truth(tmp_path, ladder)
-    assert all(s["output_tokens_per_s"] > 0 and s["total_tokens_per_s"] > s["output_tokens_per_s"]
-               for s in ladder["steps"])
-    html = (tmp_path / "ladder" / "report.html").read_text()
-    assert 'id="plot-tokens"' in html and "output tok/s" in html and "remainder" in html
     burst = json.loads((tmp_path / "burst" / "summary.json").read_text())
-    by_label = {s["label"]: s for s in burst["steps"]}
-    assert by_label["burst"]["ttft_p95_s"] > by_label["uniform"]["ttft_p95_s"], by_label
-    assert "llmload demo: bursts: TTFT p95" in out
+    assert [s["label"] for s in burst["steps"]] == ["burst", "uniform"]
     # the sim was stopped: nothing answers on its port any more
     url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", (tmp_path / "sim.log").read_text()).group(1)
     with pytest.raises(OSError):
