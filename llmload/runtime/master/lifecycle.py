@@ -272,7 +272,7 @@ class RunLifecycle:
         config, run_dir = self.config, self.run_dir
         print(f"llmload: run directory {run_dir}", flush=True)
         try:
-            checks = {} if self.options.skip_preflight else preflight(config, run_dir)
+            checks = {} if self.options.skip_preflight else preflight(config, run_dir, clock=self._clock)
         except PreflightFailed as exc:
             self.fail(str(exc), exc.exit_code)
             return
