@@ -40,7 +40,7 @@ MODULES = {
     "runtime.master.live_series": ["KEEP_S", "LiveSeries", "meets_slo", "request_values"],
     "runtime.locustglue.prom": ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition",
              "install", "serve"],
-    "runtime.master.step_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "RunControl", "StepContext", "StepRun"],
+    "runtime.master.step_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "Link", "RunControl", "StepContext", "StepRun"],
     "runtime.master.step": ["PLANNED_FIELDS", "STEP_TRANSITIONS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"],
     "runtime.master.shipped": ["CPU_WARN", "StepTally"],
     "runtime.master.lost_workers": ["LostStep", "LostWorkers"],

@@ -10,6 +10,7 @@ message off a socket is handled by the receiving loop, never inside the sender's
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -39,7 +40,7 @@ class InProcessLink:
         self.runtimes: dict[str, WorkerRuntime] = {}
         for i in range(workers):
             name = str(i)
-            runtime = make_worker(lambda kind, data, name=name: self._to_master(name, kind, data))
+            runtime = make_worker(partial(self._to_master, name))
             runtime.worker = name
             self.runtimes[f"w{i}"] = runtime
 
@@ -50,6 +51,8 @@ class InProcessLink:
         return False
 
     def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
+        if client_id is None:
+            raise ValueError("an in-process worker is named by its client id (w0, w1, ...)")
         runtime = self.runtimes[client_id]
         handler = {STEP: runtime.on_step, CANCEL: runtime.on_cancel}.get(msg_type)
         if handler is None:
