@@ -214,16 +214,17 @@ class Session:
         runner = self.env.runner
         if runner is None:
             return
+        worker = None
         if not self.is_master:  # first, before anything that can yield: users may already be spawning
-            self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
+            worker = self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
             self.worker_ready.set()
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
         quiet_spawn_warning()
-        if not self.is_master:
-            runner.register_message(STEP, lambda environment, msg, **kw: self.worker.on_step(msg.data))
-            runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
+        if worker is not None:
+            runner.register_message(STEP, lambda environment, msg, **kw: worker.on_step(msg.data))
+            runner.register_message(CANCEL, lambda environment, msg, **kw: worker.on_cancel(msg.data),
                                     concurrent=True)
-            self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
+            self.env.events.test_stop.add_listener(lambda **kw: worker.close())
             if self.is_worker:
                 from llmload.runtime.wire import clocksync
 
@@ -290,6 +291,8 @@ class Session:
         """This run's config: the file's, with `--llmload-rates` / `--llmload-slo` (the start form) applied."""
         from llmload.runtime.master.start_form import RATES, SLO_OPTION, apply_form
 
+        if self.file_config is None:
+            raise RuntimeError("the start form applies to the config file's config: none was loaded")
         options = self.env.parsed_options
         self.config, self.overrides = apply_form(self.file_config, str(getattr(options, RATES, "") or ""),
                                                  str(getattr(options, SLO_OPTION, "") or ""),
