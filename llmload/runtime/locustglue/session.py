@@ -56,7 +56,7 @@ from llmload.runtime.locustglue.seams import (
 )
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
 from llmload.runtime.master.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
-from llmload.runtime.master.states import RunState
+from llmload.runtime.master.states import RunState, RunStop
 from llmload.runtime.wire.messages import (
     CANCEL,
     DRAINED,
@@ -172,7 +172,6 @@ class Session:
     shape = _run_attr("shape", "the shape that plans the run, once planned")
     exit_code = _run_attr("exit_code", "the run's exit code, once known")
     greenlet = _run_attr("greenlet", "the run's greenlet (pre-flight, steps, finalisation)")
-    stop_signal = _run_attr("stop_signal", "the first stop signal received, None while none came")
 
     def __init__(self, environment: Any) -> None:
         self.env = environment
@@ -194,6 +193,11 @@ class Session:
     @property
     def state(self) -> RunState:
         return self.life.state
+
+    @property
+    def stopped_by(self) -> RunStop | None:
+        """Why the run was stopped from outside (`RunLifecycle.stopped_by`), None while it was not."""
+        return self.life.stopped_by
 
     @property
     def finished(self) -> bool:
