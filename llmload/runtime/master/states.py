@@ -125,8 +125,9 @@ class RunMachine:
         self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
         #: why the run was stopped from outside; None while it was not (a new run starts with None)
         self.stop: RunStop | None = None
-        self._settled = gevent.event.Event()
-        self._settled.set()
+        #: set exactly while `state.settled` (kept by `to`): what `wait_settled` waits on
+        self._at_rest = gevent.event.Event()
+        self._at_rest.set()
 
     @property
     def state(self) -> RunState:
@@ -156,9 +157,9 @@ class RunMachine:
         if state is RunState.PREFLIGHT:
             self.stop = None
         if state.settled:
-            self._settled.set()
+            self._at_rest.set()
         else:
-            self._settled.clear()
+            self._at_rest.clear()
         return True
 
     def stopped(self, reason: StopReason, *, signo: int | None = None) -> RunStop | None:
@@ -176,4 +177,4 @@ class RunMachine:
 
     def wait_settled(self) -> None:
         """Block this greenlet until no run is under way or being finalised (`RunState.settled`)."""
-        self._settled.wait()
+        self._at_rest.wait()
