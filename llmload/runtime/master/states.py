@@ -123,8 +123,7 @@ class RunMachine:
 
     def __init__(self) -> None:
         self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
-        #: why the run was stopped from outside; None while it was not (a new run starts with None)
-        self.stop: RunStop | None = None
+        self._stop: RunStop | None = None
         #: set exactly while `state.settled` (kept by `to`): what `wait_settled` waits on
         self._at_rest = gevent.event.Event()
         self._at_rest.set()
@@ -134,6 +133,11 @@ class RunMachine:
         state = self._machine.state
         assert isinstance(state, RunState)  # `StateMachine` holds the states it was made with
         return state
+
+    @property
+    def stop(self) -> RunStop | None:
+        """Why the run was stopped from outside; None while it was not (a new run starts with None)."""
+        return self._stop
 
     @property
     def settled(self) -> bool:
@@ -155,7 +159,7 @@ class RunMachine:
         if not self._machine.to(state):
             return False
         if state is RunState.PREFLIGHT:
-            self.stop = None
+            self._stop = None
         if state.settled:
             self._at_rest.set()
         else:
@@ -166,14 +170,14 @@ class RunMachine:
         """Note a stop from outside: its `reason` if it is the run's first while the run is not over (once
         it is over, only Locust's quitting is noted); `signo`, the stop signal that stops the run; whether
         Locust is quitting. Returns the record (None: nothing to note)."""
-        quitting = reason is StopReason.QUITTING
-        if self.stop is None:
+        quitting, noted = reason is StopReason.QUITTING, self._stop
+        if noted is None:
             if not self.state.over or quitting or signo is not None:
-                self.stop = RunStop(reason, signo=signo, quitting=quitting)
+                self._stop = RunStop(reason, signo=signo, quitting=quitting)
         else:
-            self.stop = replace(self.stop, signo=self.stop.signo if self.stop.signo is not None else signo,
-                                quitting=self.stop.quitting or quitting)
-        return self.stop
+            self._stop = replace(noted, signo=noted.signo if noted.signo is not None else signo,
+                                 quitting=noted.quitting or quitting)
+        return self._stop
 
     def wait_settled(self) -> None:
         """Block this greenlet until no run is under way or being finalised (`RunState.settled`)."""
