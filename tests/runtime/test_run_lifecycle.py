@@ -19,7 +19,7 @@ import llmload.runtime.master.preflight as preflight
 from llmload.config import parse_config
 from llmload.runtime.master.controller import LEAD_S
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
-from llmload.runtime.master.states import ControllerState, RunState
+from llmload.runtime.master.states import ControllerState, RunState, RunStop
 
 T0 = 1_000.0
 #: the fake finalisation's exit code (the verdict of the steps that ran: fail)
@@ -64,7 +64,7 @@ class Run:
     def settle(self) -> None:
         """Wait (in virtual time) until the run's greenlet and any stop under way have ended."""
         self.clock.sleep(0.5)  # a stop's greenlet starts
-        while self.life.running or not self.life._settled.is_set():
+        while self.life.running or not self.life.settled:
             self.clock.sleep(0.5)
 
     @property
@@ -103,7 +103,7 @@ def test_a_run_that_is_not_stopped_runs_every_step_and_finalises_once(run):
     assert [s["status"] for s in r.plan["steps"]] == ["run", "run", "run"]
     assert len(r.finalised) == 1 and "stopped" not in r.plan
     assert r.life.state is RunState.DONE and r.life.exit_code == r.host.exit_code == VERDICT_CODE
-    assert r.life.stop_reason is None
+    assert r.life.stopped_by is None
     r.life.stop(StopReason.USERS_STOPPED)  # Locust's test_stop after a run that ended by itself
     assert len(r.finalised) == 1
 
@@ -121,7 +121,7 @@ def test_the_web_uis_stop_freezes_the_controller_before_the_users_stop(run):
     assert [label for _, label in r.link.cancels()] == ["r2.00"]
     assert len(r.finalised) == 1 and r.finalised[0]["stopped"] is True
     assert r.life.state is RunState.DONE and r.host.exit_code == VERDICT_CODE  # the verdict of what ran
-    assert r.life.stop_reason is StopReason.WEB_STOP and r.host.calls == []
+    assert r.life.stopped_by == RunStop(StopReason.WEB_STOP) and r.host.calls == []
 
 
 def test_users_stopped_without_an_announced_stop_stops_the_controller_and_finalises_once(run):
@@ -134,7 +134,7 @@ def test_users_stopped_without_an_announced_stop_stops_the_controller_and_finali
     # a master waits a second for its remote users' cancellations before the plan ends
     assert r.plan["ended_at"] == STOP_AT + 1.0
     assert len(r.finalised) == 1 and r.life.state is RunState.DONE and r.host.exit_code == VERDICT_CODE
-    assert r.life.stop_reason is StopReason.USERS_STOPPED
+    assert r.life.stopped_by == RunStop(StopReason.USERS_STOPPED)
 
 
 def test_quitting_mid_run_stops_the_users_and_waits_for_the_finalisation(run):
@@ -174,7 +174,54 @@ def test_a_signal_mid_run_cancels_finalises_once_and_exits_with_128_plus_its_num
     assert r.host.calls == ([("close_web_ui",)] if web else [])
     out = capsys.readouterr().out
     assert out.count("SIGINT again: still finishing the run directory") == 1
-    assert r.life.state is RunState.DONE and r.life.stop_reason is StopReason.SIGNAL
+    assert r.life.state is RunState.DONE and r.life.stopped_by == RunStop(StopReason.SIGNAL, signo=signal.SIGINT)
+
+
+def test_a_signal_mid_run_is_the_runs_stopping_state_until_it_is_finalised(run):
+    """One source of truth: the signal moves the run to STOPPING (with its number in `stopped_by`), the
+    run is not settled until its finalisation ends, then DONE; a later QUITTING is noted beside it."""
+    r = run()
+    r.start()
+    r.until(STOP_AT)
+    r.life.stop(StopReason.SIGNAL, signo=signal.SIGTERM)
+    assert r.life.state is RunState.STOPPING and not r.life.settled
+    assert r.life.stopped_by == RunStop(StopReason.SIGNAL, signo=signal.SIGTERM)
+    r.life.stop(StopReason.QUITTING)  # Locust's own shutdown beside ours: waits for the finalisation
+    assert r.life.state is RunState.DONE and r.life.settled and len(r.finalised) == 1
+    assert r.life.stopped_by == RunStop(StopReason.SIGNAL, signo=signal.SIGTERM, quitting=True)
+    r.settle()
+    assert r.host.exit_code == 128 + signal.SIGTERM and r.host.calls == []
+
+
+def test_a_signal_in_preflight_ends_the_run_done_without_finalising(run, monkeypatch):
+    """Stopped in pre-flight, the run is DONE (settled: nothing waits for it) with nothing finalised."""
+    r = run()
+    monkeypatch.setattr(r.host, "plan_shape", lambda config: gevent.sleep(3600))  # hangs in pre-flight
+    r.start()
+    gevent.sleep(0)
+    assert r.life.state is RunState.PREFLIGHT and not r.life.settled
+    r.life.stop(StopReason.SIGNAL, signo=signal.SIGINT)
+    r.settle()
+    assert r.life.state is RunState.DONE and r.life.settled and r.finalised == []
+    assert r.life.controller is None and r.host.exit_code == 128 + signal.SIGINT and r.host.calls == []
+
+
+def test_quitting_after_the_run_ended_is_noted_without_a_stop_reason_of_the_run(run):
+    """Once the run is over, only Locust's quitting is noted (a web UI's Stop then is no stop of the run);
+    a new run starts with no stop noted."""
+    r = run(web=True)
+    r.start()
+    r.settle()
+    r.life.stop(StopReason.WEB_STOP)
+    assert r.life.stopped_by is None
+    r.life.stop(StopReason.QUITTING)
+    assert r.life.stopped_by == RunStop(StopReason.QUITTING, quitting=True)
+    r.life.stop(StopReason.SIGNAL, signo=signal.SIGINT)  # after the run: its own exit code, the UI is Locust's
+    r.settle()
+    assert r.host.exit_code == VERDICT_CODE and r.host.calls == []
+    r.life.new_run()
+    r.start()
+    assert r.life.state is RunState.PREFLIGHT and r.life.stopped_by is None
 
 
 def test_a_signal_before_any_run_ends_the_process_with_128_plus_its_number(run):

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import IO
 
 __all__ = ["GATE_ENV", "GatedChild", "gated_boot", "released"]
 
@@ -56,6 +57,8 @@ class GatedChild:
         self.released = False
         self.proc = subprocess.Popen([sys.executable, "-c", gated_boot(boot)], env={**env, GATE_ENV: "1"},
                                      stdin=subprocess.PIPE, start_new_session=True)
+        #: the gate: the child's stdin (a pipe, `stdin=PIPE` above)
+        self._gate: IO[bytes] = _piped(self.proc.stdin)
 
     def release(self, cmd: list[str]) -> subprocess.Popen:
         """Let the child run as `cmd` (`[python, "-c", BOOT, *args]`); returns its process."""
@@ -63,9 +66,9 @@ class GatedChild:
             raise ValueError("the gated child runs BOOT: another command cannot be released to it")
         self.released = True
         with contextlib.suppress(BrokenPipeError, OSError):  # it died importing: its exit code says so
-            self.proc.stdin.write((json.dumps(cmd[3:]) + "\n").encode())
+            self._gate.write((json.dumps(cmd[3:]) + "\n").encode())
         with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
+            self._gate.close()
         return self.proc
 
     def discard(self) -> None:
@@ -75,7 +78,7 @@ class GatedChild:
             return
         self.released = True
         with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.close()
+            self._gate.close()
         with contextlib.suppress(ProcessLookupError):
             self.proc.terminate()
         try:
@@ -83,3 +86,10 @@ class GatedChild:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """The pipe `Popen(stdin=PIPE)` made (never None there; typed `IO | None` for other `stdin`s)."""
+    if stream is None:
+        raise RuntimeError("the gated child was started without a pipe on its stdin")
+    return stream

@@ -337,7 +337,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         end_process_group(stops.child.pid)
         remove_if_unused(run_dir if made else None)  # made for the run, never used (stopped or failed first)
         verdict = verdict_exit_code(run_dir) if run_dir is not None and stops.first is None else None
-    if stops.after_run and code != interrupted_exit_code(stops.first) and run_dir is not None:
+    if stops.after_run and stops.first is not None and code != interrupted_exit_code(stops.first) and run_dir is not None:
         verdict = verdict_exit_code(run_dir)  # closed after the run: its verdict, as without the signal
         if verdict is not None:
             return verdict

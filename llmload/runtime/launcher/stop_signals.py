@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from llmload.errors import interrupted_exit_code  # re-exported: the launcher's code for a signal
 
@@ -54,7 +55,7 @@ class StopSignals:
         #: the first stop signal came after the run had finished: a close, not an interruption
         self.after_run = False
         self._forwarded = False
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._out = out or sys.stderr
 
     @property
@@ -172,9 +173,10 @@ def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -
         left = _group_members(pgid)
         if not left:
             return
-        for pid in left if sig is not None else ():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+        if sig is not None:  # the first pass only waits
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)

@@ -95,8 +95,9 @@ class LiveMetrics:
                 values = request_values(row)  # `llmload.latency`'s definitions, in plain Python (per row)
                 if outcome in FINISHED:
                     for key in ("ttft", "tpot", "e2e"):
-                        if values[key] is not None:
-                            self.histograms[key].observe(float(values[key]))
+                        value = values[key]
+                        if value is not None:
+                            self.histograms[key].observe(float(value))
                 if meets_slo(row, values, slo):
                     self.good += 1
 

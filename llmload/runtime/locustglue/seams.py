@@ -33,7 +33,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["SESSION_ATTR", "SPAWN_WARNING", "STATS_LOGGER", "WorkerLink", "add_tab", "attach_session", "fill_tab",
@@ -130,7 +130,7 @@ class WorkerLink:
 
 # ------------------------------------------------------------------ the web UI
 
-def add_tab(web_ui: Any, title: str, key: str, columns: list[tuple[str, str]]) -> None:
+def add_tab(web_ui: Any, title: str, key: str, columns: Sequence[tuple[str, str]]) -> None:
     """A tab of our own beside Locust's, with a table of `columns` ((key, title) pairs)."""
     web_ui.template_args["extended_tabs"] = [{"title": title, "key": key}]
     web_ui.template_args["extended_tables"] = [{"key": key, "structure": [{"key": k, "title": t} for k, t in columns]}]

@@ -57,7 +57,7 @@ from llmload.runtime.locustglue.seams import (
 )
 from llmload.runtime.master.lifecycle import RunLifecycle, RunOptions, StopReason
 from llmload.runtime.master.pool import UNCAPPED_POOL, pool_size  # noqa: F401 (re-exported)
-from llmload.runtime.master.states import RunState
+from llmload.runtime.master.states import RunState, RunStop
 from llmload.runtime.wire.messages import (
     CANCEL,
     DRAINED,
@@ -173,7 +173,6 @@ class Session:
     shape = _run_attr("shape", "the shape that plans the run, once planned")
     exit_code = _run_attr("exit_code", "the run's exit code, once known")
     greenlet = _run_attr("greenlet", "the run's greenlet (pre-flight, steps, finalisation)")
-    stop_signal = _run_attr("stop_signal", "the first stop signal received, None while none came")
 
     def __init__(self, environment: Any) -> None:
         self.env = environment
@@ -197,6 +196,11 @@ class Session:
         return self.life.state
 
     @property
+    def stopped_by(self) -> RunStop | None:
+        """Why the run was stopped from outside (`RunLifecycle.stopped_by`), None while it was not."""
+        return self.life.stopped_by
+
+    @property
     def finished(self) -> bool:
         """The run is over (DONE or FAILED): the shape's tick returns None and Locust ends."""
         return self.life.finished
@@ -215,16 +219,17 @@ class Session:
         runner = self.env.runner
         if runner is None:
             return
+        worker = None
         if not self.is_master:  # first, before anything that can yield: users may already be spawning
-            self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
+            worker = self.worker = WorkerRuntime(runner.send_message, build_sender=_build_sender)
             self.worker_ready.set()
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
         quiet_spawn_warning()
-        if not self.is_master:
-            runner.register_message(STEP, lambda environment, msg, **kw: self.worker.on_step(msg.data))
-            runner.register_message(CANCEL, lambda environment, msg, **kw: self.worker.on_cancel(msg.data),
+        if worker is not None:
+            runner.register_message(STEP, lambda environment, msg, **kw: worker.on_step(msg.data))
+            runner.register_message(CANCEL, lambda environment, msg, **kw: worker.on_cancel(msg.data),
                                     concurrent=True)
-            self.env.events.test_stop.add_listener(lambda **kw: self.worker.close())
+            self.env.events.test_stop.add_listener(lambda **kw: worker.close())
             if self.is_worker:
                 from llmload.runtime.locustglue.master_watch import MasterWatch
                 from llmload.runtime.wire import clocksync
@@ -293,6 +298,8 @@ class Session:
         """This run's config: the file's, with `--llmload-rates` / `--llmload-slo` (the start form) applied."""
         from llmload.runtime.master.start_form import RATES, SLO_OPTION, apply_form
 
+        if self.file_config is None:
+            raise RuntimeError("the start form applies to the config file's config: none was loaded")
         options = self.env.parsed_options
         self.config, self.overrides = apply_form(self.file_config, str(getattr(options, RATES, "") or ""),
                                                  str(getattr(options, SLO_OPTION, "") or ""),

@@ -39,7 +39,6 @@ from typing import Any
 
 import gevent
 
-from llmload.clock import now
 from llmload.redaction import redact
 from llmload.runtime.locustglue.seams import add_tab, fill_tab, override_start_form, splice_into_page
 from llmload.runtime.locustglue.webdoor import HOSTS_ENV, OwnOriginOnly, host_allowed
@@ -95,7 +94,7 @@ def step_rows(session: Any) -> list[dict]:
     for key in [k for k in cache if k not in running]:  # judged or another run's: done with
         del cache[key]
     rows = []
-    t = now()
+    t = controller.now()
     for step in steps:
         row = step.table_row
         if row is None and step.status is StepStatus.RUNNING:
@@ -138,10 +137,12 @@ def _plan_steps(session: Any, t0: float | None) -> list[dict]:
 def _current_step(session: Any) -> dict | None:
     """The running step: label, position, elapsed and planned seconds, requests due but not finished."""
     controller = getattr(session, "controller", None)
-    step = controller.running() if controller is not None else None
+    if controller is None:
+        return None
+    step = controller.running()
     if step is None:
         return None
-    t = now()
+    t = controller.now()
     start = step.start_at
     due = None
     if step.offsets is not None and start is not None:
@@ -185,7 +186,7 @@ def live_state(session: Any, live: LiveSeries) -> dict:
         state = "finishing"
     else:
         state = "running"
-    series = live.series(until=now() if state == "running" else None)
+    series = live.series(until=controller.now() if state == "running" and controller is not None else None)
     report = session.run_dir / "report.html" if session.run_dir is not None else None
     result = None
     if session.finished and session.run_dir is not None:

@@ -132,9 +132,10 @@ def install() -> None:
             self.client.send(Message(HELLO, HelloMessage(proof=proof(token, self.client_id)).to_dict(), self.client_id))
         connect(self)
 
-    MasterRunner.handle_message = handle_message
-    MasterRunner.client_listener = client_listener
-    WorkerRunner.connect_to_master = connect_to_master
+    patches = ((MasterRunner, "handle_message", handle_message), (MasterRunner, "client_listener", client_listener),
+               (WorkerRunner, "connect_to_master", connect_to_master))
+    for cls, name, method in patches:  # Locust's runner classes, patched in place (once: `install`)
+        setattr(cls, name, method)
 
 
 def _refuse(runner: Any, client_id: str, reason: str) -> None:
@@ -194,7 +195,8 @@ class _MasterDoor:
         if client_id in self.dropped:
             return None
         if len(frames) != 2:
-            return self.drop(client_id, f"{len(frames) - 1} frames in one message")
+            self.drop(client_id, f"{len(frames) - 1} frames in one message")
+            return None
         payload = frames[1]
         if client_id in self.runner.__dict__.get("_llmload_proven", ()):
             try:
@@ -203,13 +205,15 @@ class _MasterDoor:
                 raise RPCReceiveError(f"ZMQ interrupted or corrupted message ({type(exc).__name__})",
                                       addr=client_id) from exc
         if len(payload) > UNPROVEN_FRAME_BYTES:
-            return self.drop(client_id, f"a frame of {len(payload)} bytes before it proved the worker token")
+            self.drop(client_id, f"a frame of {len(payload)} bytes before it proved the worker token")
+            return None
         try:
             import msgpack
 
             msg_type, data, node_id = msgpack.unpackb(payload, raw=False, strict_map_key=False)
         except Exception as exc:  # not msgpack, not three fields: nothing of it is read
-            return self.drop(client_id, f"a frame that cannot be read ({type(exc).__name__})")
+            self.drop(client_id, f"a frame that cannot be read ({type(exc).__name__})")
+            return None
         if msg_type not in (HELLO, "client_ready"):
             return None  # before the hello (a heartbeat, statistics): dropped unread, as always
         return client_id, Message(msg_type, data if msg_type == HELLO else None, node_id)

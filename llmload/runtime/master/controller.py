@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 from gevent.event import Event
@@ -52,14 +52,11 @@ from llmload.runtime.master.lost_workers import LostWorkers
 from llmload.runtime.master.shipped import StepTally
 from llmload.runtime.master.states import CONTROLLER_TRANSITIONS, ControllerState
 from llmload.runtime.master.step import Step, StepEvents, StepStatus
-from llmload.runtime.master.step_run import PROGRESS_EVERY_S, StepContext, StepRun
+from llmload.runtime.master.step_run import PROGRESS_EVERY_S, Link, StepContext, StepRun
 from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage
 from llmload.statemachine import StateMachine
 from shapes.phases import PHASES
 from shapes.steps import StepSpec
-
-if TYPE_CHECKING:  # the Locust side of the link (llmload.runtime.locustglue.seams.WorkerLink)
-    from llmload.runtime.locustglue.seams import WorkerLink
 
 __all__ = ["StepController", "search_line", "step_lead_s"]
 
@@ -82,6 +79,7 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
     """The lead between sending `spec` and its first arrival (see `LEAD_S`, `LOCAL_LEAD_S`)."""
     if not local or dataset:
         return LEAD_S
+    arrivals: float
     if spec.arrival == "trace":
         arrivals = len(spec.trace.offsets_s) if spec.trace is not None else 0
     elif spec.arrival == "closed":
@@ -105,7 +103,7 @@ def search_line(stopped: str | None, steps: int, extensions: int = 0, *, auto: b
 class StepController:
     """Runs the steps of one run on the master. `start()` spawns it; `done` is set when it ends."""
 
-    def __init__(self, config: Config, run_dir: Path, link: WorkerLink, steps: list[StepSpec], *,
+    def __init__(self, config: Config, run_dir: Path, link: Link, steps: list[StepSpec], *,
                  judge: Callable | None = None, telemetry: Any = None, out: Callable[[str], None] = print,
                  wait_ready: Callable[[], bool] | None = None, base_dir: str = ".", shape: Any = None,
                  clocks: Any = None, clock: Callable[[], float] = REAL_CLOCK.now,
@@ -129,13 +127,15 @@ class StepController:
         self.seed = int(config.requests.seed)
         self.tally = StepTally(self.run_dir, local=link.local, telemetry=telemetry, out=out, clock=clock)
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
-                             seed=self.seed, started_at=self._now())
+                             seed=self.seed, started_at=self.now())
         self.lost = LostWorkers(self.run_dir, self.plan, out)
         #: the declared events of the run's steps; the live table prints the judged steps' rows
         self.events = StepEvents()
         LiveTable(out).listen(self.events)
         #: the planned steps (added to the plan when the run starts; refine steps come later)
         self._planned = [Step(spec) for spec in steps]
+        #: the run's steps in plan order, as `plan` holds them (`_add`)
+        self._steps: list[Step] = []
         for step in self._planned:
             self.tally.add(step)
         #: what each step's `StepRun` needs of the run
@@ -155,7 +155,8 @@ class StepController:
 
     # ------------------------------------------------------------------ time
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The run's time (the clock it was handed): the web UI's running numbers read it too."""
         return self._clock()
 
     def _sleep(self, s: float) -> None:
@@ -165,7 +166,9 @@ class StepController:
 
     @property
     def state(self) -> ControllerState:
-        return self._machine.state
+        state = self._machine.state
+        assert isinstance(state, ControllerState)  # `StateMachine` holds the states it was made with
+        return state
 
     def _to(self, state: ControllerState) -> None:
         """The one place the controller's state changes (`llmload.runtime.master.states`)."""
@@ -207,7 +210,12 @@ class StepController:
     @property
     def steps(self) -> list[Step]:
         """The run's steps in plan order (empty until the run starts; refine steps are appended)."""
-        return self.plan.steps
+        return self._steps
+
+    def _add(self, step: Step) -> None:
+        """Append `step` to the run's steps and to plan.json (not run yet)."""
+        self._steps.append(step)
+        self.plan.add(step)
 
     def step_of(self, label: str) -> Step:
         """The step labelled `label` (a `KeyError` when there is none)."""
@@ -241,7 +249,7 @@ class StepController:
             self._to(ControllerState.RUNNING)
         try:
             for step in self._planned:
-                self.plan.add(step)
+                self._add(step)
             if self.wait_ready is not None:
                 self.wait_ready()
             self.out(format_header())
@@ -276,7 +284,7 @@ class StepController:
             extra: dict[str, Any] = {"stopped": True} if self.stopped else {}
             if self.error is not None:
                 extra["error"] = self.error
-            self.plan.finish(self._now(), **extra)
+            self.plan.finish(self.now(), **extra)
             self.tally.close()
             if self.state in (ControllerState.RUNNING, ControllerState.STOPPING):
                 self._to(ControllerState.DONE)
@@ -285,8 +293,8 @@ class StepController:
     def _skip_after_failures(self, step: Step, failures: int) -> None:
         """Leave `step` `not_run`, with the reason (said once, on the first step left out)."""
         reason = f"stop_after_failures: {failures} failing step{'s' if failures > 1 else ''} before it"
-        if not any(s.not_run_reason for s in self.plan.steps):
-            later = [s.label for s in self.plan.steps[step.index:]]
+        if not any(s.not_run_reason for s in self.steps):
+            later = [s.label for s in self.steps[step.index:]]
             self.out(f"  {reason}: {', '.join(later)} not run (shape.ladder.stop_after_failures)")
         self.plan.update(step, not_run_reason=reason)
 
@@ -316,11 +324,11 @@ class StepController:
         run = StepRun(self.context, step).launch(start_at, self._lead(step.spec))
         previous = self._tails[-1] if self._tails else None
         arrivals_end = run.arrivals_end
-        last_progress = self._now()
-        while not self.stopped and not self.failed and self._now() < arrivals_end - LEAD_S:
-            self._sleep(min(0.5, arrivals_end - LEAD_S - self._now()))
-            if self._now() - last_progress >= PROGRESS_EVERY_S:
-                last_progress = self._now()
+        last_progress = self.now()
+        while not self.stopped and not self.failed and self.now() < arrivals_end - LEAD_S:
+            self._sleep(min(0.5, arrivals_end - LEAD_S - self.now()))
+            if self.now() - last_progress >= PROGRESS_EVERY_S:
+                last_progress = self.now()
                 run.progress()
         if judged_live and previous is not None:
             previous.join()  # the step before settled while this one ran (its queue drained into it)
@@ -347,7 +355,7 @@ class StepController:
             from shapes.plan import ConfigSearch
 
             self.shape = ConfigSearch()
-        search = self.shape.search(self.config, [s.judged_row() for s in self.plan.steps if s.judged])
+        search = self.shape.search(self.config, [s.judged_row() for s in self.steps if s.judged])
         if search is None:
             return
         if callable(getattr(search, "use_clock", None)):  # its budget on the run's clock
@@ -356,8 +364,8 @@ class StepController:
         handed = 0  # how many of them the search has been given, judged
         next_start: float | None = None
         while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
-            spec = self.shape.search_step(self.config, ask.rate, index=len(self.plan.steps), seed=self.seed,
-                                          taken=[s.label for s in self.plan.steps])
+            spec = self.shape.search_step(self.config, ask.rate, index=len(self.steps), seed=self.seed,
+                                          taken=[s.label for s in self.steps])
             if PHASES[spec.phase].drained:  # `auto`'s probe and placement steps: run as planned ones are
                 self._search_drained(search, Step(spec, extends=ask.extends))
                 continue
@@ -365,7 +373,7 @@ class StepController:
                 spec = replace(spec, duration_s=float(ask.window_s))
             step = Step(replace(spec, drain=False), extends=ask.extends)
             self.tally.add(step)
-            self.plan.add(step)
+            self._add(step)
             refine.append(step)
             next_start = self._run_undrained(step, next_start, judged_live=True)
             handed = self._record_judged(search, refine, handed, keep=1)
@@ -384,7 +392,7 @@ class StepController:
         chained steps before it settled, run, drained and judged like a planned step; handed back at once."""
         gevent.joinall(self._tails)
         self.tally.add(step)
-        self.plan.add(step)
+        self._add(step)
         self.run_step(step)
         search.record(step.judged_row())
 
@@ -403,7 +411,7 @@ class StepController:
         """A stop is coming (a signal arrived): note its time now, so that workers dying of the same
         signal before `stop()` runs end the step as `partial` at this time, not as lost workers."""
         if self.stopped_at is None:
-            self.stopped_at = self._now()
+            self.stopped_at = self.now()
         if self.state in (ControllerState.WAITING, ControllerState.RUNNING):
             self._to(ControllerState.STOPPING)
 
@@ -416,7 +424,7 @@ class StepController:
         self.mark_stopping()
         if not self.done.is_set():
             self._to(ControllerState.STOPPED)
-        for step in self.plan.steps:  # the current step, and undrained steps still finishing
+        for step in self.steps:  # the current step, and undrained steps still finishing
             if step.status is StepStatus.RUNNING:
                 self.plan.update(step, status=StepStatus.PARTIAL, window_end=self.cut_window(step, step.window_end))
 

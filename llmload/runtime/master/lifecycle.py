@@ -10,8 +10,9 @@ process exit code), so the whole lifecycle runs in tests with a fake host and a 
     finalise()    the run directory's merge, analysis and report, once (`finish.finalise_run`)
 
 The run's named states (`RunState`: IDLE -> PREFLIGHT -> RUNNING [-> STOPPING] -> FINALISING -> DONE,
-FAILED from anywhere) change only in `_to`. A stop waits (`_settled`) for a finalisation under way
-before Locust exits, so the run directory is always complete.
+FAILED from anywhere) and why it was stopped (`RunStop`: the first reason, the stop signal, Locust
+quitting) are its `RunMachine`'s, changed only in `_to` and `stop`. A stop waits for the state to settle
+(a finalisation under way ends) before Locust exits, so the run directory is always complete.
 """
 
 from __future__ import annotations
@@ -21,45 +22,22 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import gevent
-import gevent.event
 
 from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.errors import LLMLoadError, interrupted_exit_code
 from llmload.runtime.master.controller import StepController
-from llmload.runtime.master.states import RUN_TRANSITIONS, RunState
-from llmload.statemachine import StateMachine
+from llmload.runtime.master.states import RunMachine, RunState, RunStop, StopReason
+from llmload.runtime.master.step_run import Link
 
-if TYPE_CHECKING:  # the Locust side of the link
-    from llmload.runtime.locustglue.seams import WorkerLink
-
+#: `StopReason` is declared beside the run's states (`llmload.runtime.master.states`) and named here too
 __all__ = ["RunHost", "RunLifecycle", "RunOptions", "StopReason"]
 
 log = logging.getLogger("llmload.session")
-
-
-class StopReason(Enum):
-    """Why a run is stopped from outside (the Locust event or signal that `Session` turned into it)."""
-
-    #: Locust's `test_stopping`: the web UI's Stop (also a lost last worker, `runner.stop()`). The
-    #: controller stops before the users do: the current step is `partial`, no later step starts, what is
-    #: queued or in flight is cancelled with `llmload:cancel` (remote workers' records reach the master)
-    WEB_STOP = "web_stop"
-    #: Locust's `test_stop`: the users are stopped. What ran is kept and the run is finalised (unless it
-    #: ended and finalised itself); a stop that did not announce itself stops the controller first
-    USERS_STOPPED = "users_stopped"
-    #: Locust's `quitting`: it shuts down (its SIGTERM handler, the end of a run). The users are stopped
-    #: first (their in-flight requests recorded as cancelled) and the run finalised before the exit code
-    #: is read
-    QUITTING = "quitting"
-    #: SIGINT, SIGTERM or SIGHUP: the run is stopped, finalised, and the process ends with 128 + the
-    #: signal number; once the run is over, the process ends with the run's own exit code
-    SIGNAL = "signal"
 
 
 @dataclass
@@ -78,17 +56,22 @@ class RunOptions:
 class RunHost(Protocol):
     """What the lifecycle needs from the process that runs it (Locust's runner and web UI, via `Session`)."""
 
-    #: a web UI serves this process: finalise in a thread (it answers meanwhile), end by closing it
-    web: bool
-    #: the users run in other processes (a master): their cancellations arrive as messages
-    remote_users: bool
-    #: `llmload run` started this process: it said a stop signal itself, naming the user's signal
-    launched: bool
+    @property
+    def web(self) -> bool:
+        """A web UI serves this process: finalise in a thread (it answers meanwhile), end by closing it."""
+
+    @property
+    def remote_users(self) -> bool:
+        """The users run in other processes (a master): their cancellations arrive as messages."""
+
+    @property
+    def launched(self) -> bool:
+        """`llmload run` started this process: it said a stop signal itself, naming the user's signal."""
 
     def exit_note(self, code: int) -> str:
         """The end of the run's last line: ` (exit code N)` (`llmload demo`: the verdict in words)."""
 
-    def link(self) -> WorkerLink:
+    def link(self) -> Link:
         """The workers, for the controller."""
 
     def pool_ready(self) -> bool:
@@ -138,17 +121,10 @@ class RunLifecycle:
         self.shape: Any = None
         self.exit_code: int | None = None
         self.greenlet: gevent.Greenlet | None = None
-        #: the first stop signal received (SIGINT, SIGTERM, SIGHUP), None while none came
-        self.stop_signal: int | None = None
-        #: why the run was stopped from outside (the first reason), None while it was not
-        self.stop_reason: StopReason | None = None
         #: called with each run's `StepController` once made, before it runs (the web UI's series listen)
         self.on_controller: Callable[[StepController], None] | None = None
-        self._machine = StateMachine(RunState.IDLE, RUN_TRANSITIONS, name="run")
-        #: set while no run is under way or being finalised: a stop waits on it before Locust exits
-        self._settled = gevent.event.Event()
-        self._settled.set()
-        self._quitting = False
+        #: the run's state and why it was stopped (`stopped_by`): changed only in `_to` and `stop`
+        self._machine = RunMachine()
 
     # ------------------------------------------------------------------ time and state
 
@@ -165,6 +141,17 @@ class RunLifecycle:
     def _to(self, state: RunState) -> None:
         """The one place the run's state changes (`llmload.runtime.master.states`)."""
         self._machine.to(state)
+
+    @property
+    def stopped_by(self) -> RunStop | None:
+        """Why the run was stopped from outside (the first reason, the stop signal, Locust quitting); None
+        while it was not."""
+        return self._machine.stop
+
+    @property
+    def settled(self) -> bool:
+        """No run is under way or being finalised (`RunState.settled`)."""
+        return self._machine.settled
 
     @property
     def finished(self) -> bool:
@@ -207,7 +194,6 @@ class RunLifecycle:
         print(f"llmload: error: {message}", file=sys.stderr, flush=True)
         self._set_exit_code(code)
         self._to(RunState.FAILED)
-        self._settled.set()
         self.host.quit_soon()
 
     def _set_exit_code(self, code: int) -> None:
@@ -228,7 +214,6 @@ class RunLifecycle:
 
         reset_dropped()  # what an earlier run in this process dropped is not this run's
         self.controller = None  # the last run's, until this run's is made
-        self.stop_reason = None
         given = options.run_dir
         if given and self.run_dir is None and not (Path(given) / "plan.json").exists():
             self.run_dir = Path(given)
@@ -240,8 +225,7 @@ class RunLifecycle:
             self.run_dir = None
             self.fail(f"cannot write the run directory: {exc.strerror or exc}: {exc.filename or ''}", 2)
             return
-        self._to(RunState.PREFLIGHT)
-        self._settled.clear()
+        self._to(RunState.PREFLIGHT)  # a new run: no stop noted yet
         self.greenlet = self.watch(gevent.spawn(self._run_guarded), "the run")
 
     def _run_guarded(self) -> None:
@@ -249,8 +233,7 @@ class RunLifecycle:
         try:
             self._run()
         except gevent.GreenletExit:
-            if self.controller is None:  # stopped in pre-flight: nothing ran, nothing to finalise
-                self._settled.set()
+            self._ended_before_running()
             raise
         except Exception as exc:
             log.exception("the run failed")
@@ -275,7 +258,7 @@ class RunLifecycle:
         config, run_dir = self.config, self.run_dir
         print(f"llmload: run directory {run_dir}", flush=True)
         try:
-            checks = {} if self.options.skip_preflight else preflight(config, run_dir)
+            checks = {} if self.options.skip_preflight else preflight(config, run_dir, clock=self._clock)
         except PreflightFailed as exc:
             self.fail(str(exc), exc.exit_code)
             return
@@ -328,6 +311,11 @@ class RunLifecycle:
         self.controller.run()
         self.finalise()
 
+    def _ended_before_running(self) -> None:
+        """The run's greenlet was ended in pre-flight (a stop): nothing ran, nothing to finalise (DONE)."""
+        if self.controller is None and self.state is RunState.PREFLIGHT:
+            self._to(RunState.DONE)
+
     def _wait_pool(self, timeout_s: float = 60.0) -> bool:
         """Wait until Locust has spawned the user pool (the first arrivals need free users)."""
         deadline = self._now() + timeout_s
@@ -341,15 +329,16 @@ class RunLifecycle:
 
     def finalise(self) -> None:
         """Merge, analyse and report the run directory, once; sets the exit code (`_write_final`)."""
-        if self._finalised or self.config is None or self.run_dir is None:
+        config, run_dir = self.config, self.run_dir
+        if self._finalised or config is None or run_dir is None:
             return
         self._to(RunState.FINALISING)
-        self._settled.clear()
         try:
             self._record_clocks()  # the workers' clocks over the whole run, before the report reads the manifest
-            self._write_final()
-        finally:
-            self._settled.set()
+            self._write_final(config, run_dir)
+        except BaseException:  # never left finalising: a stop waiting for the run to settle would wait forever
+            self._to(RunState.FAILED)
+            raise
 
     def _record_clocks(self) -> None:
         """manifest.json's `clocks`: each worker's offset, uncertainty and drift so far (a master only)."""
@@ -362,7 +351,7 @@ class RunLifecycle:
         except Exception:
             log.exception("clocks not recorded in manifest.json")
 
-    def _write_final(self) -> None:
+    def _write_final(self, config: Config, run_dir: Path) -> None:
         if self.telemetry is not None:
             try:
                 # one last sample now, after the last step drained: the polling loop's latest may be an
@@ -383,25 +372,26 @@ class RunLifecycle:
                     # patched subprocess can only start on the loop's own thread: import it here
                     import matplotlib.font_manager  # noqa: F401
 
-                code = gevent.get_hub().threadpool.apply(finalise_run, (self.run_dir, self.config),
+                code = gevent.get_hub().threadpool.apply(finalise_run, (run_dir, config),
                                                          {"report": report, "outcome": self.outcome,
                                                           "finished": finished, "closing": closing})
             else:
-                code = finalise_run(self.run_dir, self.config, report=report, outcome=self.outcome,
+                code = finalise_run(run_dir, config, report=report, outcome=self.outcome,
                                     finished=finished, closing=closing)
         except Exception as exc:
             log.exception("finalisation failed")
-            print(f"llmload: error: could not finalise {self.run_dir}: {exc}", file=sys.stderr, flush=True)
+            print(f"llmload: error: could not finalise {run_dir}: {exc}", file=sys.stderr, flush=True)
             code = 3
         if getattr(self.controller, "error", None) is not None:  # ended early on an error of ours (said then)
             code = 3
-        if self.stop_signal is not None:  # stopped by a signal: the code says so (the summary has the verdict)
-            code = interrupted_exit_code(self.stop_signal)
+        signo = self._machine.signo
+        if signo is not None:  # stopped by a signal: the code says so (the summary has the verdict)
+            code = interrupted_exit_code(signo)
         self._set_exit_code(code)
-        said = "" if self.stop_signal is not None and self.host.launched else self.host.exit_note(code)
+        said = "" if signo is not None and self.host.launched else self.host.exit_note(code)
         # the closing line names only a file that is there (a failed report or summary was said already)
-        written = next((self.run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
-                        if (self.run_dir / name).exists()), None)
+        written = next((run_dir / name for name in (("report.html",) if report else ()) + ("summary.json",)
+                        if (run_dir / name).exists()), None)
         if written is not None:
             print(f"llmload: {'report' if written.name == 'report.html' else 'summary'} {written}"
                   f"{''.join(f'; {d}' for d in closing)}{said}", flush=True)
@@ -410,9 +400,10 @@ class RunLifecycle:
     # ------------------------------------------------------------------ stop
 
     def stop(self, reason: StopReason, *, signo: int | None = None) -> None:
-        """Stop the run from outside for `reason` (`StopReason` says what each does); `signo` with SIGNAL."""
-        if self.stop_reason is None and not self.finished:
-            self.stop_reason = reason
+        """Stop the run from outside for `reason` (`StopReason` says what each does); `signo` with SIGNAL.
+        The stop is noted in the run's `RunMachine` (`stopped_by`); a signal's number once it stops the run."""
+        if reason is not StopReason.SIGNAL:
+            self._machine.stopped(reason)
         if reason is StopReason.WEB_STOP:
             self._stop_controller_first()
         elif reason is StopReason.USERS_STOPPED:
@@ -455,23 +446,23 @@ class RunLifecycle:
 
     def _quit(self) -> None:
         """QUITTING: stop the users first, so their in-flight requests are recorded as cancelled, and
-        finalise (or wait for a finalisation under way) before Locust reads the exit code."""
-        self._quitting = True
+        finalise (or wait for a finalisation under way) before Locust reads the exit code (`stop` noted
+        that Locust is quitting: it closes its web UI itself)."""
         self._sleep(0)  # Locust's SIGTERM handler runs beside ours: let ours take the stop first
-        if self.stop_signal is not None:
+        if self._machine.signo is not None:
             pass  # `_stop_and_quit` is stopping the run; wait for it below
         elif self.controller is not None and not self._finalised:
             self.host.stop_users()  # fires test_stop -> stop(USERS_STOPPED) finalises
-        elif self.controller is None and self.running:
+        elif self.controller is None and self.greenlet is not None and not self.greenlet.dead:
             self.greenlet.kill(block=True, timeout=5)  # in pre-flight: nothing ran, nothing to finalise
-            self._settled.set()
-        self._settled.wait()
+            self._ended_before_running()
+        self._machine.wait_settled()
 
     def _on_signal(self, signo: int) -> None:
         """SIGNAL: the first one stops the run (`_stop_and_quit`); repeated ones only say that
         finalisation goes on; one after the run ended leaves with the run's own exit code."""
         name = signal.Signals(signo).name
-        if self.stop_signal is not None:
+        if self._machine.signo is not None:
             print(f"llmload: {name} again: still finishing the run directory (it is written before Locust "
                   "exits)", flush=True)
             return
@@ -479,9 +470,11 @@ class RunLifecycle:
             # the run is over (the web UI stays up after it): nothing to cancel; leave with its verdict
             self.watch(gevent.spawn(self._quit_after_the_run), "closing after the run")
             return
-        self.stop_signal = signo
+        self._machine.stopped(StopReason.SIGNAL, signo=signo)
         if self.controller is not None:  # first: workers that die of the same signal are a stop, not a loss
             self.controller.mark_stopping()
+            if self.state is RunState.RUNNING:  # the controller is frozen: the run is stopping
+                self._to(RunState.STOPPING)
         if not self.host.launched:  # `llmload run` said it already, naming the user's signal
             print(f"llmload: {name}: stopping the run (in-flight requests are recorded as cancelled; the run "
                   "directory is finalised)", flush=True)
@@ -490,28 +483,30 @@ class RunLifecycle:
     def _quit_after_the_run(self) -> None:
         """A stop signal once the run has finished (`--web`: the UI stays up): end Locust with the run's
         own exit code (its verdict), as a headless run would have."""
-        self.host.set_exit_code(self.exit_code)
-        if self.host.web and not self._quitting:
+        if self.exit_code is not None:
+            self.host.set_exit_code(self.exit_code)
+        if self.host.web and not self._machine.quitting:
             self.host.close_web_ui()
 
     def _stop_and_quit(self, signo: int) -> None:
         """Stop the run (`StepController.stop`: what is queued or in flight is cancelled, the run then
         finalises as usual), wait for the finalisation, then end Locust with 128 + the signal number."""
         code = interrupted_exit_code(signo)
-        started = self.greenlet is not None
-        if started and self.controller is None:  # still in pre-flight: nothing ran, nothing to finalise
-            self.greenlet.kill(block=True, timeout=5)
-            self._settled.set()
-        elif started and not self._finalised and not self.controller.done.is_set():
+        greenlet, controller = self.greenlet, self.controller
+        started = greenlet is not None
+        if greenlet is not None and controller is None:  # still in pre-flight: nothing ran, nothing to finalise
+            greenlet.kill(block=True, timeout=5)
+            self._ended_before_running()
+        elif controller is not None and not self._finalised and not controller.done.is_set():
             # the controller cancels what is queued or in flight (recorded `cancelled`) and ends; the
             # run finalises as usual and the shape ends. (Locust's runner.stop() would race its own
             # quit on a master, which then waits 60 s for workers it has told to quit.)
-            self.controller.stop()
-        self._settled.wait()  # a finalisation under way (the run's own, or the stop's) ends first
+            controller.stop()
+        self._machine.wait_settled()  # a finalisation under way (the run's own, or the stop's) ends first
         self._set_exit_code(code)
-        if not self.finished:  # stopped before anything ran (or in pre-flight): nothing to finalise
+        if not self.finished:  # stopped before anything ran: nothing to finalise
             self._to(RunState.DONE)
-        if self.host.web and not self._quitting:
+        if self.host.web and not self._machine.quitting:
             self.host.close_web_ui()
         elif not started:  # e.g. a master waiting for its workers: no shape will end this process
             self.host.exit(code)

@@ -86,7 +86,8 @@ class LiveSeries:
         self._pct: dict[tuple[str, int], tuple[float, float]] = {}
         self._server: deque[tuple[float, dict[str, float]]] = deque()
         self._planned: set[str] = set()
-        self.t0: float | None = None
+        #: the first second kept (whole seconds, wall clock), None before any data
+        self.t0: int | None = None
         self.last_t: float | None = None
 
     def reset(self, slo: SLO | None = None) -> None:
@@ -112,8 +113,9 @@ class LiveSeries:
                     self._sent[s] += 1
                     if row.get("outcome") == "ok":
                         for key, bins in (("ttft", self._ttft), ("tpot", self._tpot)):
-                            if values[key] is not None:
-                                bins[s].append(values[key])
+                            value = values[key]
+                            if value is not None:
+                                bins[s].append(value)
                                 self._pct.pop((key, s), None)
                 if sched is not None and meets_slo(row, values, self.slo):
                     self._good[self._touch(sched)] += 1
@@ -204,8 +206,8 @@ class LiveSeries:
                 pairs = [self._percentiles(key, bins, s) for s in seconds]
                 out[f"{key}_p50_ms"] = [None if p is None else round(p[0] * 1000, 1) for p in pairs]
                 out[f"{key}_p95_ms"] = [None if p is None else round(p[1] * 1000, 1) for p in pairs]
-            for key, bins in (("offered", self._offered), ("achieved", self._sent), ("goodput", self._good)):
-                out[key] = [bins.get(s, 0) for s in seconds]
+            for key, counts in (("offered", self._offered), ("achieved", self._sent), ("goodput", self._good)):
+                out[key] = [counts.get(s, 0) for s in seconds]
             server: dict[str, list] = {"t": [round(t - t0, 2) for t, _ in self._server]}
             for key in ("running", "waiting", "kv_usage", "gpu_memory_used_bytes"):
                 server[key] = [sample.get(key) for _, sample in self._server]

@@ -43,7 +43,7 @@ COLUMNS = (
 TTFA_CELL = ("ttfa_p95_s", "TTFA p95", 9, "ms")
 
 
-def _cell(value: object, kind: str, width: int) -> str:
+def _cell(value: Any, kind: str, width: int) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         text = "-"
     elif kind == "ms":

@@ -10,14 +10,14 @@ the step's counts stay whole, each of its planned arrivals without a record gets
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.records import RecordWriter, read_record_files
 from llmload.rundir.plan_file import PlanFile
 from llmload.runtime.master.step import Step
-from llmload.runtime.worker.jobs import plan_jobs
+from llmload.runtime.worker.jobs import Job, plan_jobs
 
 __all__ = ["LostStep", "LostWorkers"]
 
@@ -50,17 +50,17 @@ class LostWorkers:
         workers' record files' rows of this step, then their unrecorded arrivals."""
         shards = {name: shard for shard, (_, name) in enumerate(workers)}
         label = step.label
-        step = LostStep(step, {name: shards[name] for name in lost}, len(workers), start_at)
-        self.steps.append(step)
+        lost_step = LostStep(step, {name: shards[name] for name in lost}, len(workers), start_at)
+        self.steps.append(lost_step)
         known = {r.get("request_id") for r in known_rows}
         extra: list[dict] = []
-        for name in step.shards_of:
+        for name in lost_step.shards_of:
             path = self.run_dir / "records" / f"worker-{name}.jsonl"
             for r in read_record_files([path]) if path.exists() else []:
                 if r.get("step") == label and r.get("request_id") not in known:
                     known.add(r.get("request_id"))
                     extra.append(r)
-        for name, job in self._jobs(step):
+        for name, job in self._jobs(lost_step):
             if job.arrival.request_id not in known:
                 record = job.record(name)
                 record.outcome, record.error = "cancelled", LOST
@@ -92,7 +92,7 @@ class LostWorkers:
             writer.close()
 
     @staticmethod
-    def _jobs(step: LostStep):
+    def _jobs(step: LostStep) -> Iterator[tuple[str, Job]]:
         for name, shard in step.shards_of.items():
             jobs, _ = plan_jobs(step.step.spec, start_at=step.start_at, shard=shard, shards=step.shards)
             for job in jobs:

@@ -21,11 +21,11 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llmload.apis import get_api
-from llmload.clock import now
 from llmload.config import Config
 from llmload.errors import RunError, TelemetryError
 from llmload.redaction import redact, redact_text
@@ -121,8 +121,8 @@ def _takes_any_name(body: Any) -> bool:
     return any(isinstance(item, dict) and item.get("owned_by") in IGNORES_MODEL_OWNERS for item in _items(body))
 
 
-def _cold_request(config: Config) -> dict[str, Any]:
-    """One short request, timed apart from the measurements (a cold model load shows here)."""
+def _cold_request(config: Config, now: Callable[[], float]) -> dict[str, Any]:
+    """One short request, timed apart from the measurements (a cold model load shows here) on `now`."""
     from llmload.runtime.worker.sending import preflight_send
 
     t0 = now()
@@ -136,13 +136,14 @@ def _cold_request(config: Config) -> dict[str, Any]:
     return out
 
 
-def preflight(config: Config, run_dir: Path) -> dict[str, Any]:
-    """Run every check; writes `preflight.json`; raises PreflightFailed when the run must not start."""
+def preflight(config: Config, run_dir: Path, *, clock: Callable[[], float]) -> dict[str, Any]:
+    """Run every check; writes `preflight.json`; raises PreflightFailed when the run must not start.
+    `clock`: the run's time (`RunLifecycle`'s), for `started_at` and the cold request's `elapsed_s`."""
     endpoints = check_reachable(config)
-    result: dict[str, Any] = {"started_at": now(), "endpoints": endpoints,
+    result: dict[str, Any] = {"started_at": clock(), "endpoints": endpoints,
                               "warnings": check_model_served(config, endpoints)}
     result["tokens_per_word"] = _tokens_per_word(config)
-    result["cold_load"] = _cold_request(config)
+    result["cold_load"] = _cold_request(config, clock)
     if result["cold_load"]["outcome"] != "ok":
         result["warnings"].append(f"the first request ended {result['cold_load']['outcome']}: "
                                   f"{result['cold_load'].get('error') or ''}")

@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from llmload.config import SLO, Config
 from llmload.errors import ConfigError
@@ -69,12 +69,12 @@ def format_seconds(value_s: float) -> str:
 
 
 def _rates_of(config: Config) -> list[float] | None:
-    shape = config.shape
-    if shape.kind == "ladder":
+    shape = config.shape  # exactly one kind is set (`llmload.config.Shape`)
+    if shape.ladder is not None:
         return [float(s.rate) for s in shape.ladder.steps]
-    if shape.kind == "concurrency":
+    if shape.concurrency is not None:
         return [float(level) for level in shape.concurrency.levels]
-    if shape.kind == "soak" and shape.soak.rate is not None:
+    if shape.soak is not None and shape.soak.rate is not None:
         return [float(shape.soak.rate)]
     return None
 
@@ -93,24 +93,23 @@ def form_values(config: Config) -> dict[str, str]:
 
 def shape_summary(config: Config) -> str:
     """One line on the run's shape: kind, arrivals, steps and their durations."""
-    shape = config.shape
-    if shape.kind == "ladder":
-        s = shape.ladder
-        durations = list(dict.fromkeys(format_seconds(float(step.duration)) for step in s.steps))
-        return (f"ladder of {len(s.steps)} step(s) of {' / '.join(durations)}, {s.arrival} arrivals, "
-                f"warm-up {format_seconds(float(s.warmup))}" + (", then a knee search" if s.refine else ""))
-    if shape.kind == "concurrency":
-        c = shape.concurrency
+    shape = config.shape  # exactly one kind is set (`llmload.config.Shape`)
+    if (ladder := shape.ladder) is not None:
+        durations = list(dict.fromkeys(format_seconds(float(step.duration)) for step in ladder.steps))
+        return (f"ladder of {len(ladder.steps)} step(s) of {' / '.join(durations)}, {ladder.arrival} arrivals, "
+                f"warm-up {format_seconds(float(ladder.warmup))}" + (", then a knee search" if ladder.refine else ""))
+    if (c := shape.concurrency) is not None:
         return f"closed loop, {len(c.levels)} level(s), {c.requests_per_level} requests per level"
-    if shape.kind == "soak":
-        s = shape.soak
-        what = f"{s.rate:g} req/s {s.arrival}" if s.rate is not None else "a trace"
-        return f"soak at {what} for {format_seconds(float(s.duration))}, slices of {format_seconds(float(s.slice))}"
-    if shape.kind == "auto":
-        a = shape.auto
+    if (soak := shape.soak) is not None:
+        what = f"{soak.rate:g} req/s {soak.arrival}" if soak.rate is not None else "a trace"
+        return (f"soak at {what} for {format_seconds(float(soak.duration))}, "
+                f"slices of {format_seconds(float(soak.slice))}")
+    if (a := shape.auto) is not None:
         return (f"auto: a probe, placed steps and a knee search within {format_seconds(float(a.budget))}, "
                 f"precision {a.precision:g} (rates not editable)")
     t = shape.trace
+    if t is None:
+        raise ValueError(f"a shape of no known kind: {shape.kind}")
     return f"trace replay of {t.file} (speed-up {t.speedup:g}, rate scale {t.rate_scale:g}; rates not editable)"
 
 
@@ -136,15 +135,16 @@ def _parse_rates(text: str, kind: str) -> list[float]:
 
 
 def _with_rates(config: Config, values: list[float]) -> Config:
-    shape = config.shape
+    shape = config.shape  # exactly one kind is set (`llmload.config.Shape`)
     kind = shape.kind
-    if kind == "ladder":
+    spec: BaseModel
+    if shape.ladder is not None:
         steps = shape.ladder.steps
         new_steps = [steps[min(i, len(steps) - 1)].model_copy(update={"rate": v}) for i, v in enumerate(values)]
         spec = shape.ladder.model_copy(update={"steps": new_steps})
-    elif kind == "concurrency":
+    elif shape.concurrency is not None:
         spec = shape.concurrency.model_copy(update={"levels": [int(v) for v in values]})
-    elif kind == "soak" and shape.soak.rate is not None:
+    elif shape.soak is not None and shape.soak.rate is not None:
         if len(values) != 1:
             raise ConfigError("--llmload-rates: a soak has one rate")
         spec = shape.soak.model_copy(update={"rate": values[0]})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,13 +33,31 @@ from llmload.runtime.master.step import Step, StepEvents, StepStatus
 from llmload.runtime.wire.messages import CancelMessage, StepMessage
 from shapes.steps import step_bounds
 
-__all__ = ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "RunControl", "StepContext", "StepRun"]
+__all__ = ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "Link", "RunControl", "StepContext", "StepRun"]
 
 log = logging.getLogger("llmload.controller")
 
 #: how long to wait for workers after a cancel before judging anyway
 CANCEL_GRACE_S = 3.0
 PROGRESS_EVERY_S = 5.0
+
+
+class Link(Protocol):
+    """How the master reaches its workers: Locust's runner (`llmload.runtime.locustglue.seams.WorkerLink`)
+    or worker runtimes in this process (`llmload.runtime.virtual.link.InProcessLink`)."""
+
+    @property
+    def local(self) -> bool:
+        """The users run in this process (a local runner): step messages are handled in-process."""
+
+    def workers(self) -> list[tuple[str | None, str]]:
+        """(client id, worker name) of each worker that can take a step now."""
+
+    def missing(self, client_id: str | None) -> bool:
+        """The worker `client_id` is gone (Locust marked it missing)."""
+
+    def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
+        """Send one message (`llmload.runtime.wire.messages`) to one worker."""
 
 
 class RunControl(Protocol):
@@ -67,8 +85,8 @@ class StepContext:
     config: Config
     run_dir: Path
     base_dir: str
-    #: the workers (`controller.WorkerLink`)
-    link: Any
+    #: the workers
+    link: Link
     plan: PlanFile
     tally: StepTally
     lost: LostWorkers
@@ -80,8 +98,8 @@ class StepContext:
     telemetry: Any = None
     #: the master's measurements of the workers' clocks (`clocksync.ClockSync`), or None
     clocks: Any = None
-    #: the config as the step message carries it
-    config_dict: dict | None = None
+    #: the config as the step message carries it (empty: made from `config`)
+    config_dict: dict = field(default_factory=dict)
     #: the master's time in seconds (`REAL_CLOCK.now`, `llmload.clocks`; a virtual clock's)
     clock: Callable[[], float] = REAL_CLOCK.now
     #: the master's sleep (`gevent.sleep`; a test's virtual sleep)
@@ -90,7 +108,7 @@ class StepContext:
     said_unjudged: bool = False
 
     def __post_init__(self) -> None:
-        if self.config_dict is None:
+        if not self.config_dict:
             self.config_dict = self.config.model_dump(mode="json")
 
     def wait(self, event: Event, timeout_s: float) -> None:
@@ -169,7 +187,9 @@ class StepRun:
                 ctx.telemetry.sample_now()
             except Exception:
                 log.exception("telemetry sample at the end of %s failed", spec.label)
-        window_end = step.bounds.window_end if step.bounds.window_end is not None else drained_at
+        if step.bounds is None:
+            raise RuntimeError(f"step {spec.label} settled before it was sent")
+        window_end: float | None = step.bounds.window_end if step.bounds.window_end is not None else drained_at
         if run.stopping:
             window_end = run.cut_window(step, window_end)
         lost = [name for cid, name in self.workers if name not in step.drained]

@@ -14,6 +14,7 @@ closed connection), and the master sees it `missing` and no longer among `worker
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gevent
@@ -44,7 +45,7 @@ class InProcessLink:
         self.runtimes: dict[str, WorkerRuntime] = {}
         for i in range(workers):
             name = str(i)
-            runtime = make_worker(lambda kind, data, name=name: self._to_master(name, kind, data))
+            runtime = make_worker(partial(self._to_master, name))
             runtime.worker = name
             self.runtimes[f"w{i}"] = runtime
         #: each worker's user greenlets (the run spawns them: `add_user`)
@@ -75,6 +76,8 @@ class InProcessLink:
         runtime.close()
 
     def send(self, msg_type: str, data: dict, client_id: str | None) -> None:
+        if client_id is None:
+            raise ValueError("an in-process worker is named by its client id (w0, w1, ...)")
         if client_id in self.lost:  # as a message to a worker that is gone: nobody reads it
             return
         runtime = self.runtimes[client_id]

@@ -151,7 +151,7 @@ class ClockSync:
 
     def measure_one(self, client_id: str | None, name: str) -> ClockSample | None:
         """One measurement of worker `name` (`EXCHANGES` exchanges, the min-round-trip one kept)."""
-        exchanges = []
+        exchanges: list[tuple[float, float, float, float]] = []
         for _ in range(self.exchanges):
             answer = self._exchange(client_id)
             if answer is None and not exchanges:

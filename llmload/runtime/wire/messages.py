@@ -258,8 +258,11 @@ def _read_fields(cls: type, data: Any, *, kind: str, worker: str | None, path: s
         if nested is not None and isinstance(value, dict):
             _read_fields(nested, value, kind=kind, worker=worker, path=f"{path}{name}.")
             if not path:  # the top level builds it; a nested one is built by its parent's `from_dict`
+                from_dict = getattr(nested, "from_dict", None)
+                if from_dict is None:  # a message's dataclass field reads itself (`StepSpec.from_dict`)
+                    raise TypeError(f"{nested.__name__} (field {name!r}) has no from_dict")
                 try:
-                    value = nested.from_dict(value)
+                    value = from_dict(value)
                 except (TypeError, ValueError) as exc:
                     raise error(f"field '{name}': {exc}", name) from None
         elif path and nested is None:

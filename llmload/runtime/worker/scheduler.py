@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gevent
 import gevent.queue
@@ -61,6 +61,10 @@ from shapes.steps import step_bounds
 
 __all__ = ["STEP_PHASES", "Lead", "RequestCancelled", "StepPhase", "StepState", "WorkerRuntime"]
 
+#: the real clock, as the `Clock` it is (`llmload.clocks.Clock` declares `precise` a settable attribute,
+#: `RealClock` a read-only property: mypy refuses the plain `REAL_CLOCK` as a `Clock` default)
+_DEFAULT_CLOCK = cast(Clock, REAL_CLOCK)
+
 log = logging.getLogger("llmload.worker")
 
 #: a session's next turn is queued this long before its time (a user then waits until it)
@@ -75,7 +79,7 @@ MIN_CPU_SPAN_S = 0.5
 QUEUE_AHEAD_S = 0.003
 #: how long a drain timeout waits for the cancelled requests to be recorded
 CANCEL_WAIT_S = 5.0
-#: with a precise wake-up (`Clock.precise`: the real clock's timerfd) the lead is learnt (`Lead`): the
+#: with a precise wake-up (`Clock.precise`: the real clock's) the lead is learnt (`Lead`): the
 #: `LEAD_QUANTILE` of the last `LEAD_WINDOW` times from the scheduler's wake-up to the user's being
 #: ready, plus `LEAD_MARGIN_S`
 LEAD_QUANTILE = 0.75
@@ -87,7 +91,7 @@ LEAD_WINDOW = 32
 class Lead:
     """How long before its time an arrival is queued. Each arrival used to cost two sleeps and wake-ups
     (the scheduler's at `QUEUE_AHEAD_S` before, the user's at the time), ~0.25 ms of CPU each on the
-    2-vCPU VMs: with a timerfd the scheduler wakes just early enough for the user to build the request
+    2-vCPU VMs: with a precise wake-up the scheduler wakes just early enough for the user to build the request
     (`Sender.send` then yields to the loop for the few µs left, `llmload.clocks.YIELD_BELOW_S`), one wake-up."""
 
     def __init__(self, precise: bool) -> None:
@@ -186,7 +190,9 @@ class StepState:
 
     @property
     def phase(self) -> StepPhase:
-        return self.machine.state
+        phase = self.machine.state
+        assert isinstance(phase, StepPhase)  # `StateMachine` holds the states it was made with
+        return phase
 
     def to(self, phase: StepPhase) -> bool:
         """The one place the step's phase changes (`STEP_PHASES`)."""
@@ -201,7 +207,7 @@ class WorkerRuntime:
     """Scheduler, queue and record shipping for one user-running process."""
 
     def __init__(self, send_message: Callable[[str, Any], None], *, build_sender: Callable,
-                 clock: Clock = REAL_CLOCK) -> None:
+                 clock: Clock = _DEFAULT_CLOCK) -> None:
         self._send_message = send_message
         #: every time this worker reads, sleeps or waits for (`llmload.clocks`)
         self.clock = clock

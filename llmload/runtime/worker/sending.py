@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any
+from typing import Any, cast
 
 from llmload.client.bodies import PreparedRequest, build_body
 from llmload.client.core import send
@@ -37,6 +37,10 @@ from llmload.config import Config
 from llmload.records import Record
 
 __all__ = ["PlannedArrival", "Sender", "build_sender", "preflight_send"]
+
+#: the real clock, as the `Clock` it is (`llmload.clocks.Clock` declares `precise` a settable attribute,
+#: `RealClock` a read-only property: mypy refuses the plain `REAL_CLOCK` as a `Clock` default)
+_DEFAULT_CLOCK = cast(Clock, REAL_CLOCK)
 
 log = logging.getLogger("llmload.worker")
 
@@ -111,7 +115,7 @@ class Sender:
     """Builds and sends the requests of one worker."""
 
     def __init__(self, config: Config, *, concurrency: int, seed: int, base_dir: str = ".",
-                 clock: Clock = REAL_CLOCK) -> None:
+                 clock: Clock = _DEFAULT_CLOCK) -> None:
         self.config = config
         #: when a request is released (`Clock.wait_until`) and its user was ready
         self.clock = clock
@@ -218,7 +222,7 @@ class Sender:
 
 
 def build_sender(config: dict, *, worker: str, shard: int, shards: int, seed: int,
-                 base_dir: str = ".", clock: Clock = REAL_CLOCK) -> Sender:
+                 base_dir: str = ".", clock: Clock = _DEFAULT_CLOCK) -> Sender:
     """The sender for a worker, from the config dict a step message carries."""
     cfg = Config.model_validate(config)
     cap = cfg.client.max_concurrency
