@@ -21,6 +21,7 @@ trace is replayed time-scaled to several mean rates, each with its uniform twin;
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -249,7 +250,7 @@ def burstiness(scheduled: np.ndarray) -> dict:
     standard errors of a Poisson process's sample CV), `more` when over by as much, else `similar`."""
     times = np.sort(scheduled[~np.isnan(scheduled)])
     gaps = np.diff(times)
-    out = {"arrivals": int(times.size), "interarrival_cv": math.nan, "peak_to_mean_10s": math.nan,
+    out: dict[str, Any] = {"arrivals": int(times.size), "interarrival_cv": math.nan, "peak_to_mean_10s": math.nan,
            "versus_poisson": None, "margin": math.nan}
     if gaps.size < 2 or gaps.mean() <= 0:
         return out

@@ -155,7 +155,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     steps = step_table(requests, plan_steps, slo, client, tel, gaps)
     conds = fixed_conditions(run.manifest, conditions)
     if not steps.empty:
-        steps = steps.assign(limit=step_limits(steps, requests, tel, conds))
+        steps = steps.assign(limit=pd.Series(step_limits(steps, requests, tel, conds), index=steps.index, dtype=object))
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)

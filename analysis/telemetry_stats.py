@@ -136,7 +136,7 @@ class TelemetryIndex:
         """`(joules, basis)` of every GPU over [t0, t1] (module docstring); `(NaN, None)` when no GPU
         reported energy or power, or one does not cover the window."""
         counter, power = self._series.get("gpu_energy_joules"), self._series.get("gpu_power_watts")
-        sources = set()
+        sources: set[int] = set()
         for s in (counter, power):
             if s is not None:
                 sources.update(int(c) for c in np.unique(s.source))

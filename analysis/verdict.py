@@ -160,7 +160,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
     for t in slo.thresholds:
-        dim = slo_dims.by_name(t.metric)
+        dim = slo_dims.latency(t.metric)
         figure = dim.figure_of(t.percentile)
         value = metrics.get(figure, math.nan)
         if value is None or math.isnan(value):

@@ -38,6 +38,7 @@ __all__ = [
     "by_name",
     "check_threshold",
     "dimension_of",
+    "latency",
     "latency_names",
     "parse_threshold_key",
     "standard_keys",
@@ -129,6 +130,15 @@ _KEY = re.compile(r"^([a-z][a-z0-9_]*?)_p(\d+(?:\.\d+)?)$")
 
 def by_name(name: str) -> Dimension | None:
     return _BY_NAME.get(name)
+
+
+def latency(name: str) -> Dimension:
+    """The latency dimension `name`, for a name already validated as one (a `Threshold`'s metric);
+    KeyError for any other name: a caller holding an unchecked name uses `by_name`."""
+    dim = _BY_NAME[name]
+    if dim.kind != "latency":
+        raise KeyError(name)
+    return dim
 
 
 def latency_names() -> tuple[str, ...]:
