@@ -28,6 +28,7 @@ from shapes.loadshapes import LLMLoadShape, shape_for_config
 
 if TYPE_CHECKING:
     from llmload.config import Config
+    from shapes.auto import AutoSearch
     from shapes.knee_search import KneeSearch
     from shapes.steps import StepSpec
 
@@ -43,7 +44,7 @@ class LLMShape(LLMLoadShape):
     def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
         return shape_for_config(config).steps(config, base_dir)
 
-    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | None:
+    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | AutoSearch | None:
         return shape_for_config(config).search(config, rows)
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int,
