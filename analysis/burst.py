@@ -185,9 +185,9 @@ def _met(req: pd.DataFrame, slo: SLO) -> tuple[bool | None, float]:
     return met, float(req["good"].mean()) if "good" in req else math.nan
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 

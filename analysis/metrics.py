@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -149,9 +150,9 @@ def worst_clock(clocks: dict | None) -> dict | None:
     return max(measured, key=lambda e: e["error_s"]) if measured else None
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 

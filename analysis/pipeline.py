@@ -10,6 +10,7 @@ record and summary. Pure: the `Run` is not modified.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -73,9 +74,9 @@ def needs_text(row: pd.Series | dict) -> str:
     return text
 
 
-def _number(value: object) -> float | None:
+def _number(value: Any) -> float | None:
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError):
         return None
     return None if number != number else number

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -214,9 +215,9 @@ def _power_energy(s: _Series | None, code: int, t0: float, t1: float) -> float:
     return float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0)
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 
