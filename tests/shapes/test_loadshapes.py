@@ -15,7 +15,7 @@ CHECKS = [line.split("(")[0][4:] for line in (HERE / "loadshape_checks.py").read
 
 
 def test_the_checks_are_found():
-    assert len(CHECKS) == 7
+    assert len(CHECKS) == 8
 
 
 @pytest.mark.parametrize("check", CHECKS)
