@@ -21,6 +21,7 @@ trace is replayed time-scaled to several mean rates, each with its uniform twin;
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -184,9 +185,9 @@ def _met(req: pd.DataFrame, slo: SLO) -> tuple[bool | None, float]:
     return met, float(req["good"].mean()) if "good" in req else math.nan
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 
@@ -249,7 +250,7 @@ def burstiness(scheduled: np.ndarray) -> dict:
     standard errors of a Poisson process's sample CV), `more` when over by as much, else `similar`."""
     times = np.sort(scheduled[~np.isnan(scheduled)])
     gaps = np.diff(times)
-    out = {"arrivals": int(times.size), "interarrival_cv": math.nan, "peak_to_mean_10s": math.nan,
+    out: dict[str, Any] = {"arrivals": int(times.size), "interarrival_cv": math.nan, "peak_to_mean_10s": math.nan,
            "versus_poisson": None, "margin": math.nan}
     if gaps.size < 2 or gaps.mean() <= 0:
         return out

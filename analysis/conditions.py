@@ -59,7 +59,8 @@ def _present(value: Any) -> bool:
 def fixed_conditions(manifest: dict, conditions: Conditions | None = None) -> dict[str, Any]:
     """One flat map of the run's fixed conditions (later sources override earlier ones)."""
     manifest = manifest or {}
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    given_config = manifest.get("config")
+    config = given_config if isinstance(given_config, dict) else {}
     out: dict[str, Any] = {}
     target = config.get("target") or {}
     if _present(target.get("model")):

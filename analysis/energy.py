@@ -44,13 +44,12 @@ def energy_at_knee(steps: Any, knee: Mapping | None, *, cost_per_hour: Any = Non
     if not below or not above:
         return None
     (x0, y0, r0), (x1, y1, r1) = below[-1], above[0]
-    def between(a: float | None, b: float | None) -> float | None:
-        if a is None or b is None:
-            return None
+    def between(a: float, b: float) -> float:
         return a if x1 == x0 else a + (b - a) * (rate - x0) / (x1 - x0)
 
     value = between(y0, y1)
-    tokens = between(_num(r0.get("good_output_tokens_per_s")), _num(r1.get("good_output_tokens_per_s")))
+    t0, t1 = _num(r0.get("good_output_tokens_per_s")), _num(r1.get("good_output_tokens_per_s"))
+    tokens = between(t0, t1) if t0 is not None and t1 is not None else None
     cost = _num(cost_per_hour)
     bases = {str(r0.get("energy_basis")), str(r1.get("energy_basis"))}
     return {
@@ -69,14 +68,15 @@ def energy_at_knee(steps: Any, knee: Mapping | None, *, cost_per_hour: Any = Non
 def energy_sentence(energy: Mapping | None) -> str | None:
     """The answer's line: `Energy at the knee: 0.52 J per good output token (0.144 kWh per million, ...)`;
     None without the figure."""
-    value = _num((energy or {}).get("joules_per_good_output_token"))
+    info: Mapping = energy or {}
+    value = _num(info.get("joules_per_good_output_token"))
     if value is None:
         return None
     kwh = value * 1e6 / KWH_J
-    steps = (energy or {}).get("steps") or []
+    steps = info.get("steps") or []
     between = (f"step {steps[0]}" if len(steps) == 2 and steps[0] == steps[1]
                else f"interpolated between steps {steps[0]} and {steps[1]}" if len(steps) == 2 else "")
-    cost_per_million = _num((energy or {}).get("cost_per_million_good_output_tokens"))
+    cost_per_million = _num(info.get("cost_per_million_good_output_tokens"))
     cost = f"; cost {cost_per_million:.3g} per million good tokens there" if cost_per_million is not None else ""
     return (f"Energy at the knee: {value:.3g} J per good output token ({kwh:.3g} kWh per million, GPUs only, "
-            f"{between}, basis {energy.get('basis')}){cost}.")
+            f"{between}, basis {info.get('basis')}){cost}.")

@@ -95,9 +95,16 @@ def _conditions(run: Run) -> dict[str, Any]:
     return dict((run.manifest or {}).get("conditions") or {})
 
 
+def _numeric(frame: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column, all-NaN when the frame lacks it."""
+    if name in frame.columns:
+        return pd.to_numeric(frame[name], errors="coerce").astype(float)
+    return pd.Series(np.nan, index=frame.index, dtype=float)
+
+
 def _finished(records: pd.DataFrame) -> pd.DataFrame:
-    first = pd.to_numeric(records.get("first_token_at"), errors="coerce")
-    last = pd.to_numeric(records.get("last_token_at"), errors="coerce")
+    first = _numeric(records, "first_token_at")
+    last = _numeric(records, "last_token_at")
     return records[first.notna() & last.notna()]
 
 
@@ -143,8 +150,8 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | No
     """`{step_base_s, step_base_se, decode_cost_s, decode_cost_se, gaps, batch_min, batch_max}` from the
     median gap per batch size (at least `MIN_GAPS_PER_BATCH` gaps each, two sizes at least); None when
     the run showed fewer than two batch sizes."""
-    groups = [(int(b), g.to_numpy(dtype=float)) for b, g in gaps.groupby("batch")["gap_s"]
-              if len(g) >= MIN_GAPS_PER_BATCH]
+    batch, gap = gaps["batch"].to_numpy(dtype=int), gaps["gap_s"].to_numpy(dtype=float)
+    groups = [(int(b), gap[batch == b]) for b in np.unique(batch) if (batch == b).sum() >= MIN_GAPS_PER_BATCH]
     if len(groups) < 2:
         return None
     x = np.array([b for b, _ in groups], dtype=float)
@@ -162,7 +169,7 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | No
 def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
     """Requests sent and not finished (last token, else closed) at each time, from the records."""
     sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
-    end = pd.to_numeric(records.get("last_token_at"), errors="coerce").to_numpy(dtype=float)
+    end = _numeric(records, "last_token_at").to_numpy(dtype=float)
     if "closed_at" in records:
         closed = pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float)
         end = np.where(np.isnan(end), closed, end)
@@ -293,9 +300,9 @@ def _fit_queue_limit(fit: Fit, records: pd.DataFrame, samples: pd.DataFrame) -> 
 def _fit_slots(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, key: str) -> int | None:
     for name in ("max_num_seqs", "ollama_num_parallel"):
         if _f(conds.get(name)) > 0:
-            slots = int(_f(conds[name]))
-            fit.estimates.append(Estimate(key, slots, None, "sequences", f"the manifest's conditions.{name}"))
-            return slots
+            declared = int(_f(conds[name]))
+            fit.estimates.append(Estimate(key, declared, None, "sequences", f"the manifest's conditions.{name}"))
+            return declared
     blocks = _f(conds.get("kv_num_gpu_blocks"))
     slots, share = infer_slots(samples, num_blocks=blocks if blocks > 0 else None)
     if slots is not None:

@@ -206,9 +206,9 @@ def _points(rows: list[Mapping], figure: str, scale: float) -> tuple[np.ndarray,
     if not xs:
         return None
     order = np.argsort(np.asarray(xs), kind="stable")
-    x, y, lo, hi = (np.asarray(v, dtype=float)[order] for v in (xs, ys, lows, highs))
+    xa, ya, lo, hi = (np.asarray(v, dtype=float)[order] for v in (xs, ys, lows, highs))
     half = np.maximum((hi - lo) / 2.0, 0.02)  # a point interval (no interval known) weighs as +-2%
-    return x, y, lo, hi, 1.0 / half**2
+    return xa, ya, lo, hi, 1.0 / half**2
 
 
 def _fit(rows: list[Mapping], key: str, figure: str, threshold_s: float, scale: float) -> _Fit | None:
@@ -250,9 +250,9 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
     if not xs:
         return None
     order = np.argsort(np.asarray(xs), kind="stable")
-    x, f, lo, hi = (np.asarray(v, dtype=float)[order] for v in (xs, fs, lows, highs))
+    xa, fa, lo, hi = (np.asarray(v, dtype=float)[order] for v in (xs, fs, lows, highs))
     half = np.maximum((hi - lo) / 2.0, 0.005)
-    return x, f, lo, hi, 1.0 / half**2
+    return xa, fa, lo, hi, 1.0 / half**2
 
 
 #: a share under this part of its level counts as this much in the log chord (a share of 0 has no log)
@@ -291,14 +291,14 @@ def _band(x: np.ndarray, f: np.ndarray, level: float, share: bool) -> tuple[floa
 def _crossings(x: np.ndarray, central: np.ndarray, upper: np.ndarray, lower: np.ndarray,
                level: float, *, share: bool = False) -> tuple[Crossing, str]:
     c_low, c_high, where = _band(x, central, level, share)
-    rate = None if c_low is None else c_low + POINT_BLEND * (c_high - c_low)
+    rate = None if c_low is None or c_high is None else c_low + POINT_BLEND * (c_high - c_low)
     low, _, low_where = _band(x, upper, level, share)
     _, high, high_where = _band(x, lower, level, share)
     if low_where == "never":
         low = float(x[-1])  # the upper bound holds at every rate run: the crossing is above them all
     if high_where == "below":
         high = float(x[0])  # even the lower bound is over at the lowest rate run
-    if rate is not None:
+    if c_low is not None and c_high is not None:  # the central curve crossed (rate is not None)
         low = min(low, c_low) if low is not None else None
         high = max(high, c_high) if high is not None else None
     return Crossing(rate, low, high), where
@@ -338,6 +338,8 @@ def _bounded(local: Crossing, wide: Crossing) -> Crossing:
     """The local fit's crossing, an end its steps leave open (the profile interval reaches past the
     steps near the knee: too few, too close together or too noisy to bound it there) closed by the
     same fit over every step's end. The point stays the local fit's."""
+    if local.rate is None:  # a local fit always places its point; nothing to bound without one
+        return local
     low = local.low if local.low is not None else wide.low
     high = local.high if local.high is not None else wide.high
     return Crossing(local.rate, None if low is None else min(low, local.rate),
@@ -406,19 +408,19 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     ks = [f * n for f, n in zip(fs, ns, strict=True)]
     if len(xs) < 3:
         return None
-    x, k, n = (np.asarray(v, dtype=float) for v in (xs, ks, ns))
-    if not (x < guess).any() or not (x > guess).any() or np.ptp(x) <= 0:
+    xa, k, n_eff = (np.asarray(v, dtype=float) for v in (xs, ks, ns))
+    if not (xa < guess).any() or not (xa > guess).any() or np.ptp(xa) <= 0:
         return None
     c = math.log(level / (1.0 - level))
-    grid = np.linspace(x.min(), x.max(), _GRID)
-    fits = [_profile(x - g, k, n, c) for g in grid]
+    grid = np.linspace(xa.min(), xa.max(), _GRID)
+    fits = [_profile(xa - g, k, n_eff, c) for g in grid]
     dev = np.array([f[0] for f in fits])
     best = int(np.argmin(dev))
     b = fits[best][1]
-    eta = np.clip(c + b * (x - grid[best]), -30, 30)
+    eta = np.clip(c + b * (xa - grid[best]), -30, 30)
     p = 1.0 / (1.0 + np.exp(-eta))
-    pearson = float(np.sum((k - n * p) ** 2 / np.maximum(n * p * (1 - p), 1e-12)))
-    dispersion = max(1.0, pearson / max(1, len(x) - 2))
+    pearson = float(np.sum((k - n_eff * p) ** 2 / np.maximum(n_eff * p * (1 - p), 1e-12)))
+    dispersion = max(1.0, pearson / max(1, len(xa) - 2))
     inside = np.flatnonzero(dev - dev[best] <= dispersion * z * z)
     low = None if inside[0] == 0 else float(grid[inside[0]])
     high = None if inside[-1] == len(grid) - 1 else float(grid[inside[-1]])
@@ -462,7 +464,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:
-        figure = slo_dims.by_name(t.metric).figure_of(t.percentile)
+        figure = slo_dims.latency(t.metric).figure_of(t.percentile)
         fit = _fit(rows, t.key, figure, t.value_s, scale)
         if fit is None:
             continue
@@ -472,7 +474,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
         fits.append(fit)
     if not fits:
         return None
-    used = sum(1 for r in rows if any(_num(r.get(slo_dims.by_name(t.metric).figure_of(t.percentile)))
+    used = sum(1 for r in rows if any(_num(r.get(slo_dims.latency(t.metric).figure_of(t.percentile)))
                                       is not None for t in slo.thresholds))
 
     def order(fit: _Fit) -> float:
@@ -486,7 +488,8 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     # a target never crossed at any rate run whose upper fit is over already at the lowest one (a loose
     # interval there: few samples) says nothing of where the knee is: it leaves the knee's low alone
     lows = [f.crossing.low for f in fits if not (f.where == "never" and f.crossing.low is None)]
-    low = None if any(v is None for v in lows) else min(lows, default=None)  # type: ignore[type-var]
+    known_lows = [v for v in lows if v is not None]
+    low = min(known_lows) if known_lows and len(known_lows) == len(lows) else None  # one open low: open
     highs = [f.crossing.high for f in fits if f.crossing.high is not None]
     high = min(highs) if highs else None
     if rate is not None:

@@ -227,7 +227,8 @@ def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | Non
 
 
 def _common(row: Mapping[str, Any], window: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
-    split = row.get("split") if isinstance(row.get("split"), Mapping) else {}
+    given = row.get("split")
+    split = given if isinstance(given, Mapping) else {}
     return {
         "slots": server.get("slots"), "slots_source": server.get("slots_source"),
         "running_mean": _round(row.get("running_mean"), 3), "running_peak": _round(window.get("running_peak"), 3),
@@ -366,10 +367,15 @@ def _baseline(steps: pd.DataFrame) -> dict[str, Any] | None:
         if "verdict" in steps else steps.iloc[0:0]
     if judged.empty:
         return None
-    rate = pd.to_numeric(judged.get("offered_rate"), errors="coerce")
-    if rate.notna().any():
-        return judged.loc[rate.idxmin()].to_dict()
-    return judged.iloc[0].to_dict()
+    rate = pd.to_numeric(judged["offered_rate"], errors="coerce").to_numpy(dtype=float) \
+        if "offered_rate" in judged else np.full(len(judged), np.nan)
+    lightest = int(np.nanargmin(rate)) if not np.isnan(rate).all() else 0
+    return _row_dict(judged.iloc[lightest])
+
+
+def _row_dict(row: pd.Series) -> dict[str, Any]:
+    """A step row as the rules read it: its columns by name."""
+    return {str(k): v for k, v in row.items()}
 
 
 def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex,
@@ -393,8 +399,9 @@ def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex
             continue
         pos = groups.get(str(row["label"]))
         own = requests.iloc[pos] if pos is not None else None
-        window = window_figures(row, tel, server["slots"], own, server=server)
-        out.append(classify_limit(row.to_dict(), window, server, baseline=baseline))
+        step = _row_dict(row)
+        window = window_figures(step, tel, server["slots"], own, server=server)
+        out.append(classify_limit(step, window, server, baseline=baseline))
     return out
 
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,9 +116,9 @@ def _nan_pcts() -> dict:
 
 def empty_metrics(step: dict) -> dict:
     """The row of a step that was not run: identity and plan only, every number NaN."""
-    row = {k: step.get(k) for k in _STEP_KEYS}
-    row.update(window_start=_f(step.get("window_start")), window_end=_f(step.get("window_end")))
-    row["window_s"] = row["window_end"] - row["window_start"]
+    start, end = _f(step.get("window_start")), _f(step.get("window_end"))
+    row: dict = {k: step.get(k) for k in _STEP_KEYS}
+    row.update(window_start=start, window_end=end, window_s=end - start)
     for key in ("arrivals", "sent", "completed", "ok", "offered_rate", "achieved_rate",
                 "completion_throughput", "goodput", "slo_attainment", "in_flight_mean", "running_mean",
                 "waiting_mean", "deferred_mean", "tpot_excluded", "reject_ratio", "error_ratio", "oom",
@@ -149,9 +150,9 @@ def worst_clock(clocks: dict | None) -> dict | None:
     return max(measured, key=lambda e: e["error_s"]) if measured else None
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 
@@ -392,7 +393,7 @@ def queue_growth(series: np.ndarray, arrivals: float, *, alpha: float) -> tuple[
 def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.ndarray | None:
     """The raw values threshold `t` is judged on (None: not per request, e.g. a histogram queue)."""
     # a registered dimension without its own p50/p95/p99 columns reads its per-request column
-    column = LATENCIES.get(t.metric, slo_dims.by_name(t.metric).request_column)
+    column = LATENCIES.get(t.metric, slo_dims.latency(t.metric).request_column)
     if t.metric == "itl":
         return itl
     if t.metric == "server_queue":

@@ -10,6 +10,7 @@ record and summary. Pure: the `Run` is not modified.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -73,9 +74,9 @@ def needs_text(row: pd.Series | dict) -> str:
     return text
 
 
-def _number(value: object) -> float | None:
+def _number(value: Any) -> float | None:
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError):
         return None
     return None if number != number else number
@@ -155,7 +156,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     steps = step_table(requests, plan_steps, slo, client, tel, gaps)
     conds = fixed_conditions(run.manifest, conditions)
     if not steps.empty:
-        steps = steps.assign(limit=step_limits(steps, requests, tel, conds))
+        steps = steps.assign(limit=pd.Series(step_limits(steps, requests, tel, conds), index=steps.index, dtype=object))
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
     warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)

@@ -92,7 +92,8 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
     first, last = _float(records, "first_token_at"), _float(records, "last_token_at")
     out_tokens = _float(records, "output_tokens")
     outcome = records["outcome"].astype(str) if "outcome" in records else pd.Series("ok", index=records.index)
-    capped = records["capped"].fillna(False).astype(bool) if "capped" in records else False
+    capped = records["capped"].fillna(False).astype(bool) if "capped" in records else \
+        pd.Series(False, index=records.index)
     ttft, tpot, e2e = latencies(sent.to_numpy(), first.to_numpy(), last.to_numpy(), out_tokens.to_numpy())
     wait = sent - sched
     end = _float(records, "closed_at").fillna(last).fillna(first).fillna(sent)

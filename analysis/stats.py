@@ -35,7 +35,7 @@ QUANTILES = (50.0, 95.0, 99.0)
 _EXACT_MAX_N = 60
 
 
-def quantiles(values: np.ndarray, qs: tuple[float, ...] = QUANTILES) -> dict[float, float]:
+def quantiles(values: np.ndarray, qs: tuple[float, ...] = QUANTILES) -> dict[float | str, float]:
     """`{q: value}` plus `{"max": value}` from raw values (NaN dropped); all NaN when none is left."""
     arr = np.asarray(values)
     if arr.dtype.kind != "f":

@@ -210,6 +210,8 @@ def coarse_histogram_p95(row: pd.Series | dict) -> bool:
     if row.get("server_queue_basis") != "histogram":
         return False
     value, width = row.get("server_queue_p95_s"), row.get("server_queue_p95_resolution_s")
+    if value is None or width is None:
+        return True
     try:
         return not (float(width) <= float(value))
     except (TypeError, ValueError):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -136,7 +137,7 @@ class TelemetryIndex:
         """`(joules, basis)` of every GPU over [t0, t1] (module docstring); `(NaN, None)` when no GPU
         reported energy or power, or one does not cover the window."""
         counter, power = self._series.get("gpu_energy_joules"), self._series.get("gpu_power_watts")
-        sources = set()
+        sources: set[int] = set()
         for s in (counter, power):
             if s is not None:
                 sources.update(int(c) for c in np.unique(s.source))
@@ -214,9 +215,9 @@ def _power_energy(s: _Series | None, code: int, t0: float, t1: float) -> float:
     return float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0)
 
 
-def _f(value: object) -> float:
+def _f(value: Any) -> float:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
 

@@ -68,6 +68,13 @@ def _nan(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _number(value: object) -> float | None:
+    """`value` as a float, None when it is missing (None, NaN) or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or _nan(value):
+        return None
+    return float(value)
+
+
 def send_lag_limit(offered_rate: float, slo: SLO, client: Client, metrics: dict | None = None
                    ) -> tuple[float | None, str, str]:
     """(limit in seconds or None, the config key that sets it, how it was derived) for one step;
@@ -83,10 +90,10 @@ def send_lag_limit(offered_rate: float, slo: SLO, client: Client, metrics: dict 
     for t in slo.thresholds:
         if t.metric not in LAG_SENSITIVE:
             continue
-        value = (metrics or {}).get(f"{t.key}_s")
+        value = _number((metrics or {}).get(f"{t.key}_s"))
         basis = f"{share:g} x the {t.key} target {t.value_s * 1000:.4g} ms"
         allowed = share * t.value_s
-        if not _nan(value) and abs(value - t.value_s) > allowed:
+        if value is not None and abs(value - t.value_s) > allowed:
             allowed = abs(value - t.value_s)
             basis = f"the {t.key} measured {value * 1000:.4g} ms is that far from its {t.value_s * 1000:.4g} ms target"
         terms.append((allowed, "client.send_lag_share_of_target", basis))
@@ -103,9 +110,9 @@ def suggested_processes(workers: int, cpu: float, client: Client) -> int:
 
 
 def _advice(metrics: dict, client: Client) -> str:
-    cpu = metrics.get("worker_cpu_max")
+    cpu = _number(metrics.get("worker_cpu_max"))
     workers = int(metrics.get("workers") or 1) if not _nan(metrics.get("workers")) else 1
-    if _nan(cpu):
+    if cpu is None:
         return f"run with --processes {workers + 1}, or on a quieter machine"
     if cpu >= client.max_worker_cpu / 2:
         return (f"run with --processes {suggested_processes(workers, cpu, client)} (the busiest worker "
@@ -117,20 +124,18 @@ def _advice(metrics: dict, client: Client) -> str:
 def client_cap_limit(metrics: dict, client: Client) -> dict | None:
     """`{kind: "client_cap", evidence, advice, message}` when at least `CLIENT_CAP_SHARE` of the step's
     arrivals waited at the client's concurrency cap; None otherwise."""
-    share = metrics.get("capped_share")
-    if _nan(share) or share < CLIENT_CAP_SHARE:
+    share = _number(metrics.get("capped_share"))
+    if share is None or share < CLIENT_CAP_SHARE:
         return None
-    wait, received, offered = (metrics.get("client_wait_p95_s"), metrics.get("received_rate"),
-                               metrics.get("offered_rate"))
-    if not _nan(offered) and not _nan(received) and received >= offered * (1.0 - client.max_rate_shortfall):
+    wait, received, offered = (_number(metrics.get(k)) for k in ("client_wait_p95_s", "received_rate", "offered_rate"))
+    if offered is not None and received is not None and received >= offered * (1.0 - client.max_rate_shortfall):
         return None  # the arrivals waited a little, but the server was sent the offered load
     cap = f"client.max_concurrency {client.max_concurrency}" if client.max_concurrency else "the client's pool"
-    evidence = {"capped_share": share, "client_wait_p95_s": None if _nan(wait) else wait,
-                "received_rate": None if _nan(received) else received,
-                "offered_rate": None if _nan(offered) else offered, "max_concurrency": client.max_concurrency}
-    rates = "" if _nan(received) or _nan(offered) else \
+    evidence = {"capped_share": share, "client_wait_p95_s": wait, "received_rate": received,
+                "offered_rate": offered, "max_concurrency": client.max_concurrency}
+    rates = "" if received is None or offered is None else \
         f": the server was sent {received:.3g} req/s of {offered:.3g} offered"
-    waited = "" if _nan(wait) else f" (client wait p95 {wait:.3g} s)"
+    waited = "" if wait is None else f" (client wait p95 {wait:.3g} s)"
     above = f" above {client.max_concurrency}" if client.max_concurrency else ""
     advice = (f"raise client.max_concurrency{above}, or write a client_wait_p95 or user_ttft_p95 target to "
               "judge the cap as part of the system")
@@ -172,9 +177,9 @@ def generator_advice(metrics: dict, client: Client) -> str:
         return (f"{errors} of {arrivals} requests failed inside llmload (outcome client_error), usually a "
                 "dataset entry or a request hook that raises: see their `error` in records.parquet and fix the "
                 "dataset or hook; more --processes will not help")
-    cpu = metrics.get("worker_cpu_max")
+    cpu = _number(metrics.get("worker_cpu_max"))
     flooded = sum(outcomes.get(k, 0) for k in ("malformed", "http_error", "timeout", "disconnect"))
-    if not _nan(cpu) and cpu >= client.max_worker_cpu / 2 and arrivals and flooded >= arrivals / 2:
+    if cpu is not None and cpu >= client.max_worker_cpu / 2 and arrivals and flooded >= arrivals / 2:
         return (f"{flooded} of {arrivals} requests ended malformed, in an HTTP error, timed out or disconnected "
                 f"while the busiest "
                 f"worker used {cpu:.0%} of a core: the server's answers (endless or oversized lines, floods of "
@@ -205,8 +210,8 @@ def generator_checks(metrics: dict, slo: SLO, client: Client) -> list[dict]:
     if limit is not None and not _nan(lag) and lag > limit:
         fail("send_lag", lag, limit, key,
              f"send lag p99 {lag * 1000:.3g} ms over its limit {limit * 1000:.3g} ms ({key}: {basis})", advice)
-    cpu = metrics.get("worker_cpu_max")
-    if not _nan(cpu) and cpu > client.max_worker_cpu:
+    cpu = _number(metrics.get("worker_cpu_max"))
+    if cpu is not None and cpu > client.max_worker_cpu:
         fail("worker_cpu", cpu, client.max_worker_cpu, "client.max_worker_cpu",
              f"worker CPU {cpu:.0%} of a core while sending, over client.max_worker_cpu "
              f"{client.max_worker_cpu:.0%}", advice)

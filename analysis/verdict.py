@@ -50,6 +50,7 @@ listed in `stats["undecided"]` and not judged (a value in the `+Inf` bucket is a
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -71,8 +72,8 @@ VERDICTS = ("pass", "fail", "inconclusive", "invalid", "insufficient", "not_run"
 _LIMITS_IN_RULE_ORDER = sorted(slo_dims.LIMITS, key=lambda d: d.compare != "none_unless_allowed")
 
 
-def _float(value: object) -> float:
-    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+def _float(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _straddles(metrics: dict, key: str, value: float, limit: float) -> bool:
@@ -86,9 +87,9 @@ def _straddles(metrics: dict, key: str, value: float, limit: float) -> bool:
 
 def _interval(metrics: dict, figure: str) -> tuple[float, float] | None:
     """The figure's (low, high) interval from the row, None when absent or not measured."""
-    low, high = metrics.get(f"{figure}_low"), metrics.get(f"{figure}_high")
+    given: tuple[Any, Any] = (metrics.get(f"{figure}_low"), metrics.get(f"{figure}_high"))
     try:
-        low, high = float(low), float(high)  # type: ignore[arg-type]
+        low, high = float(given[0]), float(given[1])
     except (TypeError, ValueError):
         return None
     return None if math.isnan(low) or math.isnan(high) else (low, high)
@@ -160,7 +161,7 @@ def judge(metrics: dict, step: dict, slo: SLO, client: Client | None = None) -> 
     over_on_few: list[str] = []
     enough = metrics["completed"] >= slo.min_samples
     for t in slo.thresholds:
-        dim = slo_dims.by_name(t.metric)
+        dim = slo_dims.latency(t.metric)
         figure = dim.figure_of(t.percentile)
         value = metrics.get(figure, math.nan)
         if value is None or math.isnan(value):

@@ -82,8 +82,8 @@ def worksheet(steps: pd.DataFrame, plan_steps: list[dict], conditions: dict, dec
         row: dict[str, Any] = dict(fixed)
         for name, key in _TRAFFIC:
             row[name] = _blank(step.get("arrival") if key == "arrival" else r.get(key))
-        for name, key in _MEASURED_TRAFFIC + _OBSERVED:
-            row[name] = _blank(r.get(key)) if ran and key else None
+        for name, column in _MEASURED_TRAFFIC + _OBSERVED:
+            row[name] = _blank(r.get(column)) if ran and column else None
         if ran:
             rng = r.get("server_queue_p95_range_s")
             if isinstance(rng, (list, tuple)) and len(rng) == 2:

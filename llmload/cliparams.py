@@ -83,7 +83,7 @@ def show_usage_error(exc: Any) -> int:
     if type(exc).__name__ == "NoArgsIsHelpError":
         exc.show()
         return 2
-    ctx, names = getattr(exc, "ctx", None), []
+    ctx, names = getattr(exc, "ctx", None), list[str]()
     while ctx is not None and ctx.parent is not None:  # the subcommand(s), not argv[0]
         names.insert(0, ctx.info_name)
         ctx = ctx.parent

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
@@ -818,7 +818,7 @@ def _format_path(path: tuple) -> str:
     return text
 
 
-def _message(err: dict) -> str:
+def _message(err: Mapping[str, Any]) -> str:
     kind, msg, value = err["type"], err["msg"], err.get("input")
     if kind == "extra_forbidden":
         return "unknown key"
@@ -939,7 +939,8 @@ def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
 
 
 def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:
-    named = [(("requests", "dataset"), config.requests.dataset), (("target", "api_key_file"), config.target.api_key_file)]
+    named: list[tuple[tuple[str, ...], str | None]] = [
+        (("requests", "dataset"), config.requests.dataset), (("target", "api_key_file"), config.target.api_key_file)]
     for key in ("input_tokens", "output_tokens"):
         dist = getattr(config.requests, key)
         if isinstance(dist, EmpiricalDist) and dist.file:

@@ -43,12 +43,13 @@ _telemetry: dict[str, float | int | None] = {"stopped_at": None, "dropped": 0}
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it: pyarrow wraps the OSError) says the disk or quota is full."""
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL:
             return True
-        if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
+        if "No space left on device" in str(cause) or "Disk quota exceeded" in str(cause):
             return True
-        exc = exc.__cause__ or exc.__context__
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

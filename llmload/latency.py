@@ -31,7 +31,7 @@ class Latencies(NamedTuple):
 def _num(value: Any) -> Any:
     if value is None:
         return np.nan
-    if np.isscalar(value):
+    if isinstance(value, (int, float, np.number)):
         return np.float64(value)  # numpy division: x / 0 is inf or NaN, never an exception
     return np.asarray(value, dtype=float)
 

@@ -95,7 +95,7 @@ class _RedactingStream(io.TextIOBase):
         return self.inner.isatty()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # TextIOBase's is an attribute; this reads the stream's
         return getattr(self.inner, "encoding", "utf-8")
 
     def __getattr__(self, name: str) -> Any:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "DIMENSIONS",
@@ -38,6 +39,7 @@ __all__ = [
     "by_name",
     "check_threshold",
     "dimension_of",
+    "latency",
     "latency_names",
     "parse_threshold_key",
     "standard_keys",
@@ -71,17 +73,17 @@ class Dimension:
         """The step column this dimension reads (`ttft_p95_s` for ttft at 95)."""
         return self.figure.format(p=f"{percentile:g}") if self.kind == "latency" else self.figure
 
-    def excess(self, value: object, setting: object) -> float | None:
+    def excess(self, value: Any, setting: Any) -> float | None:
         """How far over its setting `value` is (value / limit; a breach of a zero limit, and an OOM,
         count as infinitely far, queue growth as exactly at its limit), or None when not breached or not
         checked (setting None) or not measured (value NaN/None)."""
         if setting is None or value is None:
             return None
         if self.compare == "none_unless_allowed":
-            return math.inf if setting is False and value and float(value) > 0 else None  # type: ignore[arg-type]
+            return math.inf if setting is False and value and float(value) > 0 else None
         if self.compare == "no_rise_if_forbidden":
             return 1.0 if setting == "forbid" and bool(value) else None
-        number, limit = float(value), float(setting)  # type: ignore[arg-type]
+        number, limit = float(value), float(setting)
         tolerance = TOLERANCE_S if self.kind == "latency" else 0.0
         if math.isnan(number) or not number > limit + tolerance:
             return None
@@ -129,6 +131,15 @@ _KEY = re.compile(r"^([a-z][a-z0-9_]*?)_p(\d+(?:\.\d+)?)$")
 
 def by_name(name: str) -> Dimension | None:
     return _BY_NAME.get(name)
+
+
+def latency(name: str) -> Dimension:
+    """The latency dimension `name`, for a name already validated as one (a `Threshold`'s metric);
+    KeyError for any other name: a caller holding an unchecked name uses `by_name`."""
+    dim = _BY_NAME[name]
+    if dim.kind != "latency":
+        raise KeyError(name)
+    return dim
 
 
 def latency_names() -> tuple[str, ...]:

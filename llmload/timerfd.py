@@ -21,6 +21,7 @@ import ctypes.util
 import os
 import sys
 import time
+from typing import Any
 
 from gevent.hub import get_hub
 
@@ -45,7 +46,7 @@ class _Alarm:
 
     __slots__ = ("fd", "watcher", "loop", "spec")
 
-    def __init__(self, fd: int, loop: object) -> None:
+    def __init__(self, fd: int, loop: Any) -> None:  # gevent's libev loop (gevent has no type information)
         self.fd, self.loop = fd, loop
         self.watcher = loop.io(fd, 1)
         self.spec = _Itimerspec()
@@ -94,14 +95,15 @@ def _load() -> _Alarms | None:
         return None
 
 
-_alarms: _Alarms | None | bool = False
+_alarms: _Alarms | None = None  # None: not loaded yet, or not available (`_loaded` says which)
+_loaded = False
 
 
 def _get() -> _Alarms | None:
-    global _alarms
-    if _alarms is False:
-        _alarms = _load()
-    return _alarms  # type: ignore[return-value]
+    global _alarms, _loaded
+    if not _loaded:
+        _alarms, _loaded = _load(), True
+    return _alarms
 
 
 def available() -> bool:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -250,13 +251,13 @@ def _seconds_or_datetimes(rows: _Rows, column: str, file: str) -> np.ndarray:
     return _datetimes(rows, column, file)
 
 
-def _frame(offsets: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, **extra: object) -> pd.DataFrame:
+def _frame(offsets: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, **extra: Any) -> pd.DataFrame:
     n = len(offsets)
     none = [None] * n
     return pd.DataFrame({
         "offset_s": offsets.astype(np.float64),
-        "input_tokens": pd.array(np.where(np.isnan(inputs), None, inputs), dtype="Int64"),
-        "output_tokens": pd.array(np.where(np.isnan(outputs), None, outputs), dtype="Int64"),
+        "input_tokens": pd.array(np.asarray(inputs, dtype=np.float64), dtype="Int64"),  # NaN: <NA>
+        "output_tokens": pd.array(np.asarray(outputs, dtype=np.float64), dtype="Int64"),
         "prefix_ids": extra.get("prefix_ids", none),
         "prefix_id": pd.array(extra.get("prefix_id", none), dtype="Int64"),
         "prefix_tokens": pd.array(extra.get("prefix_tokens", none), dtype="Int64"),

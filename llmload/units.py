@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 __all__ = ["MAX_DURATION_S", "finite", "format_duration", "format_ms", "parse_duration"]
 
@@ -70,14 +71,14 @@ def format_ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.1f}"
 
 
-def finite(value: object) -> float | None:
+def finite(value: Any) -> float | None:
     """`value` as a finite float, None when it is not a number (None, text, NaN, an infinity).
 
     >>> finite("2.5"), finite(None), finite(float("nan")), finite("x")
     (2.5, None, None, None)
     """
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None

@@ -203,12 +203,20 @@ class AutoSearch:
         return [(float(r["target_rate"]), str(r.get("verdict"))) for r in self.rows
                 if r.get("phase") == "ladder" and r.get("target_rate") is not None]
 
+    def _measured(self) -> tuple[ServerRange, AutoSizing]:
+        """The probe's range and the window sizing from it, set when the probe stage ends (the placement
+        and refine stages, and their steps, come after it)."""
+        if self.range is None or self.sizing is None:
+            raise RuntimeError("the auto search sized a rate step before its probe measured the server")
+        return self.range, self.sizing
+
     def _next_placement(self) -> Ask | None:
+        server, sizing = self._measured()
         placed = self._placed()
-        rate = None if len(placed) >= MAX_PLACEMENT else next_placement(self.range.saturation_rps, placed)
+        rate = None if len(placed) >= MAX_PLACEMENT else next_placement(server.saturation_rps, placed)
         if rate is not None:
             rate = round_rate(rate)
-            if self._fits(self.sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)):
+            if self._fits(sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)):
                 return self._ask("place", rate)
             if not placed:  # not one rate step fits in what the probe left of the budget
                 self.stopped = "budget"
@@ -246,7 +254,7 @@ class AutoSearch:
 
     def place_window_s(self, rate: float) -> float:
         """A placement step's window: the completions a judgement needs at `rate`, within the sizing."""
-        s = self.sizing
+        _, s = self._measured()
         return window_s(rate, samples_for(self._percentile()), min_s=s.min_window_s, max_s=s.max_place_s)
 
     def refine_window_s(self, rate: float) -> float:
@@ -256,7 +264,7 @@ class AutoSearch:
         keys = [t.key for t in self.slo.thresholds]
         tau = autocorrelation_time([r for r in self.rows if r.get("phase") in rate_phases()], keys,
                                    float(self.slo.confidence), near=rate)
-        s = self.sizing
+        _, s = self._measured()
         window = window_s(rate, REFINE_EFFECTIVE * tau, min_s=s.min_window_s, max_s=s.max_refine_s)
         # the last step takes what the budget has left, when that is at least half its window
         left = (float(self.auto.budget) - self.elapsed_s - s.warmup_s - self._drain_s(rate) - STEP_GAP_S
@@ -265,7 +273,7 @@ class AutoSearch:
 
     def refine_step_s(self, rate: float) -> float:
         """Warm-up plus window of a refine step at `rate` (what the knee search's budget counts)."""
-        return self.sizing.warmup_s + self.refine_window_s(rate)
+        return self._measured()[1].warmup_s + self.refine_window_s(rate)
 
     # ------------------------------------------------------------------ the steps
 
@@ -278,7 +286,7 @@ class AutoSearch:
         window = self.place_window_s(rate) if stage == "place" else self.refine_window_s(rate)
         return StepSpec(label=unique_label(rate_label(rate), taken), index=index,
                         phase="ladder" if stage == "place" else "refine", arrival=auto.arrival,
-                        target_rate=rate, burstiness=auto.burstiness, warmup_s=self.sizing.warmup_s,
+                        target_rate=rate, burstiness=auto.burstiness, warmup_s=self._measured()[1].warmup_s,
                         duration_s=round(window, 3), drain_timeout_s=float(auto.drain_timeout),
                         drain=stage == "place", seed=derive_seed(seed, index))
 
@@ -308,7 +316,7 @@ def spent_before(rows: Iterable[Mapping]) -> float:
     for row in rows:
         start, end = row.get("window_start"), row.get("window_end")
         try:
-            span = float(end) - float(start)
+            span = float(end) - float(start) if start is not None and end is not None else math.nan
         except (TypeError, ValueError):
             span = math.nan
         total += (span if math.isfinite(span) and span > 0 else 0.0) + STEP_GAP_S

@@ -105,8 +105,8 @@ def plan_duration(config: Config, steps: Sequence[StepSpec], *, search: bool = T
     open_ended = sum(1 for s in steps if s.duration_s is None)
     bounds = [min(s.drain_timeout_s, timeout_s) for s in steps if s.drain]
     ladder = config.shape.ladder
-    stops = config.shape.kind == "ladder" and ladder.stop_after_failures is not None
-    early = search and stops and len(steps) > ladder.stop_after_failures
+    stop_after = ladder.stop_after_failures if ladder is not None else None
+    early = search and stop_after is not None and len(steps) > stop_after
     if not search or ladder is None or ladder.refine is None:
         return PlanDuration(len(steps), scheduled, open_ended, sum(bounds), max(bounds, default=0.0),
                             may_stop_early=early)

@@ -28,6 +28,7 @@ from shapes.loadshapes import LLMLoadShape, shape_for_config
 
 if TYPE_CHECKING:
     from llmload.config import Config
+    from shapes.auto import AutoSearch
     from shapes.knee_search import KneeSearch
     from shapes.steps import StepSpec
 
@@ -40,15 +41,25 @@ class LLMShape(LLMLoadShape):
     #: plans with the class of the config's kind; a user's own shape, if loaded, goes first
     follows_config = True
 
-    def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
-        return shape_for_config(config).steps(config, base_dir)
+    #: the class of the config's kind, made once per config (`_planner`)
+    _planning: tuple[Config, LLMLoadShape] | None = None
 
-    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | None:
-        return shape_for_config(config).search(config, rows)
+    def _planner(self, config: Config) -> LLMLoadShape:
+        """The shape of `config`'s kind, one instance per config: the search it starts in `search()` is
+        the one `search_step()` asks for its steps (`auto` keeps its stage there)."""
+        if self._planning is None or self._planning[0] is not config:
+            self._planning = (config, shape_for_config(config))
+        return self._planning[1]
+
+    def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
+        return self._planner(config).steps(config, base_dir)
+
+    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | AutoSearch | None:
+        return self._planner(config).search(config, rows)
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int,
                     taken: Iterable[str]) -> StepSpec:
-        return shape_for_config(config).search_step(config, rate, index=index, seed=seed, taken=taken)
+        return self._planner(config).search_step(config, rate, index=index, seed=seed, taken=taken)
 
     def users(self, config: Config) -> int:
-        return shape_for_config(config).users(config)
+        return self._planner(config).users(config)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from locust import LoadTestShape
 
@@ -38,6 +38,7 @@ from shapes.steps import StepSpec
 
 if TYPE_CHECKING:
     from llmload.config import Config
+    from shapes.auto import AutoSearch
     from shapes.knee_search import KneeSearch
 
 __all__ = ["SHAPES", "AutoLoadShape", "BoundarySearchShape", "ConcurrencyLoadShape", "LLMLoadShape", "LadderLoadShape",
@@ -64,6 +65,12 @@ class LLMLoadShape(LoadTestShape):
 
     # ------------------------------------------------------------------ planning (no Locust needed)
 
+    @classmethod
+    def serves(cls, config: Config) -> bool:
+        """Whether this class plans `config` when registered (`register_shape`): the config's shape is
+        of this class's `kind`. Override to narrow it (e.g. a ladder with `refine:`)."""
+        return config.shape.kind == cls.kind
+
     def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
         """The steps of the run in order. `base_dir` resolves relative files (the config's folder)."""
         raise NotImplementedError(f"{type(self).__name__} must define steps(config)")
@@ -88,7 +95,7 @@ class LLMLoadShape(LoadTestShape):
             seen.add(step.label)
         return steps
 
-    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | None:
+    def search(self, config: Config, rows: Iterable[Mapping]) -> KneeSearch | AutoSearch | None:
         """A search that adds steps after the plan (`shapes.knee_search.KneeSearch`), given the judged
         rows of the steps run (label, target and realised offered rate, verdict, figures); None: no steps."""
         return None
@@ -153,10 +160,6 @@ class _ConfigShape(LLMLoadShape):
 
     abstract = True
 
-    @classmethod
-    def serves(cls, config: Config) -> bool:
-        return config.shape.kind == cls.kind
-
     def steps(self, config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
         return STEP_BUILDERS[self.kind](config, base_dir)
 
@@ -179,7 +182,8 @@ class BoundarySearchShape(ConfigSearch, LadderLoadShape):
 
     @classmethod
     def serves(cls, config: Config) -> bool:
-        return super().serves(config) and config.shape.ladder.refine is not None
+        ladder = config.shape.ladder
+        return super().serves(config) and ladder is not None and ladder.refine is not None
 
 
 @register_shape
@@ -219,7 +223,7 @@ class AutoLoadShape(ConfigSearch, _ConfigShape):
     kind = "auto"
 
 
-def _own_shape(shape: Any) -> bool:
+def _own_shape(shape: Any) -> TypeGuard[LLMLoadShape]:
     """A shape a user wrote: an LLMLoadShape that does not just follow the config (`LLMShape`)."""
     return isinstance(shape, LLMLoadShape) and not getattr(shape, "follows_config", False)
 
@@ -237,4 +241,5 @@ def planning_shape(environment: Any, config: Config) -> LLMLoadShape:
     if _own_shape(running):
         return running
     loaded = (getattr(environment, "available_shape_classes", None) or {}).values()
-    return next((s for s in loaded if _own_shape(s)), None) or shape_for_config(config)
+    own = next((s for s in loaded if _own_shape(s)), None)
+    return own if own is not None else shape_for_config(config)

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llmload.config import MAX_STEP_ARRIVALS, ConcurrencyShape, Config, LadderShape, SoakShape, TraceShape
 from llmload.errors import ConfigError
@@ -35,8 +35,18 @@ from shapes.steps import StepSpec, derive_seed, rate_label, unique_label
 if TYPE_CHECKING:
     import pandas as pd
 
+_PartT = TypeVar("_PartT")
+
 __all__ = ["STEP_BUILDERS", "UNCAPPED_POOL", "pool_size", "ConfigSearch", "StepSpec", "build_plan", "closed_loop_levels", "concurrency_steps", "knee_search", "ladder_steps",
            "rate_label", "refine_step", "soak_steps", "trace_steps", "unique_label"]
+
+
+def _part(part: _PartT | None, kind: str) -> _PartT:
+    """`config.shape.<kind>`; a ConfigError when the config's shape is another kind (a builder of one
+    kind called with another's config)."""
+    if part is None:
+        raise ConfigError(f"the shape is not a {kind}: these steps are built from shape.{kind}", key=f"shape.{kind}")
+    return part
 
 
 def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[StepSpec]:
@@ -46,22 +56,22 @@ def build_plan(config: Config, *, base_dir: str | Path | None = None) -> list[St
 
 def ladder_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
     """`shape.ladder`'s steps (the knee search's `refine` steps come later, `refine_step`)."""
-    return _ladder(config.shape.ladder, config.requests.seed)
+    return _ladder(_part(config.shape.ladder, "ladder"), config.requests.seed)
 
 
 def concurrency_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
     """`shape.concurrency`'s closed-loop levels."""
-    return _concurrency(config.shape.concurrency, config.requests.seed)
+    return _concurrency(_part(config.shape.concurrency, "concurrency"), config.requests.seed)
 
 
 def trace_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
     """`shape.trace`'s replay (and its uniform twin). Loads pandas."""
-    return _trace(config.shape.trace, config.requests.seed, base_dir)
+    return _trace(_part(config.shape.trace, "trace"), config.requests.seed, base_dir)
 
 
 def soak_steps(config: Config, base_dir: str | Path | None = None) -> list[StepSpec]:
     """`shape.soak`'s slices."""
-    return _soak(config.shape.soak, config.requests.seed, base_dir)
+    return _soak(_part(config.shape.soak, "soak"), config.requests.seed, base_dir)
 
 
 def closed_loop_levels(config: Config) -> list[int]:
@@ -158,15 +168,17 @@ class ConfigSearch:
     """The steps a config's knee search adds after the plan, as a shape offers them (`search`,
     `search_step`: `shapes.loadshapes.BoundarySearchShape`); pure, for a controller given no shape."""
 
+    _search: KneeSearch | AutoSearch | None = None
+
     def search(self, config: Config, rows: Iterable[Mapping] = ()) -> KneeSearch | AutoSearch | None:
         self._search = knee_search(config, rows)
         return self._search
 
     def search_step(self, config: Config, rate: float, *, index: int, seed: int, taken: Iterable[str]) -> StepSpec:
         """The step the search asked for at `rate` (a refine step; `auto`: the step of its stage)."""
-        if isinstance(getattr(self, "_search", None), AutoSearch):
+        if isinstance(self._search, AutoSearch):
             return self._search.step_spec(rate, index=index, seed=seed, taken=taken)
-        return refine_step(config.shape.ladder, rate, index=index, seed=seed, taken=taken)
+        return refine_step(_part(config.shape.ladder, "ladder"), rate, index=index, seed=seed, taken=taken)
 
 
 def _concurrency(shape: ConcurrencyShape, seed: int) -> list[StepSpec]:

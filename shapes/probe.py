@@ -151,12 +151,12 @@ class ServerRange:
 
 def server_range(levels: Sequence[ProbeLevel]) -> ServerRange | None:
     """The range the probe levels measured, or None when no level completed a request."""
-    measured = [lv for lv in levels if lv.throughput is not None]
-    if not measured:
+    throughputs = [lv.throughput for lv in levels if lv.throughput is not None]
+    if not throughputs:
         return None
     idle = next((lv for lv in levels if lv.e2e_s is not None), None)
-    best = max(lv.throughput for lv in measured)
-    e2e = idle.e2e_s if idle is not None else 1.0 / best
+    best = max(throughputs)
+    e2e = idle.e2e_s if idle is not None and idle.e2e_s is not None else 1.0 / best
     return ServerRange(idle_e2e_s=float(e2e), idle_ttft_s=idle.ttft_s if idle is not None else None,
                        saturation_rps=float(best), levels=len(levels))
 

@@ -42,10 +42,12 @@ def independent_for_pass(percentile: float, confidence: float) -> int:
     return int(completions_to_decide(0.0, wilson(0.0, n, z)[1], n, level, confidence))
 
 
-def _completions(step: StepSpec) -> float | None:
+def _completions(step: StepSpec) -> tuple[float, float] | None:
+    """(rate, completions in the window) of an open-loop rate step; None for any other step."""
     if step.arrival in ("closed", "trace") or not step.target_rate or not step.duration_s:
         return None
-    return float(step.target_rate) * float(step.duration_s)
+    rate = float(step.target_rate)
+    return rate, rate * float(step.duration_s)
 
 
 def sample_lines(config: Config, steps: Sequence[StepSpec]) -> list[str]:
@@ -54,18 +56,18 @@ def sample_lines(config: Config, steps: Sequence[StepSpec]) -> list[str]:
     slo = config.slo
     if not slo.thresholds:
         return []
-    sized = [(s, n) for s in steps if (n := _completions(s)) is not None]
+    sized = [(s, *found) for s in steps if (found := _completions(s)) is not None]
     if not sized:
         return []
     q = max(t.percentile for t in slo.thresholds)
     need = independent_for_pass(q, slo.confidence)
-    named = ", ".join(f"{s.label} {n:,.0f}" for s, n in sized[:NAMED]) + (", ..." if len(sized) > NAMED else "")
+    named = ", ".join(f"{s.label} {n:,.0f}" for s, _, n in sized[:NAMED]) + (", ..." if len(sized) > NAMED else "")
     lines = [f"samples: the windows give about {named} completions at most; a percentile is judged from "
              f"{slo.min_samples} (min_samples) and a p{q:g} pass rests on fewer than {need} only through the "
              "sample's largest values (near the knee, where requests queue together, several times more decide it)"]
-    for step, n in sized:
+    for step, rate, n in sized:
         if n < slo.min_samples:
-            longer = math.ceil(slo.min_samples / float(step.target_rate))
+            longer = math.ceil(slo.min_samples / rate)
             lines.append(f"warning: step {step.label} gives about {n:,.0f} completions, under min_samples "
                          f"{slo.min_samples}: it will be insufficient; a window of at least {longer} s judges it")
     return lines

@@ -67,7 +67,8 @@ class TraceArrivals:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TraceArrivals:
-        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
@@ -179,15 +180,15 @@ def active_step(steps: Sequence[StepSpec], starts: Sequence[float | None], t: fl
     A step is active from its start until the next step starts; before the first start and after the
     last step's drain deadline there is none.
     """
-    current = None
-    for i, start in enumerate(starts[:len(steps)]):
+    current: tuple[StepSpec, float] | None = None
+    for step, start in zip(steps, starts, strict=False):
         if start is None or t < start:
             break
-        current = i
+        current = step, start
     if current is None:
         return None
-    step, start = steps[current], starts[current]
-    return None if step_bounds(step, start).part_at(t) == "after" else step
+    step, start_at = current
+    return None if step_bounds(step, start_at).part_at(t) == "after" else step
 
 
 def rate_label(rate: float) -> str:

@@ -102,16 +102,17 @@ class Credentials:
 def _url_basic_auth(urls: list[str]) -> str | None:
     """`Basic <base64 user:password>` from the `user:password@` the target's URLs give (the same in
     each), or None; ConfigError when they differ (one set of headers goes to every endpoint)."""
-    pairs = set()
+    pairs: set[tuple[str, str] | None] = set()
     for url in urls:
         parts = urlsplit(url)
         pairs.add(None if parts.username is None else (unquote(parts.username), unquote(parts.password or "")))
-    if pairs == {None}:
-        return None
     if len(pairs) > 1:
         raise ConfigError("give the same user:password@ in every URL, or none (one set of credentials goes "
                           "to every endpoint)", key="target.urls")
-    user, password = pairs.pop()
+    only = pairs.pop()
+    if only is None:
+        return None
+    user, password = only
     value = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     register_secret(value.split(" ", 1)[1])
     return value

@@ -66,7 +66,7 @@ from llmload.client.outcomes import (
     classify_status,
     trim,
 )
-from llmload.client.transport import IdleTimer, NotSent, SocketTiming, Transport
+from llmload.client.transport import IdleTimer, NotSent, SocketTiming, StreamResponse, Transport
 from llmload.clock import now
 from llmload.config import Expect
 from llmload.protocols import ServerTimings, StreamChunk
@@ -267,7 +267,7 @@ def send(transport: Transport, request: PreparedRequest, record: Record, *,
 
 
 def _post(transport: Transport, base: str, request: PreparedRequest, headers: dict, record: Record,
-          timing: SocketTiming, idle: IdleTimer, *, attempts: int) -> object:
+          timing: SocketTiming, idle: IdleTimer, *, attempts: int) -> StreamResponse:
     """POST and return the response once its headers are in. A POST is sent twice only when its first
     attempt cannot have reached the server's handler: a kept-alive connection the server had closed
     (llama-server closes after each stream while announcing keep-alive) is found closed before anything
@@ -304,7 +304,7 @@ def _reset(exc: BaseException) -> bool:
         exc.__context__, (ConnectionResetError, BrokenPipeError))
 
 
-def _drain(resp: object) -> None:
+def _drain(resp: StreamResponse) -> None:
     """Read the end of the body after the final event so the connection can be reused; a failure
     here only costs the connection (release() closes an unfinished one)."""
     try:
@@ -322,7 +322,7 @@ def _fail(record: Record, outcome: str, message: str, transport: Transport) -> N
 def _judge(record: Record, stream: _Stream, transport: Transport, *, clean_end: bool) -> None:
     """Outcome of a 200 stream that ended."""
     if stream.malformed:
-        _fail(record, "malformed", stream.error, transport)
+        _fail(record, "malformed", stream.error or "malformed stream", transport)
     elif stream.error is not None:
         _fail(record, classify_error_text(stream.error), f"error in stream: {stream.error}", transport)
     elif stream.final or (stream.finish_reason is not None and clean_end):
@@ -418,6 +418,6 @@ def _count(record: Record, stream: _Stream, request: PreparedRequest, got_200: b
         record.server_total_s = timings.total_s
         if timings.load_s is not None:
             record.cold = timings.load_s > COLD_LOAD_S
-        if None not in (timings.total_s, timings.load_s, timings.prompt_s, timings.decode_s):
-            record.server_queue_s = max(0.0, timings.total_s - timings.load_s - timings.prompt_s
-                                        - timings.decode_s)
+        total, load, prompt, decode = timings.total_s, timings.load_s, timings.prompt_s, timings.decode_s
+        if total is not None and load is not None and prompt is not None and decode is not None:
+            record.server_queue_s = max(0.0, total - load - prompt - decode)

@@ -76,11 +76,11 @@ class LengthSampler:
             lo, hi = sorted((dist.min, dist.max))
             return cls(lambda rng: rng.randint(lo, hi), f"uniform [{lo}, {hi}]")
         if isinstance(dist, NormalDist):
-            mean, std, lo, hi = dist.mean, dist.std, dist.min, dist.max
-            return cls(lambda rng: _clamp(rng.gauss(mean, std), lo, hi), f"normal {mean:g}±{std:g}")
+            mean, std, floor, cap = dist.mean, dist.std, dist.min, dist.max
+            return cls(lambda rng: _clamp(rng.gauss(mean, std), floor, cap), f"normal {mean:g}±{std:g}")
         if isinstance(dist, LognormalDist):
-            mu, sigma, lo, hi = math.log(dist.median), dist.sigma, dist.min, dist.max
-            return cls(lambda rng: _clamp(math.exp(rng.gauss(mu, sigma)), lo, hi),
+            mu, sigma, low, top = math.log(dist.median), dist.sigma, dist.min, dist.max
+            return cls(lambda rng: _clamp(math.exp(rng.gauss(mu, sigma)), low, top),
                        f"lognormal median {dist.median:g} sigma {sigma:g}")
         if isinstance(dist, EmpiricalDist):
             if dist.values:

@@ -128,10 +128,11 @@ def _name(exc: BaseException) -> str:
 
 
 def _local_exhaustion(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in _LOCAL_EXHAUSTION:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _LOCAL_EXHAUSTION:
             return True
-        exc = exc.__cause__
+        cause = cause.__cause__
     return False
 
 

@@ -125,7 +125,7 @@ class SessionPlanner:
         if turn.tool_called and self.requests.tools and self.chat_tools:  # close the loop: the tool's result
             call_id = f"call_{turn.session_id}_{turn.turn}"
             call = {"id": call_id, "type": "function",
-                    "function": {"name": self._tool_name(), "arguments": answer or "{}"}}
+                    "function": {"name": self._tool_name(self.requests.tools), "arguments": answer or "{}"}}
             messages = [*turn.messages, {"role": "assistant", "content": None, "tool_calls": [call]},
                         {"role": "tool", "tool_call_id": call_id, "content": self._text(new, rng)}]
         else:
@@ -145,12 +145,12 @@ class SessionPlanner:
         return PreparedRequest(turn.request_id, self.api, body, planned_input_tokens=planned,
                                planned_output_tokens=turn.output_tokens)
 
-    def _tool_name(self) -> str:
-        """The function the model was asked to call: `tool_choice`'s, else the first tool's."""
+    def _tool_name(self, tools: list[dict]) -> str:
+        """The function the model was asked to call: `tool_choice`'s, else the first of `tools`'."""
         choice = self.requests.tool_choice
         if isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str):
             return choice["function"]["name"]
-        return str(self.requests.tools[0]["function"]["name"])
+        return str(tools[0]["function"]["name"])
 
     def _text(self, n_tokens: int, rng: random.Random) -> str:
         return synthesize_words(words_for_tokens(n_tokens, self.tokens_per_word), rng)

@@ -46,6 +46,7 @@ import select
 import socket
 import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import gevent.lock
@@ -163,14 +164,20 @@ class IdleTimer:
         self._timer.close()
 
 
-class _Timed:
+if TYPE_CHECKING:  # the mixin's methods call the pool's own (it is only ever mixed into one)
+    _PoolBase = ConnectionPool
+else:
+    _PoolBase = object
+
+
+class _Timed(_PoolBase):
     """Mixin over geventhttpclient's pool: `get_socket(timing)` notes the stages in `timing`, new
     sockets get TCP_NODELAY (`after_connect`, the pool's documented hook), and a connect failure is
     raised as `ConnectFailed`. Our own gate (a semaphore of the pool's size, held from `get_socket` to
     `return_socket` / `release_socket`) makes the wait for a free connection visible; the pool's own
     semaphore then never waits."""
 
-    def __init__(self, host: str, port: int, **kw: object) -> None:
+    def __init__(self, host: str, port: int, **kw: Any) -> None:
         super().__init__(host, port, host, port, **kw)
         self.where = f"{host}:{port}"
         self._gate = gevent.lock.Semaphore(self.size)

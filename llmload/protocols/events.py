@@ -25,7 +25,8 @@ from typing import Any
 try:  # orjson is about 3x faster on stream chunks; optional
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    def _loads(data: bytes | bytearray | memoryview | str, /) -> Any:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
 __all__ = ["MAX_LINE_BYTES", "MAX_TOKEN_COUNT", "MalformedChunk", "ServerTimings", "StreamChunk", "error_message",
            "load_payload", "loads_json", "malformed_chunk", "parse_guarded", "text_field", "token_count"]
@@ -127,7 +128,7 @@ def parse_guarded(read: Callable[[dict[str, Any]], StreamChunk], payload: str | 
     (a wrong type or shape: `MalformedChunk`, or Python's own TypeError / AttributeError / KeyError /
     IndexError / ValueError raised by reading it) is a malformed chunk, never an exception."""
     obj = load_payload(payload, ndjson=ndjson)
-    if obj.__class__ is StreamChunk:
+    if isinstance(obj, StreamChunk):
         return obj
     try:
         return read(obj)

@@ -51,9 +51,9 @@ def _read(obj: dict[str, Any]) -> StreamChunk:
     else:
         content, thinking = obj.get("response"), obj.get("thinking")
     if content:
-        chunk.text = text_field(content, "content") + chunk.text
+        chunk.text = (text_field(content, "content") or "") + chunk.text
     if thinking:
-        chunk.reasoning = text_field(thinking, "thinking")
+        chunk.reasoning = text_field(thinking, "thinking") or ""
     chunk.output = bool(chunk.text or chunk.reasoning)
 
     if obj.get("done"):

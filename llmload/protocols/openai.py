@@ -61,7 +61,7 @@ class OpenAIStreamParser:
     def parse(self, data: str) -> StreamChunk:
         # `events.parse_guarded`, inlined: this runs once per stream event
         obj = load_payload(data)
-        if obj.__class__ is StreamChunk:
+        if isinstance(obj, StreamChunk):
             return obj
         try:
             return self._read(obj)
@@ -87,7 +87,7 @@ class OpenAIStreamParser:
                     chunk.text = content
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                 if reasoning:
-                    chunk.reasoning = text_field(reasoning, "delta.reasoning")
+                    chunk.reasoning = text_field(reasoning, "delta.reasoning") or ""
                 calls = delta.get("tool_calls")
                 if calls:
                     chunk.tool_call = True

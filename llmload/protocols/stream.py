@@ -26,23 +26,21 @@ class StreamDecoder:
     """One request's body decoder: `feed(bytes) -> list[StreamChunk]`, `flush() -> list[StreamChunk]`.
     `parser` (one per request) reads each payload; without one, OpenAI's for SSE, Ollama's for NDJSON."""
 
-    __slots__ = ("_ndjson", "_sse", "_parse")
+    __slots__ = ("_decoder", "_parse")
 
     def __init__(self, *, ndjson: bool, parser: Any = None) -> None:
-        self._ndjson = NDJSONDecoder() if ndjson else None
-        self._sse = None if ndjson else SSEDecoder()
+        self._decoder: NDJSONDecoder | SSEDecoder = NDJSONDecoder() if ndjson else SSEDecoder()
         if parser is None:
             parser = OllamaStreamParser() if ndjson else OpenAIStreamParser()
         self._parse = parser.parse
 
     def feed(self, chunk: bytes) -> list[StreamChunk]:
-        ndjson = self._ndjson
-        if ndjson is not None:
-            lines = ndjson.feed(chunk)
-            if ndjson.overlong:
-                return [_too_long(ndjson.max_line_bytes, ndjson=True)]
+        sse = self._decoder
+        if isinstance(sse, NDJSONDecoder):
+            lines = sse.feed(chunk)
+            if sse.overlong:
+                return [_too_long(sse.max_line_bytes, ndjson=True)]
             return [self._parse(line) for line in lines]
-        sse = self._sse
         if sse.invalid is None:
             data = sse.whole_data(chunk)  # the usual read: one whole `data:` event
             if data is not None:
@@ -57,10 +55,10 @@ class StreamDecoder:
     def flush(self) -> list[StreamChunk]:
         """The end of the body. An unterminated last line is dropped in both framings (it may be cut),
         as SSE's rules say; an SSE event whose lines all ended but that lacked its blank line is kept."""
-        if self._ndjson is not None:
-            self._ndjson.flush()
+        if isinstance(self._decoder, NDJSONDecoder):
+            self._decoder.flush()
             return []
-        return self._events(self._sse.flush())
+        return self._events(self._decoder.flush())
 
     def _events(self, events: list[SSEEvent]) -> list[StreamChunk]:
         out = []

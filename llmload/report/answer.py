@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from llmload import slo as slo_dims
-from llmload.report.html import cell_text, is_blank
+from llmload.report.html import as_number, cell_text, is_blank
 from llmload.report.manifest_view import conditions_of
 from llmload.report.plots import RATE_PHASES
 from shapes.boundary import REALISED_RATE_TOLERANCE
@@ -74,9 +74,9 @@ SLO_KEYS = slo_dims.standard_keys()
 def rate_of(step: pd.Series) -> float | None:
     """A step's offered rate, or its target rate when nothing was offered (not run)."""
     for key in ("offered_rate", "target_rate"):
-        value = step.get(key)
-        if not is_blank(value):
-            return float(value)
+        value = as_number(step.get(key))
+        if value is not None:
+            return value
     return None
 
 
@@ -100,7 +100,7 @@ def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:
     rated = steps[phase.isin(RATE_PHASES)]
     if rated.empty:
         return rated
-    order = rated.apply(rate_of, axis=1)
+    order = pd.Series([rate_of(row) for _, row in rated.iterrows()], index=rated.index, dtype=float)
     return rated.assign(_rate=order).sort_values(["_rate", "index"] if "index" in rated else ["_rate"])
 
 
@@ -109,9 +109,9 @@ def first_failing_step(steps: pd.DataFrame, summary: dict | None = None) -> pd.S
     named it, else the lowest-rate ladder/refine step whose verdict is `fail`."""
     rated = _rate_steps(steps)
     failing = rated[rated.get("verdict", pd.Series("", index=rated.index)).astype(str) == "fail"]
-    first_rate = (summary or {}).get("first_failing_rate")
-    if not is_blank(first_rate) and "target_rate" in steps.columns:
-        named = steps[(pd.to_numeric(steps["target_rate"], errors="coerce") == float(first_rate))
+    first_rate = as_number((summary or {}).get("first_failing_rate"))
+    if first_rate is not None and "target_rate" in steps.columns:
+        named = steps[(pd.to_numeric(steps["target_rate"], errors="coerce") == first_rate)
                       & (steps.get("verdict", pd.Series("", index=steps.index)).astype(str) == "fail")]
         if not named.empty:
             return named.iloc[0]
@@ -138,9 +138,9 @@ def failing_detail(step: pd.Series, slo: Any, names: list | None = None) -> list
     for name in names:
         found = slo_dims.dimension_of(str(name))
         column = found[0].figure_of(found[1]) if found and found[0].kind == "latency" else None
-        value = step.get(column) if column else None
-        if column and not is_blank(value) and name in limits:
-            out.append(f"{name} ({float(value) * 1000:.0f} ms > {limits[name] * 1000:g} ms)")
+        value = as_number(step.get(column)) if column else None
+        if value is not None and name in limits:
+            out.append(f"{name} ({value * 1000:.0f} ms > {limits[name] * 1000:g} ms)")
         else:
             out.append(str(name))
     return out
@@ -152,8 +152,8 @@ def over_on_few_samples(step: pd.Series, slo: Any) -> str:
     names = [] if raw is None or isinstance(raw, (str, float)) else [str(n) for n in raw]
     if not names:
         return ""
-    completed = step.get("completed")
-    count = "" if is_blank(completed) else f" on {int(completed)} completions"
+    completed = as_number(step.get("completed"))
+    count = "" if completed is None else f" on {int(completed)} completions"
     return ", ".join(failing_detail(step, slo, names)) + count
 
 
@@ -169,7 +169,8 @@ def _no_failure_sentence(steps: pd.DataFrame, last: float) -> str:
     if unjudged.empty:
         return ("No tested rate failed: the capacity is above the highest rate tested; extend the ladder "
                 "to find the boundary.")
-    parts = [f"{above.at[i, 'label']} {v}" for i, v in unjudged.items()]
+    labels = above["label"].astype(str)[unjudged.index]
+    parts = [f"{label} {v}" for label, v in zip(labels, unjudged, strict=True)]
     return (f"No tested rate failed, but the rates above {_rate_text(last)} req/s gave no verdict ({', '.join(parts)}): "
             f"the capacity is at least {_rate_text(last)} req/s and the boundary is not located; fix those steps "
             "(generator, duration) and test them again.")
@@ -237,9 +238,9 @@ def last_passing_step(steps: pd.DataFrame, summary: dict | None = None) -> pd.Se
     if passing.empty:
         return None
     for key in ("last_passing_target_rate", "last_passing_rate"):
-        named = (summary or {}).get(key)
-        if not is_blank(named) and "target_rate" in passing.columns:
-            at = passing[(pd.to_numeric(passing["target_rate"], errors="coerce") - float(named)).abs() < 1e-9]
+        named = as_number((summary or {}).get(key))
+        if named is not None and "target_rate" in passing.columns:
+            at = passing[(pd.to_numeric(passing["target_rate"], errors="coerce") - named).abs() < 1e-9]
             if not at.empty:
                 return at.iloc[-1]
     return passing.iloc[-1]
@@ -261,14 +262,14 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
     knee = knee_text(summary)
     if knee:
         out.append(knee)
-    last = summary.get("last_passing_rate")
+    last = as_number(summary.get("last_passing_rate"))
     failing = first_failing_step(steps, summary)
     passing = last_passing_step(steps, summary)
     if passing is not None:
         out.append(f"Highest passing step: {_rate_text(rate_of(passing))} req/s offered (step "
                    f"{passing.get('label')}).")
-    elif not is_blank(last):
-        out.append(f"Highest passing step: {float(last):.3g} req/s offered.")
+    elif last is not None:
+        out.append(f"Highest passing step: {last:.3g} req/s offered.")
     elif failing is not None:
         out.append("No tested rate passed: the lowest failing rate already broke the targets.")
     if failing is not None:
@@ -278,11 +279,12 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
         out.append(f"First failing step: {_rate_text(rate_of(failing))} req/s offered (step {failing.get('label')}); "
                    f"what failed first: {what}."
                    + (f" Also over its target there on too few samples to judge: {few}." if few else ""))
-    elif not is_blank(last):
+    elif last is not None:
         located = ((summary.get("knee") or {}).get("rate") is not None
                    and (steps.get("verdict", pd.Series(dtype=object)).astype(str) == "inconclusive").any())
+        passed = rate_of(passing) if passing is not None else None
         out.append(_located_without_failure(steps) if located
-                   else _no_failure_sentence(steps, rate_of(passing) if passing is not None else float(last)))
+                   else _no_failure_sentence(steps, passed if passed is not None else last))
     from analysis.energy import energy_sentence  # GPU energy at the knee, beside its cost (issue 45)
 
     energy = energy_sentence(summary.get("energy_at_knee"))
@@ -324,7 +326,7 @@ def burst_sentences(burst: pd.DataFrame | None) -> list[str]:
     for (b_step, u_step), rows in burst.groupby(["burst_step", "uniform_step"], sort=False):
         first = rows.iloc[0]
         parts = []
-        for dim in (slo_dims.by_name("ttft"), slo_dims.by_name("e2e")):
+        for dim in (slo_dims.latency("ttft"), slo_dims.latency("e2e")):
             metric, name = dim.figure_of(95), f"{dim.display} p95"
             row = rows[rows["metric"] == metric]
             if len(row) and not is_blank(row.iloc[0]["burst"]) and not is_blank(row.iloc[0]["uniform"]):

@@ -22,11 +22,13 @@ line (runs as columns, in groups that fit `WIDTH` characters) and the steps one 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from llmload.errors import ConfigError
@@ -142,8 +144,8 @@ def _passing_step(steps: pd.DataFrame, last: float | None) -> pd.Series | None:
     passed = steps[steps.get("verdict", pd.Series("", index=steps.index)).astype(str) == "pass"]
     if passed.empty:
         return None
-    distance = passed.apply(lambda s: abs((rate_of(s) or float("inf")) - last), axis=1)
-    return passed.loc[distance.idxmin()]
+    distance = [abs((rate_of(s) or float("inf")) - last) for _, s in passed.iterrows()]
+    return passed.iloc[distance.index(min(distance))]
 
 
 def run_figures(name: str, steps: pd.DataFrame, summary: dict, manifest: dict | None,
@@ -221,7 +223,7 @@ def step_comparison(runs: Sequence[RunFigures], base: int | None = 0) -> pd.Data
         unrun = steps.get("status", pd.Series("run", index=steps.index)).astype(str) == "not_run"
         part = pd.DataFrame({"phase": steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
                              .to_numpy(), "step": keys.to_numpy(),
-                             "rate": steps.apply(rate_of, axis=1).to_numpy(dtype=float)})
+                             "rate": np.array([rate_of(s) for _, s in steps.iterrows()], dtype=float)})
         for column, _, _ in _STEP_NUMBERS:
             values = pd.to_numeric(steps.get(column, pd.Series(float("nan"), index=steps.index)),
                                    errors="coerce").where(~unrun)
@@ -252,8 +254,8 @@ def condition_diff(manifests: Sequence[dict]) -> list[tuple[str, list[Any]]]:
     try:
         from llmload.telemetry.manifest import diff_conditions
     except ImportError:
-        def diff_conditions(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
-            ca, cb = a.get("conditions") or {}, b.get("conditions") or {}
+        def diff_conditions(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+            ca, cb = manifest_a.get("conditions") or {}, manifest_b.get("conditions") or {}
             return [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb))
                     if json.dumps(ca.get(k), sort_keys=True, default=str)
                     != json.dumps(cb.get(k), sort_keys=True, default=str)]
@@ -334,25 +336,34 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 
 def _step_rows(runs: Sequence[RunFigures], steps: pd.DataFrame,
                base: int | None) -> tuple[list[str], list[list[Any]]]:
-    headers, getters = ["phase", "step"], [lambda row: row["phase"], lambda row: row["step"]]
+    headers = ["phase", "step"]
+    getters: list[Callable[[pd.Series], Any]] = [lambda row: row["phase"], lambda row: row["step"]]
     for i, run in enumerate(runs):  # the verdicts first: seen without scrolling, whatever the width
         headers.append(f"verdict [{run.name}]")
-        getters.append(lambda row, c=f"verdict#{i}": cell_text(row[c]))
+        getters.append(partial(_verdict_cell, f"verdict#{i}"))
     for column, label, scale in _STEP_NUMBERS:
         for i, run in enumerate(runs):
             headers.append(f"{label} [{run.name}]")
-            getters.append(lambda row, c=f"{column}#{i}", s=scale: _scaled(row[c], s))
+            getters.append(partial(_scaled_cell, f"{column}#{i}", scale))
         if column != "offered_rate":
             for i in range(len(runs)):
                 if base is None or i == base:
                     continue
                 headers.append(f"Δ{label.split()[0]} {runs[i].name}")
-                getters.append(lambda row, c=f"{column}#diff{i}", s=scale: _scaled(row[c], s))
+                getters.append(partial(_scaled_cell, f"{column}#diff{i}", scale))
     return headers, [[g(row) for g in getters] for _, row in steps.iterrows()]
 
 
 def _scaled(value: Any, scale: float) -> float | None:
     return None if is_blank(value) else float(value) * scale
+
+
+def _scaled_cell(column: str, scale: float, row: pd.Series) -> float | None:
+    return _scaled(row[column], scale)
+
+
+def _verdict_cell(column: str, row: pd.Series) -> str:
+    return cell_text(row[column])
 
 
 def _notes(runs: Sequence[RunFigures], base: int | None, setup: list[tuple[str, list[Any]]]) -> list[str]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
 __all__ = [
+    "as_number",
     "cell_text",
     "esc",
     "figure",
@@ -32,7 +34,7 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def is_blank(value: object) -> bool:
+def is_blank(value: Any) -> bool:
     """True for None, NaN, NaT, pd.NA and empty strings or containers: what a blank cell shows."""
     if value is None:
         return True
@@ -44,6 +46,17 @@ def is_blank(value: object) -> bool:
         return bool(pd.isna(value))
     except (TypeError, ValueError):
         return False
+
+
+def as_number(value: object) -> float | None:
+    """A cell's number: None for a blank cell (`is_blank`) or a value that is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)) or is_blank(value):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return None if math.isnan(number) else number
 
 
 def cell_text(value: object, *, digits: int = 3) -> str:

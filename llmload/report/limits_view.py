@@ -26,7 +26,7 @@ from analysis.limits import (
     limit_answer,
     limit_sentence,
 )
-from llmload.report.html import esc, figure, is_blank, table
+from llmload.report.html import as_number, esc, figure, is_blank, table
 from llmload.report.plots import _figure, _svg
 
 __all__ = ["SINGLE_RATE_NOTE", "answer_lines", "burst_knee_plot", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
@@ -60,7 +60,7 @@ def _prefill_share(ev: dict) -> float:
     return prefill / (queue + prefill) if queue + prefill > 0 else math.nan
 
 
-def _limited(steps: pd.DataFrame) -> pd.DataFrame:
+def _limited(steps: pd.DataFrame | None) -> pd.DataFrame:
     if steps is None or steps.empty or "limit" not in steps:
         return pd.DataFrame()
     return steps[steps["limit"].map(lambda v: isinstance(v, dict))]
@@ -142,12 +142,11 @@ def answer_lines(analysis: Any) -> list[str]:
     if isinstance(steps, pd.DataFrame) and not steps.empty and {"phase", "verdict", "limit"} <= set(steps.columns):
         failing = steps[steps["phase"].isin(sustained_phases()) & (steps["verdict"] == "fail")]
         if not failing.empty:
-            row = failing.sort_values("offered_rate", kind="stable").iloc[0].to_dict()
+            row = {str(k): v for k, v in failing.sort_values("offered_rate", kind="stable").iloc[0].items()}
             knee = knee_of(summary)
             first = (list(row.get("failing") or []) or [None])[0]
             # the knee's rate when its binding target is what broke first there, else the step's own rate
-            at_knee = knee is not None and knee.rate is not None and knee.binding == first
-            text = limit_answer(row, knee.rate if at_knee else None)
+            text = limit_answer(row, knee.rate if knee is not None and knee.binding == first else None)
             if text:
                 out.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
     burst = burst_knee_sentence(summary.get("burst_knee"))
@@ -165,7 +164,7 @@ def burst_knee_plot(summary: dict) -> str | None:
     key = entry.get("binding") or (entry.get("uniform") or {}).get("binding") or next(iter(entry.get("targets") or {}), None)
     parsed = slo_dims.parse_threshold_key(str(key)) if key else None
     dim = slo_dims.by_name(parsed[0]) if parsed else None
-    if dim is None:
+    if dim is None or parsed is None:
         return None
     column = dim.figure_of(parsed[1])
     steps = pd.DataFrame(summary.get("steps") or [])
@@ -256,10 +255,11 @@ def bursts_html(summary: dict | None) -> str | None:
 
 def _rel(burst: dict, key: str, bursts: list[dict]) -> float | None:
     """A burst time in seconds since the first burst step's first burst (display only)."""
-    value = burst.get(key)
-    if is_blank(value):
+    value = as_number(burst.get(key))
+    if value is None:
         return None
-    return round(float(value) - float(min(b.get("start") for b in bursts)), 1)
+    starts = [start for b in bursts if (start := as_number(b.get("start"))) is not None]
+    return round(value - min(starts, default=0.0), 1)
 
 
 def _ms(value: Any) -> float | None:

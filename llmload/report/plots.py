@@ -16,6 +16,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.ticker import (
     AutoLocator,
@@ -171,7 +172,7 @@ def latency_plot(steps: pd.DataFrame, thresholds: dict[str, tuple[float, float]]
     # the E2E panel it covered its data
     fig, axes = _figure(11.5, 3.9, 1, 3, margins=(0.7, 0.2, 0.95, 0.35), wgap=0.75)
     drew = False
-    legend: dict[str, object] = {}
+    legend: dict[str, Artist] = {}
     for ax, metric, title in zip(axes[0], ("ttft", "tpot", "e2e"), ("TTFT", "TPOT", "E2E"), strict=True):
         for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
             y = _col(data, f"{metric}_{q}_s") * 1000
@@ -289,7 +290,8 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame,
     `summary.json` `bursts`); returns the SVG and the panels not measured."""
     if timeline is None or timeline.empty or "t" not in timeline.columns:
         return None, [p[1] for p in _TIMELINE_PANELS]
-    panels, missing = [], []
+    panels: list[tuple[list[str], str, float]] = []
+    missing: list[tuple[list[str], str, float]] = []
     for columns, label, scale in _TIMELINE_PANELS:
         present = [c for c in columns if _col(timeline, c).notna().any()]
         (panels if present else missing).append((present, label, scale))
@@ -303,7 +305,7 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame,
     left = _text_inches([p[1] for p in panels], 7) + 0.55  # horizontal panel labels, then tick labels
     fig, axes = _figure(11.5, 1.55 * len(panels) + 0.6, len(panels), 1, margins=(left, 0.2, 0.5, 0.1),
                         sharex=True)
-    for i, (columns, label, scale) in enumerate(panels):
+    for i, (shown, label, scale) in enumerate(panels):
         ax = axes[i][0]
         for _, step in ran.iterrows():
             ws, we = step.get("window_start"), step.get("window_end")
@@ -317,15 +319,15 @@ def timeline_plot(timeline: pd.DataFrame, steps: pd.DataFrame,
                         bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
         for burst in bursts or ():
             ax.axvspan(float(burst["start"]) - t0, float(burst["end"]) - t0, color="#f4b6b0", alpha=0.6, zorder=0.5)
-        for column in columns:
+        for column in shown:
             x, y = bridge_gaps((t - t0).to_numpy(dtype=float), (_col(timeline, column) * scale).to_numpy(dtype=float))
             ax.plot(x, y, linewidth=1, label=column)
         ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
-        if columns and columns[0] in _COUNT_COLUMNS:  # whole requests: 0, 1, 2, never 0.5 or 1.3
+        if shown and shown[0] in _COUNT_COLUMNS:  # whole requests: 0, 1, 2, never 0.5 or 1.3
             ax.yaxis.set_major_locator(MaxNLocator(nbins=4, steps=list(NICE_STEPS), integer=True))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if len(columns) > 1:
+        if len(shown) > 1:
             ax.legend(fontsize=6, loc="upper left")
     axes[-1][0].set_xlabel("seconds since the first step window")
     return _svg(fig, "timeline"), missing_labels
@@ -413,12 +415,12 @@ def split_plot(split: pd.DataFrame, steps: pd.DataFrame) -> str | None:
     fig, axes = _figure(max(6.0, 0.55 * len(table) + 3) + right - 0.2, 3.8 + bottom - 0.55,
                         margins=(0.75, right, bottom, 0.15))
     ax = axes[0][0]
-    bottom = np.zeros(len(table))
+    stacked = np.zeros(len(table))
     for component in components:
         values = table[component].fillna(0).to_numpy(dtype=float) * 1000
-        ax.bar(range(len(table)), values, bottom=bottom, label=component.replace("_", " "),
+        ax.bar(range(len(table)), values, bottom=stacked, label=component.replace("_", " "),
                color=_SPLIT_COLOURS.get(component))
-        bottom += values
+        stacked += values
     for total in (t for t in _SPLIT_TOTALS if t in table.columns):
         ax.scatter(range(len(table)), table[total].to_numpy(dtype=float) * 1000, marker="_", s=300,
                    color="#111", zorder=3, label=f"{total.replace('_', ' ')} (total)")
@@ -451,7 +453,8 @@ def noise_floor(metric: str) -> float:
     return COUNT_FLOOR
 
 
-def ratio_colours(metrics: Sequence[str], ratios: np.ndarray, differences: Sequence[float] | None = None) -> list[str]:
+def ratio_colours(metrics: Sequence[str], ratios: np.ndarray,
+                  differences: Sequence[float] | np.ndarray | None = None) -> list[str]:
     """Bar colours of burst ÷ uniform ratios: red where the burst is worse, green where better, grey when
     the difference is within its noise: within `SAME_RATIO` of 1, or (given `differences`, burst −
     uniform) not above `noise_floor` of its metric (higher is better for goodput, throughput, attainment
@@ -479,7 +482,7 @@ def burst_plot(burst: pd.DataFrame) -> str | None:
     if "burst_step" in data and data["burst_step"].nunique() > 1:  # a trace at several mean rates
         data = data.assign(metric=data["metric"].astype(str) + " · " + data["burst_step"].astype(str))
     fig, axes = _figure(7.5, 0.35 * len(data) + 1.4,
-                        margins=(_text_inches(data["metric"].astype(str), 7) + 0.25, 0.2, 0.55, 0.15))
+                        margins=(_text_inches(data["metric"].astype(str).tolist(), 7) + 0.25, 0.2, 0.55, 0.15))
     ax = axes[0][0]
     differences = _col(data, "difference").to_numpy(dtype=float) if "difference" in data else None
     colours = ratio_colours(data["_m"].tolist(), data["_r"].to_numpy(dtype=float), differences)

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import cast
 from urllib.parse import urlsplit
 
 __all__ = ["Connection", "Request", "start_http_server"]
@@ -56,7 +57,7 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's connection is one
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -85,7 +86,7 @@ class Connection(asyncio.Protocol):
             if len(self._buffer) < end + 4 + length:
                 if headers.get("expect", "").lower() == "100-continue" and not self._continued:
                     self._continued = True  # curl waits a second for this before a large body
-                    self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
             self._continued = False
             body = bytes(self._buffer[end + 4:end + 4 + length])
@@ -130,6 +131,11 @@ class Connection(asyncio.Protocol):
             lines.append("connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
+    def _write(self, data: bytes) -> None:
+        """One transport write (a request is read, so answered, only once the connection is made)."""
+        if self.transport is not None:
+            self.transport.write(data)
+
     def send(self, status: int, body: object, *, content_type: str = "application/json",
              headers: dict[str, str] | None = None) -> None:
         """A whole response: `body` is bytes, str, or JSON-able."""
@@ -142,17 +148,17 @@ class Connection(asyncio.Protocol):
         else:
             data = json.dumps(body, separators=(",", ":")).encode()
         head = self._head(status, content_type, headers, len(data))
-        self.transport.write(head if self._head_only else head + data)
+        self._write(head if self._head_only else head + data)
 
     def start_stream(self, status: int, content_type: str, headers: dict[str, str] | None = None) -> None:
         """Headers of a chunked response."""
         if not self.closed:
-            self.transport.write(self._head(status, content_type, headers, None))
+            self._write(self._head(status, content_type, headers, None))
 
     def write_event(self, data: bytes) -> None:
         """One stream event as one chunk, in one transport write."""
         if not self.closed:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self._write(b"%x\r\n%b\r\n" % (len(data), data))
 
     @staticmethod
     def frame(data: bytes) -> bytes:
@@ -161,11 +167,11 @@ class Connection(asyncio.Protocol):
 
     def write_framed(self, chunk: bytes) -> None:
         if not self.closed:
-            self.transport.write(chunk)
+            self._write(chunk)
 
     def end_stream(self) -> None:
         if not self.closed:
-            self.transport.write(b"0\r\n\r\n")
+            self._write(b"0\r\n\r\n")
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

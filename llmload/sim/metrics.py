@@ -47,7 +47,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST  # what prometheus-client (and so vLLM) answe
 
 def _buckets_1_2_5(max_value: int) -> tuple[int, ...]:
     """vLLM's `build_1_2_5_buckets`: 1, 2, 5, 10, 20, 50... up to `max_value`."""
-    out, exp = [], 0
+    out: list[int] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             if m * 10 ** exp > max_value:

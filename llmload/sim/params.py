@@ -113,7 +113,8 @@ SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
 def sglang_as_common(body: dict) -> dict:
     """A `/generate` body (`GenerateReqInput`: `text`, `sampling_params`) in the keys the other
     endpoints use (`prompt`, `max_tokens`, `ignore_eos`, `stop`), so one admission path serves it."""
-    sp = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+    given = body.get("sampling_params")
+    sp = given if isinstance(given, dict) else {}
     out = {k: v for k, v in body.items() if k not in ("text", "sampling_params")}
     out["prompt"] = body.get("text", "")
     out["max_tokens"] = sp.get("max_new_tokens", SGLANG_DEFAULT_MAX_NEW_TOKENS)
@@ -125,7 +126,8 @@ def sglang_as_common(body: dict) -> dict:
 
 def stop_strings(body: dict, kind: str) -> list[str]:
     """The request's stop strings (`stop`, or Ollama's `options.stop`), non-empty ones only."""
-    opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+    given = body.get("options")
+    opts = given if isinstance(given, dict) else {}
     stop = opts.get("stop") if kind.startswith("ollama") else body.get("stop")
     if isinstance(stop, str):
         stop = [stop]

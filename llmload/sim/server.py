@@ -18,6 +18,7 @@ import signal
 import sys
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
 from llmload.client.lengths import LengthSampler
 from llmload.clock import now
@@ -120,7 +121,7 @@ class SimServer:
             return 405, _not_found(flavor, 405), json_type
         if flavor == "vllm":
             pages = {"/health": lambda: b"", "/version": lambda: {"version": VLLM_VERSION},
-                     "/v1/models": info.vllm_models, "/metrics": lambda: self.vllm_metrics.render()}
+                     "/v1/models": info.vllm_models, "/metrics": _made(self.vllm_metrics, "vLLM metrics").render}
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, info.vllm_tokenize)
         elif flavor == "sglang":  # entrypoints/http_server.py; /metrics only with --enable-metrics
@@ -129,7 +130,7 @@ class SimServer:
             if path == "/tokenize" and req.method == "POST":
                 return self._json_call(req, info.sglang_tokenize)
         elif flavor == "ollama":
-            r = self.residency
+            r = _made(self.residency, "model residency")
             pages = {"/": lambda: b"Ollama is running", "/api/version": lambda: {"version": OLLAMA_VERSION},
                      "/api/tags": info.ollama_tags, "/v1/models": lambda: {"object": "list", "data": [
                          {"id": self.model, "object": "model", "created": int(self.started_at),
@@ -146,7 +147,7 @@ class SimServer:
         else:
             pages = {"/health": lambda: {"status": "ok"}, "/props": info.llamacpp_props,
                      "/v1/models": info.llamacpp_models, "/models": info.llamacpp_models,
-                     "/metrics": lambda: self.llama_metrics.render(),
+                     "/metrics": _made(self.llama_metrics, "llama.cpp metrics").render,
                      "/slots": lambda: info.llamacpp_slots(
                          [(s.seq_id, s.generated, self._n_predict(s.seq_id), s.prompt_tokens)
                           for s in self.engine.running])}
@@ -189,9 +190,7 @@ class SimServer:
             conn.send(status, body or error_body(flavor, kind, message, status), headers=echo)
 
         try:
-            body, n_prompt, max_tokens, eos_at = self._parse(req, kind)
-            if kind == "sglang_generate":
-                body = sglang_as_common(body)
+            body, n_prompt, max_tokens, eos_at = self._parse(req, kind)  # a /generate body already common
         except _Refusal as refusal:
             row.input_tokens = refusal.input_tokens
             if kind == "sglang_generate" and refusal.status == 400 and _streamed(req):
@@ -200,7 +199,7 @@ class SimServer:
                 reject(refusal.status, refusal.message, "http_error", refusal.body)
             return
         row.input_tokens = n_prompt
-        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        opts = _object(body, "options")
         ignore_eos = bool(body.get("ignore_eos") or opts.get("ignore_eos"))
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         draws = draw_request(self.seed, index, s.faults.at(now() - self.listening_at), max_tokens=max_tokens,
@@ -215,7 +214,7 @@ class SimServer:
             reject(status, message, "http_error" if status == 500 else "rejected")
             return
         if flavor == "vllm" and s.max_num_queued_reqs is not None and self.in_flight >= s.max_num_queued_reqs:
-            self.vllm_metrics.rejections.inc()
+            _made(self.vllm_metrics, "vLLM metrics").rejections.inc()
             reject(503, f"The server is at capacity (max_num_queued_reqs={s.max_num_queued_reqs}): "
                    "too many requests in flight, please retry later.", "rejected")
             return
@@ -231,7 +230,7 @@ class SimServer:
                 self._load_only(body, kind, row, conn, load_s, keep_alive)
                 return
         stream = bool(body.get("stream", kind.startswith("ollama")))
-        stream_opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        stream_opts = _object(body, "stream_options")
         include_usage = bool(stream_opts.get("include_usage"))
         model = (body.get("model") or self.model) if flavor == "ollama" else self.model
         answer = AnswerText(prompt_text(body.get("prompt"), messages), index)
@@ -290,7 +289,7 @@ class SimServer:
             raise _Refusal(exc.status, exc.message, body=exc.body) from None
         if kind == "sglang_generate":
             body = sglang_as_common(body)
-        opts = body.get("options") if isinstance(body.get("options"), dict) else {}
+        opts = _object(body, "options")
         messages = body.get("messages") if kind in ("chat", "ollama_chat") else None
         if messages is not None and not isinstance(messages, list):
             raise _Refusal(400, "messages must be a list")
@@ -299,9 +298,9 @@ class SimServer:
                      body.get("n_predict") if kind == "llamacpp_completion" else None)
         if requested is None:
             requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        capped = isinstance(requested, int) and requested > 0
-        max_tokens = requested if capped else 1 << 62
-        eos_at = None if capped else s.default_max_tokens
+        cap = requested if isinstance(requested, int) and requested > 0 else None
+        max_tokens = cap if cap is not None else 1 << 62
+        eos_at = None if cap is not None else s.default_max_tokens
         if flavor in ("vllm", "sglang"):  # SGLang: its own wording, the same rule (see docs/SIM.md)
             if n_prompt >= s.max_model_len and flavor == "sglang":
                 raise _Refusal(400, f"The input ({n_prompt} tokens) is longer than the model's context length "
@@ -345,7 +344,7 @@ class SimServer:
         unload, out = load_only_answer(body, kind, self.model)
         row.load_s, row.finished_at = load_s, now()
         self.gt.write(row)
-        self.residency.release(0.0 if unload else self._keep_alive_s(keep_alive))
+        _made(self.residency, "model residency").release(0.0 if unload else self._keep_alive_s(keep_alive))
         conn.send(200, out)
 
     def _keep_alive_s(self, keep_alive: object) -> float | None:
@@ -404,6 +403,23 @@ class SimServer:
         if metrics is not None:
             metrics.on_step(step, running=len(self.engine.running), waiting=len(self.engine.waiting),
                             kv_usage=self.engine.kv_usage)
+
+
+_PartT = TypeVar("_PartT")
+
+
+def _made(part: _PartT | None, what: str) -> _PartT:
+    """A flavour's own part (its metrics, Ollama's model residency), made in `SimServer.__init__` for
+    that flavour and only read on that flavour's paths."""
+    if part is None:
+        raise RuntimeError(f"this flavour's simulated server has no {what}")
+    return part
+
+
+def _object(body: dict, key: str) -> dict:
+    """`body[key]` when it is a JSON object, else an empty one (absent, or a value of another type)."""
+    value = body.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def _not_found(flavor: str, status: int) -> object:

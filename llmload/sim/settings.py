@@ -40,7 +40,7 @@ list of `{fault, start_s, end_s}`: between those times after the start every req
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -102,7 +102,7 @@ class Faults(_Model):
 
     def at(self, elapsed_s: float) -> Faults:
         """These faults with every window open at `elapsed_s` raised to probability 1."""
-        hits = {w.fault: 1.0 for w in self.windows if w.start_s <= elapsed_s < w.end_s}
+        hits: dict[str, Any] = {w.fault: 1.0 for w in self.windows if w.start_s <= elapsed_s < w.end_s}
         return self.model_copy(update=hits) if hits else self
 
 

@@ -126,12 +126,18 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
         server.add(start_s - origin + step_offsets(spec), spec.index)
         return start_s + float(spec.arrivals_s)
 
+    def running() -> _Server:
+        """The open-loop steps' engine: launched by the first of them, before any is judged."""
+        if server is None:
+            raise RuntimeError("an open-loop step was judged before one was launched")
+        return server
+
     def judged(spec: Any, start_s: float) -> dict:
-        row = judge_row(server.frame(), spec, start_s - origin, slo)
+        row = judge_row(running().frame(), spec, start_s - origin, slo)
         return {**row, "window_start": row["window_start"] + origin, "window_end": row["window_end"] + origin}
 
     def settled_at() -> float:
-        return origin + server.last_end() + gap_s
+        return origin + running().last_end() + gap_s
 
     pending: list[tuple[Any, float]] = []  # chained refine steps launched, not yet judged: (spec, start)
     taken: list[str] = [s.label for s in specs]
@@ -159,10 +165,8 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
         search.record(judged(done, at))
     run_s = max(clock[0], settled_at() if server is not None else clock[0])
     rated = [r for r in search.rows if r.get("phase") in ("ladder", "refine")]
-    found = VirtualSearch(estimate(rated) if rated else None, search.stopped or "running", search.rows, run_s,
-                          run_s, specs)
-    found.answer = search.answer  # type: ignore[attr-defined]
-    return found
+    return VirtualSearch(estimate(rated) if rated else None, search.stopped or "running", search.rows, run_s,
+                         run_s, specs, answer=search.answer)
 
 
 def auto_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_sizes: RequestSizes,
@@ -173,7 +177,9 @@ def auto_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_si
     for seed in seeds:
         found = virtual_auto(config_of(seed), sim_settings, request_sizes, **options)
         knee = found.knee
-        answer = found.answer.to_dict()  # type: ignore[attr-defined]
+        if found.answer is None:  # virtual_auto always gives its search's own answer
+            raise RuntimeError("virtual_auto gave no auto answer")
+        answer = found.answer.to_dict()
         runs.append({"seed": seed, "rate": None if knee is None else knee.rate,
                      "low": None if knee is None else knee.low, "high": None if knee is None else knee.high,
                      "binding": None if knee is None else knee.binding, "stopped": found.stopped,

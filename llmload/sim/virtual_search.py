@@ -31,12 +31,15 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import RequestSizes, _sizes, engine_limits, run_virtual
+
+if TYPE_CHECKING:
+    from shapes.auto import AutoAnswer
 
 __all__ = ["VirtualSearch", "knee_accuracy", "virtual_search"]
 
@@ -56,6 +59,8 @@ class VirtualSearch:
     run_s: float
     search_s: float
     steps: list[Any] = field(default_factory=list)
+    #: the `auto` search's own answer (range, probe and placement steps); None for a knee search
+    answer: AutoAnswer | None = None
 
     @property
     def refine_steps(self) -> int:
@@ -128,7 +133,7 @@ def judge_row(frame: Any, spec: Any, start_s: float, slo: Any) -> dict:
             continue
         values = done[column].to_numpy(dtype=float)
         values = values[~np.isnan(values)]
-        figure = slo_dims.by_name(t.metric).figure_of(t.percentile)
+        figure = slo_dims.latency(t.metric).figure_of(t.percentile)
         row[figure] = quantiles(values, (t.percentile,))[t.percentile]
         row[f"{figure}_low"], row[f"{figure}_high"] = percentile_interval(
             values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Protocol
 
 from llmload.clock import now
 from llmload.config import Config
@@ -116,6 +117,14 @@ def dcgm_url(setting: str) -> str:
     return url if url.split("//", 1)[1].count("/") else f"{url.rstrip('/')}/metrics"
 
 
+class Poller(Protocol):
+    """What the collector polls: a `source` name and `poll()`, that source's points now."""
+
+    source: str
+
+    def poll(self) -> list[Point]: ...
+
+
 class _NvmlSource:
     """Adapts the NVML sampler to the poller interface (opened when the collector opens)."""
 
@@ -208,7 +217,7 @@ class TelemetryCollector:
         with self._lock:
             return {source: dict(values) for source, values in self._latest.items()}
 
-    def poll_once(self, poller: object) -> list[Point]:
+    def poll_once(self, poller: Poller) -> list[Point]:
         """Poll one source, write its points and return them."""
         t_start, step = now(), self._step
         try:
@@ -245,7 +254,7 @@ class TelemetryCollector:
                     kept.update(values)
                     kept["t"] = t
 
-    def _loop(self, poller: object) -> None:
+    def _loop(self, poller: Poller) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
             self.poll_once(poller)

@@ -66,6 +66,7 @@ class _DeadlineSocket:
         self._sock.sendall(data, flags)
 
     def makefile(self, mode: str = "r", buffering: int | None = None, **_kw: Any) -> Any:
+        # SocketIO calls only recv_into / send / close, which this wrapper has: it is no socket.socket
         raw = socket.SocketIO(self, "rwb" if "w" in mode else "rb")  # type: ignore[arg-type]
         self._io_refs += 1
         return raw if buffering == 0 else io.BufferedReader(raw, io.DEFAULT_BUFFER_SIZE)
@@ -90,12 +91,13 @@ def _deadline_handlers(deadline: float) -> list:
     class Plain(http.client.HTTPConnection):
         def connect(self) -> None:
             super().connect()
+            # the connection reads and writes through this socket-like wrapper (no socket.socket subclass)
             self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[assignment]
 
     class Secure(http.client.HTTPSConnection):
         def connect(self) -> None:
             super().connect()  # TCP and TLS, each operation within the timeout
-            self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[assignment]
+            self.sock = _DeadlineSocket(self.sock, deadline)  # type: ignore[assignment]  # as Plain's
 
     class PlainHandler(HTTPHandler):
         def http_open(self, req: Request) -> Any:
@@ -103,7 +105,7 @@ def _deadline_handlers(deadline: float) -> list:
 
     class SecureHandler(HTTPSHandler):
         def https_open(self, req: Request) -> Any:
-            return self.do_open(Secure, req, context=self._context)
+            return self.do_open(Secure, req)  # the default TLS context, as HTTPSHandler() has
 
     return [PlainHandler(), SecureHandler()]
 

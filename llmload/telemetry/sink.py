@@ -41,20 +41,25 @@ __all__ = [
 ]
 
 
+if TYPE_CHECKING:
+    #: the Parquet schema (a `pyarrow.Schema`), made on first use through the module's `__getattr__`
+    TELEMETRY_SCHEMA: Any
+
+_built_schema: Any = None
+
 
 def _schema() -> Any:
     """`TELEMETRY_SCHEMA`, built on first use: writing samples needs no pyarrow / pandas (the master
     starts the collector before the first arrival); the Parquet file and the frames do."""
-    global TELEMETRY_SCHEMA
-    if "TELEMETRY_SCHEMA" in globals():
-        return TELEMETRY_SCHEMA
-    import pyarrow as pa
+    global _built_schema
+    if _built_schema is None:
+        import pyarrow as pa
 
-    TELEMETRY_SCHEMA = pa.schema([
-        ("t", pa.float64()), ("source", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
-        ("step", pa.string()), ("labels", pa.string()),
-    ])
-    return TELEMETRY_SCHEMA
+        _built_schema = pa.schema([
+            ("t", pa.float64()), ("source", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+            ("step", pa.string()), ("labels", pa.string()),
+        ])
+    return _built_schema
 
 
 def __getattr__(name: str) -> Any:

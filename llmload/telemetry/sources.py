@@ -208,14 +208,15 @@ class EndpointSource:
         if self.flavor is None:
             self.flavor = detect_flavor(self.base_url, timeout_s=self.timeout_s, headers=self.headers)
             log.info("telemetry: %s looks like %s", self.base_url, self.flavor)
-        kw = {"timeout_s": self.timeout_s, "headers": self.headers}
+        timeout_s, headers = self.timeout_s, self.headers
         if self.flavor == "ollama":
-            self.pollers = [OllamaPsPoller(self.base_url, **kw)]
+            self.pollers = [OllamaPsPoller(self.base_url, timeout_s=timeout_s, headers=headers)]
         else:
             if self.metrics_url:
-                self.pollers.append(MetricsPoller(self.metrics_url, source=self.source, flavor=self.flavor, **kw))
+                self.pollers.append(MetricsPoller(self.metrics_url, source=self.source, flavor=self.flavor,
+                                                  timeout_s=timeout_s, headers=headers))
             if self.flavor == "llamacpp":
-                self.pollers.append(SlotsPoller(self.base_url, **kw))
+                self.pollers.append(SlotsPoller(self.base_url, timeout_s=timeout_s, headers=headers))
         self._ready = True
 
     def poll(self) -> list[Point]:

@@ -158,6 +158,17 @@ def test_step_limits_per_row_and_none_for_unrun():
     assert limits[0]["kind"] == "batch_slots" and limits[1] is None
 
 
+def test_step_limits_without_an_offered_rate_column_take_the_first_judged_step_as_baseline():
+    """A step table without `offered_rate` (this raised AttributeError on a NaN scalar before)."""
+    t = np.arange(0.0, 60.0, 1.0)
+    tel = TelemetryIndex(_telemetry(t, np.full_like(t, 6.0), np.full_like(t, 5.0)))
+    rows = [{k: v for k, v in _row(label=label, running_mean=6.0, waiting_mean=5.0).items() if k != "offered_rate"}
+            for label in ("a", "b")]
+    req = pd.DataFrame({"step": ["a"], "in_window": [True], "capped": [False], "sent_at": [1.0]})
+    limits = step_limits(pd.DataFrame(rows), req, tel, {"max_num_seqs": 6, "server": "vllm"})
+    assert [limit["kind"] for limit in limits] == ["batch_slots", "batch_slots"]
+
+
 def test_answer_names_the_target_its_sentence_quotes():
     """A step that failed the reject ratio first and TPOT too, judged a decode limit: the answer names both,
     never a TPOT figure under the reject ratio's name alone."""

@@ -10,6 +10,7 @@ import pytest
 from analysis_frames import frame, plan_step, request, run_of
 
 from analysis import analyze
+from analysis.requests import derive_requests
 from llmload.config import SLO
 
 SLO_BASIC = SLO.model_validate({"ttft_p95": "1s", "tpot_p95": "100ms", "min_samples": 1})
@@ -100,6 +101,16 @@ def test_client_wait_and_send_lag_split_by_cap() -> None:
     assert row["client_wait_max_s"] == pytest.approx(3.0)
     assert row["send_lag_max_s"] == pytest.approx(0.002)  # the capped request's wait is not lag
     assert row["user_ttft_max_s"] == pytest.approx(3.1)
+
+
+def test_records_without_a_capped_column_count_every_wait_as_send_lag() -> None:
+    """Records that predate `capped` (or a hand-built frame) mean no request waited at a cap: the send
+    lag is the whole wait (this raised `Array conditional must be same shape` before)."""
+    rows = [{k: v for k, v in request(f"r{i}", "s", float(i), wait=0.001 * (i + 1)).items() if k != "capped"}
+            for i in range(3)]
+    out = derive_requests(pd.DataFrame(rows), {"s": (0.0, 10.0)}, SLO())
+    assert out["send_lag_s"].to_list() == pytest.approx([0.001, 0.002, 0.003])
+    assert out["send_lag_s"].equals(out["client_wait_s"])
 
 
 def test_in_flight_time_average_and_littles_law() -> None:

@@ -143,3 +143,41 @@ def test_a_wrong_plan_from_a_users_shape_is_a_config_error_naming_the_class():
             assert str(exc) == f"shape: shape Mine{'' if said.startswith('planned') else ':'} {said}", str(exc)
         else:
             raise AssertionError(f"no ConfigError for {said}")
+
+
+def test_a_registered_shape_of_a_users_own_plans_its_kind():
+    """`register_shape` takes any LLMLoadShape of a config kind: `shape_for_config` asks it `serves`
+    (the base class's own: its kind is the config's), and it plans the configs of that kind."""
+    from shapes.loadshapes import register_shape
+
+    @register_shape
+    class Doubled(LLMLoadShape):
+        abstract = True
+        kind = "soak"
+
+        def steps(self, config, base_dir=None):
+            return [_step("a", 0), _step("b", 1)]
+
+    try:
+        soak, ladder = config(SHAPES_BY_KIND["soak"][0]), config(SHAPES_BY_KIND["ladder"][0])
+        planner = shape_for_config(soak)
+        assert type(planner) is Doubled and [s.label for s in planner.plan(soak)] == ["a", "b"]
+        assert type(shape_for_config(ladder)) is LadderLoadShape
+    finally:
+        SHAPES["soak"].remove(Doubled)
+
+
+def test_the_config_following_shape_keeps_the_search_it_started():
+    """`LLMShape` asks the class of the config's kind, one instance per config: `auto`'s next probe level
+    comes from the search `search()` started (a fresh instance per call lost it: a ladder's refine step
+    was asked of a config with no ladder)."""
+    from shapes.llm import LLMShape
+
+    cfg = config({"auto": {"budget": "8m"}}, slo={"ttft_p95": "1s"})
+    shape = LLMShape()
+    plan = shape.plan(cfg)
+    probe = {"phase": "probe", "concurrency": 1, "completion_throughput": 1.2, "e2e_p50_s": 0.8,
+             "ttft_p50_s": 0.03, "window_start": 0.0, "window_end": 5.0}
+    ask = shape.search(cfg, [probe]).next_step()
+    step = shape.search_step(cfg, ask.rate, index=len(plan), seed=0, taken=[s.label for s in plan])
+    assert (step.phase, step.concurrency) == ("probe", int(ask.rate)) and step.index == 1

@@ -40,7 +40,7 @@ def results() -> dict:
 
 
 def test_the_checks_are_found():
-    assert len(CHECKS) == 6
+    assert len(CHECKS) == 8
 
 
 @pytest.mark.parametrize("check", CHECKS)

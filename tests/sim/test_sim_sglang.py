@@ -43,6 +43,13 @@ def test_generate_without_stream_and_default_cap(sglang):
     assert full["meta_info"]["completion_tokens"] == 128
 
 
+def test_generate_answers_from_the_text_it_was_given(sglang):
+    """The answer reads the request's `text` (a sum is answered first), as on the OpenAI routes: the
+    body was once converted twice, and the second pass blanked the prompt."""
+    out = post(sglang.url + "/generate", {"text": "What is 40+2?", "sampling_params": {"max_new_tokens": 4}}).json()
+    assert out["text"].startswith("42")
+
+
 def test_too_long_prompt_is_an_error_event_in_a_200_stream(sglang):
     text = "word " * 300
     msg = "The input (300 tokens) is longer than the model's context length (256 tokens)."
