@@ -4,6 +4,7 @@ read back with prometheus_client's own text parser, and the `--metrics-port` fla
 from __future__ import annotations
 
 import math
+import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
@@ -113,12 +114,25 @@ def test_serve_answers_metrics_in_text_format():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
             return resp.headers["Content-Type"], resp.read().decode()
 
-    try:  # the request from a real thread, while this one's gevent loop serves it
+    def rebound() -> tuple[int, str, str | None]:  # a page of another site, its name pointed at 127.0.0.1
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Host": f"evil.example:{port}", "Origin": "http://evil.example"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                return resp.status, resp.read().decode(), resp.headers["Access-Control-Allow-Origin"]
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(), exc.headers["Access-Control-Allow-Origin"]
+
+    try:  # the requests from a real thread, while this one's gevent loop serves them
         content_type, body = gevent.get_hub().threadpool.spawn(fetch, "/metrics").get(timeout=10)
+        status, refused, cors = gevent.get_hub().threadpool.spawn(rebound).get(timeout=10)
     finally:
         server.stop()
     assert content_type.startswith("text/plain; version=0.0.4")
     assert 'llmload_requests_total{outcome="ok"} 1.0' in body
+    # the standalone --metrics-port has the web UI's door: another name for this address is refused
+    assert status == 403 and "evil.example" in refused and "llmload_requests_total" not in refused
+    assert cors is None
 
 
 def test_metrics_port_reaches_the_master_only():

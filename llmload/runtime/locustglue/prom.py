@@ -209,8 +209,12 @@ def add_route(app: Any, registry: CollectorRegistry, auth: Any = None) -> None:
 
 
 def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
-    """Serve `/metrics` on `host:port` in this gevent process; returns the started server."""
+    """Serve `/metrics` on `host:port` in this gevent process; returns the started server. Behind the web
+    UI's door (`webdoor.OwnOriginOnly`): a `Host` that is not this address is refused (DNS rebinding) and
+    no other origin may read it, as on the web UI's own `/metrics`."""
     from gevent.pywsgi import WSGIServer
+
+    from llmload.runtime.locustglue.webdoor import OwnOriginOnly
 
     def app(environ: dict, start_response: Any) -> list[bytes]:
         if environ.get("PATH_INFO", "/") not in ("/metrics", "/"):
@@ -220,6 +224,6 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> Any:
         start_response("200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
-    server = WSGIServer((host, port), app, log=None, error_log=None)
+    server = WSGIServer((host, port), OwnOriginOnly(app, bound=host), log=None, error_log=None)
     server.start()
     return server
