@@ -15,6 +15,7 @@ _SCRIPT = """
 import sys
 import locust
 import gevent
+import gevent.pool
 from types import SimpleNamespace
 from locust.event import Events
 from locust.runners import WorkerRunner
@@ -24,6 +25,7 @@ from locustfiles.llm import LLMUser
 class JoiningWorkerRunner(WorkerRunner):  # only what Session.setup touches on a worker
     def __init__(self):
         self.handlers = {}
+        self.greenlet = gevent.pool.Group()  # the worker's master watch runs in it
     def send_message(self, *args, **kwargs):
         pass
     def register_message(self, name, handler, concurrent=False):
