@@ -57,7 +57,7 @@ def test_the_tally_spills_a_steps_summaries_and_the_judge_reads_them_back_unchan
     spill = tmp_path / SPILL_DIR / "step-0000.jsonl"
     assert spill.exists() and len(spill.read_text().splitlines()) == 400 == len(step.rows)
     assert step.rows._rows is None  # nothing kept in memory but the streaming figures
-    assert step.rows.progress.stats()["done"] == 400
+    assert step.rows.stats()["done"] == 400
     plan = {**step.plan_row(), "status": "run", "window_start": T0 + 2.0, "window_end": T0 + 20.0}
     from_disk = judge_rows(step.rows, plan, config)
     in_memory = judge_rows(rows, plan, config)

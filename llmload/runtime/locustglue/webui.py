@@ -76,7 +76,7 @@ def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
 def _running_stats(session: Any, controller: Any, step: Step) -> dict:
     """`quick_stats` of the running step, folded in as its summaries arrived (`StepRecords.progress`:
     counts and quantile sketches); a poll never re-reads the step's summaries."""
-    return step.rows.progress.stats()
+    return step.rows.stats()
 
 
 def step_rows(session: Any) -> list[dict]:

@@ -88,27 +88,28 @@ class StepTally:
         if not rows:
             return
         lines = [row_json(row) for row in rows]  # once: the master's copy and the steps' spill files
+        text = redact_text("\n".join(lines))
         if not self.local:
             if self._master_file is None:
                 self._master_file = _JsonLines(self.run_dir / "records" / "master.jsonl")
-            self._master_file.write_text(redact_text("\n".join(lines)))
+            self._master_file.write_text(text)
         label = rows[0]["step"]
         if all(row["step"] == label for row in rows):  # a batch is one step's, but for a step's last
-            self._to_step(label, rows, lines)
+            self._to_step(label, rows, text)
             return
         by_step: dict[str, list[int]] = {}
         for i, row in enumerate(rows):
             by_step.setdefault(row["step"], []).append(i)
         for label, positions in by_step.items():
-            self._to_step(label, [rows[i] for i in positions], [lines[i] for i in positions])
+            self._to_step(label, [rows[i] for i in positions], redact_text("\n".join(lines[i] for i in positions)))
 
-    def _to_step(self, label: str, rows: list[dict], lines: list[str]) -> None:
+    def _to_step(self, label: str, rows: list[dict], text: str) -> None:
         step = self.steps.get(label)
         if step is None:
             log.debug("%d summaries of an unknown step %r were dropped", len(rows), label)
             return
         if not self._closed:
-            step.rows.add(rows, redact_text("\n".join(lines)), bounds=step.bounds, slo=self.slo)
+            step.rows.add(rows, text, bounds=step.bounds, slo=self.slo)
 
     def _write_cpu(self, worker: str, cpu: float, t: float, label: str | None) -> None:
         """Worker CPU (0-1 of one core) as telemetry `worker_cpu` from `worker:<id>`."""

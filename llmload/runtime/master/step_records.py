@@ -22,12 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llmload.records import RecordWriter, iter_record_files, row_json
 from llmload.redaction import redact_text
-from llmload.runtime.master.live_series import meets_slo, request_values
+from llmload.runtime.master.live_series import TOLERANCE_S
 from llmload.runtime.master.live_table import ProgressStats
 
-__all__ = ["SPILL_DIR", "StepRecords", "remove_spill"]
+__all__ = ["FOLD_ROWS", "SPILL_DIR", "StepRecords", "good_in_window", "remove_spill"]
+
+#: summaries folded into the streaming figures at a time (`StepRecords.stats()` folds what is pending)
+FOLD_ROWS = 4096
 
 #: the folder of the run directory that holds the running steps' spill files
 SPILL_DIR = ".llmload-spill"
@@ -42,10 +47,12 @@ class StepRecords:
         self._rows: list[dict] | None = [] if path is None else None
         self._writer: RecordWriter | None = None
         self.count = 0
-        #: the progress line's and web UI's figures, folded in (`ProgressStats.stats()`)
+        #: the progress line's and web UI's figures (`stats()`), folded in `FOLD_ROWS` summaries at a time
         self.progress = ProgressStats()
-        #: `ok` requests scheduled in the measurement window meeting every per-request SLO threshold
-        self.good = 0
+        self._good = 0
+        #: summaries not folded in yet, with the bounds and SLO they count against
+        self._pending: list[dict] = []
+        self._against: tuple[Any, Any] = (None, None)
 
     def __len__(self) -> int:
         return self.count
@@ -77,14 +84,33 @@ class StepRecords:
             self._writer._write_line(text)
         if self.progress.bounds is None and bounds is not None:
             self.progress.bounds = bounds
+        self._against = (bounds, slo) if bounds is not None else self._against
+        self._pending.extend(rows)
+        if len(self._pending) >= FOLD_ROWS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the pending summaries into the figures: vectorised over thousands of summaries at once, as
+        a batch of a few dozen would cost more in numpy's per-call overhead than in arithmetic."""
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
         self.progress.add(rows)
+        bounds, slo = self._against
         if bounds is not None and slo is not None:
-            start = bounds.window_start
-            end = bounds.window_end if bounds.window_end is not None else math.inf
-            for row in rows:
-                at = row.get("scheduled_at")
-                if at is not None and start <= at < end and meets_slo(row, request_values(row), slo):
-                    self.good += 1
+            self._good += good_in_window(rows, bounds, slo)
+
+    def stats(self) -> dict:
+        """The progress line's figures so far (`ProgressStats.stats()`)."""
+        self._fold()
+        return self.progress.stats()
+
+    @property
+    def good(self) -> int:
+        """`ok` requests scheduled in the measurement window meeting every per-request SLO threshold so far
+        (`live_series.meets_slo`, vectorised)."""
+        self._fold()
+        return self._good
 
     def extend(self, rows: list[dict]) -> None:
         """Records of this step the master made up (`llmload.runtime.master.lost_workers`)."""
@@ -102,6 +128,35 @@ class StepRecords:
             self.path.unlink(missing_ok=True)
         if self._rows is not None:
             self._rows = []
+        self._pending = []
+
+
+def good_in_window(rows: list[dict], bounds: Any, slo: Any) -> int:
+    """How many of `rows` were scheduled in the bounds' window and meet the SLO (`live_series.meets_slo`:
+    `ok`, and every per-request threshold met where its value is defined)."""
+    def column(key: str) -> np.ndarray:
+        return np.array([r.get(key) for r in rows], dtype=float)  # None -> NaN
+
+    at = column("scheduled_at")
+    end = bounds.window_end if bounds.window_end is not None else math.inf
+    with np.errstate(invalid="ignore"):
+        good = (at >= bounds.window_start) & (at < end)
+    good &= np.array([r.get("outcome") == "ok" for r in rows], dtype=bool)
+    if not good.any() or not slo.thresholds:
+        return int(good.sum())
+    sent, first, last, answer = column("sent_at"), column("first_token_at"), column("last_token_at"), \
+        column("first_answer_at")
+    tokens = np.array([r.get("output_tokens") or 0 for r in rows], dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ttft, e2e = first - sent, last - sent
+        values = {"ttft": ttft, "e2e": e2e, "tpot": np.where(tokens >= 2, (e2e - ttft) / (tokens - 1), np.nan),
+                  "user_ttft": first - at, "user_e2e": last - at, "client_wait": sent - at,
+                  "ttfa": answer - sent, "user_ttfa": answer - at}
+        for t in slo.thresholds:
+            value = values.get(t.metric)
+            if value is not None:
+                good &= ~(value > t.value_s + TOLERANCE_S)  # NaN (undefined) is not judged
+    return int(good.sum())
 
 
 def remove_spill(run_dir: Path) -> None:

@@ -248,7 +248,7 @@ class StepRun:
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
         ctx, spec, step = self.ctx, self.spec, self.step
-        stats = step.rows.progress.stats()  # folded in as the summaries arrived (`StepRecords`)
+        stats = step.rows.stats()  # folded in as the summaries arrived (`StepRecords`)
         t = self.ctx.clock()
         pending = max(0, step.planned_so_far(t) - stats["done"]) if step.planned_arrivals else 0
         ctx.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, step.planned_arrivals,
@@ -261,7 +261,7 @@ class StepRun:
         ctx, spec, step = self.ctx, self.spec, self.step
         step_rows = step.rows
         # the figures folded in as the summaries arrived: a step judged in the report only is not read back
-        stats = {k: v for k, v in step_rows.progress.stats().items() if k != "window_ttft_p95_s"}
+        stats = {k: v for k, v in step_rows.stats().items() if k != "window_ttft_p95_s"}
         verdict, failing = "insufficient", []
         if threaded and ctx.link.local:  # the next step's arrivals run in this process: stay light
             verdict = "unjudged"
