@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -116,6 +117,8 @@ class ParquetRecords(RecordSource):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file = pq.ParquetFile(path)
+        #: (first row of `batch`, the batch read and not yet used up, the batch iterator) of the last read
+        self._cursor: tuple[int, Any, Any] | None = None
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
 
@@ -139,22 +142,36 @@ class ParquetRecords(RecordSource):
         return out
 
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """The rows at `positions` (ascending). Read on from where the last call stopped when they come
+        after it (steps in file order: the file is decoded once), else from their first row group."""
         pos = np.asarray(positions, dtype=np.int64)
         schema = self._file.schema_arrow
         if not pos.size:
             return records_from_table(schema.empty_table())
-        first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
-        last = int(np.searchsorted(self._starts, pos[-1], side="right") - 1)
+        if self._cursor is None or pos[0] < self._cursor[0]:
+            first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
+            batches = self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(
+                first, self._file.num_row_groups)), use_threads=False)
+            self._cursor = (int(self._starts[first]), None, batches)
+        at, batch, batches = self._cursor
         pieces = []
-        at = int(self._starts[first])
-        for batch in self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(first, last + 1)),
-                                             use_threads=False):
+        while True:
+            if batch is None:
+                batch = next(batches, None)
+                if batch is None:
+                    break
             n = batch.num_rows
             lo, hi = np.searchsorted(pos, [at, at + n])
-            if hi > lo:
-                pieces.append(batch.take(pa.array(pos[lo:hi] - at)))
-            at += n
+            if hi > lo:  # a step's rows are a contiguous run: a slice, not a copy
+                contiguous = pos[hi - 1] - pos[lo] == hi - lo - 1
+                pieces.append(batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
+                              else batch.take(pa.array(pos[lo:hi] - at)))
+            if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
+                break
+            at, batch = at + n, None
+        self._cursor = (at, batch, batches)
         table = pa.Table.from_batches(pieces, schema=schema) if pieces else schema.empty_table()
+        del pieces
         frame = records_from_table(table)
         pa.default_memory_pool().release_unused()
         return frame
@@ -165,24 +182,21 @@ class ParquetRecords(RecordSource):
         return self._file.read(columns=[name], use_threads=False).column(name).to_pandas()
 
     def total_events(self) -> int:
-        """Events of every request: the `token_times` values counted in the file's statistics (a null
-        inside a list, which a NaN event time becomes, is not one of them: the count is read then)."""
+        """Events of every request, from the file's statistics (the `token_times` values that are not null;
+        a NaN event time, stored as a null inside its list, is not counted); read when there are none."""
         names = self._file.schema_arrow.names
         if "token_times" not in names:
             return 0
         meta, total = self._file.metadata, 0
-        index = [meta.schema.column(i).path for i in range(meta.num_columns)].index("token_times.list.element")
+        paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if "token_times.list.element" not in paths:
+            return self._count_events()
+        index = paths.index("token_times.list.element")
         for i in range(meta.num_row_groups):
             stats = meta.row_group(i).column(index).statistics
-            if stats is None or not stats.has_null_count or stats.null_count:
+            if stats is None:
                 return self._count_events()
             total += stats.num_values
-        return int(total)
-
-    def _count_events(self) -> int:
-        total = 0
-        for batch in self._file.iter_batches(batch_size=LIST_BATCH_ROWS, columns=["token_times"], use_threads=False):
-            total += pc.sum(pc.fill_null(pc.list_value_length(batch.column(0)), 0)).as_py() or 0
         return int(total)
 
     def frame(self) -> pd.DataFrame:

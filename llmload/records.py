@@ -30,6 +30,7 @@ __all__ = [
     "OUTCOMES",
     "RECORD_SCHEMA",  # noqa: F822 (module __getattr__: built on first use)
     "Record",
+    "ROW_GROUP_ROWS",
     "RecordWriter",
     "TABLE_CHUNK_ROWS",
     "iter_record_files",
@@ -130,6 +131,8 @@ _FIELD_NAMES = tuple(f.name for f in fields(Record))
 
 #: records converted to Arrow at a time (`records_table`): bounds the Python dicts held at once
 TABLE_CHUNK_ROWS = 50_000
+#: rows per row group of `records.parquet`: the analysis reads a step's rows group by group
+ROW_GROUP_ROWS = 131_072
 
 
 def _jsonable(value: object) -> object:
@@ -368,7 +371,8 @@ def _merge(sources: Iterable[str | Path], out: str | Path) -> Any:
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     try:
-        pq.write_table(table, tmp, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)])
+        pq.write_table(table, tmp, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)],
+                       row_group_size=ROW_GROUP_ROWS)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
