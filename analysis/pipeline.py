@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
 from analysis.limits import add_limits, step_limits
-from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests, event_gaps
+from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
 from analysis.run import Run
 from analysis.soak import soak_slices
 from analysis.split import queueing_split
@@ -160,6 +161,8 @@ def simulation_warning(simulation: dict) -> str:
 RUN_COLUMNS = ("step", "outcome", "scheduled_at", "sent_at", "end_at", "in_window", "finished", "good", "capped",
                "ttft_s", "e2e_s", "user_e2e_s", "input_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("ttfa_s", "cached_tokens", "turn")
+#: kept as categories (a small code per request, not a pointer to a string)
+CATEGORY_COLUMNS = ("step", "outcome")
 
 
 def analyze(run: Run, slo: SLO, client: Client | None = None, *,
@@ -193,10 +196,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         if not ran and (label in kept or not pos.size):
             rows.append(judged_step_row(None, step, slo, client, tel, None, empty))  # type: ignore[arg-type]
             continue
-        records = source.rows(pos)
-        gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above) \
-            if ran else None
-        req = _scalars(derive_requests(_scalars(records), windows, slo))
+        records, gaps = source.rows_and_gaps(pos, float32_above)
+        req = derive_requests(records, windows, slo)
         del records
         kept.add(label, req, pos)
         at = np.arange(len(req))
@@ -207,7 +208,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     others = [pos for label, pos in groups.items() if label not in kept]  # records of no plan step
     if others or not groups:
         pos = np.sort(np.concatenate(others)) if others else empty
-        kept.add("\x00others", _scalars(derive_requests(_scalars(source.rows(pos)), windows, slo)), pos)
+        kept.add("\x00others", derive_requests(_scalars(source.rows(pos)), windows, slo), pos)
     requests = kept.frame()
     steps = typed_table(rows)
     instances = typed_table(instance_rows) if instance_rows else None
@@ -256,7 +257,8 @@ class _KeptColumns:
     def add(self, label: str, requests: pd.DataFrame, positions: np.ndarray) -> None:
         if label in self.parts:
             return
-        self.parts[label] = {c: requests[c].to_numpy() for c in self.columns if c in requests.columns}
+        self.parts[label] = {c: pd.Categorical(requests[c]) if c in CATEGORY_COLUMNS else requests[c].to_numpy()
+                             for c in self.columns if c in requests.columns}
         self.positions[label] = positions
 
     def frame(self) -> pd.DataFrame:
@@ -271,7 +273,10 @@ class _KeptColumns:
                 continue
             if column in OPTIONAL_COLUMNS and not any(pd.notna(a).any() for a in arrays):
                 continue
-            values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+            if column in CATEGORY_COLUMNS:
+                values = union_categoricals(arrays) if len(arrays) > 1 else arrays[0]
+            else:
+                values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
             del arrays
             out[column] = values[sort] if sort is not None else values
         return pd.DataFrame(out)

@@ -29,6 +29,8 @@ __all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "FrameRecords", "ParquetRecor
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
 #: rows per decoded batch of a list column (bounds the decoder's temporary memory)
 LIST_BATCH_ROWS = 65_536
+#: the per-event list columns of the records
+LIST_COLUMNS = ("token_times", "token_counts")
 
 
 class Run:
@@ -63,6 +65,15 @@ class RecordSource:
 
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
         raise NotImplementedError
+
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+        """The rows at `positions` without their per-event lists, and the lists' `EventGaps`
+        (`analysis.requests.event_gaps`, float32 above `float32_above` events)."""
+        from analysis.requests import event_gaps
+
+        records = self.rows(positions)
+        gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
+        return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
 
     def column(self, name: str) -> pd.Series:
         raise NotImplementedError
@@ -144,17 +155,53 @@ class ParquetRecords(RecordSource):
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
         """The rows at `positions` (ascending). Read on from where the last call stopped when they come
         after it (steps in file order: the file is decoded once), else from their first row group."""
-        pos = np.asarray(positions, dtype=np.int64)
+        table = pa.Table.from_batches(list(self._batches(positions)), schema=self._file.schema_arrow)
+        frame = records_from_table(table)
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame
+
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+        """`RecordSource.rows_and_gaps`, the gaps made batch by batch as the rows are read: a step's event
+        times are never all in memory, only their gaps."""
+        from analysis.requests import EventGaps, event_gaps
+
         schema = self._file.schema_arrow
+        lists = [name for name in LIST_COLUMNS if name in schema.names]
+        scalars, chunk, token, offsets, counted = [], [], [], [np.array([0], dtype=np.int64)], 0
+        any_token = False
+        for batch in self._batches(positions):
+            gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
+                              if "token_counts" in lists else None, float32_above=float32_above)
+            chunk.append(gaps.chunk)
+            token.append(gaps.token)
+            any_token |= gaps.token is not None
+            offsets.append(gaps.offsets[1:] + counted)
+            counted += int(gaps.offsets[-1])
+            scalars.append(batch.drop_columns(lists))
+        dtype = np.float32 if counted > float32_above else np.float64
+        gaps = EventGaps(np.concatenate(chunk) if chunk else np.array([], dtype=dtype),
+                         np.concatenate(offsets),
+                         (np.concatenate([t if t is not None else np.full(c.size, np.nan, dtype=c.dtype)
+                                          for t, c in zip(token, chunk, strict=True)]) if any_token else None))
+        del chunk, token
+        table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
+        del scalars
+        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame, gaps
+
+    def _batches(self, positions: np.ndarray) -> Any:
+        pos = np.asarray(positions, dtype=np.int64)
         if not pos.size:
-            return records_from_table(schema.empty_table())
+            return
         if self._cursor is None or pos[0] < self._cursor[0]:
             first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
             batches = self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(
                 first, self._file.num_row_groups)), use_threads=False)
             self._cursor = (int(self._starts[first]), None, batches)
         at, batch, batches = self._cursor
-        pieces = []
         while True:
             if batch is None:
                 batch = next(batches, None)
@@ -164,17 +211,12 @@ class ParquetRecords(RecordSource):
             lo, hi = np.searchsorted(pos, [at, at + n])
             if hi > lo:  # a step's rows are a contiguous run: a slice, not a copy
                 contiguous = pos[hi - 1] - pos[lo] == hi - lo - 1
-                pieces.append(batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
-                              else batch.take(pa.array(pos[lo:hi] - at)))
+                yield (batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
+                       else batch.take(pa.array(pos[lo:hi] - at)))
             if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
                 break
             at, batch = at + n, None
         self._cursor = (at, batch, batches)
-        table = pa.Table.from_batches(pieces, schema=schema) if pieces else schema.empty_table()
-        del pieces
-        frame = records_from_table(table)
-        pa.default_memory_pool().release_unused()
-        return frame
 
     def column(self, name: str) -> pd.Series:
         if name not in self._file.schema_arrow.names:
