@@ -230,15 +230,20 @@ class ParquetRecords(RecordSource):
         if "token_times" not in names:
             return 0
         meta, total = self._file.metadata, 0
-        paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
-        if "token_times.list.element" not in paths:
+        leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.startswith("token_times.")]
+        if len(leaves) != 1:
             return self._count_events()
-        index = paths.index("token_times.list.element")
         for i in range(meta.num_row_groups):
-            stats = meta.row_group(i).column(index).statistics
+            stats = meta.row_group(i).column(leaves[0]).statistics
             if stats is None:
                 return self._count_events()
             total += stats.num_values
+        return int(total)
+
+    def _count_events(self) -> int:
+        total = 0
+        for batch in self._file.iter_batches(batch_size=LIST_BATCH_ROWS, columns=["token_times"], use_threads=False):
+            total += pc.sum(pc.fill_null(pc.list_value_length(batch.column(0)), 0)).as_py() or 0
         return int(total)
 
     def frame(self) -> pd.DataFrame:
