@@ -257,8 +257,9 @@ class _KeptColumns:
     def add(self, label: str, requests: pd.DataFrame, positions: np.ndarray) -> None:
         if label in self.parts:
             return
-        self.parts[label] = {c: pd.Categorical(requests[c]) if c in CATEGORY_COLUMNS else requests[c].to_numpy()
-                             for c in self.columns if c in requests.columns}
+        # copies: a view of one column would keep the step's whole block of columns alive
+        self.parts[label] = {c: pd.Categorical(requests[c]) if c in CATEGORY_COLUMNS else
+                             requests[c].to_numpy(copy=True) for c in self.columns if c in requests.columns}
         self.positions[label] = positions
 
     def frame(self) -> pd.DataFrame:

@@ -127,7 +127,9 @@ class ParquetRecords(RecordSource):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = pq.ParquetFile(path)
+        # pre_buffer off: with it, the reader keeps every row group's bytes it read until the file is done
+        # (a run's whole file by the last step)
+        self._file = pq.ParquetFile(path, pre_buffer=False)
         #: (first row of `batch`, the batch read and not yet used up, the batch iterator) of the last read
         self._cursor: tuple[int, Any, Any] | None = None
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
