@@ -79,19 +79,19 @@ def _chunk(rng: np.random.Generator, sched: np.ndarray, label: str, first_id: in
                                 schema=RECORD_SCHEMA)
 
 
-def build_run(root: Path, n: int, seed: int = 1) -> dict:
+def build_run(root: Path, n: int, seed: int = 1, steps_count: int = STEPS) -> dict:
     """A ladder of STEPS rates with n requests in all, written `CHUNK` requests at a time (the same run
     whatever the memory: each step's and chunk's draws come from their own seed); returns what was
     generated."""
-    per_step = n // STEPS
-    rates = np.linspace(10.0, 100.0, STEPS)
+    per_step = n // steps_count
+    rates = np.linspace(10.0, 100.0, steps_count)
     steps = []
     t = 1.7e9
     events = records = 0
     with pq.ParquetWriter(root / "records.parquet", RECORD_SCHEMA) as writer:
         for i, rate in enumerate(rates):
             length = per_step / rate
-            label = f"r{rate:g}"
+            label = f"r{rate:g}" if steps_count == STEPS else f"s{i:04d}-r{rate:g}"
             sched = t + np.sort(np.random.default_rng([seed, i]).uniform(0, length, per_step))
             steps.append({"label": label, "index": i, "phase": "ladder", "target_rate": float(rate),
                           "arrival": "poisson", "concurrency": None, "start_at": t, "window_start": t + 0.05 * length,
@@ -113,7 +113,7 @@ def build_run(root: Path, n: int, seed: int = 1) -> dict:
                                    "value": rng.uniform(0, 1, ts.size) * scale})
                      for src, metric, scale in series])
     tel.to_parquet(root / "telemetry.parquet")
-    return {"records": int(records), "events": int(events), "steps": STEPS, "telemetry_rows": len(tel)}
+    return {"records": int(records), "events": int(events), "steps": steps_count, "telemetry_rows": len(tel)}
 
 
 _CHILD = r"""
@@ -184,6 +184,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help="steps of the ladder (the analysis' memory is its largest step's, plus ~70 B a request)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "analysis.json")
     parser.add_argument("--compare-with", type=Path, default=None, metavar="CHECKOUT",
                         help="also analyse the same records with the code of another checkout (e.g. the code "
@@ -195,7 +197,7 @@ def main() -> int:
         root = Path(tmp) / "run"
         root.mkdir()
         t = time.perf_counter()
-        built = build_run(root, args.records)
+        built = build_run(root, args.records, steps_count=args.steps)
         built["build_s"] = time.perf_counter() - t
         try:
             figures = _analyse(root)
