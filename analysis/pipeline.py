@@ -9,26 +9,36 @@ record and summary. Pure: the `Run` is not modified.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
 from analysis.limits import add_limits, step_limits
-from analysis.requests import derive_requests, event_gaps
+from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
 from analysis.run import Run
 from analysis.soak import soak_slices
 from analysis.split import queueing_split
-from analysis.steps import instance_table, step_table
+from analysis.steps import (
+    _scalars,
+    instance_indexes,
+    instance_names,
+    judged_step_row,
+    step_instance_rows,
+    typed_table,
+)
 from analysis.summary import build_summary, not_checked
 from analysis.telemetry_stats import TelemetryIndex
 from analysis.timeline import timeline
 from analysis.worksheet import worksheet
 from llmload.config import SLO, Client, Conditions
-from shapes.phases import is_closed_loop
+from shapes.phases import is_closed_loop, phases_where
 
 __all__ = ["Analysis", "analyze", "needs_text"]
 
@@ -145,21 +155,70 @@ def simulation_warning(simulation: dict) -> str:
             "that model's, a rehearsal of the plan, not a capacity of the target")
 
 
+#: the per-request columns the whole-run consumers read (`Analysis.requests`: timeline, limits, planning,
+#: turns, the report's plots and answer, compare), kept for every request; the rest of a step's derived
+#: requests (and its per-event lists) live only while the step is analysed. `OPTIONAL_COLUMNS` are kept
+#: only where some request has a value (their readers treat an absent column as all-null).
+RUN_COLUMNS = ("step", "outcome", "scheduled_at", "sent_at", "end_at", "in_window", "finished", "good", "capped",
+               "ttft_s", "e2e_s", "user_e2e_s", "input_tokens", "output_tokens")
+OPTIONAL_COLUMNS = ("ttfa_s", "cached_tokens", "turn")
+#: kept as categories (a small code per request, not a pointer to a string)
+CATEGORY_COLUMNS = ("step", "outcome")
+
+
 def analyze(run: Run, slo: SLO, client: Client | None = None, *,
             conditions: Conditions | None = None) -> Analysis:
-    """Analyse a loaded run against an SLO (and the generator limits of `client`)."""
+    """Analyse a loaded run against an SLO (and the generator limits of `client`).
+
+    A step at a time: each plan step's records are read (`Run.source`), derived, their event gaps
+    exploded, the step judged and its instance rows made; then only `RUN_COLUMNS` of its requests are
+    kept. So the memory is one step's working set plus a few numbers per request, whatever the run's
+    length. The event gaps are float32 where the run's events are over `FLOAT32_GAPS_ABOVE`, as when the
+    run was analysed whole."""
     plan_steps = list(run.plan.get("steps", []))
-    records = run.records.reset_index(drop=True)
-    requests = derive_requests(records, _windows(plan_steps), slo)
-    gaps = event_gaps(records["token_times"], records.get("token_counts"))
+    source = run.source
+    windows = _windows(plan_steps)
     tel = TelemetryIndex(run.telemetry)
-    steps = step_table(requests, plan_steps, slo, client, tel, gaps)
+    float32_above = -1 if source.total_events() > FLOAT32_GAPS_ABOVE else math.inf
+    groups = source.groups()
+    names = instance_names(source.column("instance")) if groups else None
+    indexes = instance_indexes(tel, names) if names is not None else {}
+    bursts = set(phases_where(burst_pair="burst"))
+    columns = RUN_COLUMNS + OPTIONAL_COLUMNS + (tuple(c for c in PER_REQUEST_COLUMNS.values() if c) if any(
+        s.get("phase") in bursts for s in plan_steps) else ())
+    kept = _KeptColumns(columns)
+    rows: list[dict] = []
+    instance_rows: list[dict] = []
+    empty = np.array([], dtype=np.int64)
+    for step in plan_steps:
+        label = str(step["label"])
+        pos = groups.get(label, empty)
+        ran = step.get("status") != "not_run"
+        if not ran and (label in kept or not pos.size):
+            rows.append(judged_step_row(None, step, slo, client, tel, None, empty))  # type: ignore[arg-type]
+            continue
+        records, gaps = source.rows_and_gaps(pos, float32_above)
+        req = derive_requests(records, windows, slo)
+        del records
+        kept.add(label, req, pos)
+        at = np.arange(len(req))
+        rows.append(judged_step_row(req if ran else None, step, slo, client, tel, gaps, at))  # type: ignore[arg-type]
+        if names is not None and ran:
+            instance_rows.extend(step_instance_rows(req, step, names, slo, indexes, gaps, at))  # type: ignore[arg-type]
+        del req, gaps
+    others = [pos for label, pos in groups.items() if label not in kept]  # records of no plan step
+    if others or not groups:
+        pos = np.sort(np.concatenate(others)) if others else empty
+        kept.add("\x00others", derive_requests(_scalars(source.rows(pos)), windows, slo), pos)
+    requests = kept.frame()
+    steps = typed_table(rows)
+    instances = typed_table(instance_rows) if instance_rows else None
     conds = fixed_conditions(run.manifest, conditions)
     if not steps.empty:
         steps = steps.assign(limit=pd.Series(step_limits(steps, requests, tel, conds), index=steps.index, dtype=object))
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
-    warnings = _warnings(records, plan_steps, steps, slo, run.telemetry)
+    warnings = _warnings(requests, plan_steps, steps, slo, run.telemetry)
     simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first
         warnings = [simulation_warning(simulation), *warnings]
@@ -178,6 +237,48 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),
         requests=requests, split=queueing_split(requests, steps), burst=burst,
         timeline=timeline(requests, plan_steps, run.telemetry), slices=slices,
-        instances=instance_table(requests, plan_steps, slo, tel, gaps), decision=decision,
+        instances=instances, decision=decision,
         warnings=warnings, slo=slo,
     )
+
+
+
+class _KeptColumns:
+    """The kept columns of every step's requests, as arrays (freed one by one as the run's frame is made)."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        self.parts: dict[str, dict[str, np.ndarray]] = {}
+        self.positions: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, list] = {}
+
+    def __contains__(self, label: str) -> bool:
+        return label in self.parts
+
+    def add(self, label: str, requests: pd.DataFrame, positions: np.ndarray) -> None:
+        if label in self.parts:
+            return
+        # copies: a view of one column would keep the step's whole block of columns alive
+        self.parts[label] = {c: pd.Categorical(requests[c]) if c in CATEGORY_COLUMNS else
+                             requests[c].to_numpy(copy=True) for c in self.columns if c in requests.columns}
+        self.positions[label] = positions
+
+    def frame(self) -> pd.DataFrame:
+        """One frame in the records' order."""
+        labels = list(self.parts)
+        order = np.concatenate([self.positions[k] for k in labels]) if labels else np.array([], dtype=np.int64)
+        sort = np.argsort(order, kind="stable") if order.size > 1 and (np.diff(order) < 0).any() else None
+        out = {}
+        for column in self.columns:
+            arrays = [self.parts[k].pop(column) for k in labels if column in self.parts[k]]
+            if len(arrays) != len(labels):
+                continue
+            if column in OPTIONAL_COLUMNS and not any(pd.notna(a).any() for a in arrays):
+                continue
+            if column in CATEGORY_COLUMNS:
+                values = union_categoricals(arrays) if len(arrays) > 1 else arrays[0]
+            else:
+                values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+            del arrays
+            out[column] = values[sort] if sort is not None else values
+        return pd.DataFrame(out)

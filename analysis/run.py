@@ -11,35 +11,245 @@ Missing records or plan is a user mistake and raises `ConfigError` naming the fi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llmload.errors import ConfigError
 from llmload.records import RECORD_SCHEMA
 
-__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "Run", "empty_records", "empty_telemetry", "load_run",
-           "records_from_table"]
+__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "FrameRecords", "ParquetRecords", "RecordSource", "Run",
+           "empty_records", "empty_telemetry", "load_run", "records_from_table"]
 
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
 #: rows per decoded batch of a list column (bounds the decoder's temporary memory)
 LIST_BATCH_ROWS = 65_536
+#: the per-event list columns of the records
+LIST_COLUMNS = ("token_times", "token_counts")
 
 
-@dataclass
 class Run:
-    """A run directory's data: one row per request, the telemetry (long format), the plan, the manifest."""
+    """A run directory's data: the records (a frame in memory, or a `RecordSource` read a step at a time),
+    the telemetry (long format), the plan, the manifest."""
 
-    records: pd.DataFrame
-    telemetry: pd.DataFrame
-    plan: dict
-    manifest: dict = field(default_factory=dict)
-    path: Path | None = None
-    #: why `telemetry.parquet` could not be read (the run is then analysed without telemetry); None if it was
-    telemetry_error: str | None = None
+    def __init__(self, records: pd.DataFrame | RecordSource, telemetry: pd.DataFrame, plan: dict,
+                 manifest: dict | None = None, path: Path | None = None, telemetry_error: str | None = None) -> None:
+        #: where the records come from, a step at a time (`analysis.pipeline.analyze` reads them so)
+        self.source: RecordSource = (records if isinstance(records, RecordSource)
+                                     else FrameRecords(records))
+        self.telemetry = telemetry
+        self.plan = plan
+        self.manifest = manifest if manifest is not None else {}
+        self.path = path
+        #: why `telemetry.parquet` could not be read (the run is then analysed without telemetry); None if it was
+        self.telemetry_error = telemetry_error
+
+    @property
+    def records(self) -> pd.DataFrame:
+        """Every record as one frame (read whole on first use: the analysis itself reads a step at a time)."""
+        return self.source.frame()
+
+
+class RecordSource:
+    """The records of a run, by step: `labels()` (each row's step), `rows(positions)` (those rows as a
+    records frame, in file order), `column(name)` (one scalar column of every row), `total_events()`."""
+
+    def groups(self) -> dict[str, np.ndarray]:
+        """Row positions (ascending) per step label as text (rows with no step: "nan")."""
+        raise NotImplementedError
+
+    def rows(self, positions: np.ndarray) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+        """The rows at `positions` without their per-event lists, and the lists' `EventGaps`
+        (`analysis.requests.event_gaps`, float32 above `float32_above` events)."""
+        from analysis.requests import event_gaps
+
+        records = self.rows(positions)
+        gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
+        return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
+
+    def column(self, name: str) -> pd.Series:
+        raise NotImplementedError
+
+    def total_events(self) -> int:
+        raise NotImplementedError
+
+    def frame(self) -> pd.DataFrame:
+        raise NotImplementedError
+
+
+class FrameRecords(RecordSource):
+    """Records already in memory (a test's frame, `load_run(..., stepwise=False)`)."""
+
+    def __init__(self, records: pd.DataFrame) -> None:
+        self._frame = records.reset_index(drop=True)
+
+    def groups(self) -> dict[str, np.ndarray]:
+        if not len(self._frame):
+            return {}
+        if "step" not in self._frame:
+            return {"nan": np.arange(len(self._frame))}
+        groups = self._frame.groupby("step", sort=False, dropna=False).indices
+        return {str(k): np.asarray(v) for k, v in groups.items()}
+
+    def rows(self, positions: np.ndarray) -> pd.DataFrame:
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and pos[-1] - pos[0] + 1 == pos.size:  # a contiguous run: a slice
+            return self._frame.iloc[int(pos[0]):int(pos[-1]) + 1].reset_index(drop=True)
+        return self._frame.iloc[pos].reset_index(drop=True)
+
+    def column(self, name: str) -> pd.Series:
+        return self._frame[name] if name in self._frame else pd.Series(np.nan, index=self._frame.index)
+
+    def total_events(self) -> int:
+        if "token_times" not in self._frame or not len(self._frame):
+            return 0
+        from analysis.requests import list_chunks
+
+        chunks = list_chunks(self._frame["token_times"], pa.float64())
+        return int(sum(pc.sum(pc.fill_null(pc.list_value_length(c), 0)).as_py() or 0 for c in chunks))
+
+    def frame(self) -> pd.DataFrame:
+        return self._frame
+
+
+class ParquetRecords(RecordSource):
+    """`records.parquet` read a step at a time: a step's rows are read (in batches of `LIST_BATCH_ROWS`
+    rows, only from the row groups that hold them) when the analysis reaches it, and dropped after, so the
+    memory is a step's, not the run's. Only the `step` column is read whole."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # pre_buffer off: with it, the reader keeps every row group's bytes it read until the file is done
+        # (a run's whole file by the last step)
+        self._file = pq.ParquetFile(path, pre_buffer=False)
+        #: (first row of `batch`, the batch read and not yet used up, the batch iterator) of the last read
+        self._cursor: tuple[int, Any, Any] | None = None
+        self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
+                                                       for i in range(self._file.num_row_groups)])])
+
+    def groups(self) -> dict[str, np.ndarray]:
+        # read as a dictionary: one small code per row, not a Python string per row
+        column = pq.ParquetFile(self.path, read_dictionary=["step"]).read(columns=["step"], use_threads=False)
+        chunks = column.column("step").chunks
+        if not chunks:
+            return {}
+        steps = pa.chunked_array(chunks).unify_dictionaries() if len(chunks) > 1 else pa.chunked_array(chunks)
+        codes = np.concatenate([c.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+                                for c in steps.chunks])
+        names = [str(v) for v in steps.chunks[0].dictionary.to_pylist()] + ["nan"]
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(-1, len(names)))
+        out = {}
+        for code in range(-1, len(names) - 1):
+            rows = order[bounds[code + 1]:bounds[code + 2]]
+            if rows.size:
+                out[names[code]] = rows
+        return out
+
+    def rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """The rows at `positions` (ascending). Read on from where the last call stopped when they come
+        after it (steps in file order: the file is decoded once), else from their first row group."""
+        table = pa.Table.from_batches(list(self._batches(positions)), schema=self._file.schema_arrow)
+        frame = records_from_table(table)
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame
+
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+        """`RecordSource.rows_and_gaps`, the gaps made batch by batch as the rows are read: a step's event
+        times are never all in memory, only their gaps."""
+        from analysis.requests import EventGaps, event_gaps
+
+        schema = self._file.schema_arrow
+        lists = [name for name in LIST_COLUMNS if name in schema.names]
+        scalars, chunk, token, offsets, counted = [], [], [], [np.array([0], dtype=np.int64)], 0
+        any_token = False
+        for batch in self._batches(positions):
+            gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
+                              if "token_counts" in lists else None, float32_above=float32_above)
+            chunk.append(gaps.chunk)
+            token.append(gaps.token)
+            any_token |= gaps.token is not None
+            offsets.append(gaps.offsets[1:] + counted)
+            counted += int(gaps.offsets[-1])
+            scalars.append(batch.drop_columns(lists))
+        dtype = np.float32 if counted > float32_above else np.float64
+        gaps = EventGaps(np.concatenate(chunk) if chunk else np.array([], dtype=dtype),
+                         np.concatenate(offsets),
+                         (np.concatenate([t if t is not None else np.full(c.size, np.nan, dtype=c.dtype)
+                                          for t, c in zip(token, chunk, strict=True)]) if any_token else None))
+        del chunk, token
+        table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
+        del scalars
+        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame, gaps
+
+    def _batches(self, positions: np.ndarray) -> Any:
+        pos = np.asarray(positions, dtype=np.int64)
+        if not pos.size:
+            return
+        if self._cursor is None or pos[0] < self._cursor[0]:
+            first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
+            batches = self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(
+                first, self._file.num_row_groups)), use_threads=False)
+            self._cursor = (int(self._starts[first]), None, batches)
+        at, batch, batches = self._cursor
+        while True:
+            if batch is None:
+                batch = next(batches, None)
+                if batch is None:
+                    break
+            n = batch.num_rows
+            lo, hi = np.searchsorted(pos, [at, at + n])
+            if hi > lo:  # a step's rows are a contiguous run: a slice, not a copy
+                contiguous = pos[hi - 1] - pos[lo] == hi - lo - 1
+                yield (batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
+                       else batch.take(pa.array(pos[lo:hi] - at)))
+            if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
+                break
+            at, batch = at + n, None
+        self._cursor = (at, batch, batches)
+
+    def column(self, name: str) -> pd.Series:
+        if name not in self._file.schema_arrow.names:
+            return pd.Series(np.nan, index=range(self._file.metadata.num_rows))
+        return self._file.read(columns=[name], use_threads=False).column(name).to_pandas()
+
+    def total_events(self) -> int:
+        """Events of every request, from the file's statistics (the `token_times` values that are not null;
+        a NaN event time, stored as a null inside its list, is not counted); read when there are none."""
+        names = self._file.schema_arrow.names
+        if "token_times" not in names:
+            return 0
+        meta, total = self._file.metadata, 0
+        leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.startswith("token_times.")]
+        if len(leaves) != 1:
+            return self._count_events()
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(leaves[0]).statistics
+            if stats is None:
+                return self._count_events()
+            total += stats.num_values
+        return int(total)
+
+    def _count_events(self) -> int:
+        total = 0
+        for batch in self._file.iter_batches(batch_size=LIST_BATCH_ROWS, columns=["token_times"], use_threads=False):
+            total += pc.sum(pc.fill_null(pc.list_value_length(batch.column(0)), 0)).as_py() or 0
+        return int(total)
+
+    def frame(self) -> pd.DataFrame:
+        return records_from_table(_read_records(self.path))
 
 
 def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:
@@ -93,8 +303,10 @@ def _read_records(path: Path) -> pa.Table:
     return table
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Read `records.parquet`, `plan.json`, `telemetry.parquet` (optional), `manifest.json` (optional)."""
+def load_run(run_dir: str | Path, *, stepwise: bool = True) -> Run:
+    """Read `records.parquet`, `plan.json`, `telemetry.parquet` (optional), `manifest.json` (optional).
+    `stepwise` (the default): the records stay on disk and are read a step at a time (`ParquetRecords`);
+    else they are read whole now."""
     root = Path(run_dir)
     if not root.is_dir():
         raise ConfigError("not a run directory", file=str(root))
@@ -104,7 +316,8 @@ def load_run(run_dir: str | Path) -> Run:
     if not plan_path.exists():
         raise ConfigError("no plan.json in this run directory", file=str(plan_path))
     try:
-        records = records_from_table(_read_records(rec_path))
+        records: pd.DataFrame | RecordSource = (ParquetRecords(rec_path) if stepwise
+                                                else records_from_table(_read_records(rec_path)))
     except (pa.ArrowInvalid, OSError) as exc:
         raise ConfigError(f"unreadable Parquet: {exc}", file=str(rec_path)) from None
     plan = _read_json(plan_path)

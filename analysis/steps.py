@@ -16,7 +16,8 @@ from analysis.telemetry_stats import TelemetryIndex
 from analysis.verdict import judge, judged_fields
 from llmload.config import SLO, Client
 
-__all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_table", "step_table"]
+__all__ = ["COUNT_COLUMNS", "UNROUTED", "instance_indexes", "instance_names", "instance_table", "judged_step_row",
+           "step_instance_rows", "step_table", "typed_table"]
 
 #: integer columns: nullable Int64 so a not-run step is <NA>, not a float NaN turning counts into 20.0
 COUNT_COLUMNS = ("index", "arrivals", "sent", "completed", "ok", "tpot_excluded", "oom")
@@ -51,17 +52,29 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
     base = _scalars(requests)
     rows = []
     for step in plan_steps:
-        if step.get("status") == "not_run":
-            row = empty_metrics(step)
-            row.update(judged_fields("not_run", [], {"unmeasured": [], "undecided": [], "invalid": [],
-                                                     "over_on_few_samples": [], "undecided_targets": []}))
-            rows.append(row)
-            continue
         pos = groups.get(str(step["label"]), np.array([], dtype=np.int64))
-        row = step_metrics(_take(base, pos), step, slo, tel, gaps, pos)
-        verdict, failing, details = judge(row, step, slo, client)
-        row.update(judged_fields(verdict, failing, details))
-        rows.append(row)
+        rows.append(judged_step_row(_take(base, pos) if step.get("status") != "not_run" else None, step, slo,
+                                    client, tel, gaps, pos))
+    return typed_table(rows)
+
+
+def judged_step_row(requests: pd.DataFrame | None, step: dict, slo: SLO, client: Client | None,
+                    tel: TelemetryIndex, gaps: EventGaps, pos: np.ndarray) -> dict:
+    """One plan step's judged row from its own requests (scalar columns; `pos`: their positions in
+    `gaps`). A step that did not run has the empty row (its `requests` are not read)."""
+    if step.get("status") == "not_run":
+        row = empty_metrics(step)
+        row.update(judged_fields("not_run", [], {"unmeasured": [], "undecided": [], "invalid": [],
+                                                 "over_on_few_samples": [], "undecided_targets": []}))
+        return row
+    row = step_metrics(requests, step, slo, tel, gaps, pos)
+    verdict, failing, details = judge(row, step, slo, client)
+    row.update(judged_fields(verdict, failing, details))
+    return row
+
+
+def typed_table(rows: list[dict]) -> pd.DataFrame:
+    """The step table from its rows (counts as nullable integers)."""
     return _typed(pd.DataFrame(rows))
 
 
@@ -72,37 +85,56 @@ def _typed(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype({c: "Int64" for c in COUNT_COLUMNS if c in table}).copy()
 
 
+def instance_names(instances: pd.Series) -> list | None:
+    """The run's instances in the instance table's order (unrouted last); None when it had fewer than two."""
+    if instances.dropna().nunique() < 2:
+        return None
+    inst = instances.astype(object).where(instances.notna(), UNROUTED)
+    return sorted(inst.unique(), key=lambda n: (n == UNROUTED, str(n)))
+
+
 def instance_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, tel: TelemetryIndex,
                    gaps: EventGaps) -> pd.DataFrame | None:
     """Per instance and step: the step numbers of that instance's requests (no verdict: the rate
     checks belong to the whole generator). None when the run had a single instance."""
-    if "instance" not in requests or requests["instance"].dropna().nunique() < 2:
+    names = instance_names(requests["instance"]) if "instance" in requests else None
+    if names is None:
         return None
-    inst = requests["instance"].astype(object).where(requests["instance"].notna(), UNROUTED)
+    groups = _positions(requests, "step")
     base = _scalars(requests)
-    groups = _positions(base.assign(_key=inst.astype(str) + "\x00" + requests["step"].astype(str)), "_key")
+    indexes = instance_indexes(tel, names)
     rows = []
-    names = sorted(inst.unique(), key=lambda n: (n == UNROUTED, str(n)))
-    indexes = _instance_indexes(tel, names)
     for step in plan_steps:
-        if step.get("status") == "not_run":
-            continue
-        for name in names:
-            pos = groups.get(f"{name}\x00{step['label']}")
-            if pos is None:
-                continue
-            row = step_metrics(_take(base, pos), step, slo, TelemetryIndex(None), gaps, pos)
-            own = indexes.get(str(name))
-            ws, we = row["window_start"], row["window_end"]
-            nan = float("nan")
-            row.update(running_mean=own.gauge_mean("running", ws, we) if own else nan,
-                       waiting_mean=own.gauge_mean("waiting", ws, we) if own else nan,
-                       kv_usage_peak=own.peak("kv_usage", ws, we) if own else nan)
-            rows.append({"instance": name, **row})
+        pos = groups.get(str(step["label"]))
+        if pos is not None:
+            rows.extend(step_instance_rows(_take(base, pos), step, names, slo, indexes, gaps, pos))
     return _typed(pd.DataFrame(rows)) if rows else None
 
 
-def _instance_indexes(tel: TelemetryIndex, names: list) -> dict[str, TelemetryIndex]:
+def step_instance_rows(requests: pd.DataFrame, step: dict, names: list, slo: SLO,
+                       indexes: dict[str, TelemetryIndex], gaps: EventGaps, pos: np.ndarray) -> list[dict]:
+    """One plan step's rows of the instance table (`requests`: the step's, `pos` their positions in `gaps`)."""
+    if step.get("status") == "not_run" or not len(requests):
+        return []
+    inst = requests["instance"].astype(object).where(requests["instance"].notna(), UNROUTED).astype(str)
+    groups = {str(k): np.asarray(v) for k, v in inst.groupby(inst, sort=False).indices.items()}
+    rows = []
+    for name in names:
+        own = groups.get(str(name))
+        if own is None:
+            continue
+        row = step_metrics(_take(requests, own), step, slo, TelemetryIndex(None), gaps, pos[own])
+        index = indexes.get(str(name))
+        ws, we = row["window_start"], row["window_end"]
+        nan = float("nan")
+        row.update(running_mean=index.gauge_mean("running", ws, we) if index else nan,
+                   waiting_mean=index.gauge_mean("waiting", ws, we) if index else nan,
+                   kv_usage_peak=index.peak("kv_usage", ws, we) if index else nan)
+        rows.append({"instance": name, **row})
+    return rows
+
+
+def instance_indexes(tel: TelemetryIndex, names: list) -> dict[str, TelemetryIndex]:
     """A telemetry index per instance, from the source `server:<instance>` (absent: no entry)."""
     frame = tel.frame
     if frame is None or frame.empty:

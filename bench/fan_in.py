@@ -15,12 +15,15 @@ Measured, over the step's arrivals:
 - the delay from a record being shipped (its `closed_at` is stamped just before its batch is sent) to it
   being counted: the master copies every record it takes into `records/master.jsonl` as it counts it,
   which this script tails every `TAIL_S` (so the figure includes up to that much polling);
-- lost records: shipped minus counted (must be 0).
+- lost records: shipped minus counted (must be 0);
+- the master's RSS over time (`master_rss_mib_every_10s`, sampled each `TAIL_S`, the highest of each 10 s)
+  and its growth after the first minute (issue 46: flat, under 300 MB, for 5 minutes at 10,000 req/s).
 
     python bench/fan_in.py                                 # 32 workers, 10,000 req/s, 60 s
     python bench/fan_in.py --quick                         # 4 workers, 400 req/s, 3 s (the smoke test)
     python bench/fan_in.py --profile prof.out --duration 20 # the master under cProfile
     python bench/fan_in.py --metrics                       # and serving live /metrics (as on Kubernetes)
+    python bench/fan_in.py --duration 300 --out bench/results/fan_in_5min.json  # 3 million records (issue 46)
 
 Results: bench/results/fan_in.json; bench/README.md ("Fan-in") and docs/SCALING.md read them.
 """
@@ -211,6 +214,7 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
                                      stderr=subprocess.DEVNULL) for i in range(drivers) if per[i]]
     driver_ps = [psutil.Process(d.pid) for d in driver_procs]
     counted, delays, peak_rss = 0, [], 0
+    rss_by_10s: dict[int, float] = {}  # seconds since the step's start // 10 -> the highest RSS (MiB)
     driver_cpu0 = driver_cpu_last = None
     cpu0 = t_start = t_last = cpu_last = None
     tail = run_dir / "records" / "master.jsonl"
@@ -220,7 +224,11 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
     try:
         while time.time() < deadline:  # until every record is counted, or the step drained
             time.sleep(TAIL_S)
-            peak_rss = max(peak_rss, proc.memory_info().rss)
+            rss = proc.memory_info().rss
+            peak_rss = max(peak_rss, rss)
+            if t_start is not None:
+                slot = int((now() - t_start) // 10)
+                rss_by_10s[slot] = max(rss_by_10s.get(slot, 0.0), rss / 2**20)
             step = _plan_step(run_dir)
             if cpu0 is None and step is not None and step.get("start_at") and now() >= step["start_at"]:
                 times = proc.cpu_times()
@@ -269,8 +277,15 @@ def measure(workers: int, rate: float, duration_s: float, drivers: int, profile:
     d = np.array(delays) if delays else np.array([np.nan])
     cpu_s = (cpu_last - cpu0) if cpu0 is not None and cpu_last is not None else None
     wall_s = (t_last - t_start) if t_start is not None and t_last is not None else None
+    series = [round(rss_by_10s.get(i, float("nan")), 1) for i in range(max(rss_by_10s, default=-1) + 1)]
+    first_minute = max(series[:6], default=None)
+    after = series[6:]
     return {
         "workers": workers, "rate": rate, "duration_s": duration_s, "drivers": len(driver_procs),
+        "master_rss_mib_every_10s": series,
+        "master_rss_first_minute_max_mib": first_minute,
+        "master_rss_after_first_minute_max_mib": max(after) if after else None,
+        "master_rss_growth_after_first_minute_mib": (round(max(after) - after[0], 1) if after else None),
         "live_metrics": metrics,
         "expected_records": expected, "shipped_records": shipped if drivers_done else None,
         "counted_records": counted, "lost_records": (shipped - counted) if drivers_done else None,

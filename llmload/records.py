@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from math import isfinite
 from pathlib import Path
@@ -30,7 +30,10 @@ __all__ = [
     "OUTCOMES",
     "RECORD_SCHEMA",  # noqa: F822 (module __getattr__: built on first use)
     "Record",
+    "ROW_GROUP_ROWS",
     "RecordWriter",
+    "TABLE_CHUNK_ROWS",
+    "iter_record_files",
     "merge_record_files",
     "merge_records",
     "read_record_files",
@@ -126,6 +129,11 @@ def row_json(data: dict) -> str:
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))
 
+#: records converted to Arrow at a time (`records_table`): bounds the Python dicts held at once
+TABLE_CHUNK_ROWS = 50_000
+#: rows per row group of `records.parquet`: the analysis reads a step's rows group by group
+ROW_GROUP_ROWS = 131_072
+
 
 def _jsonable(value: object) -> object:
     raise TypeError(f"not JSON-serialisable in a record: {type(value).__name__}")
@@ -216,9 +224,9 @@ class RecordWriter:
         self.close()
 
 
-def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
-    """Rows from JSON-lines record files. A torn last line (a killed writer) is skipped."""
-    rows: list[dict] = []
+def iter_record_files(paths: Iterable[str | Path]) -> Iterator[dict]:
+    """Rows from JSON-lines record files, one at a time (a run's records need not fit in memory as dicts).
+    A torn last line (a killed writer) is skipped."""
     for path in paths:
         with open(path, "rb") as f:
             for line in f:
@@ -233,8 +241,12 @@ def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
                     except (json.JSONDecodeError, UnicodeDecodeError):
                         continue
                 if isinstance(row, dict):
-                    rows.append(row)
-    return rows
+                    yield row
+
+
+def read_record_files(paths: Iterable[str | Path]) -> list[dict]:
+    """Rows from JSON-lines record files. A torn last line (a killed writer) is skipped."""
+    return list(iter_record_files(paths))
 
 
 def _keep_rows(keys: pd.DataFrame) -> list[int] | None:
@@ -312,17 +324,35 @@ def _storable(rows: list[dict], schema: Any) -> list[dict]:
 
 def records_table(rows: Iterable[dict]) -> Any:
     """A `pyarrow.Table` with the record schema (missing keys become nulls), one row per request_id.
-    A value the schema cannot hold is dropped from its record (`_storable`), never the records."""
+    A value the schema cannot hold is dropped from its record (`_storable`), never the records. The rows
+    are converted `TABLE_CHUNK_ROWS` at a time: a run's records never sit in memory as Python dicts all
+    at once (`rows` may be a generator, `iter_record_files`), only as Arrow columns."""
     import pyarrow as pa
 
-    rows = [row for row in rows if isinstance(row, dict)]  # a line that is not an object holds no record
-    try:
-        table = pa.Table.from_pylist(rows, schema=_record_schema())
-    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
-        table = pa.Table.from_pylist(_storable(rows, _record_schema()), schema=_record_schema())
+    schema = _record_schema()
+    tables = []
+    chunk: list[dict] = []
+    for row in rows:
+        if isinstance(row, dict):  # a line that is not an object holds no record
+            chunk.append(row)
+            if len(chunk) >= TABLE_CHUNK_ROWS:
+                tables.append(_chunk_table(chunk, schema))
+                chunk = []
+    if chunk or not tables:
+        tables.append(_chunk_table(chunk, schema))
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     table = _nan_as_null(table)
     keep = _keep_rows(table.select(["request_id", "outcome", "scheduled_at"]).to_pandas())
     return table if keep is None else table.take(keep)
+
+
+def _chunk_table(rows: list[dict], schema: Any) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
+        return pa.Table.from_pylist(_storable(rows, schema), schema=schema)
 
 
 def records_frame(rows: Iterable[dict]) -> pd.DataFrame:
@@ -334,14 +364,15 @@ def _merge(sources: Iterable[str | Path], out: str | Path) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = records_table(read_record_files(sources))
+    table = records_table(iter_record_files(sources))
     # dictionary encoding for the text columns only: on the times, all different, it cost 40% of the
     # write's CPU and made the file 8% bigger. Written aside and moved into place: a write cut short
     # (a full disk) never leaves a truncated records.parquet where the record files had every record
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     try:
-        pq.write_table(table, tmp, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)])
+        pq.write_table(table, tmp, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)],
+                       row_group_size=ROW_GROUP_ROWS)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -11,6 +11,8 @@ import pytest
 from analysis_frames import plan_step, request, run_of
 
 from analysis import analyze, plan_in_flight
+from analysis.pipeline import OPTIONAL_COLUMNS, RUN_COLUMNS
+from analysis.requests import derive_requests
 from llmload.config import SLO
 
 SLO_SOAK = SLO.model_validate({"ttft_p95": "2s", "min_samples": 10})
@@ -124,7 +126,11 @@ def test_steps_columns_and_timeline() -> None:
     assert (tl.set_index("t").loc[0.0:9.0, "step"] == "s").all()
     derived = {"ttft_s", "user_ttft_s", "e2e_s", "user_e2e_s", "tpot_s", "client_wait_s", "send_lag_s",
                "in_window", "good"}
-    assert derived <= set(result.requests.columns)
+    run = run_of(rows, [plan_step("s", 0)])
+    assert derived <= set(derive_requests(run.records, {"s": (0.0, 100.0)}, SLO()).columns)
+    # the analysis keeps, for every request, only what its whole-run readers draw (issue 46: a step's
+    # other derived columns live while the step is analysed)
+    assert set(RUN_COLUMNS) <= set(result.requests.columns) <= set(RUN_COLUMNS) | set(OPTIONAL_COLUMNS)
 
 
 def test_split_without_server_queue_names_the_llamacpp_deferred_count() -> None:

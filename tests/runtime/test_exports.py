@@ -39,7 +39,7 @@ MODULES = {
     "runtime.locustglue.workerauth": ["HELLO", "REFUSED", "UNPROVEN_FRAME_BYTES", "install", "proof", "worker_token"],
     "runtime.master.start_form": ["RATES", "SLO_OPTION", "add_form_options", "apply_form", "form_help", "form_values",
                 "format_seconds", "shape_summary", "target_text"],
-    "runtime.master.live_series": ["KEEP_S", "LiveSeries", "meets_slo", "request_values"],
+    "runtime.master.live_series": ["FREEZE_S", "KEEP_S", "LiveSeries", "meets_slo", "request_values"],
     "runtime.locustglue.prom": ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition",
              "install", "serve"],
     "runtime.master.step_run": ["CANCEL_GRACE_S", "PROGRESS_EVERY_S", "Link", "RunControl", "StepContext", "StepRun"],

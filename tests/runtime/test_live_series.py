@@ -137,7 +137,8 @@ def _session(tmp_path, *, finished: bool = False, outcome: dict | None = None):
               drained_at=t - 9)
     first.verdict, first.table_row = "pass", {"label": "r1.00", "verdict": "pass", "offered_rate": 1.0}
     second.set(index=1, status=StepStatus.RUNNING, start_at=t - 5, window_start=t - 5, window_end=t + 5)
-    second.rows, second.offsets = [_row(t - 4.5), _row(t - 4.0)], np.arange(0, 10, 0.5)
+    second.rows.add([_row(t - 4.5), _row(t - 4.0)])
+    second.offsets = np.arange(0, 10, 0.5)
     controller = SimpleNamespace(steps=[first, second], running=lambda: second, done=Event(), now=now,
                                  tally=SimpleNamespace(step_waiting=lambda step: 0.0))
     run_dir = tmp_path / "run"

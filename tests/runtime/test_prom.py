@@ -17,7 +17,7 @@ from llmload.config import SLO
 from llmload.runtime.launcher.run import locust_command
 from llmload.runtime.locustglue import prom
 from llmload.runtime.master.step import Step, StepStatus
-from shapes.steps import StepSpec
+from shapes.steps import StepBounds, StepSpec
 
 T0 = 1_000_000.0
 
@@ -80,7 +80,9 @@ def test_running_step_gauges_workers_and_cpu():
     step = _RunningStep(StepSpec(label="r2.00", index=1, phase="ladder", arrival="constant", target_rate=2.0,
                                  duration_s=14.0))
     step.set(index=1, status=StepStatus.RUNNING, start_at=t - 5, window_start=t - 4, window_end=t + 10)
-    step.rows = [_row(t - 3.5), _row(t - 2.5), _row(t - 1.5, outcome="timeout"), _row(t - 4.5)]  # the last: warm-up
+    # shipped as the tally folds them in (`StepRecords`: the window's good requests counted on arrival)
+    step.rows.add([_row(t - 3.5), _row(t - 2.5), _row(t - 1.5, outcome="timeout"), _row(t - 4.5)],  # last: warm-up
+                  bounds=StepBounds(t - 5, t - 4, t + 10, t + 40), slo=SLO())
     judged = Step(StepSpec(label="r1.00", index=0, phase="ladder", arrival="constant", target_rate=1.0,
                            duration_s=14.0))
     judged.verdict, judged.table_row = "pass", {"verdict": "pass"}

@@ -107,7 +107,8 @@ def test_progress_line_leaves_the_warm_up_out_of_its_ttft():
 def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_full_pass():
     """Issue 29 (bench/fan_in.py): the progress line (and the web UI's running row) re-read every summary
     of the step each time, seconds of the master's CPU at 10,000 req/s; `ProgressStats` reads each once
-    and gives the same figures."""
+    and gives the same counts, and percentiles within its sketches' 0.5% (issue 46: a size that does
+    not grow with the step)."""
     from shapes.steps import StepBounds
 
     def row(i: int) -> dict:
@@ -124,12 +125,12 @@ def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_fu
         rows.append({**rows[-1], "first_token_at": float("nan")})  # a NaN is left out, as quick_stats does
         stats, full = running.update(rows), quick_stats(rows)
         assert (stats["done"], stats["ok"], stats["failed"]) == (full["done"], full["ok"], full["failed"])
-        assert stats["window_ttft_p95_s"] == pytest.approx(window_ttft_p95(rows, bounds))
+        assert stats["window_ttft_p95_s"] == pytest.approx(window_ttft_p95(rows, bounds), rel=0.006)
         assert running.seen == len(rows)
     whole = ProgressStats().update(rows)  # no window: every quick_stats figure (the web UI's running row)
-    assert whole["window_ttft_p95_s"] == pytest.approx(quick_stats(rows)["ttft_p95_s"])
+    assert whole["window_ttft_p95_s"] == pytest.approx(quick_stats(rows)["ttft_p95_s"], rel=0.006)
     for key, value in quick_stats(rows).items():
-        assert whole[key] == pytest.approx(value), key
+        assert whole[key] == pytest.approx(value, rel=0.006), key
 
 
 @pytest.mark.slow

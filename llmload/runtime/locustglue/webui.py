@@ -43,7 +43,6 @@ from llmload.redaction import redact
 from llmload.runtime.locustglue.seams import add_tab, fill_tab, override_start_form, splice_into_page
 from llmload.runtime.locustglue.webdoor import HOSTS_ENV, OwnOriginOnly, host_allowed
 from llmload.runtime.master.live_series import LiveSeries
-from llmload.runtime.master.live_table import ProgressStats
 from llmload.runtime.master.step import Step, StepStatus
 
 __all__ = ["LLM_TABLE", "TOKEN_FIELD", "TOKEN_HEADER", "check_post", "install_web_ui", "live_state", "step_rows"]
@@ -74,13 +73,9 @@ def _num(value: Any, scale: float = 1.0, digits: int = 2) -> float | None:
 
 
 def _running_stats(session: Any, controller: Any, step: Step) -> dict:
-    """`quick_stats` of the running step, folded in as its summaries arrive (`live_table.ProgressStats`): a
-    poll re-reading every summary of a long step cost the master seconds at 10,000 req/s."""
-    cache = vars(session).setdefault("_web_running_stats", {})
-    key = (id(controller), step.label)
-    if key not in cache:
-        cache[key] = ProgressStats()
-    return cache[key].update(step.rows)
+    """`quick_stats` of the running step, folded in as its summaries arrived (`StepRecords.progress`:
+    counts and quantile sketches); a poll never re-reads the step's summaries."""
+    return step.rows.stats()
 
 
 def step_rows(session: Any) -> list[dict]:
@@ -89,10 +84,6 @@ def step_rows(session: Any) -> list[dict]:
     if controller is None:
         return []
     steps: list[Step] = controller.steps
-    running = {(id(controller), s.label) for s in steps if not s.judged and s.status is StepStatus.RUNNING}
-    cache = vars(session).get("_web_running_stats", {})
-    for key in [k for k in cache if k not in running]:  # judged or another run's: done with
-        del cache[key]
     rows = []
     t = controller.now()
     for step in steps:

@@ -125,7 +125,8 @@ class StepController:
         self.wait_ready = wait_ready
         self.base_dir = base_dir
         self.seed = int(config.requests.seed)
-        self.tally = StepTally(self.run_dir, local=link.local, telemetry=telemetry, out=out, clock=clock)
+        self.tally = StepTally(self.run_dir, local=link.local, telemetry=telemetry, out=out, clock=clock,
+                               slo=config.slo)
         self.plan = PlanFile(self.run_dir, kind=config.shape.kind, workers=len(link.workers()),
                              seed=self.seed, started_at=self.now())
         self.lost = LostWorkers(self.run_dir, self.plan, out)

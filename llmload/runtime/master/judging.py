@@ -10,17 +10,18 @@ judged, and how, are those of the SLO registry (`llmload.slo`), through `analysi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from analysis.run import records_from_table
 from llmload.config import Config
-from llmload.records import records_frame
+from llmload.records import records_table
 
 __all__ = ["judge_rows", "live_judge"]
 
 
-def judge_rows(rows: list[dict], step: dict, config: Config, *, run_dir: Path | None = None,
+def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Path | None = None,
                recent: Any = None) -> tuple:
     """(verdict, failing, stats) of one step from shipped summaries (telemetry: `recent`, else the files)."""
     from analysis.verdict import judge_step
@@ -31,12 +32,14 @@ def judge_rows(rows: list[dict], step: dict, config: Config, *, run_dir: Path | 
         telemetry = telemetry_frame(recent.rows())
     elif run_dir is not None:
         telemetry = read_telemetry(run_dir)
-    return judge_step(records_frame(rows), step, config.slo, config.client, telemetry)
+    # `rows`: the step's `StepRecords` (read back from its spill file, Arrow-converted a chunk at a time;
+    # per-event lists stay Arrow-backed, as the final analysis reads them) or a list of summaries
+    return judge_step(records_from_table(records_table(rows)), step, config.slo, config.client, telemetry)
 
 
-def live_judge(run_dir: Path, recent: Any = None) -> Callable[[list[dict], dict, Config], tuple]:
+def live_judge(run_dir: Path, recent: Any = None) -> Callable[[Iterable[dict], dict, Config], tuple]:
     """The controller's judge for a run directory (`recent`: the collector's `RecentSamples`)."""
-    def judge(rows: list[dict], step: dict, config: Config) -> tuple[str, list[str], dict[str, Any]]:
+    def judge(rows: Iterable[dict], step: dict, config: Config) -> tuple[str, list[str], dict[str, Any]]:
         return judge_rows(rows, step, config, run_dir=run_dir, recent=recent)
 
     return judge

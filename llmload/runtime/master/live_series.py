@@ -11,13 +11,17 @@ the telemetry collector's latest values (`add_server`);
   (`sent_at`); goodput: `ok` requests meeting every per-request SLO threshold, by `scheduled_at`.
 
 A request counts once it has finished (its summary is shipped then), so the last seconds fill in as
-the requests in flight end. Only the last `keep_s` seconds are kept (memory stays bounded in a soak).
+the requests in flight end. Only the last `keep_s` seconds are kept (memory stays bounded in a soak), and
+a second's latencies are kept as values (8 bytes each) only for `FREEZE_S` after it: then it keeps just
+its p50 and p95, so 30 minutes at 10,000 req/s hold two minutes of values, not 36 million (a request
+that finishes over `FREEZE_S` after it was sent still counts to the rates, not to those percentiles).
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from array import array
 from collections import defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
@@ -26,10 +30,12 @@ import numpy as np
 
 from llmload.config import SLO
 
-__all__ = ["KEEP_S", "LiveSeries", "meets_slo", "request_values"]
+__all__ = ["FREEZE_S", "KEEP_S", "LiveSeries", "meets_slo", "request_values"]
 
 #: seconds of history kept for the charts
 KEEP_S = 1800
+#: seconds after which a second's latencies are reduced to its p50 and p95
+FREEZE_S = 120
 #: float slack when comparing a value to its threshold (as `analysis.requests.TOLERANCE_S`)
 TOLERANCE_S = 1e-9
 
@@ -78,8 +84,10 @@ class LiveSeries:
         self._reset()
 
     def _reset(self) -> None:
-        self._ttft: dict[int, list[float]] = defaultdict(list)
-        self._tpot: dict[int, list[float]] = defaultdict(list)
+        self._ttft: dict[int, array] = defaultdict(lambda: array("d"))
+        self._tpot: dict[int, array] = defaultdict(lambda: array("d"))
+        #: seconds before this one keep only their percentiles (`FREEZE_S`)
+        self._frozen_before: int | None = None
         self._sent: dict[int, int] = defaultdict(int)
         self._good: dict[int, int] = defaultdict(int)
         self._offered: dict[int, int] = defaultdict(int)
@@ -111,7 +119,7 @@ class LiveSeries:
                 if sent is not None:
                     s = self._touch(sent)
                     self._sent[s] += 1
-                    if row.get("outcome") == "ok":
+                    if row.get("outcome") == "ok" and (self._frozen_before is None or s >= self._frozen_before):
                         for key, bins in (("ttft", self._ttft), ("tpot", self._tpot)):
                             value = values[key]
                             if value is not None:
@@ -168,9 +176,23 @@ class LiveSeries:
             self._server.append((t, sample))
             self._trim()
 
+    def _freeze(self) -> None:
+        """Seconds over `FREEZE_S` old keep their p50 and p95 only."""
+        if self.last_t is None:
+            return
+        before = int(math.floor(self.last_t)) - FREEZE_S
+        if self._frozen_before is not None and before <= self._frozen_before:
+            return
+        for key, bins in (("ttft", self._ttft), ("tpot", self._tpot)):
+            for second in [s for s in bins if s < before]:
+                self._percentiles(key, bins, second)
+                del bins[second]
+        self._frozen_before = before
+
     def _trim(self) -> None:
         if self.last_t is None or self.t0 is None:
             return
+        self._freeze()
         start = int(math.floor(self.last_t)) - self.keep_s
         if self.t0 >= start:
             return
@@ -182,11 +204,13 @@ class LiveSeries:
             self._server.popleft()
         self.t0 = start
 
-    def _percentiles(self, key: str, bins: dict[int, list[float]], second: int) -> tuple[float, float] | None:
+    def _percentiles(self, key: str, bins: dict[int, array], second: int) -> tuple[float, float] | None:
+        cached = self._pct.get((key, second))
+        if cached is not None and second not in bins:  # a frozen second
+            return cached
         values = bins.get(second)
         if not values:
             return None
-        cached = self._pct.get((key, second))
         if cached is None:
             p50, p95 = np.percentile(np.asarray(values), [50, 95]).tolist()
             cached = self._pct[(key, second)] = (p50, p95)

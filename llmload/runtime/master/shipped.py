@@ -19,6 +19,7 @@ from llmload.config import Config
 from llmload.records import RecordWriter, row_json
 from llmload.redaction import redact_text
 from llmload.runtime.master.step import Step
+from llmload.runtime.master.step_records import SPILL_DIR, StepRecords, remove_spill
 from llmload.runtime.wire.messages import DrainedMessage, ResultsMessage, unpack_record
 
 __all__ = ["CPU_WARN", "StepTally"]
@@ -33,8 +34,11 @@ class StepTally:
     """Routes shipped summaries, drained notices, sent counts and CPU to their `Step`."""
 
     def __init__(self, run_dir: Path, *, local: bool, telemetry: Any = None,
-                 out: Callable[[str], None] = print, clock: Callable[[], float] = REAL_CLOCK.now) -> None:
+                 out: Callable[[str], None] = print, clock: Callable[[], float] = REAL_CLOCK.now,
+                 slo: Any = None) -> None:
         self.run_dir = Path(run_dir)
+        #: the run's SLO: which shipped requests count to a step's live goodput (`StepRecords.good`)
+        self.slo = slo
         #: the master's time source (the controller's `clock`)
         self._clock = clock
         self.local = local
@@ -54,6 +58,9 @@ class StepTally:
         self.finished = 0
 
     def add(self, step: Step) -> None:
+        """A step of the run: its shipped summaries go to a spill file of its own (`StepRecords`)."""
+        if step.label not in self.steps and not step.rows:
+            step.rows = StepRecords(self.run_dir / SPILL_DIR / f"step-{len(self.steps):04d}.jsonl")
         self.steps[step.label] = step
 
     @property
@@ -81,16 +88,31 @@ class StepTally:
                 self.steps[label].sent[worker] = int(count)
         rows = [unpack_record(r) for r in results.rows]
         self.finished += len(rows)
+        if not rows:
+            return
+        lines = [row_json(row) for row in rows]  # once: the master's copy and the steps' spill files
+        text = redact_text("\n".join(lines))
         if not self.local:
             if self._master_file is None:
                 self._master_file = _JsonLines(self.run_dir / "records" / "master.jsonl")
-            self._master_file.write_rows(rows)
-        for row in rows:
-            step = self.steps.get(row["step"])
-            if step is not None:
-                step.rows.append(row)
-            else:
-                log.debug("a summary of an unknown step %r was dropped", row["step"])
+            self._master_file.write_text(text)
+        label = rows[0]["step"]
+        if all(row["step"] == label for row in rows):  # a batch is one step's, but for a step's last
+            self._to_step(label, rows, text)
+            return
+        by_step: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_step.setdefault(row["step"], []).append(i)
+        for label, positions in by_step.items():
+            self._to_step(label, [rows[i] for i in positions], redact_text("\n".join(lines[i] for i in positions)))
+
+    def _to_step(self, label: str, rows: list[dict], text: str) -> None:
+        step = self.steps.get(label)
+        if step is None:
+            log.debug("%d summaries of an unknown step %r were dropped", len(rows), label)
+            return
+        if not self._closed:
+            step.rows.add(rows, text, bounds=step.bounds, slo=self.slo)
 
     def _write_cpu(self, worker: str, cpu: float, t: float, label: str | None) -> None:
         """Worker CPU (0-1 of one core) as telemetry `worker_cpu` from `worker:<id>`."""
@@ -170,6 +192,9 @@ class StepTally:
             self._master_file.close()
         if self._cpu_sink is not None:
             self._cpu_sink.close()
+        for step in self.steps.values():
+            step.rows.discard()
+        remove_spill(self.run_dir)
 
 
 class _JsonLines(RecordWriter):
@@ -178,6 +203,11 @@ class _JsonLines(RecordWriter):
     def write_rows(self, rows: list[dict]) -> None:
         """One shipped batch: one write and one flush (bench/fan_in.py: a `json.dumps` and a flush per
         row were most of the master's CPU per record at 10,000 records/s)."""
-        if self._file.closed or not rows:  # a late batch after the run ended: the worker's own file has it
+        if rows:
+            self.write_text(redact_text("\n".join([row_json(row) for row in rows])))
+
+    def write_text(self, text: str) -> None:
+        """A batch's redacted lines, joined by newlines."""
+        if self._file.closed or not text:  # a late batch after the run ended: the worker's own file has it
             return
-        self._write_line(redact_text("\n".join([row_json(row) for row in rows])))  # a full disk: kept, one line
+        self._write_line(text)  # a full disk: kept, one line

@@ -28,6 +28,7 @@ from typing import Any
 
 from gevent.event import Event
 
+from llmload.runtime.master.step_records import StepRecords
 from shapes.steps import StepBounds, StepSpec
 
 __all__ = ["PLANNED_FIELDS", "STEP_TRANSITIONS", "EventHook", "Step", "StepEvents", "StepStatus", "plan_fields"]
@@ -126,8 +127,9 @@ class Step:
         self.status = StepStatus.NOT_RUN
         #: its warm-up, window and drain deadline once sent
         self.bounds: StepBounds | None = None
-        #: the workers' per-request summaries shipped so far (dropped once judged: `forget`)
-        self.rows: list[dict] = []
+        #: the workers' per-request summaries shipped so far, spilled to disk by the tally, with their
+        #: streaming figures (`llmload.runtime.master.step_records`; dropped once judged: `forget`)
+        self.rows: StepRecords = StepRecords()
         #: per worker name, its drained notice
         self.drained: dict[str, Any] = {}
         #: set when a worker's drained notice arrives
@@ -216,7 +218,8 @@ class Step:
     def forget(self) -> None:
         """Judged: its summaries, offsets and sent counts are done with (the records are on disk), so hours of
         soak slices do not pile up in the master's memory."""
-        self.rows = []
+        self.rows.discard()
+        self.rows = StepRecords()
         self.offsets = None
         self.sent = {}
 

@@ -26,7 +26,7 @@ from gevent.event import Event
 from llmload.clocks import REAL_CLOCK
 from llmload.config import Config
 from llmload.rundir.plan_file import PlanFile
-from llmload.runtime.master.live_table import ProgressStats, format_progress, quick_stats, step_row
+from llmload.runtime.master.live_table import format_progress, step_row
 from llmload.runtime.master.lost_workers import LostWorkers
 from llmload.runtime.master.shipped import StepTally
 from llmload.runtime.master.step import Step, StepEvents, StepStatus
@@ -132,8 +132,6 @@ class StepRun:
         self.spec = step.spec
         self.workers: list[tuple[str | None, str]] = []
         self.start_at = 0.0
-        #: the progress line's running figures (`ProgressStats`), made at launch
-        self.progress_stats: ProgressStats | None = None
         #: per worker name, the clock sample whose offset its step message carried (None: not measured)
         self.applied: dict[str, Any] = {}
 
@@ -151,7 +149,7 @@ class StepRun:
             self.applied = {name: clocks.latest(name) for _, name in self.workers}
         self.start_at = max(start_at, self.ctx.clock() + 0.05) if start_at is not None else self.ctx.clock() + lead_s
         step.bounds = bounds = step_bounds(spec, self.start_at)
-        self.progress_stats = ProgressStats(bounds)
+        step.rows.progress.bounds = bounds  # the progress line's window TTFT p95
         ctx.tally.current = step
         if not spec.closed_loop:
             from llmload.arrivals import step_offsets
@@ -270,9 +268,7 @@ class StepRun:
     def progress(self) -> None:
         """One progress line: how far into its arrivals (or its drain), done, failed, pending, TTFT p95."""
         ctx, spec, step = self.ctx, self.spec, self.step
-        if self.progress_stats is None:
-            self.progress_stats = ProgressStats(step.bounds)
-        stats = self.progress_stats.update(step.rows)
+        stats = step.rows.stats()  # folded in as the summaries arrived (`StepRecords`)
         t = self.ctx.clock()
         pending = max(0, step.planned_so_far(t) - stats["done"]) if step.planned_arrivals else 0
         ctx.out(format_progress(spec.label, t - self.start_at, spec.arrivals_s, step.planned_arrivals,
@@ -284,7 +280,9 @@ class StepRun:
         """The step's live verdict (the live judge on the shipped summaries), its table row, its warnings."""
         ctx, spec, step = self.ctx, self.spec, self.step
         step_rows = step.rows
-        verdict, failing, stats = "insufficient", [], quick_stats(step_rows)
+        # the figures folded in as the summaries arrived: a step judged in the report only is not read back
+        stats = {k: v for k, v in step_rows.stats().items() if k != "window_ttft_p95_s"}
+        verdict, failing = "insufficient", []
         if threaded and ctx.link.local:  # the next step's arrivals run in this process: stay light
             verdict = "unjudged"
             if not ctx.said_unjudged:
