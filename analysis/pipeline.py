@@ -195,7 +195,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         pos = groups.get(label, empty)
         ran = step.get("status") != "not_run"
         if not ran and (label in kept or not pos.size):
-            rows.append(judged_step_row(None, step, slo, client, tel, None, empty))  # type: ignore[arg-type]
+            rows.append(judged_step_row(None, step, slo, client, tel, None, empty))
             continue
         records, gaps = source.rows_and_gaps(pos, float32_above)
         req = derive_requests(records, windows, slo)
@@ -248,7 +248,7 @@ class _KeptColumns:
 
     def __init__(self, columns: tuple[str, ...]) -> None:
         self.columns = columns
-        self.parts: dict[str, dict[str, np.ndarray]] = {}
+        self.parts: dict[str, dict[str, Any]] = {}  # arrays, and Categoricals for CATEGORY_COLUMNS
         self.positions: dict[str, np.ndarray] = {}
         self.dtypes: dict[str, list] = {}
 

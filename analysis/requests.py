@@ -208,7 +208,7 @@ class EventGaps:
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
                token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None, *,
-               float32_above: int = FLOAT32_GAPS_ABOVE) -> EventGaps:
+               float32_above: float = FLOAT32_GAPS_ABOVE) -> EventGaps:
     """Chunk-level and token-level inter-event gaps of every request, vectorised over all events
     (float32 when there are more than `float32_above` events)."""
     chunks = list_chunks(token_times, pa.float64())

@@ -59,7 +59,7 @@ def step_table(requests: pd.DataFrame, plan_steps: list[dict], slo: SLO, client:
 
 
 def judged_step_row(requests: pd.DataFrame | None, step: dict, slo: SLO, client: Client | None,
-                    tel: TelemetryIndex, gaps: EventGaps, pos: np.ndarray) -> dict:
+                    tel: TelemetryIndex, gaps: EventGaps | None, pos: np.ndarray) -> dict:
     """One plan step's judged row from its own requests (scalar columns; `pos`: their positions in
     `gaps`). A step that did not run has the empty row (its `requests` are not read)."""
     if step.get("status") == "not_run":
@@ -67,6 +67,7 @@ def judged_step_row(requests: pd.DataFrame | None, step: dict, slo: SLO, client:
         row.update(judged_fields("not_run", [], {"unmeasured": [], "undecided": [], "invalid": [],
                                                  "over_on_few_samples": [], "undecided_targets": []}))
         return row
+    assert requests is not None and gaps is not None, "a step that ran is judged from its requests"
     row = step_metrics(requests, step, slo, tel, gaps, pos)
     verdict, failing, details = judge(row, step, slo, client)
     row.update(judged_fields(verdict, failing, details))

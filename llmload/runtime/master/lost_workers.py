@@ -10,7 +10,7 @@ the step's counts stay whole, each of its planned arrivals without a record gets
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +44,7 @@ class LostWorkers:
         self.steps: list[LostStep] = []
 
     def add(self, step: Step, lost: list[str], workers: list[tuple], start_at: float,
-            known_rows: list[dict]) -> list[dict]:
+            known_rows: Iterable[dict]) -> list[dict]:
         """Note that `step` lost the workers named `lost` (of `workers`, in shard order); returns the rows
         the master was never shipped, as `record_arrivals` and the merge will write them: the lost
         workers' record files' rows of this step, then their unrecorded arrivals."""
