@@ -43,8 +43,8 @@ from analysis.limit_evidence import infer_slots, server_samples
 from analysis.run import Run
 from analysis.telemetry_stats import TelemetryIndex
 
-__all__ = ["BOOTSTRAP", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "describe", "fit_prefill_cost",
-           "fit_run", "fit_step_cost", "twin_yaml"]
+__all__ = ["BOOTSTRAP", "MAX_DRIFT", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "describe",
+           "fit_prefill_cost", "fit_run", "fit_step_cost", "step_drift", "twin_yaml"]
 
 #: gaps a batch size needs before its median enters the step-time fit
 MIN_GAPS_PER_BATCH = 20
@@ -54,6 +54,11 @@ BOOTSTRAP = 200
 MIN_PREFILL_REQUESTS = 10
 #: block size assumed when the server does not say (vLLM's default on GPUs)
 DEFAULT_BLOCK_SIZE = 16
+#: the step time at one batch size may differ this much (relative) between the run's first and last
+#: third before the fit says the step cost drifted (the model's costs are constant)
+MAX_DRIFT = 0.2
+#: share of the completed requests that must carry two token times or more (else: no token times)
+MIN_TIMED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class Fit:
     flavor: str
     estimates: list[Estimate] = field(default_factory=list)
     unobserved: dict[str, str] = field(default_factory=dict)
+    #: why the run does not fit the engine's model (empty: it fits); a twin with any is not one
+    misfit: list[str] = field(default_factory=list)
 
     def get(self, key: str) -> Estimate | None:
         return next((e for e in self.estimates if e.key == key), None)
@@ -103,10 +110,11 @@ def _finished(records: pd.DataFrame) -> pd.DataFrame:
 
 def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     """One row per single-token inter-token gap with no other request's first token inside it (a pure
-    decode step): `gap_s`, `batch` (requests between first and last token at the gap's middle)."""
+    decode step): `gap_s`, `batch` (requests between first and last token at the gap's middle), `t`
+    (the gap's middle)."""
     done = _finished(records)
     if done.empty or "token_times" not in done:
-        return pd.DataFrame({"gap_s": [], "batch": []})
+        return pd.DataFrame({"gap_s": [], "batch": [], "t": []})
     starts, ends, counts = [], [], []
     token_counts = done["token_counts"] if "token_counts" in done else pd.Series([None] * len(done), index=done.index)
     for times, tc in zip(done["token_times"], token_counts, strict=True):
@@ -119,7 +127,7 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
         ends.append(t[1:][single])
         counts.append(int(single.sum()))
     if not starts:
-        return pd.DataFrame({"gap_s": [], "batch": []})
+        return pd.DataFrame({"gap_s": [], "batch": [], "t": []})
     a, b = np.concatenate(starts), np.concatenate(ends)
     gap = b - a
     slack = 0.25 * gap  # a token written at a step end reaches each client within a fraction of a step
@@ -129,7 +137,7 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     mid = (a + b) / 2
     batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
     keep = (prefill == 0) & (gap > 0) & (batch >= 1)
-    return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int)})
+    return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int), "t": mid[keep]})
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -157,6 +165,40 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | No
     return {"step_base_s": base, "step_base_se": float(fits[:, 0].std(ddof=1)), "decode_cost_s": slope,
             "decode_cost_se": float(fits[:, 1].std(ddof=1)), "gaps": int(w.sum()),
             "batch_min": int(x.min()), "batch_max": int(x.max())}
+
+
+def step_drift(gaps: pd.DataFrame) -> dict[str, float] | None:
+    """`{ratio, batches, first_s, last_s}`: the median decode gap in the run's last third over that in its
+    first third, per batch size seen at least `MIN_GAPS_PER_BATCH` / 2 times in both (the median of those
+    ratios); None when no batch size was seen enough in both. A server whose step cost is constant gives
+    about 1."""
+    if gaps.empty or "t" not in gaps:
+        return None
+    t = gaps["t"].to_numpy(dtype=float)
+    first_end, last_start = np.quantile(t, [1 / 3, 2 / 3])
+    early, late = gaps[t <= first_end], gaps[t >= last_start]
+    need = MIN_GAPS_PER_BATCH // 2
+    ratios, firsts, lasts = [], [], []
+    for batch, g in early.groupby("batch")["gap_s"]:
+        other = late.loc[late["batch"] == batch, "gap_s"]
+        if len(g) >= need and len(other) >= need:
+            firsts.append(float(np.median(g)))
+            lasts.append(float(np.median(other)))
+            ratios.append(lasts[-1] / firsts[-1])
+    if not ratios:
+        return None
+    return {"ratio": float(np.median(ratios)), "batches": len(ratios), "first_s": float(np.median(firsts)),
+            "last_s": float(np.median(lasts))}
+
+
+def _timed_share(records: pd.DataFrame) -> float:
+    """Share of the completed requests with two token times or more."""
+    done = _finished(records)
+    if done.empty:
+        return 0.0
+    if "token_times" not in done:
+        return 0.0
+    return float(np.mean([t is not None and len(t) >= 2 for t in done["token_times"]]))
 
 
 def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
@@ -319,7 +361,17 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
     samples = server_samples(TelemetryIndex(run.telemetry))
     slots_key = "num_parallel" if flavor in ("ollama", "llamacpp") else "max_num_seqs"
     slots = _fit_slots(fit, conds, samples, slots_key)
+    timed = _timed_share(records)
+    if timed < MIN_TIMED_SHARE:
+        fit.misfit.append(f"only {timed:.0%} of the completed requests carry per-token times (the API hides "
+                          "them, or the responses were not streamed): the step costs cannot be fitted")
     gaps = decode_gaps(records)
+    drift = step_drift(gaps)
+    if drift is not None and abs(drift["ratio"] - 1) > MAX_DRIFT:
+        fit.misfit.append(f"the step cost drifted: a decode step at the same batch size took {drift['ratio']:.2f}x "
+                          f"as long in the run's last third as in its first ({drift['first_s'] * 1000:.3g} -> "
+                          f"{drift['last_s'] * 1000:.3g} ms, median over {drift['batches']} batch sizes); "
+                          "the twin's costs are constant")
     step = fit_step_cost(gaps, seed=seed)
     if step is None:
         fit.unobserved["step_base_s"] = fit.unobserved["decode_cost_s"] = (
@@ -383,8 +435,12 @@ def describe(e: Estimate) -> str:
 
 def twin_yaml(fit: Fit, *, source: str = "") -> str:
     """The sim YAML (`llmload sim --config`): each fitted key with its error and basis as a comment, the
-    unobserved ones named in comments (left at the sim's defaults)."""
-    lines = [f"# llmload fit{' of ' + source if source else ''}: a sim twin (llmload sim --flavor {fit.flavor} "
+    unobserved ones named in comments (left at the sim's defaults). A run that does not fit the model
+    (`Fit.misfit`) opens with `MISFIT_MARK` and its reasons: `llmload.sim.whatif.read_twin` refuses it."""
+    from llmload.sim.whatif import MISFIT_MARK
+
+    lines = [f"{MISFIT_MARK}: {'; '.join(fit.misfit)}"] if fit.misfit else []
+    lines += [f"# llmload fit{' of ' + source if source else ''}: a sim twin (llmload sim --flavor {fit.flavor} "
              "--config THIS_FILE)", "# each value: ± one standard error, and where it came from"]
     for e in fit.estimates:
         lines.append(f"{e.key}: {_yaml_value(e)}  # {describe(e)}; {e.basis}")
