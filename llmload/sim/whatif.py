@@ -37,9 +37,13 @@ from llmload import slo as slo_dims
 from llmload.errors import ConfigError
 from llmload.sim.truth import RequestSizes, _sizes, _unit_arrivals, engine_limits, run_virtual
 
-__all__ = ["COSTS", "Twin", "knee_with_range", "predict_knee", "read_twin", "sizes_from_config",
+__all__ = ["COSTS", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "predict_knee", "read_twin", "sizes_from_config",
            "sizes_from_records", "what_if"]
 
+#: what a what-if range covers, as `llmload plan` says it
+RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the bisection's 2%); "
+              "not the model's own error, nor a live search's noise (a live search measures the knee within its "
+              "own interval, refine.precision)")
 #: the fitted costs moved together to the ends of their intervals (slower server: all higher)
 COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 #: the first line `analysis.fit.twin_yaml` writes for a run that does not fit the model
