@@ -34,6 +34,8 @@ TINY = {
     "gpu_telemetry_check.py": ["--steps-mib", "256", "--hold-s", "1", "--interval", "0.25"],
     "knee_accuracy.py": ["--quick", "--work", "work"],
     "user_config_case.py": ["--seeds", "1"],
+    "twin_accuracy.py": ["--quick", "--servers", "slot", "--work", "work"],
+    "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
 }
 
 

@@ -38,7 +38,7 @@ from llmload.errors import ConfigError
 from llmload.sim.truth import RequestSizes, _sizes, _unit_arrivals, engine_limits, run_virtual
 
 __all__ = ["COSTS", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "predict_knee", "read_twin", "sizes_from_config",
-           "sizes_from_records", "what_if"]
+           "sizes_from_records", "twin_prior", "what_if"]
 
 #: what a what-if range covers, as `llmload plan` says it
 RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the bisection's 2%); "
@@ -277,3 +277,19 @@ def what_if(twin: Twin, sizes_of: Any, slo: Any, *, slots: int | None = None, pr
     rows.append({"what": f"replicas {replicas}", **scaled, "binding": base["binding"],
                  "note": f"{replicas} x one replica: exact for random routing, a lower bound for least-loaded routing"})
     return rows
+
+
+_PRIORS: dict[str, float | None] = {}
+
+
+def twin_prior(path: str | Path, config: Any, *, arrivals: int = 2000) -> float | None:
+    """The knee the twin at `path` predicts for `config`'s mix (`sizes_from_config`), SLO and ladder
+    arrivals: the knee search's prior (`refine.prior`); remembered per twin file and config."""
+    key = f"{Path(path).resolve()}|{config.model_dump_json()}"
+    if key not in _PRIORS:
+        twin = read_twin(path)
+        ladder = config.shape.ladder
+        arrival = ladder.arrival if ladder is not None else "poisson"
+        _PRIORS[key] = predict_knee(twin.sim_settings(), sizes_from_config(config), config.slo, flavor=twin.flavor,
+                                    arrival=arrival, arrivals=arrivals)["rate"]
+    return _PRIORS[key]
