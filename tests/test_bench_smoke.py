@@ -35,6 +35,8 @@ TINY = {
     "knee_accuracy.py": ["--quick", "--work", "work"],
     "user_config_case.py": ["--seeds", "1"],
     "twin_accuracy.py": ["--quick", "--servers", "slot", "--work", "work"],
+    # without the engine (eval "$(llmload engine path)") it says so and exits 0
+    "twin_real.py": ["--quick", "--work", "work"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
 }
 

@@ -61,6 +61,12 @@ class Twin:
     errors: dict[str, float] = field(default_factory=dict)
     flavor: str = "vllm"
     source: str = ""
+    #: the keys the file sets (None: all of `settings`); the others are the sim's defaults
+    written: frozenset[str] | None = None
+
+    def unwritten(self, key: str) -> bool:
+        """`key` is the sim's default, not the fit's (the run could not observe it)."""
+        return self.written is not None and key not in self.written
 
     @property
     def slots_key(self) -> str:
@@ -105,6 +111,9 @@ def read_twin(path: str | Path) -> Twin:
         raise ConfigError(f"the fit said this run does not fit the twin's model ({reason}); "
                           "no prediction is made from it", file=str(p))
     settings = load_sim_settings(p).model_dump(exclude={"faults"})
+    import yaml
+
+    written = frozenset((yaml.safe_load(text) or {}).keys())
     flavor = "vllm"
     errors: dict[str, float] = {}
     for line in text.splitlines():
@@ -113,7 +122,7 @@ def read_twin(path: str | Path) -> Twin:
         if (m := _ERROR.match(line)) is not None:
             err = float(m.group("err"))
             errors[m.group("key")] = err / 1000.0 if m.group("unit") == "ms" else err
-    return Twin(settings=settings, errors=errors, flavor=flavor, source=str(p))
+    return Twin(settings=settings, errors=errors, flavor=flavor, source=str(p), written=written)
 
 
 def sizes_from_records(records: Any, *, input_scale: float = 1.0) -> RequestSizes:
@@ -267,7 +276,10 @@ def what_if(twin: Twin, sizes_of: Any, slo: Any, *, slots: int | None = None, pr
     base = knee_with_range(twin, base_sizes, slo, **options)
     now = twin.slots()
     slots = slots or 2 * now
-    rows = [{"what": "as fitted", **base, "note": f"{now} slots, the run's mix"}]
+    unseen = [k for k in (twin.slots_key, *COSTS) if twin.unwritten(k)]
+    caveat = (f"; NOT OBSERVED, the sim's defaults: {', '.join(unseen)} (each knee here assumes them)"
+              if unseen else "")
+    rows = [{"what": "as fitted", **base, "note": f"{now} slots, the run's mix{caveat}"}]
     rows.append({"what": f"slots {slots}", **knee_with_range(twin, base_sizes, slo, changes={twin.slots_key: slots},
                                                              **options),
                  "note": f"{twin.slots_key} {now} -> {slots}; KV capacity and step costs as fitted"})

@@ -189,6 +189,10 @@ def test_plan_with_a_twin_prints_the_what_if_lines(tmp_path, capsys):
                   "  replicas 3: knee", "  the ranges: "):
         assert start in out, out
     assert "users with a think time" not in out  # no population asked
+    assert "NOT OBSERVED" not in out  # slots and the three costs are the twin's own
+    path.write_text(TWIN.replace("max_num_seqs: 4", "# max_num_seqs: not observed"))
+    assert plan_run(root, users=None, think_time=None, twin=path, what_if={"arrivals": 300, "slots": 8}) == 0
+    assert "NOT OBSERVED, the sim's defaults: max_num_seqs" in capsys.readouterr().out
 
 
 def test_plan_refuses_a_misfit_twin_and_wants_users_or_a_twin(tmp_path, capsys):

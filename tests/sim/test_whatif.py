@@ -36,6 +36,7 @@ def test_read_twin_takes_the_values_and_their_errors(tmp_path):
     assert twin.flavor == "vllm" and twin.slots() == 4
     assert twin.settings["step_base_s"] == pytest.approx(0.020)
     assert twin.errors == pytest.approx({"step_base_s": 0.001, "decode_cost_s": 0.0001, "prefill_cost_s": 0.00001})
+    assert not twin.unwritten("max_num_seqs") and twin.unwritten("num_blocks")
     slow = twin.at_end(2.0)
     assert slow["step_base_s"] == pytest.approx(0.022) and slow["decode_cost_s"] == pytest.approx(0.0022)
     with pytest.raises(ConfigError, match="cannot read the twin"):
