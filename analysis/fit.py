@@ -111,10 +111,11 @@ def _finished(records: pd.DataFrame) -> pd.DataFrame:
 def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     """One row per single-token inter-token gap with no other request's first token inside it (a pure
     decode step): `gap_s`, `batch` (requests between first and last token at the gap's middle), `t`
-    (the gap's middle)."""
+    (the gap's middle), `waiting` (requests sent and not yet given their first token during the gap:
+    queued, or a prompt chunked over several steps)."""
     done = _finished(records)
     if done.empty or "token_times" not in done:
-        return pd.DataFrame({"gap_s": [], "batch": [], "t": []})
+        return pd.DataFrame({"gap_s": [], "batch": [], "t": [], "waiting": []})
     starts, ends, counts = [], [], []
     token_counts = done["token_counts"] if "token_counts" in done else pd.Series([None] * len(done), index=done.index)
     for times, tc in zip(done["token_times"], token_counts, strict=True):
@@ -127,7 +128,7 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
         ends.append(t[1:][single])
         counts.append(int(single.sum()))
     if not starts:
-        return pd.DataFrame({"gap_s": [], "batch": [], "t": []})
+        return pd.DataFrame({"gap_s": [], "batch": [], "t": [], "waiting": []})
     a, b = np.concatenate(starts), np.concatenate(ends)
     gap = b - a
     slack = 0.25 * gap  # a token written at a step end reaches each client within a fraction of a step
@@ -137,7 +138,17 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     mid = (a + b) / 2
     batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
     keep = (prefill == 0) & (gap > 0) & (batch >= 1)
-    return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int), "t": mid[keep]})
+    sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
+    first = pd.to_numeric(records.get("first_token_at"), errors="coerce").to_numpy(dtype=float)
+    if "closed_at" in records:
+        first = np.where(np.isnan(first), pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float),
+                         first)
+    first = np.sort(np.where(np.isnan(first), np.inf, first)[~np.isnan(sent)])
+    # requests sent before the gap's end whose first token (or end) came after its start: waiting or
+    # prefilling meanwhile (every request with its first token by the start was sent before the end)
+    waiting = np.searchsorted(np.sort(sent[~np.isnan(sent)]), b, side="left") - np.searchsorted(first, a, side="right")
+    return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int), "t": mid[keep],
+                         "waiting": waiting[keep].astype(int)})
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -170,9 +181,13 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | No
 def step_drift(gaps: pd.DataFrame) -> dict[str, float] | None:
     """`{ratio, batches, first_s, last_s}`: the median decode gap in the run's last third over that in its
     first third, per batch size seen at least `MIN_GAPS_PER_BATCH` / 2 times in both (the median of those
-    ratios); None when no batch size was seen enough in both. A server whose step cost is constant gives
-    about 1."""
+    ratios), over the gaps with no request waiting for its first token (a ladder's last third is its
+    heaviest load: a queued prompt being chunked into decode steps would read as drift); None when no
+    batch size was seen enough in both. A server whose step cost is constant gives about 1."""
     if gaps.empty or "t" not in gaps:
+        return None
+    gaps = gaps[gaps["waiting"] == 0] if "waiting" in gaps else gaps  # no prompt anywhere in the engine
+    if gaps.empty:
         return None
     t = gaps["t"].to_numpy(dtype=float)
     first_end, last_start = np.quantile(t, [1 / 3, 2 / 3])

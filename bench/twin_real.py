@@ -37,9 +37,9 @@ def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) 
     else:
         ladder["stop_after_failures"] = None  # the fit's ladder: every step, the overload too
     return {"target": {"url": url, "api": "openai-chat", "model": "gemma3-270m", "server": "llamacpp",
-                       "timeout": "120s"},
-            "requests": {"input_tokens": {"dist": "uniform", "min": 24, "max": 200},
-                         "output_tokens": {"dist": "fixed", "value": 32}, "ignore_eos": True, "seed": 1},
+                       "timeout": "300s", "idle_timeout": "300s"},  # queued past the slots: no headers yet
+            "requests": {"input_tokens": {"dist": "uniform", "min": 24, "max": 160},
+                         "output_tokens": {"dist": "fixed", "value": 16}, "ignore_eos": True, "seed": 1},
             "client": {"max_concurrency": 64, "max_send_lag_p99": "200ms", "max_worker_cpu": 1.0},
             "slo": dict(SLO), "shape": {"ladder": ladder},
             "telemetry": {"interval": "500ms", "gpu": "off"},
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     from llmload.config import SLO as SLOModel
     from llmload.sim.whatif import knee_with_range, read_twin, sizes_from_records
 
-    step_s = 4.0 if args.quick else 30.0
-    fit_rates = [0.15, 0.4] if args.quick else [0.1, 0.25, 0.4, 0.6, 0.9]
-    search_rates = [0.2, 0.5] if args.quick else [0.15, 0.35, 0.6]
+    step_s = 4.0 if args.quick else 40.0
+    fit_rates = [0.15, 0.4] if args.quick else [0.05, 0.1, 0.2, 0.3, 0.5]
+    search_rates = [0.2, 0.5] if args.quick else [0.05, 0.15, 0.3]
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "240s", "precision": 0.05, "max_steps": 6})
     ladder_dir = live(f"ladder-p{args.parallel}", args.work, args.parallel,
