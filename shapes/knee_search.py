@@ -158,18 +158,24 @@ class Sizing:
 class SearchAnswer:
     """The search's result: the last knee estimate (an `analysis.knee.Knee` or None), why it stopped,
     the refine steps it ran (`steps`), how many of them repeated an inconclusive step (`extensions`),
-    and the wall time it took."""
+    the wall time it took, and the prior it was given (req/s, None without one) with why it was dropped
+    (`prior_note`, "" when it placed the first two steps)."""
 
     knee: Any
     stopped: str
     steps: int
     extensions: int
     elapsed_s: float
+    prior: float | None = None
+    prior_note: str = ""
 
     def to_dict(self) -> dict:
-        """plan.json's `search` (summary.json copies it)."""
-        return {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
-                "elapsed_s": round(self.elapsed_s, 3)}
+        """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior."""
+        out = {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
+               "elapsed_s": round(self.elapsed_s, 3)}
+        if self.prior is not None:
+            out.update(prior=round(self.prior, 6), prior_note=self.prior_note)
+        return out
 
 
 def _inside(rate: float, low: float | None, high: float | None) -> bool:
@@ -209,8 +215,10 @@ class KneeSearch:
         self._knee: Any = None
         self._fresh = False
         self._was_precise = False  # the last decision's estimate met the precision stop
-        #: where the knee is expected (req/s): the first two refine steps bracket it (None: no prior)
+        #: where the knee is expected (req/s): the first two refine steps bracket it (None: no prior, or
+        #: dropped); `given_prior` keeps it for the answer
         self.prior = float(prior) if prior is not None and prior > 0 else None
+        self.given_prior = self.prior
         #: why the prior was dropped ("" while used, or with none)
         self.prior_note = ""
 
@@ -415,4 +423,5 @@ class KneeSearch:
     def answer(self) -> SearchAnswer:
         """The result; `knee` is the last estimate made (None if none was)."""
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
-                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s)
+                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
+                            prior=self.given_prior, prior_note=self.prior_note)

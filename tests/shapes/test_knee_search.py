@@ -329,6 +329,7 @@ def test_a_prior_places_the_first_two_steps_around_it_and_the_answer_is_the_live
     assert [a.rate for a in asked[:2]] == [round_rate(prior * 0.95), round_rate(prior * 1.05)]
     assert search.prior_note == ""
     answer = search.answer
+    assert answer.to_dict()["prior"] == pytest.approx(prior, rel=1e-6) and answer.to_dict()["prior_note"] == ""
     assert answer.stopped == "precision" and abs(answer.knee.rate - knee) / knee < 0.05
     # the knee is estimated from the judged steps alone: the same rows give the same knee without a prior
     assert crossing_estimate(search.rows) == answer.knee
@@ -337,5 +338,7 @@ def test_a_prior_places_the_first_two_steps_around_it_and_the_answer_is_the_live
 def test_a_prior_outside_the_ladders_interval_is_dropped_and_said():
     search, asked, _ = run(Server(4.6), prior=7.5)  # the ladder's steps at 6 and 8 failed: not near 7.5
     assert "lies outside the knee's interval" in search.prior_note and search.prior is None
+    said = search.answer.to_dict()
+    assert said["prior"] == 7.5 and "outside" in said["prior_note"]
     assert abs(asked[0].rate - 4.6) / 4.6 < 0.15  # the search went on from the estimate
     assert search.answer.stopped == "precision"
