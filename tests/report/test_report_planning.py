@@ -177,6 +177,7 @@ prefill_cost_s: 0.2ms  # 0.2 ms ± 0.01 ms; slope of the first-token step agains
 """
 
 
+@pytest.mark.slow  # the twin's knees in virtual time: a minute on a busy core
 def test_plan_with_a_twin_prints_the_what_if_lines(tmp_path, capsys):
     root = tmp_path / "run"
     write_run_dir(root, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=1, cost_per_hour=None,
