@@ -26,7 +26,9 @@ from _common import machine, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "bench" / "results" / "twin_real.json"
-SLO = {"ttft_p95": "1s", "tpot_p95": "100ms", "min_samples": 5}
+#: loose targets: on the shared 2-core VM (load 12-14 from other jobs) one llama-server thread gets a
+#: fraction of a core, and a 100-token prompt takes seconds
+SLO = {"ttft_p95": "5s", "tpot_p95": "1s", "min_samples": 5}
 
 
 def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) -> dict:
@@ -38,8 +40,8 @@ def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) 
         ladder["stop_after_failures"] = None  # the fit's ladder: every step, the overload too
     return {"target": {"url": url, "api": "openai-chat", "model": "gemma3-270m", "server": "llamacpp",
                        "timeout": "300s", "idle_timeout": "300s"},  # queued past the slots: no headers yet
-            "requests": {"input_tokens": {"dist": "uniform", "min": 24, "max": 160},
-                         "output_tokens": {"dist": "fixed", "value": 16}, "ignore_eos": True, "seed": 1},
+            "requests": {"input_tokens": {"dist": "uniform", "min": 16, "max": 96},
+                         "output_tokens": {"dist": "fixed", "value": 8}, "ignore_eos": True, "seed": 1},
             "client": {"max_concurrency": 64, "max_send_lag_p99": "200ms", "max_worker_cpu": 1.0},
             "slo": dict(SLO), "shape": {"ladder": ladder},
             "telemetry": {"interval": "500ms", "gpu": "off"},
@@ -98,11 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     from llmload.config import SLO as SLOModel
     from llmload.sim.whatif import knee_with_range, read_twin, sizes_from_records
 
-    step_s = 4.0 if args.quick else 40.0
-    fit_rates = [0.15, 0.4] if args.quick else [0.05, 0.1, 0.2, 0.3, 0.5]
-    search_rates = [0.2, 0.5] if args.quick else [0.05, 0.15, 0.3]
+    step_s = 4.0 if args.quick else 60.0
+    fit_rates = [0.15, 0.4] if args.quick else [0.03, 0.06, 0.1, 0.15, 0.25]
+    search_rates = [0.2, 0.5] if args.quick else [0.03, 0.08, 0.15]
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
-              else {"budget": "240s", "precision": 0.05, "max_steps": 6})
+              else {"budget": "300s", "precision": 0.05, "max_steps": 4})
     ladder_dir = live(f"ladder-p{args.parallel}", args.work, args.parallel,
                       lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None))
     run = analysis.load_run(ladder_dir)
