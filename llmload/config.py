@@ -943,9 +943,14 @@ def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
     return config
 
 
+#: the first line `llmload fit` writes for a run that does not fit the engine's model (analysis.fit)
+TWIN_MISFIT_MARK = "# NOT A TWIN"
+
+
 def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> Config:
-    """A `refine.prior` naming a twin: an absolute path, read now (a missing file, or a fit that said the
-    run does not fit its model, stops the run before it starts)."""
+    """A `refine.prior` naming a twin: an absolute path, checked now (a missing file, or a fit that said
+    the run does not fit its model, stops the run before it starts; its settings are read when the
+    search starts, `llmload.sim.whatif.twin_prior`)."""
     ladder = config.shape.ladder
     prior = ladder.refine.prior if ladder is not None and ladder.refine is not None else None
     if not isinstance(prior, str):
@@ -955,13 +960,14 @@ def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tup
     if not path.is_file():
         raise ConfigError(f'file "{prior}" not found (relative paths start at the config\'s folder)',
                           file=file, line=lines.get(key), key=_format_path(key))
-    from llmload.sim.whatif import read_twin
-
     try:
-        read_twin(path)
-    except ConfigError as exc:
-        raise ConfigError(exc.reason, file=file, line=lines.get(key),
-                          key=_format_path(key)) from None
+        head = path.read_text(encoding="utf-8").splitlines()[:1]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the twin: {exc}", file=file, line=lines.get(key), key=_format_path(key)) from None
+    if head and head[0].startswith(TWIN_MISFIT_MARK):
+        raise ConfigError(f"the fit said the run does not fit the twin's model "
+                          f"({head[0][len(TWIN_MISFIT_MARK):].strip(' :')}); it is no prior",
+                          file=file, line=lines.get(key), key=_format_path(key))
     refine = ladder.refine.model_copy(update={"prior": str(path.resolve())})
     return config.model_copy(update={"shape": config.shape.model_copy(
         update={"ladder": ladder.model_copy(update={"refine": refine})})})

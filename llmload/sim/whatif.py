@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from llmload import slo as slo_dims
+from llmload.config import TWIN_MISFIT_MARK
 from llmload.errors import ConfigError
 from llmload.sim.truth import RequestSizes, _sizes, _unit_arrivals, engine_limits, run_virtual
 
@@ -47,7 +48,7 @@ RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up an
 #: the fitted costs moved together to the ends of their intervals (slower server: all higher)
 COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 #: the first line `analysis.fit.twin_yaml` writes for a run that does not fit the model
-MISFIT_MARK = "# NOT A TWIN"
+MISFIT_MARK = TWIN_MISFIT_MARK
 _FIGURES = ("ttft", "tpot", "e2e")
 _ERROR = re.compile(r"^(?P<key>\w+):[^#]*#\s*[^±;]*±\s*(?P<err>[-+0-9.eE]+)\s*(?P<unit>ms)?")
 
