@@ -32,7 +32,7 @@ SLO = {"ttft_p95": "5s", "tpot_p95": "1s", "min_samples": 5}
 
 
 def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) -> dict:
-    ladder = {"arrival": "poisson", "warmup": "3s", "drain_timeout": "30s", "stop_after_failures": 1,
+    ladder = {"arrival": "poisson_exact", "warmup": "3s", "drain_timeout": "30s", "stop_after_failures": 1,
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates]}
     if refine is not None:
         ladder["refine"] = refine
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     from llmload.config import SLO as SLOModel
     from llmload.sim.whatif import knee_with_range, read_twin, sizes_from_records
 
-    step_s = 4.0 if args.quick else 60.0
-    fit_rates = [0.15, 0.4] if args.quick else [0.03, 0.06, 0.1, 0.15, 0.25]
-    search_rates = [0.2, 0.5] if args.quick else [0.03, 0.08, 0.15]
+    step_s = 4.0 if args.quick else 45.0
+    fit_rates = [0.15, 0.4] if args.quick else [0.06, 0.12, 0.2, 0.35]
+    search_rates = [0.2, 0.5] if args.quick else [0.08, 0.16, 0.28]
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
     ladder_dir = live(f"ladder-p{args.parallel}", args.work, args.parallel,
