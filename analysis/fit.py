@@ -10,7 +10,7 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
 - **step time against batch size** (`step_base_s`, `decode_cost_s`): a decode step costs
   `step_base_s + decode_cost_s x batch`, and an inter-token gap is one step. Gaps of a single token
   during which no other request got its first token (no prefill in that step), nor waited for it (a
-  queued or chunked prompt; all gaps when these show fewer than two batch sizes), are grouped by the batch
+  queued or chunked prompt; all gaps when these miss the largest batch seen), are grouped by the batch
   at the gap's middle (the run's requests between first and last token); the median gap per batch is
   fitted by least squares weighted by the gaps per batch, and a bootstrap of the gaps gives the
   standard errors. Another client's traffic on the server would add to the batch unseen.
@@ -411,8 +411,11 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
                           "the twin's costs are constant")
     # decode steps with no prompt waiting anywhere: a queued or chunked prompt's work and the client's
     # busiest moments stay out (live against the sim on a loaded VM: 2.14 ms per sequence, not 1.75)
-    step = fit_step_cost(gaps[gaps["waiting"] == 0], seed=seed) if "waiting" in gaps else None
-    step = step or fit_step_cost(gaps, seed=seed)
+    # (taken only when they still reach the largest batch: a run whose full batches always had a queue,
+    # e.g. a short overload step, keeps every gap, or the slope would rest on the light steps alone)
+    every = fit_step_cost(gaps, seed=seed)
+    quiet = fit_step_cost(gaps[gaps["waiting"] == 0], seed=seed) if "waiting" in gaps else None
+    step = quiet if quiet is not None and every is not None and quiet["batch_max"] == every["batch_max"] else every
     if step is None:
         fit.unobserved["step_base_s"] = fit.unobserved["decode_cost_s"] = (
             f"inter-token gaps at fewer than two batch sizes ({MIN_GAPS_PER_BATCH} gaps each needed)")
