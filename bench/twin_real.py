@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--other", type=int, default=2, help="the other --parallel the twin predicts")
     ap.add_argument("--quick", action="store_true", help="seconds-long runs (the smoke test)")
     ap.add_argument("--search-rates", type=float, nargs="+", help="the live searches' ladder (req/s)")
+    ap.add_argument("--fit-rates", type=float, nargs="+", help="the fit's ladder (req/s)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/twin_real"))
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmload.sim.whatif import knee_with_range, read_twin, sizes_from_records
 
     step_s = 4.0 if args.quick else 45.0
-    fit_rates = [0.15, 0.4] if args.quick else [0.06, 0.12, 0.2, 0.35]
+    fit_rates = args.fit_rates or ([0.15, 0.4] if args.quick else [0.06, 0.12, 0.2, 0.35])
     search_rates = args.search_rates or ([0.2, 0.5] if args.quick else [0.08, 0.16, 0.28])
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
