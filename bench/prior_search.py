@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             prior = None if offset is None else TRUTH[name] * (1 + offset)
             runs = [one(name, seed, prior, args.steps) for seed in range(1, args.seeds + 1)]
             summary = summarise(runs, args.target, args.steps)
-            results[name][label] = {"prior": prior, **summary, "runs": runs}
+            results[name][label] = {"prior": prior, **summary,  # per run: its last estimate, not every one
+                                    "runs": [{**{k: v for k, v in r.items() if k != "trajectory"},
+                                              "final": r["trajectory"][-1] if r["trajectory"] else None} for r in runs]}
             widths = " ".join(f"{s['median_half_width']:.3f}" if s["median_half_width"] is not None else "-"
                               for s in summary["per_step"])
             print(f"{name} prior {label}: median half-width after 1..{args.steps} steps {widths}; reached "
