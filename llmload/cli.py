@@ -197,17 +197,23 @@ def fit(
 @app.command()
 def plan(
     run_dir: Annotated[Path, typer.Argument(help="A run directory with a passing sustained step.")],
-    users: Annotated[int, typer.Option(min=1, max=10**9, help="Users in the population to plan for.")],
-    think_time: Annotated[str, typer.Option(help="Each user's think time between requests (30s, 2m).")],
+    users: Annotated[Optional[int], typer.Option(min=1, max=10**9, help="Users in the population to plan for.")] = None,
+    think_time: Annotated[Optional[str], typer.Option(help="Each user's think time between requests (30s, 2m).")] = None,
     slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config) to judge the run with.")] = None,
+    twin: Annotated[Optional[Path], typer.Option(help="A twin (llmload fit -o twin.yaml): what-if lines in virtual time.")] = None,
+    slots: Annotated[Optional[int], typer.Option(min=1, max=100000, help="What if the server had this many slots (default: twice the twin's).")] = None,
+    prompt_scale: Annotated[float, typer.Option(min=0.01, max=100, help="What if every prompt were this many times as long.")] = 2.0,
+    replicas: Annotated[int, typer.Option(min=1, max=10000, help="What if there were this many replicas.")] = 2,
 ) -> None:
     """Little's law as a planning aid: what a user population would bring, from a passing run.
 
     The arrival rate and requests in flight to expect (steady state assumed; never a number of users
-    supported)."""
+    supported). With --twin (llmload fit): the knee the server's twin predicts with more slots, longer
+    prompts, more replicas, each with its range."""
     from llmload.report.planning import plan_run
 
-    raise typer.Exit(plan_run(run_dir, users=users, think_time=think_time, slo_path=slo))
+    raise typer.Exit(plan_run(run_dir, users=users, think_time=think_time, slo_path=slo, twin=twin,
+                              what_if={"slots": slots, "prompt_scale": prompt_scale, "replicas": replicas}))
 
 
 @app.command()

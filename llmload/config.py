@@ -400,7 +400,10 @@ class Refine(Model):
     """The knee search after a ladder (`shapes.knee_search`): refine steps at the knee estimate until
     its interval is within `precision` of it (relative half-width), `budget` (wall time) runs out, or
     `max_steps` refine steps ran; an inconclusive step near the knee is run again up to
-    `max_extensions` times. `resolution` is kept for old configs (the search no longer bisects)."""
+    `max_extensions` times. `resolution` is kept for old configs (the search no longer bisects).
+    `prior`: where the knee is expected, a rate (req/s) or a twin (`llmload fit -o twin.yaml`, its knee
+    for this config's mix and SLO computed when the search starts): the first two refine steps bracket
+    it (`shapes.knee_search`); the answer is judged on the live steps alone."""
 
     resolution: float = Field(default=0.1, gt=0, le=MAX_RATE)
     max_steps: int = Field(default=6, ge=1, le=1000)
@@ -408,6 +411,7 @@ class Refine(Model):
     precision: float = Field(default=0.05, gt=0, lt=1)
     budget: Positive = 600.0
     max_extensions: int = Field(default=2, ge=0, le=100)
+    prior: Annotated[float, Field(gt=0, le=MAX_RATE)] | str | None = None
 
 
 class LadderShape(Model):
@@ -933,9 +937,40 @@ def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
         key_file = str(base_dir / Path(config.target.api_key_file).expanduser())
         config = config.model_copy(update={"target": config.target.model_copy(update={"api_key_file": key_file})})
     _check_files(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
+    config = _resolve_prior(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
     if notes is not None:
         notes.extend(config_notes(config, file=str(path), text=text))
     return config
+
+
+#: the first line `llmload fit` writes for a run that does not fit the engine's model (analysis.fit)
+TWIN_MISFIT_MARK = "# NOT A TWIN"
+
+
+def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> Config:
+    """A `refine.prior` naming a twin: an absolute path, checked now (a missing file, or a fit that said
+    the run does not fit its model, stops the run before it starts; its settings are read when the
+    search starts, `llmload.sim.whatif.twin_prior`)."""
+    ladder = config.shape.ladder
+    prior = ladder.refine.prior if ladder is not None and ladder.refine is not None else None
+    if not isinstance(prior, str):
+        return config
+    key = ("shape", "ladder", "refine", "prior")
+    path = base_dir / Path(prior).expanduser()
+    if not path.is_file():
+        raise ConfigError(f'file "{prior}" not found (relative paths start at the config\'s folder)',
+                          file=file, line=lines.get(key), key=_format_path(key))
+    try:
+        head = path.read_text(encoding="utf-8").splitlines()[:1]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the twin: {exc}", file=file, line=lines.get(key), key=_format_path(key)) from None
+    if head and head[0].startswith(TWIN_MISFIT_MARK):
+        raise ConfigError(f"the fit said the run does not fit the twin's model "
+                          f"({head[0][len(TWIN_MISFIT_MARK):].strip(' :')}); it is no prior",
+                          file=file, line=lines.get(key), key=_format_path(key))
+    refine = ladder.refine.model_copy(update={"prior": str(path.resolve())})
+    return config.model_copy(update={"shape": config.shape.model_copy(
+        update={"ladder": ladder.model_copy(update={"refine": refine})})})
 
 
 def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:

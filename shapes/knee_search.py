@@ -19,6 +19,11 @@ next step while the last one still settles: `pending` counts the steps asked for
 Each `next_step`, in this order:
 1. no knee at all (no judged step): stop `no_verdict`;
 2. `max_steps` refine steps ran: stop `max_steps`;
+   with a `prior` (where a twin or an earlier run puts the knee; `refine.prior`), the first two refine
+   steps bracket it, at `prior` x (1 - `precision`) and x (1 + `precision`), so the steps that decide the
+   precision stop run first; a prior outside the interval of the knee estimated so far (the server is not
+   the one the prior knew) is dropped (`prior_note` says so) and the search goes on as without one. The
+   prior places steps only: the knee is estimated from the judged steps alone;
 3. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
    threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
    knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
@@ -170,18 +175,24 @@ class Sizing:
 class SearchAnswer:
     """The search's result: the last knee estimate (an `analysis.knee.Knee` or None), why it stopped,
     the refine steps it ran (`steps`), how many of them repeated an inconclusive step (`extensions`),
-    and the wall time it took."""
+    the wall time it took, and the prior it was given (req/s, None without one) with why it was dropped
+    (`prior_note`, "" when it placed the first two steps)."""
 
     knee: Any
     stopped: str
     steps: int
     extensions: int
     elapsed_s: float
+    prior: float | None = None
+    prior_note: str = ""
 
     def to_dict(self) -> dict:
-        """plan.json's `search` (summary.json copies it)."""
-        return {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
-                "elapsed_s": round(self.elapsed_s, 3)}
+        """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior."""
+        out = {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
+               "elapsed_s": round(self.elapsed_s, 3)}
+        if self.prior is not None:
+            out.update(prior=round(self.prior, 6), prior_note=self.prior_note)
+        return out
 
 
 def _inside(rate: float, low: float | None, high: float | None) -> bool:
@@ -194,7 +205,7 @@ class KneeSearch:
     def __init__(self, rows: Iterable[Mapping] = (), *, estimate: Callable[[list[dict]], Any],
                  precision: float = 0.05, budget_s: float = 600.0, max_steps: int = 6, max_extensions: int = 2,
                  step_s: Callable[[float], float] | float = 0.0, clock: Callable[[], float] = time.monotonic,
-                 size: Sizing | None = None) -> None:
+                 size: Sizing | None = None, prior: float | None = None) -> None:
         if not 0 < precision < 1:
             raise ValueError(f"precision must be in (0, 1), got {precision}")
         if max_steps < 1:
@@ -221,6 +232,12 @@ class KneeSearch:
         self._knee: Any = None
         self._fresh = False
         self._was_precise = False  # the last decision's estimate met the precision stop
+        #: where the knee is expected (req/s): the first two refine steps bracket it (None: no prior, or
+        #: dropped); `given_prior` keeps it for the answer
+        self.prior = float(prior) if prior is not None and prior > 0 else None
+        self.given_prior = self.prior
+        #: why the prior was dropped ("" while used, or with none)
+        self.prior_note = ""
 
     # ------------------------------------------------------------------ state
 
@@ -329,6 +346,9 @@ class KneeSearch:
             return None, "no_verdict"
         if self.refine_steps + self.pending >= self.max_steps:
             return None, "max_steps"
+        bracket = self._prior_step(knee)
+        if bracket is not None:
+            return bracket, ""
         repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
         if repeat is not None:          # says the interval is not yet to be trusted
             return repeat, ""
@@ -344,6 +364,19 @@ class KneeSearch:
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
         return Ask(round_rate(float(knee.rate) * (1.0 + self._probe(float(knee.rate))))), ""
+
+    def _prior_step(self, knee: Any) -> Ask | None:
+        """The next of the two steps bracketing the prior (module docstring, 2), or None."""
+        n = self.refine_steps + self.pending
+        if self.prior is None or n >= 2:
+            return None
+        if not _inside(self.prior, knee.low, knee.high):
+            low, high = ("-" if v is None else f"{v:.3g}" for v in (knee.low, knee.high))
+            self.prior_note = (f"the prior {self.prior:.3g} req/s lies outside the knee's interval [{low}, {high}] "
+                               "from the steps judged: not used (is the server the one the prior knew?)")
+            self.prior = None
+            return None
+        return Ask(round_rate(self.prior * (1.0 + (-1.0 if n == 0 else 1.0) * self.precision)))
 
     def _probe(self, rate: float) -> float:
         """The relative offset of the next step from the estimate `rate`: 0 for the first `PROBE_AFTER`
@@ -407,4 +440,5 @@ class KneeSearch:
     def answer(self) -> SearchAnswer:
         """The result; `knee` is the last estimate made (None if none was)."""
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
-                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s)
+                            extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
+                            prior=self.given_prior, prior_note=self.prior_note)

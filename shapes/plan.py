@@ -161,7 +161,21 @@ def knee_search(config: Config, rows: Iterable[Mapping] = (), *, estimate: Calla
                                                confidence=config.slo.confidence)
     return KneeSearch(rows, estimate=estimate or knee_estimator(config), precision=refine.precision,
                       budget_s=refine.budget, max_steps=refine.max_steps, max_extensions=refine.max_extensions,
-                      step_s=lambda rate: refine_window_s(ladder, rate), clock=clock, size=size)
+                      step_s=lambda rate: refine_window_s(ladder, rate), clock=clock, size=size,
+                      prior=prior_rate(config))
+
+
+def prior_rate(config: Config) -> float | None:
+    """The knee search's prior in req/s (`refine.prior`): the rate written, or the knee a twin predicts for
+    the config's mix, SLO and arrivals (`llmload.sim.whatif.twin_prior`, computed once per twin and config;
+    a few seconds); None without one, or when the twin predicts no knee."""
+    refine = config.shape.ladder.refine if config.shape.ladder is not None else None
+    prior = None if refine is None else refine.prior
+    if prior is None or isinstance(prior, float | int):
+        return prior
+    from llmload.sim.whatif import twin_prior
+
+    return twin_prior(prior, config)
 
 
 class ConfigSearch:

@@ -161,6 +161,8 @@ shape:
     ("{budget: 8s}", "shape.ladder.refine.budget"),  # shorter than warm-up 5 s + the shortest window 10 s
     ("{duration: 30s, budget: 20s}", "shape.ladder.refine.budget"),
     ("{max_extensions: -1}", "shape.ladder.refine.max_extensions"),
+    ("{prior: 0}", "shape.ladder.refine.prior"),
+    ("{prior: nowhere.yaml}", "shape.ladder.refine.prior"),
 ])
 def test_bad_knee_search_settings_are_one_line_naming_the_key_and_exit_2(tmp_path, capsys, refine, key):
     from llmload.cli import main
@@ -177,6 +179,19 @@ def test_knee_search_settings_default_and_old_keys_still_accepted(tmp_path):
     path.write_text(REFINE_BASE.replace("{REFINE}", "{resolution: 0.5, max_steps: 2, budget: 15s}"))
     refine = load_config(path).shape.ladder.refine
     assert (refine.precision, refine.budget, refine.max_extensions, refine.max_steps) == (0.05, 15.0, 2, 2)
+
+
+def test_knee_search_prior_is_a_rate_or_a_twin_read_at_load(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(REFINE_BASE.replace("{REFINE}", "{prior: 1.5}"))
+    assert load_config(path).shape.ladder.refine.prior == 1.5
+    (tmp_path / "twin.yaml").write_text("max_num_seqs: 4  # 4 ± 0.5 sequences; plateau\nstep_base_s: 20ms  # 20 ms ± 1 ms; x\n")
+    path.write_text(REFINE_BASE.replace("{REFINE}", "{prior: twin.yaml}"))
+    assert load_config(path).shape.ladder.refine.prior == str((tmp_path / "twin.yaml").resolve())
+    (tmp_path / "twin.yaml").write_text("# NOT A TWIN: the step cost drifted\nmax_num_seqs: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "shape.ladder.refine.prior" in str(err.value) and "does not fit the twin's model" in str(err.value)
 
 
 @pytest.mark.parametrize(("key", "text"), [("duration", "٣٠s"), ("duration", "３０s"), ("rate", "٣")])

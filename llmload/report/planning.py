@@ -9,6 +9,11 @@ arithmetic; this module words it, always with its assumptions, and never as "N u
 capacity claim stays the knee (`analysis.knee.knee_of`) under the recorded conditions, judged with the
 SLO of the run directory's current analysis (the last `llmload report --slo`, else the configured one).
 
+With `--twin twin.yaml` (`llmload fit`), "what if" lines follow: the twin's knee for the run's own
+request mix and SLO as fitted, with twice the slots (or `--slots`), with prompts x2 (`--prompt-scale`)
+and with two replicas (`--replicas`), each with the range its fitted parameters' errors allow
+(`llmload.sim.whatif`, in virtual time: seconds). `--users` and `--think-time` may then be left out.
+
 Exit codes of `llmload plan`: 0 the expected arrival rate lies below the knee's interval (or, without a
 knee, within the highest passing rate), 1 it lies inside or beyond the interval (test that rate first),
 2 bad input, 3 no passing sustained step to plan from.
@@ -28,7 +33,7 @@ from llmload.report.html import esc, kv_table
 from llmload.units import parse_duration
 from shapes.phases import sustained_phases
 
-__all__ = ["LITTLE_LAW", "knee_verdict", "plan_lines", "plan_run", "planning_html"]
+__all__ = ["LITTLE_LAW", "knee_verdict", "plan_lines", "plan_run", "planning_html", "what_if_lines"]
 
 LITTLE_LAW = ("Little's law, L = λW: in a steady state the mean number of requests in flight equals the "
               "arrival rate times the mean time each spends in the system. A population of N users, each "
@@ -135,18 +140,52 @@ def planning_html(analysis: Any) -> str | None:
               "the capacity result is the last passing sustained rate under the recorded conditions.</p>")
 
 
-def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str | Path | None = None,
-             out: Callable[[str], None] = print) -> int:
-    """Print the planning figures for `users` and `think_time` from a run directory; return the exit code."""
-    if users < 1:
+def what_if_lines(rows: list[dict], *, twin: str, measured: Any = None, seconds: float | None = None) -> list[str]:
+    """The what-if rows of `llmload.sim.whatif.what_if` as lines: each knee with its range and binding
+    target, the measured knee beside the fitted one, and what the ranges cover."""
+    from llmload.sim.whatif import RANGE_NOTE
+
+    lines = [f"what if (the twin {twin}, in virtual time, the run's request mix and SLO"
+             + (f"; {seconds:.0f} s" if seconds is not None else "") + "):"]
+    for row in rows:
+        if row["rate"] is None:
+            text = "no knee: " + ("a target fails at every rate tried" if row.get("binding") else "no target to judge")
+        else:
+            span = (f" [{_num(row['low'])}, {_num(row['high'])}]" if row["low"] is not None and row["high"] is not None
+                    else "")
+            text = f"knee {_num(row['rate'], ' req/s')}{span}" + (f", {row['binding']} binds" if row.get("binding") else "")
+        lines.append(f"  {row['what']}: {text} ({row['note']})")
+        if row["what"] == "as fitted" and measured is not None and getattr(measured, "rate", None) is not None:
+            from analysis.knee import knee_sentence
+
+            lines.append(f"    measured in this run: {knee_sentence(measured)}")
+    lines.append(f"  the ranges: {RANGE_NOTE}")
+    return lines
+
+
+def plan_run(run_dir: str | Path, *, users: int | None, think_time: str | None, slo_path: str | Path | None = None,
+             twin: str | Path | None = None, what_if: dict | None = None, out: Callable[[str], None] = print) -> int:
+    """Print the planning figures for `users` and `think_time` from a run directory, and with `twin` the
+    what-if lines; return the exit code (module docstring; only what-if lines asked: 0)."""
+    if (users is None) != (think_time is None) or (users is None and twin is None):
+        raise ConfigError("give --users and --think-time together (Little's law), or --twin (what if)",
+                          key="--users" if users is None else "--think-time")
+    if users is not None and users < 1:
         raise ConfigError(f"expected at least 1 user, got {users}", key="--users")
-    try:
-        think_time_s = parse_duration(think_time)
-    except ValueError as exc:
-        raise ConfigError(str(exc), key="--think-time") from None
+    think_time_s = 0.0
+    if think_time is not None:
+        try:
+            think_time_s = parse_duration(think_time)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key="--think-time") from None
     from llmload.report.run_inputs import check_run_dir, client_from_manifest, current_slo, reanalysis_slo
 
     root = check_run_dir(run_dir)
+    twin_read = None
+    if twin is not None:
+        from llmload.sim.whatif import read_twin
+
+        twin_read = read_twin(twin)  # a bad or misfit twin: one line before any analysis
     import analysis
 
     run = analysis.load_run(root)
@@ -155,18 +194,36 @@ def plan_run(run_dir: str | Path, *, users: int, think_time: str, slo_path: str 
     if slo_path is not None:
         slo, judged = reanalysis_slo(slo_path, slo)[0], f"the SLO of {slo_path}"
     result = analysis.analyze(run, slo, client_from_manifest(run.manifest, file=manifest_file))
-    plan = analysis.plan_in_flight(result, users, think_time_s)
-    for line in plan_lines(plan, source=str(root)):
-        out(line)
     from analysis.knee import knee_of
 
-    below, line = (None, "") if plan.get("reference_step") is None else knee_verdict(
-        knee_of(result.summary), float(plan["arrival_rate"]))
-    if line:
-        out(line)
+    code = 0
+    if users is not None:
+        plan = analysis.plan_in_flight(result, users, think_time_s)
+        for line in plan_lines(plan, source=str(root)):
+            out(line)
+        below, line = (None, "") if plan.get("reference_step") is None else knee_verdict(
+            knee_of(result.summary), float(plan["arrival_rate"]))
+        if line:
+            out(line)
+        if plan.get("reference_step") is None:
+            code = 3
+        elif below is not None:
+            code = 0 if below else 1
+        else:
+            code = 0 if plan["within_passing_rate"] else 1
+    if twin_read is not None:
+        import time
+
+        from llmload.sim.whatif import sizes_from_records
+        from llmload.sim.whatif import what_if as predict
+
+        started = time.monotonic()
+        arrival = str((((run.manifest or {}).get("config") or {}).get("shape") or {}).get("ladder", {}).get("arrival")
+                      or "poisson")
+        rows = predict(twin_read, lambda scale: sizes_from_records(run.records, input_scale=scale), slo,
+                       arrival=arrival, **{k: v for k, v in (what_if or {}).items() if v is not None})
+        for line in what_if_lines(rows, twin=str(twin), measured=knee_of(result.summary),
+                                  seconds=time.monotonic() - started):
+            out(line)
     out(f"  judged with {judged}")
-    if plan.get("reference_step") is None:
-        return 3
-    if below is not None:
-        return 0 if below else 1
-    return 0 if plan["within_passing_rate"] else 1
+    return code

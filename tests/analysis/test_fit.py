@@ -3,6 +3,7 @@ gauges of a run whose settings are known exactly, with no network in between."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -19,7 +20,7 @@ LIMITS = EngineLimits(max_num_seqs=6, num_blocks=512, block_size=16, step_base_s
 SOURCE = "server:http://127.0.0.1:8000"
 
 
-def _virtual_run(limits, phases, *, prompts=(50, 500), outputs=(20, 60), seed=1, scrape_s=0.25):
+def _virtual_run(limits, phases, *, prompts=(50, 500), outputs=(20, 60), seed=1, scrape_s=0.25, aging=False):
     """Drive the engine through Poisson arrivals (`phases`: (rate, seconds) in turn); return the records
     (one row per request) and the gauges sampled every `scrape_s` (long telemetry frame)."""
     rng = random.Random(seed)
@@ -39,7 +40,7 @@ def _virtual_run(limits, phases, *, prompts=(50, 500), outputs=(20, 60), seed=1,
         while i < len(arrivals) and arrivals[i] <= now:
             engine.add(Sequence(seq_id=i, prompt_tokens=sizes[i][0], output_tokens=sizes[i][1]))
             i += 1
-        result = engine.step()
+        result = engine.step(now if aging else 0.0)  # aging: the step cost grows with the run's age
         while next_scrape < now + result.cost_s:  # a scrape during the step reads the gauges it started with
             tel += [(next_scrape, SOURCE, "running", len(engine.running)),
                     (next_scrape, SOURCE, "waiting", len(engine.waiting)),
@@ -123,3 +124,33 @@ def test_queue_limit_from_rejections_and_the_unobservable_named():
     # one prompt length: no prefill slope; a light run: no plateau, only a lower bound
     assert "several lengths" in fit.unobserved["prefill_cost_s"]
     assert fit.unobserved["max_num_seqs"].startswith("no running plateau with requests waiting: at least")
+
+
+def test_a_run_that_fits_the_model_has_no_misfit(light_then_full, tmp_path):
+    records, telemetry = light_then_full
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert fit.misfit == []
+    assert not twin_yaml(fit).startswith("# NOT A TWIN")
+
+
+def test_a_drifting_step_cost_is_said_and_the_twin_is_marked_and_refused(tmp_path):
+    from llmload.errors import ConfigError
+    from llmload.sim.whatif import read_twin
+
+    drifting = dataclasses.replace(LIMITS, step_cost_growth_s_per_min=0.012)  # 20 -> 38 ms in 90 s
+    records, telemetry = _virtual_run(drifting, [(1.5, 60.0), (10.0, 30.0)], aging=True)
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert len(fit.misfit) == 1 and "step cost drifted" in fit.misfit[0], fit.misfit
+    path = tmp_path / "twin.yaml"
+    path.write_text(twin_yaml(fit))
+    assert path.read_text().startswith("# NOT A TWIN: the step cost drifted")
+    with pytest.raises(ConfigError, match="does not fit the twin's model"):
+        read_twin(path)
+
+
+def test_an_api_that_hides_token_times_gets_no_twin(light_then_full):
+    records, telemetry = light_then_full
+    hidden = records.assign(token_times=[[t] for t in records["last_token_at"]])  # one event: the whole answer
+    fit = fit_run(Run(records=hidden, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert any("per-token times" in why for why in fit.misfit), fit.misfit
+    assert "step_base_s" in fit.unobserved and twin_yaml(fit).startswith("# NOT A TWIN")

@@ -17,6 +17,7 @@ import analysis
 from llmload.cli import app, main
 from llmload.config import SLO
 from llmload.report.page import render_report
+from llmload.report.planning import plan_run
 
 R1, R2 = 0.001 + 0.2 + 63 * 0.02, 0.001 + 0.4 + 63 * 0.02
 
@@ -117,7 +118,8 @@ def test_cli_passes_its_arguments_to_plan_run(tmp_path):
         result = CliRunner().invoke(app, ["plan", str(tmp_path), "--users", "40", "--think-time", "2m",
                                           "--slo", str(tmp_path / "slo.yaml")])
     assert result.exit_code == 0
-    plan_run.assert_called_once_with(tmp_path, users=40, think_time="2m", slo_path=tmp_path / "slo.yaml")
+    plan_run.assert_called_once_with(tmp_path, users=40, think_time="2m", slo_path=tmp_path / "slo.yaml", twin=None,
+                                     what_if={"slots": None, "prompt_scale": 2.0, "replicas": 2})
 
 
 def test_report_has_the_planning_section_with_its_assumptions(run_dir):
@@ -164,3 +166,44 @@ def test_report_planning_rows_agree_with_their_own_arithmetic(run_dir):
     assert expected == pytest.approx(completion * e2e_mean, rel=5e-3)
     assert figure("Little's law check") == pytest.approx(measured / expected, rel=5e-3)
     assert figure("Little's law check") == pytest.approx(step["littles_law_ratio"], rel=2e-3)
+
+
+TWIN = """# llmload fit of somewhere: a sim twin (llmload sim --flavor vllm --config THIS_FILE)
+# each value: ± one standard error, and where it came from
+max_num_seqs: 4  # 4 sequences (read from the server); the manifest's conditions.max_num_seqs
+step_base_s: 20ms  # 20 ms ± 1 ms; intercept of the median inter-token gap against batch size 1-4
+decode_cost_s: 2ms  # 2 ms ± 0.1 ms; slope of the median inter-token gap against batch size 1-4
+prefill_cost_s: 0.2ms  # 0.2 ms ± 0.01 ms; slope of the first-token step against prompt tokens
+"""
+
+
+@pytest.mark.slow  # the twin's knees in virtual time: a minute on a busy core
+def test_plan_with_a_twin_prints_the_what_if_lines(tmp_path, capsys):
+    root = tmp_path / "run"
+    write_run_dir(root, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    path = tmp_path / "twin.yaml"
+    path.write_text(TWIN)
+    assert plan_run(root, users=None, think_time=None, twin=path, what_if={"arrivals": 800, "replicas": 3}) == 0
+    out = capsys.readouterr().out
+    for start in ("what if (the twin", "  as fitted: knee", "  slots 8: knee", "  prompts x2: knee",
+                  "  replicas 3: knee", "  the ranges: "):
+        assert start in out, out
+    assert "users with a think time" not in out  # no population asked
+    assert "NOT OBSERVED" not in out  # slots and the three costs are the twin's own
+    path.write_text(TWIN.replace("max_num_seqs: 4", "# max_num_seqs: not observed"))
+    assert plan_run(root, users=None, think_time=None, twin=path, what_if={"arrivals": 300, "slots": 8}) == 0
+    assert "NOT OBSERVED, the sim's defaults: max_num_seqs" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_misfit_twin_and_wants_users_or_a_twin(tmp_path, capsys):
+    root = tmp_path / "run"
+    write_run_dir(root, steps=[("r1.00", 1.0, 0.2)], gpus=1, cost_per_hour=None,
+                  slo={"ttft_p95": "1s", "min_samples": 50})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("# NOT A TWIN: the step cost drifted\n" + TWIN)
+    assert main(["plan", str(root), "--twin", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the twin's model" in err and err.count("\n") == 1
+    assert main(["plan", str(root)]) == 2
+    assert "--twin" in capsys.readouterr().err

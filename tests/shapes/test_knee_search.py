@@ -87,11 +87,11 @@ class Clock:
 
 
 def run(server, ladder=(2, 4, 6, 8), *, precision=0.05, budget_s=600.0, max_steps=20, max_extensions=2,
-        step_s=12.0, overrun_s=3.0):
+        step_s=12.0, overrun_s=3.0, prior=None):
     clock = Clock()
     rows = [server.row(r, phase="ladder") for r in ladder]
     search = KneeSearch(rows, estimate=crossing_estimate, precision=precision, budget_s=budget_s,
-                        max_steps=max_steps, max_extensions=max_extensions, step_s=step_s, clock=clock)
+                        max_steps=max_steps, max_extensions=max_extensions, step_s=step_s, clock=clock, prior=prior)
     asked = []
     while (ask := search.next_step()) is not None:
         asked.append(ask)
@@ -333,3 +333,25 @@ def test_an_auto_search_that_ends_without_a_bracket_advises_on_the_server_not_a_
     ladder_run = {"search": {"stopped": "no_pass", "steps": 0}}
     assert "light load" in knee_text(auto_run) and "ladder" not in knee_text(auto_run)
     assert "extend the ladder downward" in knee_text(ladder_run)
+
+
+@pytest.mark.parametrize("knee", [2.7, 4.6, 5.3, 7.1])
+def test_a_prior_places_the_first_two_steps_around_it_and_the_answer_is_the_live_steps(knee):
+    prior = knee * 1.02  # a twin 2% off
+    search, asked, _ = run(Server(knee), prior=prior)
+    assert [a.rate for a in asked[:2]] == [round_rate(prior * 0.95), round_rate(prior * 1.05)]
+    assert search.prior_note == ""
+    answer = search.answer
+    assert answer.to_dict()["prior"] == pytest.approx(prior, rel=1e-6) and answer.to_dict()["prior_note"] == ""
+    assert answer.stopped == "precision" and abs(answer.knee.rate - knee) / knee < 0.05
+    # the knee is estimated from the judged steps alone: the same rows give the same knee without a prior
+    assert crossing_estimate(search.rows) == answer.knee
+
+
+def test_a_prior_outside_the_ladders_interval_is_dropped_and_said():
+    search, asked, _ = run(Server(4.6), prior=7.5)  # the ladder's steps at 6 and 8 failed: not near 7.5
+    assert "lies outside the knee's interval" in search.prior_note and search.prior is None
+    said = search.answer.to_dict()
+    assert said["prior"] == 7.5 and "outside" in said["prior_note"]
+    assert abs(asked[0].rate - 4.6) / 4.6 < 0.15  # the search went on from the estimate
+    assert search.answer.stopped == "precision"

@@ -386,6 +386,8 @@ class StepController:
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions,
                              auto="auto" in self.plan.data["search"]))
+        if getattr(search, "prior_note", ""):  # refine.prior dropped: the ladder disagreed with it
+            self.out(f"llmload: note: {search.prior_note}")
         self.events.search_finished.fire(answer=search.answer)
 
     def _search_drained(self, search: Any, step: Step) -> None:
