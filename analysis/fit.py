@@ -148,7 +148,8 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
     keep = (prefill == 0) & (gap > 0) & (batch >= 1)
     sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
-    first = pd.to_numeric(records.get("first_token_at"), errors="coerce").to_numpy(dtype=float)
+    first = (pd.to_numeric(records["first_token_at"], errors="coerce").to_numpy(dtype=float)
+             if "first_token_at" in records else np.full(len(records), np.nan))
     if "closed_at" in records:
         first = np.where(np.isnan(first), pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float),
                          first)
@@ -229,7 +230,8 @@ def _awaiting_first_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
     """Requests sent strictly before each time and given their first token (or closed without one)
     after it: queued or in their prefill then."""
     sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
-    first = pd.to_numeric(records.get("first_token_at"), errors="coerce").to_numpy(dtype=float)
+    first = (pd.to_numeric(records["first_token_at"], errors="coerce").to_numpy(dtype=float)
+             if "first_token_at" in records else np.full(len(records), np.nan))
     if "closed_at" in records:
         first = np.where(np.isnan(first), pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float),
                          first)

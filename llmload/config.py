@@ -953,7 +953,7 @@ def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tup
     search starts, `llmload.sim.whatif.twin_prior`)."""
     ladder = config.shape.ladder
     prior = ladder.refine.prior if ladder is not None and ladder.refine is not None else None
-    if not isinstance(prior, str):
+    if not isinstance(prior, str) or ladder is None or ladder.refine is None:
         return config
     key = ("shape", "ladder", "refine", "prior")
     path = base_dir / Path(prior).expanduser()
