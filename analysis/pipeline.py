@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pandas.api.types import union_categoricals
 
 from analysis.burst import burst_summary, burst_vs_uniform
@@ -159,11 +160,13 @@ def simulation_warning(simulation: dict) -> str:
 #: turns, the report's plots and answer, compare), kept for every request; the rest of a step's derived
 #: requests (and its per-event lists) live only while the step is analysed. `OPTIONAL_COLUMNS` are kept
 #: only where some request has a value (their readers treat an absent column as all-null).
-RUN_COLUMNS = ("step", "outcome", "scheduled_at", "sent_at", "end_at", "in_window", "finished", "good", "capped",
-               "ttft_s", "e2e_s", "user_e2e_s", "input_tokens", "output_tokens")
+RUN_COLUMNS = ("request_id", "step", "outcome", "scheduled_at", "sent_at", "end_at", "in_window", "finished",
+               "good", "capped", "ttft_s", "e2e_s", "user_e2e_s", "input_tokens", "output_tokens", "tokens_estimated")
 OPTIONAL_COLUMNS = ("ttfa_s", "cached_tokens", "turn")
 #: kept as categories (a small code per request, not a pointer to a string)
 CATEGORY_COLUMNS = ("step", "outcome")
+#: kept as Arrow strings (one buffer, not a Python object per request): every figure traces to its records
+STRING_COLUMNS = ("request_id",)
 
 
 def analyze(run: Run, slo: SLO, client: Client | None = None, *,
@@ -260,6 +263,7 @@ class _KeptColumns:
             return
         # copies: a view of one column would keep the step's whole block of columns alive
         self.parts[label] = {c: pd.Categorical(requests[c]) if c in CATEGORY_COLUMNS else
+                             pa.array(requests[c].astype(object), type=pa.string()) if c in STRING_COLUMNS else
                              requests[c].to_numpy(copy=True) for c in self.columns if c in requests.columns}
         self.positions[label] = positions
 
@@ -277,6 +281,13 @@ class _KeptColumns:
                 continue
             if column in CATEGORY_COLUMNS:
                 values = union_categoricals(arrays) if len(arrays) > 1 else arrays[0]
+            elif column in STRING_COLUMNS:
+                joined = pa.concat_arrays(arrays) if arrays else pa.array([], type=pa.string())
+                del arrays
+                if sort is not None:
+                    joined = joined.take(pa.array(sort))
+                out[column] = joined.to_pandas(types_mapper=pd.ArrowDtype)
+                continue
             else:
                 values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
             del arrays

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from analysis.run import records_from_table
 from llmload.config import Config
 from llmload.records import records_table
 
@@ -24,6 +23,7 @@ __all__ = ["judge_rows", "live_judge"]
 def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Path | None = None,
                recent: Any = None) -> tuple:
     """(verdict, failing, stats) of one step from shipped summaries (telemetry: `recent`, else the files)."""
+    from analysis.run import records_from_table  # pandas/pyarrow: only once a step is judged (issue 20)
     from analysis.verdict import judge_step
     from llmload.telemetry.sink import read_telemetry, telemetry_frame
 
