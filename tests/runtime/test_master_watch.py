@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from types import SimpleNamespace
 
-from llmload.runtime.locustglue.master_watch import LOST_EXIT, SILENT_S, MasterWatch
+from llmload.runtime.locustglue.master_watch import LOST_EXIT, SILENT_S, UNREACHABLE_S, MasterWatch
 
 
 class _Worker:
@@ -59,3 +59,15 @@ def test_a_silent_master_whose_port_refuses_is_lost_and_the_worker_stops_in_one_
     assert lines == [f"llmload: error: lost the master at 127.0.0.1:{port} ({why}): this worker stopped sending, "
                      "its in-flight requests recorded as cancelled: its 7 record(s) are in /runs/r1/records "
                      f"(exit code {LOST_EXIT})"]
+
+
+def test_a_master_behind_a_cut_link_is_lost_only_after_locusts_own_timeout(monkeypatch):
+    # a port that does not answer (a cut link: tests/runtime/test_netns.py cuts one for 10 s) may come
+    # back; a refused one is a master that is gone
+    port = _closed_port()
+    watch = _watch(port, silent_s=SILENT_S + 7, exits=[])
+    monkeypatch.setattr(watch, "unreachable", lambda: "no answer within 2 s")
+    assert watch.lost() is None
+    late = _watch(port, silent_s=UNREACHABLE_S + 1, exits=[])
+    monkeypatch.setattr(late, "unreachable", lambda: "no answer within 2 s")
+    assert late.lost() is not None and "no answer" in late.lost()

@@ -6,8 +6,11 @@ nobody was measuring for, then exiting 0 some 60 s later with only Locust's "Did
 master". Locust's master answers each worker heartbeat (one a second), so `MasterWatch` checks the
 time of the last answer; silence over `SILENT_S` alone is not enough (a master busy finalising a large
 run answers late, and a worker that left it then would be wrong), so the master's port is also tried:
-a master whose process is gone refuses the connection (or, across a broken network, does not answer
-within `PROBE_TIMEOUT_S`), while a busy one still accepts it (ZeroMQ's I/O thread listens for it).
+a master whose process is gone refuses the connection, while a busy one still accepts it (ZeroMQ's I/O
+thread listens for it). A port that does not answer at all within `PROBE_TIMEOUT_S` (a link cut, a host
+down) is not taken as proof that the master died: a network partition may heal, and the worker then
+goes on (tests/runtime/test_netns.py cuts a worker's link for 10 s). Only `UNREACHABLE_S` of silence
+with no answer, Locust's own heartbeat timeout, loses the master then.
 
 Then the worker stops sending at once (`WorkerRuntime.abandon`: queued arrivals and in-flight requests
 recorded `cancelled`, the record file closed), prints one `llmload: error:` line naming the master and
@@ -35,6 +38,9 @@ log = logging.getLogger("llmload.worker")
 SILENT_S = 3.0
 #: how long a connection to the master's port may take before the master counts as unreachable
 PROBE_TIMEOUT_S = 2.0
+#: silence with a port that does not answer (no refusal: a cut link, a host down) that loses the master:
+#: Locust's own heartbeat timeout (a partition shorter than this heals, and the worker goes on)
+UNREACHABLE_S = 60.0
 #: how often the watch looks
 CHECK_EVERY_S = 0.5
 #: a worker's exit code once its master is lost: no conclusion
@@ -72,12 +78,15 @@ class MasterWatch:
             return (exc.strerror or type(exc).__name__).lower()
 
     def lost(self) -> str | None:
-        """Why the master counts as lost now (None: it is there, or has not been heard from yet)."""
+        """Why the master counts as lost now (None: it is there, has not been heard from yet, or cannot be
+        reached for less than `UNREACHABLE_S`: the module docstring)."""
         silent = self.silent_s()
         if silent is None or silent < SILENT_S:
             return None
         why = self.unreachable()
-        return None if why is None else f"no heartbeat for {silent:.0f} s and its port says: {why}"
+        if why is None or (why.startswith("no answer") and silent < UNREACHABLE_S):
+            return None
+        return f"no heartbeat for {silent:.0f} s and its port says: {why}"
 
     def run(self) -> None:
         while True:
