@@ -68,6 +68,8 @@ def test_a_master_behind_a_cut_link_is_lost_only_after_locusts_own_timeout(monke
     watch = _watch(port, silent_s=SILENT_S + 7, exits=[])
     monkeypatch.setattr(watch, "unreachable", lambda: "no answer within 2 s")
     assert watch.lost() is None
+    monkeypatch.setattr(watch, "unreachable", lambda: "no route to host")  # the netns test's cut link
+    assert watch.lost() is None
     late = _watch(port, silent_s=UNREACHABLE_S + 1, exits=[])
     monkeypatch.setattr(late, "unreachable", lambda: "no answer within 2 s")
     assert late.lost() is not None and "no answer" in late.lost()

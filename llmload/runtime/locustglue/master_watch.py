@@ -7,8 +7,8 @@ master". Locust's master answers each worker heartbeat (one a second), so `Maste
 time of the last answer; silence over `SILENT_S` alone is not enough (a master busy finalising a large
 run answers late, and a worker that left it then would be wrong), so the master's port is also tried:
 a master whose process is gone refuses the connection, while a busy one still accepts it (ZeroMQ's I/O
-thread listens for it). A port that does not answer at all within `PROBE_TIMEOUT_S` (a link cut, a host
-down) is not taken as proof that the master died: a network partition may heal, and the worker then
+thread listens for it). Any other failure (no answer within `PROBE_TIMEOUT_S`, no route to the host: a
+link cut, a host down) is not taken as proof that the master died: a network partition may heal, and the worker then
 goes on (tests/runtime/test_netns.py cuts a worker's link for 10 s). Only `UNREACHABLE_S` of silence
 with no answer, Locust's own heartbeat timeout, loses the master then.
 
@@ -20,6 +20,7 @@ where its records are, and exits with code 3: no conclusion (docs/USAGE.md's exi
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -41,6 +42,8 @@ PROBE_TIMEOUT_S = 2.0
 #: silence with a port that does not answer (no refusal: a cut link, a host down) that loses the master:
 #: Locust's own heartbeat timeout (a partition shorter than this heals, and the worker goes on)
 UNREACHABLE_S = 60.0
+#: what `unreachable` says of a refused connection: the master's host is there, its process is not
+REFUSED = os.strerror(errno.ECONNREFUSED).lower()
 #: how often the watch looks
 CHECK_EVERY_S = 0.5
 #: a worker's exit code once its master is lost: no conclusion
@@ -84,7 +87,7 @@ class MasterWatch:
         if silent is None or silent < SILENT_S:
             return None
         why = self.unreachable()
-        if why is None or (why.startswith("no answer") and silent < UNREACHABLE_S):
+        if why is None or (why != REFUSED and silent < UNREACHABLE_S):
             return None
         return f"no heartbeat for {silent:.0f} s and its port says: {why}"
 
