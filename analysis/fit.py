@@ -147,16 +147,10 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     mid = (a + b) / 2
     batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
     keep = (prefill == 0) & (gap > 0) & (batch >= 1)
-    sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
-    first = (pd.to_numeric(records["first_token_at"], errors="coerce").to_numpy(dtype=float)
-             if "first_token_at" in records else np.full(len(records), np.nan))
-    if "closed_at" in records:
-        first = np.where(np.isnan(first), pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float),
-                         first)
-    first = np.sort(np.where(np.isnan(first), np.inf, first)[~np.isnan(sent)])
+    sent, first = _sent_and_first(records)
     # requests sent before the gap's end whose first token (or end) came after its start: waiting or
     # prefilling meanwhile (every request with its first token by the start was sent before the end)
-    waiting = np.searchsorted(np.sort(sent[~np.isnan(sent)]), b, side="left") - np.searchsorted(first, a, side="right")
+    waiting = np.searchsorted(sent, b, side="left") - np.searchsorted(first, a, side="right")
     return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int), "t": mid[keep],
                          "waiting": waiting[keep].astype(int)})
 
@@ -229,6 +223,13 @@ def _timed_share(records: pd.DataFrame) -> float:
 def _awaiting_first_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
     """Requests sent strictly before each time and given their first token (or closed without one)
     after it: queued or in their prefill then."""
+    sent, first = _sent_and_first(records)
+    return np.searchsorted(sent, times, side="left") - np.searchsorted(first, times, side="right")
+
+
+def _sent_and_first(records: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(sent_at, first token at) of the sent requests, each sorted; a request without a first token
+    counts at its close, one never closed at infinity."""
     sent = pd.to_numeric(records["sent_at"], errors="coerce").to_numpy(dtype=float)
     first = (pd.to_numeric(records["first_token_at"], errors="coerce").to_numpy(dtype=float)
              if "first_token_at" in records else np.full(len(records), np.nan))
@@ -236,8 +237,7 @@ def _awaiting_first_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
         first = np.where(np.isnan(first), pd.to_numeric(records["closed_at"], errors="coerce").to_numpy(dtype=float),
                          first)
     ok = ~np.isnan(sent)
-    first = np.sort(np.where(np.isnan(first), np.inf, first)[ok])
-    return np.searchsorted(np.sort(sent[ok]), times, side="left") - np.searchsorted(first, times, side="right")
+    return np.sort(sent[ok]), np.sort(np.where(np.isnan(first), np.inf, first)[ok])
 
 
 def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
