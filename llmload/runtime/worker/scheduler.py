@@ -280,6 +280,15 @@ class WorkerRuntime:
         if state is None or state.phase.drained:  # a cancel that crossed our drained notice: nothing is left
             return
         state.to(StepPhase.CANCELLING)
+        self._stop_step(state)
+        deadline = self.clock.now() + CANCEL_WAIT_S
+        while state.inflight and self.clock.now() < deadline:
+            self.clock.sleep(0.005)
+        self._maybe_drained(state)
+
+    def _stop_step(self, state: StepState) -> None:
+        """Stop a cancelling step at once: no more arrivals, its queued ones recorded `cancelled`, and a
+        cancel scheduled for each request in flight (the caller waits for them to end)."""
         if state.loop is not None:
             state.loop.stopped = True
         if state.scheduler is not None:
@@ -288,10 +297,6 @@ class WorkerRuntime:
         hub = gevent.get_hub()
         for greenlet in list(state.inflight):
             hub.loop.run_callback(_cancel_request, state, greenlet)
-        deadline = self.clock.now() + CANCEL_WAIT_S
-        while state.inflight and self.clock.now() < deadline:
-            self.clock.sleep(0.005)
-        self._maybe_drained(state)
 
     def abandon(self) -> int | None:
         """The master is gone (`llmload.runtime.locustglue.master_watch`): nothing more goes to it, every
@@ -299,19 +304,12 @@ class WorkerRuntime:
         `cancelled`) and the record file is closed. Returns how many records the file got (None: no
         step came, no file)."""
         self.master_gone = True
-        hub = gevent.get_hub()
         for state in self.steps.values():
             if state.phase.drained:
                 continue
             if not state.phase.cancelled:
                 state.to(StepPhase.CANCELLING)
-            if state.loop is not None:
-                state.loop.stopped = True
-            if state.scheduler is not None:
-                state.scheduler.kill(block=True)
-            self._drop_queued(state, outcome="cancelled")
-            for greenlet in list(state.inflight):
-                hub.loop.run_callback(_cancel_request, state, greenlet)
+            self._stop_step(state)
         deadline = self.clock.now() + CANCEL_WAIT_S
         while any(state.inflight for state in self.steps.values()) and self.clock.now() < deadline:
             self.clock.sleep(0.005)
