@@ -161,8 +161,9 @@ def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(tmp_path
     assert high["verdict"] == "fail", run_said(run_dir)
     assert high["limit"]["kind"] == "batch_slots", high["limit"]
     ev = high["limit"]["evidence"]
-    # the slot count is the server's own (/props, /slots), not written in the config
+    # the slot count is the server's own (/props, /slots), not written in the config nor inferred
     assert ev["slots"] == 2 and ev["running_at_slots_share"] >= 0.5
+    assert ev["slots_source"] in ("conditions.max_num_seqs", "llama.cpp /slots"), ev["slots_source"]
     assert ev["waiting_mean"] > 1.0 and scraped(run_dir, "llamacpp:requests_processing") == 0
 
 

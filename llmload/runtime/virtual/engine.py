@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,13 +155,14 @@ class EngineServer:
         body, `/metrics` text; None where the flavour has no such page (a 404) or the server is dead."""
         if self.dead:
             return None
-        info = self.info
-        if self.flavor == "vllm" and self.vllm_metrics is not None:
+        info, vllm, llama = self.info, self.vllm_metrics, self.llama_metrics
+        pages: dict[str, Callable[[], Any]]
+        if vllm is not None:
             pages = {"/version": lambda: {"version": VLLM_VERSION}, "/v1/models": info.vllm_models,
-                     "/metrics": lambda: self.vllm_metrics.render().decode()}
-        elif self.flavor == "llamacpp" and self.llama_metrics is not None:
+                     "/metrics": _text(vllm.render)}
+        elif llama is not None:
             pages = {"/props": info.llamacpp_props, "/v1/models": info.llamacpp_models,
-                     "/metrics": lambda: self.llama_metrics.render().decode(), "/slots": self._slots}
+                     "/metrics": _text(llama.render), "/slots": self._slots}
         elif self.flavor == "ollama":
             pages = {"/api/version": lambda: {"version": OLLAMA_VERSION}, "/api/ps": self._ps,
                      "/api/show": info.ollama_show}
@@ -256,6 +258,11 @@ class EngineServer:
         self._submitted.wait()
 
 
+def _text(render: Callable[[], bytes]) -> Callable[[], str]:
+    """A page rendered as bytes (`/metrics`), read as the text a scrape decodes."""
+    return lambda: render().decode()
+
+
 def unsupported(config: Config) -> list[str]:
     """What `config` asks for that a virtual run does not simulate (a run with any is refused)."""
     out = []
@@ -298,20 +305,20 @@ class EngineSender:
             self._failed(record, classify_exception(refused, SendContext(stage="connect")))
             return
         n_in, n_out = int(request.planned_input_tokens or 1), int(request.planned_output_tokens or 1)
-        said = {"request_id": record.request_id, "endpoint": request.path, "input_tokens": n_in}
+        rid, path = record.request_id, request.path
         if not self.server.fits(n_in, n_out):  # the sim answers 400: the prompt cannot fit its KV cache
-            self.server.refuse(400, "http_error", **said)
+            self.server.refuse(400, "http_error", request_id=rid, endpoint=path, input_tokens=n_in)
             record.closed_at, record.http_status = record.sent_at, 400
             record.outcome, record.error = "http_error", "HTTP 400: the request does not fit the KV cache"
             return
         if self.max_in_flight is not None and self.server.in_flight >= self.max_in_flight:
-            self.server.refuse(503, "rejected", **said)
+            self.server.refuse(503, "rejected", request_id=rid, endpoint=path, input_tokens=n_in)
             record.closed_at, record.http_status = record.sent_at, 503
             record.outcome = "rejected"
             record.error = (f"HTTP 503: The server is at capacity (max_num_queued_reqs={self.max_in_flight}): "
                             "too many requests in flight, please retry later.")
             return
-        served = self.server.submit(n_in, n_out, request_id=record.request_id, endpoint=request.path)
+        served = self.server.submit(n_in, n_out, request_id=rid, endpoint=path)
         try:
             served.done.wait()
         finally:
