@@ -10,8 +10,8 @@ generator's validity limits are loose: on a busy 2-core machine the assertions a
 
 Each run is whole in virtual time (`llmload run --virtual`, `tests/virtual_truth.py`) against the sim's
 engine, its /metrics and per-request timings and its ground-truth log on the run's clock: deterministic,
-seconds of CPU. The vLLM flavour is also run live once (`..._live`): the real HTTP scrape of a
-`llmload sim` process, the client's reading of its answers, and its own log.
+seconds of CPU. The live scrape of a `llmload sim` process and its own log, compared the same way, is
+tests/analysis/test_limits_e2e.py's `test_few_batch_slots_is_batch_slots_live`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import math
 
 import numpy as np
 import pytest
-from support import base_config, write_config
+from support import base_config
 from virtual_truth import run_against_sim, truth_rows
 
 from analysis import analyze, load_run
-from llmload.cli import main
 from llmload.config import SLO
 
 SIM = {"step_base_s": 0.03, "decode_cost_s": 0.0005, "prefill_cost_s": 0.0002, "load_time_s": 0,
@@ -57,24 +56,9 @@ def _run(tmp_path, flavor: str):
     return result, {row["request_id"]: row for row in truth_rows(run_dir)}
 
 
-def _run_live(sim_factory, tmp_path, flavor: str):
-    sim = sim_factory(flavor=flavor, config=SIM)
-    run_dir = tmp_path / "run"
-    main(["run", str(write_config(tmp_path, _config(sim.url, flavor))), "--out", str(run_dir)])
-    result = analyze(load_run(run_dir), SLO.model_validate({"min_samples": 3}))
-    return result, {row["request_id"]: row for row in sim.ground_truth_rows()}
-
-
 @pytest.mark.parametrize("flavor", ["vllm", "llamacpp", "ollama"])
 def test_split_matches_the_sims_ground_truth_past_the_knee(tmp_path, flavor) -> None:
     _check_split(*_run(tmp_path, flavor), flavor)
-
-
-# quiet: a verdict or a time compared with the sim's truth, which the busy part's workers and two CPU hogs moved
-@pytest.mark.slow
-@pytest.mark.quiet
-def test_split_matches_the_sims_ground_truth_past_the_knee_live(sim_factory, tmp_path) -> None:
-    _check_split(*_run_live(sim_factory, tmp_path, "vllm"), "vllm")
 
 
 def _check_split(result, truth: dict, flavor: str) -> None:
