@@ -4,6 +4,8 @@ Sources: each `target.urls` endpoint (`server:<url>`, plus `slots:` for llama.cp
 Ollama), and the GPU (`gpu: auto|nvml` NVML here, `dcgm:<url>` a DCGM exporter or `llmload gpu-agent`).
 Each sample is stamped with `llmload.clock.now()` (midpoint of the poll) and the step set by
 `set_step`, and appended to `run_dir/telemetry.jsonl`; `finalise_telemetry` makes the Parquet file.
+A virtual run (`llmload.runtime.virtual.telemetry`) hands its own pollers (the simulated server's pages)
+and its clock: the same samples, files and recent samples, stamped in virtual time, no GPU.
 A failed poll records `scrape_error=1` and polling goes on. Plain threads and urllib work both as OS
 threads and as greenlets under gevent's monkey-patching.
 """
@@ -14,6 +16,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -138,9 +141,13 @@ class _NvmlSource:
 class TelemetryCollector:
     """Polls every source each `telemetry.interval` until `stop()`; see the module docstring."""
 
-    def __init__(self, config: Config, run_dir: str | Path, *, nvml: object = None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path, *, nvml: object = None,
+                 clock: Callable[[], float] = now, pollers: list[Poller] | None = None) -> None:
+        """`clock`: what stamps a sample; `pollers`: the sources to poll instead of the config's
+        endpoints and GPU (a virtual run's simulated server)."""
         self.config = config
         self.run_dir = Path(run_dir)
+        self._clock = clock
         self.interval_s = float(config.telemetry.interval)
         # the full timeout even when it exceeds the interval: an overloaded server answers /metrics
         # late exactly when it matters; the loop skips the ticks a slow poll missed
@@ -156,6 +163,8 @@ class TelemetryCollector:
         self.nvml: NvmlSampler | None = NvmlSampler(nvml) if gpu in ("auto", "nvml") and not no_gpu else None
         if gpu.startswith("dcgm:"):
             self._pollers.append(DcgmPoller(dcgm_url(gpu), timeout_s=timeout_s))
+        if pollers is not None:
+            self._pollers, self.nvml = list(pollers), None
         self._sink: TelemetrySink | None = None
         self._step: str | None = None
         self._stop = threading.Event()
@@ -219,7 +228,7 @@ class TelemetryCollector:
 
     def poll_once(self, poller: Poller) -> list[Point]:
         """Poll one source, write its points and return them."""
-        t_start, step = now(), self._step
+        t_start, step = self._clock(), self._step
         try:
             points = poller.poll()
         except TelemetryError as exc:
@@ -230,7 +239,7 @@ class TelemetryCollector:
                 self._warned.add(key)
                 log.warning("telemetry: polling %s failed: %s: %s", poller.source, type(exc).__name__, exc)
             points = [Point(poller.source, "scrape_error", 1.0, format_labels({"error": "internal"}))]
-        t = (t_start + now()) / 2
+        t = (t_start + self._clock()) / 2
         if self._sink is not None:
             for source in {p.source for p in points if p.metric == "scrape_error" and p.value > 0}:
                 self._sink.forget(source)

@@ -186,14 +186,20 @@ def _mismatches(config: Config, facts: dict[str, Any]) -> list[str]:
 
 
 def build_manifest(config: Config, *, run_id: str, seeds: Any, plan_kind: str, probe: bool = True,
-                   nvml: object = None, timeout_s: float = 3.0) -> dict[str, Any]:
-    """The manifest of a run about to start (see the module docstring). Probes take a few requests."""
+                   nvml: object = None, timeout_s: float = 3.0,
+                   servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest of a run about to start (see the module docstring). Probes take a few requests.
+    `servers`: probe answers made elsewhere (a virtual run probes its simulated server's pages): no
+    target is asked, nor the GPU."""
     headers = request_headers(config)
-    servers = []
-    if probe:
-        for base in config.target.endpoints:
-            servers.append(probe_server(base, flavor=config.target.server, model=config.target.model,
-                                        headers=headers, timeout_s=timeout_s))
+    if servers is not None:
+        probe, servers = False, list(servers)
+    else:
+        servers = []
+        if probe:
+            for base in config.target.endpoints:
+                servers.append(probe_server(base, flavor=config.target.server, model=config.target.model,
+                                            headers=headers, timeout_s=timeout_s))
     facts = servers[0]["facts"] if servers else {}
     gpu = _gpu_facts(config, nvml, timeout_s) if probe else {"source": config.telemetry.gpu}
     conditions = _conditions(config, facts, gpu, seeds)

@@ -63,8 +63,10 @@ def _bool(value: Any) -> bool | None:
 
 class _Prober:
     def __init__(self, base: str, headers: Mapping[str, str], timeout_s: float, *,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, pages: Callable[[str], Any] | None = None) -> None:
         self.base, self.headers, self.timeout_s = base, dict(headers), timeout_s
+        #: answers by path instead of HTTP (`probe_server`'s `pages`)
+        self.pages = pages
         #: monotonic time after which no more paths are asked (the probe's total budget)
         self.deadline = deadline if deadline is not None else time.monotonic() + PROBE_BUDGET_TIMEOUTS * timeout_s
         self.facts: dict[str, Any] = dict.fromkeys(FACT_KEYS)
@@ -77,9 +79,14 @@ class _Prober:
             self.errors[path] = "not asked: the probe's time was spent"
             return None
         try:
-            kwargs = {"body": body} if body is not None else {}
-            answer = fetch(f"{self.base}{path}", timeout_s=min(self.timeout_s, left), headers=self.headers,
-                           **kwargs)
+            if self.pages is not None:
+                answer = self.pages(path)
+                if answer is None:
+                    raise TelemetryError(f"{self.base}{path}: HTTP 404")
+            else:
+                kwargs = {"body": body} if body is not None else {}
+                answer = fetch(f"{self.base}{path}", timeout_s=min(self.timeout_s, left), headers=self.headers,
+                               **kwargs)
         except TelemetryError as exc:
             self.errors[path] = str(exc)
             return None
@@ -186,10 +193,13 @@ class _Prober:
 
 
 def probe_server(base_url: str, *, flavor: str | None = None, model: str | None = None,
-                 headers: Mapping[str, str] | None = None, timeout_s: float = 3.0) -> dict[str, Any]:
-    """`{"url", "facts": {FACT_KEYS...}, "raw": {path: answer}, "errors": {path: reason}}` for one server."""
+                 headers: Mapping[str, str] | None = None, timeout_s: float = 3.0,
+                 pages: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """`{"url", "facts": {FACT_KEYS...}, "raw": {path: answer}, "errors": {path: reason}}` for one server.
+    `pages`: the server's answer by path (a JSON body, `/metrics` text; None: no such page) instead of
+    HTTP: a virtual run's simulated server (`llmload.runtime.virtual.telemetry`), with `flavor` given."""
     base = base_url.rstrip("/")
-    prober = _Prober(base, headers or {}, timeout_s)
+    prober = _Prober(base, headers or {}, timeout_s, pages=pages)
     if flavor is None:
         try:
             flavor = detect_flavor(base, timeout_s=timeout_s, headers=prober.headers,

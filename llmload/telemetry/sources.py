@@ -33,6 +33,8 @@ __all__ = [
     "detect_flavor",
     "error_label",
     "parse_timestamp",
+    "ps_points",
+    "slots_points",
 ]
 
 log = logging.getLogger("llmload.telemetry")
@@ -84,17 +86,21 @@ class SlotsPoller:
         slots = _get(fetch_json, self.url, self.timeout_s, self.headers)
         if not isinstance(slots, list):
             raise TelemetryError(f"{self.url}: expected a list of slots")
-        busy = sum(1 for s in slots if isinstance(s, dict) and (s.get("is_processing") or s.get("state") == 1))
-        points = [Point(self.source, "slots_total", float(len(slots))),
-                  Point(self.source, "slots_processing", float(busy))]
-        for i, slot in enumerate(slots):
-            if isinstance(slot, dict) and isinstance(slot.get("n_ctx"), (int, float)):
-                points.append(Point(self.source, "slot_n_ctx", float(slot["n_ctx"]),
-                                    format_labels({"id": slot.get("id", i)}), always=False))
-        usage = slot_context_usage(slots)
-        if usage is not None:
-            points.append(Point(self.source, "kv_usage", usage))
-        return points
+        return slots_points(self.source, slots)
+
+
+def slots_points(source: str, slots: list) -> list[Point]:
+    """The points of one `/slots` answer (`SlotsPoller`; a virtual run's simulated server's too)."""
+    busy = sum(1 for s in slots if isinstance(s, dict) and (s.get("is_processing") or s.get("state") == 1))
+    points = [Point(source, "slots_total", float(len(slots))), Point(source, "slots_processing", float(busy))]
+    for i, slot in enumerate(slots):
+        if isinstance(slot, dict) and isinstance(slot.get("n_ctx"), (int, float)):
+            points.append(Point(source, "slot_n_ctx", float(slot["n_ctx"]),
+                                format_labels({"id": slot.get("id", i)}), always=False))
+    usage = slot_context_usage(slots)
+    if usage is not None:
+        points.append(Point(source, "kv_usage", usage))
+    return points
 
 
 def slot_context_usage(slots: list) -> float | None:
@@ -136,20 +142,25 @@ class OllamaPsPoller:
         models = body.get("models") if isinstance(body, dict) else None
         if not isinstance(models, list):
             raise TelemetryError(f"{self.url}: expected {{\"models\": [...]}}")
-        points = [Point(self.source, "ollama_loaded_models", float(len(models)))]
-        wall = now()
-        for m in models:
-            if not isinstance(m, dict):
-                continue
-            labels = format_labels({"model": m.get("name") or m.get("model") or "?"})
-            for key, metric in (("size_vram", "ollama_size_vram_bytes"), ("size", "ollama_size_bytes"),
-                                ("context_length", "ollama_context_length")):
-                if isinstance(m.get(key), (int, float)):
-                    points.append(Point(self.source, metric, float(m[key]), labels))
-            expires = parse_timestamp(m.get("expires_at", ""))
-            if expires is not None and math.isfinite(expires):
-                points.append(Point(self.source, "ollama_expires_in_seconds", expires - wall, labels))
-        return points
+        return ps_points(self.source, models, now())
+
+
+def ps_points(source: str, models: list, wall: float) -> list[Point]:
+    """The points of one `/api/ps` answer's `models` read at `wall` (`OllamaPsPoller`; a virtual run's
+    simulated server's too)."""
+    points = [Point(source, "ollama_loaded_models", float(len(models)))]
+    for m in models:
+        if not isinstance(m, dict):
+            continue
+        labels = format_labels({"model": m.get("name") or m.get("model") or "?"})
+        for key, metric in (("size_vram", "ollama_size_vram_bytes"), ("size", "ollama_size_bytes"),
+                            ("context_length", "ollama_context_length")):
+            if isinstance(m.get(key), (int, float)):
+                points.append(Point(source, metric, float(m[key]), labels))
+        expires = parse_timestamp(m.get("expires_at", ""))
+        if expires is not None and math.isfinite(expires):
+            points.append(Point(source, "ollama_expires_in_seconds", expires - wall, labels))
+    return points
 
 
 def detect_flavor(base_url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None,

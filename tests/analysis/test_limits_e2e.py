@@ -1,6 +1,10 @@
 """End to end: the sim set so that one limit is the cause, a 2-step ladder run against it, and the step's
-`limit` in summary.json checked against the sim's ground-truth log and its /metrics. Each run is short
-(two steps of 4-5 s, on 127.0.0.1)."""
+`limit` in summary.json checked against the sim's ground-truth log and its /metrics.
+
+Each run is whole in virtual time (`llmload run --virtual`, `tests/virtual_truth.py`): the sim's engine,
+its /metrics, /slots and ground-truth log on the run's clock, scraped into telemetry.jsonl as a live run
+scrapes them; deterministic, seconds of CPU. One run stays live (`test_few_batch_slots_is_batch_slots_live`):
+the real HTTP scrape of a `llmload sim` process and its own log, two short steps on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,18 +15,15 @@ from urllib.request import urlopen
 import numpy as np
 import pytest
 from support import run_said, write_config
+from virtual_truth import run_against_sim, scraped, truth_rows
 
 from analysis.stats import time_average
 from llmload.cli import main
 
-# quiet: its verdicts, drifts and generator checks need the load they measure to be most of the load (beside
-# the busy part's workers and two CPU hogs they came out invalid or undetected)
-pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
-
-def _run(sim, tmp_path, *, rates, duration="4s", input_tokens=16, output_tokens=16, slo=None, client=None,
-         conditions=None):
-    config = {"target": {"url": sim.url, "api": "openai-chat", "model": "sim-model", "server": sim.flavor},
+def _config(*, rates, duration="4s", input_tokens=16, output_tokens=16, slo=None, client=None, conditions=None,
+            url="http://127.0.0.1:9", flavor="vllm"):
+    config = {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": flavor},
               "requests": {"input_tokens": {"dist": "fixed", "value": input_tokens},
                            "output_tokens": {"dist": "fixed", "value": output_tokens}},
               "shape": {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "20s",
@@ -33,6 +34,19 @@ def _run(sim, tmp_path, *, rates, duration="4s", input_tokens=16, output_tokens=
               "telemetry": {"gpu": "off", "interval": "250ms"}}
     if conditions:
         config["conditions"] = conditions
+    return config
+
+
+def _run(tmp_path, *, flavor="vllm", sim, **kwargs):
+    """(steps, run dir, the sim's ground-truth rows) of a run in virtual time against a sim set by `sim`."""
+    code, run_dir = run_against_sim(tmp_path, _config(flavor=flavor, **kwargs), flavor=flavor, sim=sim)
+    assert code in (0, 1, 3) and (run_dir / "summary.json").exists(), run_said(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary["steps"], run_dir, truth_rows(run_dir)
+
+
+def _run_live(sim, tmp_path, **kwargs):
+    config = _config(url=sim.url, flavor=sim.flavor, **kwargs)
     run_dir = tmp_path / "run"
     code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
     assert code in (0, 1, 3) and (run_dir / "summary.json").exists(), run_said(run_dir)
@@ -51,9 +65,7 @@ def _truth_in(rows, ws, we):
             and (r.get("finished_at") or we) >= ws]
 
 
-def test_few_batch_slots_is_batch_slots(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 2, "step_base_s": "20ms"})
-    steps, run_dir = _run(sim, tmp_path, rates=[1, 9], conditions={"max_num_seqs": 2})
+def _check_few_batch_slots(steps, run_dir, truth_rows, preemptions_scraped):
     low, high = steps
     assert high["verdict"] == "fail", run_said(run_dir)
     assert low["limit"]["kind"] in ("none", "batch_slots") and high["limit"]["kind"] == "batch_slots", \
@@ -63,7 +75,7 @@ def test_few_batch_slots_is_batch_slots(sim_factory, tmp_path):
     assert ev["running_at_slots_share"] >= 0.5 and ev["kv_usage_peak"] < 0.5 and not ev["preemptions"]
     # the sim's own log: two requests ran at every moment of the window, the rest waited
     ws, we = high["window_start"], high["window_end"]
-    truth = [r for r in sim.ground_truth_rows() if r.get("admitted_at") is not None]
+    truth = [r for r in truth_rows if r.get("admitted_at") is not None]
     admitted = np.array([r["admitted_at"] for r in truth])
     finished = np.array([r["finished_at"] for r in truth])
     received = np.array([r["received_at"] for r in truth])
@@ -73,73 +85,91 @@ def test_few_batch_slots_is_batch_slots(sim_factory, tmp_path):
     assert ev["waiting_mean"] == pytest.approx(waiting, rel=0.25, abs=1.0) and waiting > 1.0
     step_truth = [r for r in truth if high["window_start"] - 1.5 <= r["received_at"] < high["window_end"] + 1]
     assert ev["server_queue_mean_s"] == pytest.approx(np.mean([r["queue_s"] for r in step_truth]), rel=0.35)
-    assert _scrape(sim, "vllm:num_preemptions_total") == 0
+    assert preemptions_scraped == 0
 
 
-def test_small_kv_cache_with_long_prompts_is_kv_cache(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config={"num_blocks": 48, "block_size": 16, "step_base_s": "15ms",
-                                             "enable_prefix_caching": False})
-    steps, run_dir = _run(sim, tmp_path, rates=[0.5, 6], input_tokens=200, output_tokens=64,
-                          slo={"ttft_p95": "300ms"})
+FEW_SLOTS = {"max_num_seqs": 2, "step_base_s": "20ms"}
+
+
+def test_few_batch_slots_is_batch_slots(tmp_path):
+    steps, run_dir, truth = _run(tmp_path, sim=FEW_SLOTS, rates=[1, 9], conditions={"max_num_seqs": 2})
+    _check_few_batch_slots(steps, run_dir, truth, scraped(run_dir, "vllm:num_preemptions_total"))
+
+
+# quiet: its verdict and means are compared with the live sim's truth, which the busy part's workers and two
+# CPU hogs moved
+@pytest.mark.slow
+@pytest.mark.quiet
+def test_few_batch_slots_is_batch_slots_live(sim_factory, tmp_path):
+    """The same decision live: the collector's real HTTP scrape of a `llmload sim` process, checked
+    against that process's own ground-truth log and its /metrics over HTTP."""
+    sim = sim_factory(flavor="vllm", config=FEW_SLOTS)
+    steps, run_dir = _run_live(sim, tmp_path, rates=[1, 9], conditions={"max_num_seqs": 2})
+    _check_few_batch_slots(steps, run_dir, sim.ground_truth_rows(), _scrape(sim, "vllm:num_preemptions_total"))
+
+
+def test_small_kv_cache_with_long_prompts_is_kv_cache(tmp_path):
+    steps, run_dir, truth_rows = _run(tmp_path, sim={"num_blocks": 48, "block_size": 16, "step_base_s": "15ms",
+                                                     "enable_prefix_caching": False},
+                                      rates=[0.5, 6], input_tokens=200, output_tokens=64, slo={"ttft_p95": "300ms"})
     high = steps[1]
     assert high["verdict"] == "fail", run_said(run_dir)
     assert high["limit"]["kind"] == "kv_cache", high["limit"]
     ev = high["limit"]["evidence"]
-    total = _scrape(sim, "vllm:num_preemptions_total")
-    truth = sum(r.get("preemptions") or 0 for r in sim.ground_truth_rows())
+    total = scraped(run_dir, "vllm:num_preemptions_total")
+    truth = sum(r.get("preemptions") or 0 for r in truth_rows)
     assert total == truth > 0
     assert 0 < ev["preemptions"] <= truth
     assert ev["kv_usage_peak"] >= 0.9
 
 
-def test_long_prompts_small_token_budget_is_prefill(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config={"max_num_batched_tokens": 48, "step_base_s": "10ms",
-                                             "prefill_cost_s": "0.2ms", "enable_prefix_caching": False})
-    steps, run_dir = _run(sim, tmp_path, rates=[1, 1.5], duration="5s", input_tokens=480, output_tokens=4,
-                          slo={"ttft_p95": "100ms", "min_samples": 3})
+def test_long_prompts_small_token_budget_is_prefill(tmp_path):
+    steps, run_dir, truth_rows = _run(tmp_path, sim={"max_num_batched_tokens": 48, "step_base_s": "10ms",
+                                                     "prefill_cost_s": "0.2ms", "enable_prefix_caching": False},
+                                      rates=[1, 1.5], duration="5s", input_tokens=480, output_tokens=4,
+                                      slo={"ttft_p95": "100ms", "min_samples": 3})
     for step in steps:
         assert step["verdict"] == "fail", run_said(run_dir)
         assert step["limit"]["kind"] == "prefill", step["limit"]
         ev = step["limit"]["evidence"]
         assert ev["prefill_share"] >= 0.5 and ev["input_tokens_mean"] >= 400
         ws, we = step["window_start"], step["window_end"]
-        truth = [r for r in sim.ground_truth_rows() if ws - 1.5 <= r["received_at"] < we]
+        truth = [r for r in truth_rows if ws - 1.5 <= r["received_at"] < we]
         prefill = np.mean([r["first_token_at"] - r["admitted_at"] for r in truth])
         assert ev["prefill_mean_s"] == pytest.approx(prefill, rel=0.3, abs=0.03)
 
 
-def test_client_cap_below_the_arrival_rate_is_client_cap(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config={"step_base_s": "25ms"})
-    steps, run_dir = _run(sim, tmp_path, rates=[0.5, 6], output_tokens=24, client={"max_concurrency": 2},
-                          slo={"ttft_p95": "1s"})
+def test_client_cap_below_the_arrival_rate_is_client_cap(tmp_path):
+    steps, run_dir, truth_rows = _run(tmp_path, sim={"step_base_s": "25ms"}, rates=[0.5, 6], output_tokens=24,
+                                      client={"max_concurrency": 2}, slo={"ttft_p95": "1s"})
     high = steps[1]
     assert high["limit"]["kind"] == "client_cap", (high["limit"], run_said(run_dir))
     ev = high["limit"]["evidence"]
     assert ev["capped_share"] >= 0.5 and ev["client_wait_p95_s"] > 0.5
     ws, we = high["window_start"], high["window_end"]
-    received = [r for r in sim.ground_truth_rows() if ws <= r["received_at"] < we]
+    received = [r for r in truth_rows if ws <= r["received_at"] < we]
     assert ev["received_rate"] == pytest.approx(len(received) / (we - ws), rel=0.15)
     assert ev["received_rate"] < 0.6 * high["offered_rate"]
     # the server itself was never short of slots: nothing waited there
     assert (ev["waiting_mean"] or 0.0) < 0.5
 
 
-def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(sim_factory, tmp_path):
-    sim = sim_factory(flavor="llamacpp", config={"num_parallel": 2, "step_base_s": "20ms", "load_time_s": 0})
-    steps, run_dir = _run(sim, tmp_path, rates=[1, 9])
+def test_llamacpp_parallel_slots_busy_is_batch_slots_from_its_own_slots(tmp_path):
+    steps, run_dir, _ = _run(tmp_path, flavor="llamacpp", sim={"num_parallel": 2, "step_base_s": "20ms",
+                                                               "load_time_s": 0}, rates=[1, 9])
     high = steps[1]
     assert high["verdict"] == "fail", run_said(run_dir)
     assert high["limit"]["kind"] == "batch_slots", high["limit"]
     ev = high["limit"]["evidence"]
-    # the slot count is the server's own (/props, /slots), not written in the config
+    # the slot count is the server's own (/props, /slots), not written in the config nor inferred
     assert ev["slots"] == 2 and ev["running_at_slots_share"] >= 0.5
-    assert ev["waiting_mean"] > 1.0 and _scrape(sim, "llamacpp:requests_processing") == 0
+    assert ev["slots_source"] in ("conditions.max_num_seqs", "llama.cpp /slots"), ev["slots_source"]
+    assert ev["waiting_mean"] > 1.0 and scraped(run_dir, "llamacpp:requests_processing") == 0
 
 
-def test_slot_bound_with_no_conditions_names_batch_slots_from_the_running_plateau(sim_factory, tmp_path):
+def test_slot_bound_with_no_conditions_names_batch_slots_from_the_running_plateau(tmp_path):
     """Issue 43: nothing written in `conditions`; the running plateau is the slot count, said inferred."""
-    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 2, "step_base_s": "20ms"})
-    steps, run_dir = _run(sim, tmp_path, rates=[1, 9])
+    steps, run_dir, _ = _run(tmp_path, sim=FEW_SLOTS, rates=[1, 9])
     high = steps[1]
     assert high["verdict"] == "fail", run_said(run_dir)
     assert high["limit"]["kind"] == "batch_slots", high["limit"]
@@ -148,17 +178,16 @@ def test_slot_bound_with_no_conditions_names_batch_slots_from_the_running_platea
     assert ev["kv_usage_peak"] < 0.05 and not ev.get("missing")
 
 
-def test_kv_bound_with_no_conditions_names_kv_cache_by_its_head_of_line(sim_factory, tmp_path):
+def test_kv_bound_with_no_conditions_names_kv_cache_by_its_head_of_line(tmp_path):
     """Issue 43: 16 slots, 64 blocks; two 448-token requests hold the cache under 95% and the next one's
     28 blocks do not fit: a full cache whatever its percentage, with no preemption and no conditions."""
-    sim = sim_factory(flavor="vllm", config={"max_num_seqs": 16, "num_blocks": 64, "block_size": 16,
-                                             "step_base_s": "15ms", "enable_prefix_caching": False})
-    steps, run_dir = _run(sim, tmp_path, rates=[1, 6], duration="5s", input_tokens=448, output_tokens=32,
-                          slo={"ttft_p95": "300ms"})
+    steps, run_dir, _ = _run(tmp_path, sim={"max_num_seqs": 16, "num_blocks": 64, "block_size": 16,
+                                            "step_base_s": "15ms", "enable_prefix_caching": False},
+                             rates=[1, 6], duration="5s", input_tokens=448, output_tokens=32, slo={"ttft_p95": "300ms"})
     high = steps[1]
     assert high["verdict"] == "fail", run_said(run_dir)
     assert high["limit"]["kind"] == "kv_cache", high["limit"]
     ev = high["limit"]["evidence"]
     assert ev["kv_decided_by"] == "head_of_line" and ev["kv_head_blocks"] == 28 and ev["kv_num_gpu_blocks"] == 64
-    assert ev["kv_usage_peak"] < 0.95 and not ev["preemptions"] and _scrape(sim, "vllm:num_preemptions_total") == 0
+    assert ev["kv_usage_peak"] < 0.95 and not ev["preemptions"] and scraped(run_dir, "vllm:num_preemptions_total") == 0
     assert ev["slots"] is None  # the plateau at 2 is the cache's, not two slots

@@ -7,6 +7,11 @@ included): mean server queue (`admitted_at - received_at`) within 10% or 20 ms, 
 (`first_token_at - admitted_at`) within 20 ms, and a histogram p95 given as a bucket range that holds
 the ground truth's p95 (nearest rank, the order statistic a histogram's bucket count locates). The
 generator's validity limits are loose: on a busy 2-core machine the assertions are about the server.
+
+Each run is whole in virtual time (`llmload run --virtual`, `tests/virtual_truth.py`) against the sim's
+engine, its /metrics and per-request timings and its ground-truth log on the run's clock: deterministic,
+seconds of CPU. The live scrape of a `llmload sim` process and its own log, compared the same way, is
+tests/analysis/test_limits_e2e.py's `test_few_batch_slots_is_batch_slots_live`.
 """
 
 from __future__ import annotations
@@ -15,14 +20,11 @@ import math
 
 import numpy as np
 import pytest
-from support import base_config, write_config
+from support import base_config
+from virtual_truth import run_against_sim, truth_rows
 
 from analysis import analyze, load_run
-from llmload.cli import main
 from llmload.config import SLO
-
-# quiet: a verdict or a time compared with the sim's truth, which the busy part's workers and two CPU hogs moved
-pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 SIM = {"step_base_s": 0.03, "decode_cost_s": 0.0005, "prefill_cost_s": 0.0002, "load_time_s": 0,
        "max_num_seqs": 2, "num_parallel": 2}
@@ -34,26 +36,32 @@ EXPECTED_BASIS = {"vllm": ("histogram", "remainder"), "llamacpp": ("remainder", 
                   "ollama": ("per_request", "remainder")}
 
 
-def _run(sim_factory, tmp_path, flavor: str):
-    sim = sim_factory(flavor=flavor, config=SIM)
+def _config(url: str, flavor: str) -> dict:
     shape = {"ladder": {"arrival": "constant", "warmup": "500ms", "drain_timeout": "30s",
                         "steps": [{"rate": r, "duration": "2s"} for r in RATES]}}
     api, server = TARGETS[flavor]
-    config = base_config(sim.url, shape, client={"max_concurrency": 256, "max_send_lag_p99": "10s",
-                                                 "max_rate_shortfall": 0.5, "max_worker_cpu": 1.0},
+    config = base_config(url, shape, client={"max_concurrency": 256, "max_send_lag_p99": "10s",
+                                             "max_rate_shortfall": 0.5, "max_worker_cpu": 1.0},
                          slo={"min_samples": 3})
     config["target"].update(api=api, server=server)
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
     config["telemetry"] = {"gpu": "off", "interval": "250ms"}
-    run_dir = tmp_path / "run"
-    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
+    return config
+
+
+def _run(tmp_path, flavor: str):
+    """The run in virtual time against the sim's engine: its analysis, and the sim's log by request id."""
+    _, run_dir = run_against_sim(tmp_path, _config("http://127.0.0.1:9", flavor), flavor=flavor, sim=SIM)
     result = analyze(load_run(run_dir), SLO.model_validate({"min_samples": 3}))
-    return result, {row["request_id"]: row for row in sim.ground_truth_rows()}
+    return result, {row["request_id"]: row for row in truth_rows(run_dir)}
 
 
 @pytest.mark.parametrize("flavor", ["vllm", "llamacpp", "ollama"])
-def test_split_matches_the_sims_ground_truth_past_the_knee(sim_factory, tmp_path, flavor) -> None:
-    result, truth = _run(sim_factory, tmp_path, flavor)
+def test_split_matches_the_sims_ground_truth_past_the_knee(tmp_path, flavor) -> None:
+    _check_split(*_run(tmp_path, flavor), flavor)
+
+
+def _check_split(result, truth: dict, flavor: str) -> None:
     req = result.requests
     steps = result.steps.set_index("label")
     queue_basis, prefill_basis = EXPECTED_BASIS[flavor]

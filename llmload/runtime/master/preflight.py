@@ -209,16 +209,17 @@ def _quality(config: Config) -> list[Any]:
 
 
 def write_run_manifest(config: Config, run_dir: Path, *, checks: dict, workers: int, config_path: str,
-                       overrides: dict | None = None, shape: dict | None = None) -> None:
+                       overrides: dict | None = None, shape: dict | None = None,
+                       servers: list[dict] | None = None) -> None:
     """`manifest.json` from the telemetry package's builder (fixed conditions, secrets removed); the
     config is the one run, `run_overrides` says what the start form changed from the file, and `shape`
     (`manifest.shape_record`) the shape that planned the run: a locustfile's own one names its class
-    as `plan_kind`."""
+    as `plan_kind`. `servers`: probe answers made elsewhere (a virtual run's simulated server), none asked."""
     from llmload.telemetry.manifest import build_manifest, write_manifest
 
     seeds = {"requests": config.requests.seed, "trace": getattr(config.shape.trace, "seed", None)}
     kind = shape["class"] if shape and shape.get("replaces_config_shape") else config.shape.kind
-    manifest = build_manifest(config, run_id=Path(run_dir).name, seeds=seeds, plan_kind=kind)
+    manifest = build_manifest(config, run_id=Path(run_dir).name, seeds=seeds, plan_kind=kind, servers=servers)
     if shape is not None:
         manifest["shape"] = shape
     manifest["workers"] = workers

@@ -8,7 +8,10 @@ arrivals, the queue, the user pool, records and shipped summaries) over an in-pr
 worksheet.csv, report.html). Every one of them is handed one `VirtualClock`; the server is
 `engine.EngineServer`, the engine of `llmload sim` built from `--sim` (else the demo's server,
 `llmload.runtime.launcher.demo.DEMO_SIM`) for the config's `target.server` flavour. The target is never
-contacted: no pre-flight, no telemetry. Virtual time starts at `VIRTUAL_EPOCH_S`, so a seed gives the
+contacted: no pre-flight; the manifest's probe and the telemetry (`telemetry.py`) read the simulated
+server's own pages, sampled every `telemetry.interval` of virtual time into `telemetry.jsonl` as a live
+run's are, and the server writes its ground-truth log to `GROUND_TRUTH` in the run directory (what
+`llmload sim --ground-truth` writes). Virtual time starts at `VIRTUAL_EPOCH_S`, so a seed gives the
 same run, and the same summary.json (paths and wall-clock stamps apart), every time.
 
 plan.json's `simulation` (and from it summary.json's, and a warning on the report's first screen) says
@@ -34,16 +37,19 @@ from llmload.runtime.master.judging import live_judge
 from llmload.runtime.master.preflight import write_run_manifest
 from llmload.runtime.virtual.engine import EngineSender, EngineServer, unsupported
 from llmload.runtime.virtual.link import InProcessLink
+from llmload.runtime.virtual.telemetry import VirtualTelemetry, probe
 from llmload.runtime.worker.scheduler import WorkerRuntime
+from llmload.sim.groundtruth import GroundTruthWriter
 from llmload.sim.settings import SimSettings, load_sim_settings
-from llmload.sim.truth import engine_limits
 
-__all__ = ["VIRTUAL_EPOCH_S", "WORKERS", "VirtualRun", "run_virtual"]
+__all__ = ["GROUND_TRUTH", "VIRTUAL_EPOCH_S", "WORKERS", "VirtualRun", "run_virtual"]
 
 #: where virtual time starts (2026-01-01T00:00:00Z): one fixed origin, so a seed's run repeats exactly
 VIRTUAL_EPOCH_S = 1_767_225_600.0
 #: worker runtimes of a virtual run (each its shard of every step, as Locust workers have)
 WORKERS = 2
+#: the simulated server's ground-truth log in the run directory (`llmload sim --ground-truth`'s format)
+GROUND_TRUTH = "sim-ground-truth.jsonl"
 #: virtual seconds after which a run is taken for one that never ends
 LIMIT_S = 30 * 86_400.0
 
@@ -128,9 +134,11 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     print(f"llmload: run directory {run_dir}", flush=True)
     base_dir = str(Path(config_path).resolve().parent)
     clock = VirtualClock(VIRTUAL_EPOCH_S, limit_s=LIMIT_S)
-    server = EngineServer(engine_limits(settings, config.target.server or "vllm"), clock)  # one server for all
-    pool = -(-_pool_size(config) // workers)
     flavor = config.target.server or "vllm"
+    truth = GroundTruthWriter(run_dir / GROUND_TRUTH)
+    server = EngineServer(settings, clock, flavor=flavor, model=config.target.model or "sim-model",
+                          truth=truth)  # one server for all
+    pool = -(-_pool_size(config) // workers)
     max_in_flight = settings.max_num_queued_reqs if flavor == "vllm" else None
 
     def make_worker(send_message: Any) -> WorkerRuntime:
@@ -146,9 +154,10 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
                   "virtual_epoch_s": VIRTUAL_EPOCH_S}
     write_run_manifest(config, run_dir, checks={"skipped": "a virtual run (--virtual): the target is not contacted"},
                        workers=workers, config_path=str(config_path),
-                       shape=shape_record(ConfigSearch(), steps, replaced_kind=None))
-    controller = StepController(config, run_dir, link, steps, judge=live_judge(run_dir), base_dir=base_dir,
-                                clock=clock.now, sleep=clock.sleep)
+                       shape=shape_record(ConfigSearch(), steps, replaced_kind=None), servers=probe(config, server))
+    telemetry = VirtualTelemetry(config, run_dir, server, clock)
+    controller = StepController(config, run_dir, link, steps, judge=live_judge(run_dir, telemetry.recent),
+                                telemetry=telemetry, base_dir=base_dir, clock=clock.now, sleep=clock.sleep)
     controller.plan.data["simulation"] = simulation
     link.controller = controller
     for cid, runtime in link.runtimes.items():
@@ -159,8 +168,10 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
         outside = gevent.spawn(during, VirtualRun(controller, link, server, clock))
         outside.link_exception(lambda g: controller.fail(f"what happened from outside the run failed "
                                                          f"({type(g.exception).__name__}: {g.exception})"))
+    telemetry.start()
     try:
         controller.run()
+        telemetry.sample_now()  # as a live run's last sample, after the last step drained
     except KeyboardInterrupt:  # seconds of CPU: a Ctrl-C means the rehearsal is not wanted
         print(f"llmload: SIMULATION stopped (Ctrl-C); what ran is in {run_dir} (`llmload report` reports it)",
               file=sys.stderr, flush=True)
@@ -172,6 +183,8 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
         for runtime in link.runtimes.values():
             runtime.close()
         server.close()
+        telemetry.stop()
+        truth.close()
     code = finalise_run(run_dir, config, report=report)
     if getattr(controller, "error", None) is not None:
         code = 3
