@@ -24,10 +24,22 @@ import time
 from pathlib import Path
 
 from _common import machine, write_result
-from twin_accuracy import SERVERS
+from twin_accuracy import SERVERS, live_ladder
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "bench" / "results" / "whatif_speed.json"
+
+
+def ensure_twin(work: Path, name: str, *, quick: bool) -> None:
+    """The run directory and twin `bench/twin_accuracy.py` leaves in `work`: made (a live ladder against
+    the sim, then `llmload fit`) when missing; `quick`: its 2-second steps."""
+    if (work / name / "twin.yaml").exists():
+        return
+    import analysis
+    from analysis.fit import fit_run, twin_yaml
+
+    run_dir, _ = live_ladder(name, work, step_s=2.0 if quick else 25.0, warmup_s=0.5 if quick else 3.0)
+    (work / name / "twin.yaml").write_text(twin_yaml(fit_run(analysis.load_run(run_dir)), source=str(run_dir)))
 
 
 def _inputs(work: Path, name: str) -> tuple:
@@ -110,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for name in args.servers:
+        ensure_twin(args.work, name, quick=args.quick)
         runs = twin_rows(args.work, name, args.seeds, arrivals=args.arrivals)
         truth = None if args.no_truth else truth_rows(args.work, name, arrivals=args.truth_arrivals, seeds=(1, 2, 3))
         results[name] = {"runs": runs, "truth": truth, "summary": summary(runs, truth),
