@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-rates", type=float, nargs="+", help="the fit's ladder (req/s)")
     ap.add_argument("--interleave", action="store_true",
                     help="a fit ladder before each live search (each predicted by the fit in its own time window)")
+    ap.add_argument("--skip-other", action="store_true",
+                    help="no live search at --other (its knee is still predicted): a shorter round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/twin_real"))
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
@@ -205,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     order = [(f"ladder-p{args.parallel}", args.parallel, fit_of), (f"search-p{args.parallel}", args.parallel, search_of)]
     if args.interleave:
         order.append((f"ladder-p{args.parallel}-b", args.parallel, fit_of))
-    order.append((f"search-p{args.other}", args.other, search_of))
+    if not args.skip_other:
+        order.append((f"search-p{args.other}", args.other, search_of))
     results: dict = {"order": [name for name, *_ in order], "fits": {}, "predicted": {}, "measured": {}, "paired": {},
                      "self_fit": {}, "replay": {}, "load": {}}
     sizes = None

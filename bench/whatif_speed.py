@@ -19,6 +19,7 @@ Writes bench/results/whatif_speed.json (or `--out`).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arrivals", type=int, default=3000, help="what_if's arrivals per rate (its default)")
     parser.add_argument("--truth-arrivals", type=int, default=20000)
     parser.add_argument("--no-truth", action="store_true")
+    parser.add_argument("--truth-from", type=Path, help="take the truth from an earlier result of this script")
+    parser.add_argument("--before", type=Path,
+                        help="an earlier result of this script (another tree's code): compared, per what-if")
     parser.add_argument("--quick", action="store_true", help="one seed, few arrivals (the smoke test)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/twin_work"))
     parser.add_argument("--out", type=Path, default=RESULT)
@@ -120,14 +124,29 @@ def main(argv: list[str] | None = None) -> int:
     before = machine()
     import llmload
 
+    earlier = json.loads(args.truth_from.read_text())["servers"] if args.truth_from else {}
+    before_doc = json.loads(args.before.read_text()) if args.before else None
     results = {}
     for name in args.servers:
         ensure_twin(args.work, name, quick=args.quick)
         runs = twin_rows(args.work, name, args.seeds, arrivals=args.arrivals)
-        truth = None if args.no_truth else truth_rows(args.work, name, arrivals=args.truth_arrivals, seeds=(1, 2, 3))
+        if name in earlier:
+            truth = earlier[name]["truth"]
+        else:
+            truth = None if args.no_truth else truth_rows(args.work, name, arrivals=args.truth_arrivals, seeds=(1, 2, 3))
         results[name] = {"runs": runs, "truth": truth, "summary": summary(runs, truth),
                          "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
                          "median_wall_s": statistics.median(r["wall_s"] for r in runs)}
+        if before_doc is not None and name in before_doc["servers"]:
+            old = before_doc["servers"][name]
+            results[name]["before"] = {"code": before_doc.get("code"), "runs": old["runs"],
+                                       "summary": summary(old["runs"], truth), "median_cpu_s": old["median_cpu_s"],
+                                       "median_wall_s": old["median_wall_s"]}
+            for what, row in results[name]["summary"].items():
+                was = results[name]["before"]["summary"][what]
+                if row["seed1"] is not None and was["seed1"] is not None:
+                    row["seed1_vs_before"] = (row["seed1"] - was["seed1"]) / was["seed1"]
+                    row["before_sd_rel"] = None if was["sd"] is None else was["sd"] / was["mean"]
     write_result(args.out, "whatif_speed", argv, before, code=str(Path(llmload.__file__).parents[1]),
                  arrivals=args.arrivals, seeds=args.seeds, truth_arrivals=args.truth_arrivals, servers=results)
     return 0

@@ -50,6 +50,8 @@ COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 #: the first line `analysis.fit.twin_yaml` writes for a run that does not fit the model
 MISFIT_MARK = TWIN_MISFIT_MARK
 _FIGURES = ("ttft", "tpot", "e2e")
+#: the knee search looks no further than this factor from its first rate (1.6^16, as it always did)
+WIDEST = 1.6 ** 16
 _ERROR = re.compile(r"^(?P<key>\w+):[^#]*#\s*[^±;]*±\s*(?P<err>[-+0-9.eE]+)\s*(?P<unit>ms)?")
 
 
@@ -188,7 +190,7 @@ def predict_knee(settings: Mapping[str, Any], sizes: RequestSizes, slo: Any, *, 
     """`{"rate", "binding", "evaluations", "slope"}`: the highest rate (within `tol`, relative) at which every
     percentile target holds in the twin's steady state (module docstring); rate None when no target
     is a ttft / tpot / e2e percentile, or when one fails at any rate the bracket tried. The search starts
-    at `guess` (default: the slots' throughput) and widens by `step`, then `step` squared, ... until a
+    at `guess` (default: the slots' throughput) and widens by `step`, then `step` squared (at most 2), ... until a
     passing and a failing rate bracket the knee (a good guess: a small step); `slope` and the answer's
     `slope`: `_bracket`'s."""
     targets = _targets(slo)
@@ -229,11 +231,13 @@ def _bracket(worst: Any, rate: float, step: float, tol: float, slope: float | No
     waiting time grows as 1 / (capacity - rate), so 1 / over is nearly a straight line near the knee.
     The rate tried is just beyond that crossing on the side whose end is farther, so that a right
     interpolation closes the bracket; a bracket end that moved twice running, a slope of the wrong sign
-    or no second point fall back to bisecting (or to widening by `step`, squared at each widening).
+    or no second point fall back to bisecting (or to widening by `step`, squared at each widening up to
+    2x, within a factor `WIDEST` of the first rate).
     `slope`: d(1 / over) / d(log rate) near a similar server's knee (`slope` of its answer), which places
     the second rate from the first alone (within a factor `step`)."""
     passed: list[tuple[float, float]] = []  # (rate, over)
     failed: list[tuple[float, float, str]] = []  # (rate, over, key)
+    start = rate
     lean = math.log1p(tol) * 0.4  # how far past the crossing (log rate): two right guesses close the bracket
     moved = ""
     for _ in range(40):
@@ -261,8 +265,8 @@ def _bracket(worst: Any, rate: float, step: float, tol: float, slope: float | No
             x = math.log(cross)
             x = x - lean if x - a > b - x else x + lean
             rate = math.exp(min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a)))
-        elif len(passed) + len(failed) >= 16:
-            break
+        elif len(passed) + len(failed) >= 16 or not start / WIDEST < rate < start * WIDEST:
+            break  # no knee within a factor WIDEST of the start (and virtual times stay exact)
         elif len(passed) + len(failed) == 1 and slope is not None and slope < 0:  # placed by the slope
             x = math.log(rate) + (1.0 - 1.0 / max(over, 1e-12)) / slope
             x += lean if over <= 1 else -lean
@@ -271,12 +275,12 @@ def _bracket(worst: Any, rate: float, step: float, tol: float, slope: float | No
             cross = _crossing(*sorted(f[:2] for f in failed)[:2]) if len(failed) > 1 else None
             floor = high[0] / step
             rate = floor if cross is None else min(max(cross * math.exp(-lean), floor), high[0] * math.exp(-lean))
-            step *= step
+            step = min(step * step, 2.0)
         else:  # every rate passed: higher
             cross = _crossing(*sorted(passed)[-2:]) if len(passed) > 1 else None
             ceiling = low[0] * step
             rate = ceiling if cross is None else max(min(cross * math.exp(lean), ceiling), low[0] * math.exp(lean))
-            step *= step
+            step = min(step * step, 2.0)
     return {"rate": None, "binding": min(failed)[2] if failed else None, "slope": None}
 
 

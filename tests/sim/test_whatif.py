@@ -30,6 +30,15 @@ def test_predict_knee_agrees_with_the_sims_true_knee():
     assert got["rate"] == pytest.approx(truth["rate"], rel=0.03)
 
 
+def test_a_target_failing_at_every_rate_gives_no_knee():
+    """A prompt alone takes 12 s (60 x 0.2 s) against TTFT p95 5 s: no rate passes. The search gives up
+    within its widest factor instead of going on to rates so low that virtual times lose their precision
+    (it once answered 1e-15 req/s)."""
+    slow = {"max_num_seqs": 4, "step_base_s": 0.064, "decode_cost_s": 0.131, "prefill_cost_s": 0.199}
+    got = predict_knee(slow, (60, 8), SLO.model_validate({"ttft_p95": "5s", "min_samples": 5}), arrivals=500)
+    assert got["rate"] is None and got["binding"] == "ttft_p95" and got["evaluations"] <= 16
+
+
 def test_read_twin_takes_the_values_and_their_errors(tmp_path):
     path = tmp_path / "twin.yaml"
     path.write_text(TWIN)
