@@ -111,6 +111,10 @@ def predict(twin_path: Path, sizes, parallels: tuple[int, ...], *, quick: bool) 
     except ConfigError as exc:
         print(f"  no prediction from {twin_path.name}: {exc}", flush=True)
         return {}
+    unseen = [k for k in ("step_base_s", "decode_cost_s", "prefill_cost_s") if twin.unwritten(k)]
+    if unseen:  # the sim's defaults would stand in for the server's costs: no prediction
+        print(f"  no prediction from {twin_path.name}: not observed: {', '.join(unseen)}", flush=True)
+        return {}
     out = {}
     for parallel in parallels:
         t0 = time.monotonic()
@@ -138,6 +142,8 @@ def replay(twin_path: Path, run_dir: Path) -> list[dict]:
         twin = read_twin(twin_path)
     except ConfigError:
         return []
+    if any(twin.unwritten(k) for k in ("step_base_s", "decode_cost_s", "prefill_cost_s")):
+        return []  # the sim's defaults, not the server's costs
     run = analysis.load_run(run_dir)
     r = run.records
     r = r[r["sent_at"].notna() & r["input_tokens"].notna() & r["output_tokens"].notna()].sort_values("sent_at")
