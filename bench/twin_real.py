@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             "error": (None if got.get("rate") is None or measured["rate"] is None
                       else (got["rate"] - measured["rate"]) / measured["rate"])}
         own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
-        results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, (parallel,),
+        results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
                                                                                          quick=args.quick)}
         results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
                                    [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}

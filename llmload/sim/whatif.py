@@ -6,13 +6,15 @@ settings, each fitted one's standard error in its comment (`± 1.2 ms`). `read_t
 refuses a file the fit marked as not fitting its model (`analysis.fit.MISFIT_MARK`).
 
 `predict_knee` is the twin's steady-state knee: the highest Poisson (or constant) arrival rate at which
-every ttft / tpot / e2e percentile target of the SLO holds, found by geometric bisection on the engine in
-virtual time (`llmload.sim.truth.run_virtual`, the rules the live sim follows) with common random numbers
-across rates; `arrivals` per rate and seed set its noise and its cost (seconds per thousand arrivals on a
-slow core). `knee_with_range` adds the knee of the twin at both ends of its parameters' intervals: every
+every ttft / tpot / e2e percentile target of the SLO holds, bracketed to `tol` on the engine in virtual
+time (`llmload.sim.truth.run_virtual`, the rules the live sim follows) with common random numbers across
+rates, each next rate interpolated where 1 / (percentile / threshold) crosses 1 (`_bracket`); `arrivals`
+per rate and seed set its noise and its cost (a tenth of a second per thousand arrivals on a slow core).
+The what-ifs reuse what the fitted knee found: each change and each range end starts from the fitted knee
+scaled by the change's throughput, placed by the fitted knee's slope (about 3 runs each instead of 7). `knee_with_range` adds the knee of the twin at both ends of its parameters' intervals: every
 fitted cost (`step_base_s`, `decode_cost_s`, `prefill_cost_s`) `z` standard errors higher (the slow end)
 and lower (the fast end), and `num_blocks` with them. What the range covers: the fit's parameter
-uncertainty, and the bisection's tolerance; not the model's own error (a server whose costs are not
+uncertainty, and the search's tolerance; not the model's own error (a server whose costs are not
 `base + decode x batch + prefill x tokens`), and not a live search's sampling noise (a live search
 measures the knee within its own interval, `refine.precision`).
 
@@ -42,7 +44,7 @@ __all__ = ["COSTS", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "pre
            "sizes_from_records", "twin_prior", "what_if"]
 
 #: what a what-if range covers, as `llmload plan` says it
-RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the bisection's 2%); "
+RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the search's 2%); "
               "not the model's own error, nor a live search's noise (a live search measures the knee within its "
               "own interval, refine.precision)")
 #: the fitted costs moved together to the ends of their intervals (slower server: all higher)
