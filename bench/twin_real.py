@@ -3,7 +3,14 @@
 the ladder's own request mix) for `--parallel P` and for another `--parallel`, and the knee a live knee
 search (ladder + refine) measures at each.
 
-    eval "$(llmload engine path)"; PYTHONPATH=$PWD python bench/twin_real.py [--parallel 4] [--other 2]
+    eval "$(llmload engine path)"; PYTHONPATH=$PWD python bench/twin_real.py [--parallel 4] [--other 2] [--interleave]
+
+`--interleave` runs a second fit ladder between the two searches, so that each search is predicted by a
+fit made minutes before it (the engine's speed follows the shared VM's load); every live run records the
+load average before and after it. Beside the knees: each live search's own records fitted (what the
+twin says when fitted in the searched minutes) and each live run's own requests replayed through each
+twin in virtual time (`replay`: TTFT and TPOT per live step, measured and the twin's). Run directories
+already in `--work` are reused, so a finished round is re-analysed without the engine.
 
 Each live run starts its own llama-server on 127.0.0.1 (`llmload.llama_server.start_llama_server`, one
 thread, 4096 context) and stops it. Slow: the engine serves one stream at about 27 tok/s on a shared
