@@ -3,7 +3,14 @@
 the ladder's own request mix) for `--parallel P` and for another `--parallel`, and the knee a live knee
 search (ladder + refine) measures at each.
 
-    eval "$(llmload engine path)"; PYTHONPATH=$PWD python bench/twin_real.py [--parallel 4] [--other 2]
+    eval "$(llmload engine path)"; PYTHONPATH=$PWD python bench/twin_real.py [--parallel 4] [--other 2] [--interleave]
+
+`--interleave` runs a second fit ladder between the two searches, so that each search is predicted by a
+fit made minutes before it (the engine's speed follows the shared VM's load); every live run records the
+load average before and after it. Beside the knees: each live search's own records fitted (what the
+twin says when fitted in the searched minutes) and each live run's own requests replayed through each
+twin in virtual time (`replay`: TTFT and TPOT per live step, measured and the twin's). Run directories
+already in `--work` are reused, so a finished round is re-analysed without the engine.
 
 Each live run starts its own llama-server on 127.0.0.1 (`llmload.llama_server.start_llama_server`, one
 thread, 4096 context) and stops it. Slow: the engine serves one stream at about 27 tok/s on a shared
@@ -57,6 +64,7 @@ def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
     if (run_dir / "summary.json").exists():
         return run_dir
     folder.mkdir(parents=True, exist_ok=True)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     url, proc = start_llama_server(port=0, parallel=parallel, threads=1, ctx_size=4096,
                                    log_path=folder / "llama-server.log")
     started = time.monotonic()
@@ -69,7 +77,9 @@ def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
     finally:
         stop_llama_server(proc)
     (folder / "run.log").write_text(done.stdout)
-    (folder / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - started}))
+    (folder / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - started, "load_before": load_before,
+                                                  "load_after": [round(x, 2) for x in os.getloadavg()],
+                                                  "ended_at": time.strftime("%H:%M:%SZ", time.gmtime())}))
     return run_dir
 
 
@@ -80,6 +90,100 @@ def measured_knee(run_dir: Path) -> dict:
         "search": (summary.get("search") or {}).get("stopped")}
 
 
+def fit_twin(ladder_dir: Path, twin_path: Path) -> dict:
+    """`llmload fit` on a run: its estimates (printed), what it could not observe, misfits; the twin YAML
+    at `twin_path` (None there when the run does not fit)."""
+    import analysis
+    from analysis.fit import describe, fit_run, twin_yaml
+
+    fit = fit_run(analysis.load_run(ladder_dir))
+    twin_path.write_text(twin_yaml(fit, source=str(ladder_dir)))
+    for e in fit.estimates:
+        print(f"  fit of {ladder_dir.parent.name} {e.key}: {describe(e)}", flush=True)
+    for why in fit.misfit:
+        print(f"  fit of {ladder_dir.parent.name}: DOES NOT FIT: {why}", flush=True)
+    return {"fit": {e.key: {"value": e.value, "error": e.error, "basis": e.basis} for e in fit.estimates},
+            "unobserved": dict(fit.unobserved), "misfit": list(fit.misfit), "twin": twin_path.read_text()}
+
+
+def predict(twin_path: Path, sizes, parallels: tuple[int, ...], *, quick: bool) -> dict:
+    """The twin's knee with its range (`knee_with_range`) at each `--parallel`; {} for a misfit twin or a
+    twin the sim refuses (e.g. a negative fitted intercept)."""
+    from llmload.config import SLO as SLOModel
+    from llmload.errors import ConfigError
+    from llmload.sim.whatif import knee_with_range, read_twin
+
+    try:
+        twin = read_twin(twin_path)
+    except ConfigError as exc:
+        print(f"  no prediction from {twin_path.name}: {exc}", flush=True)
+        return {}
+    unseen = [k for k in ("step_base_s", "decode_cost_s", "prefill_cost_s") if twin.unwritten(k)]
+    if unseen:  # the sim's defaults would stand in for the server's costs: no prediction
+        print(f"  no prediction from {twin_path.name}: not observed: {', '.join(unseen)}", flush=True)
+        return {}
+    out = {}
+    for parallel in parallels:
+        t0 = time.monotonic()
+        got = knee_with_range(twin, sizes, SLOModel.model_validate(SLO), changes={twin.slots_key: parallel},
+                              arrivals=400 if quick else 3000, arrival="poisson")
+        out[parallel] = {**got, "seconds": round(time.monotonic() - t0, 1)}
+        print(f"  twin {twin_path.name} --parallel {parallel}: knee {got['rate']} [{got['low']}, {got['high']}]",
+              flush=True)
+    return out
+
+
+def replay(twin_path: Path, run_dir: Path) -> list[dict]:
+    """The live run's own requests (send times, prompt and output tokens, in order) served by the twin in
+    virtual time (`run_virtual`, with the live server's slots): per live step, the measured TTFT and
+    TPOT p50 / p95 beside the twin's for the same requests. Where the twin's are higher at the same
+    arrivals, its costs are higher than the live server's were then (or its model is wrong)."""
+    import numpy as np
+
+    import analysis
+    from llmload.errors import ConfigError
+    from llmload.sim.truth import engine_limits, run_virtual
+    from llmload.sim.whatif import read_twin
+
+    try:
+        twin = read_twin(twin_path)
+    except ConfigError:
+        return []
+    if any(twin.unwritten(k) for k in ("step_base_s", "decode_cost_s", "prefill_cost_s")):
+        return []  # the sim's defaults, not the server's costs
+    run = analysis.load_run(run_dir)
+    r = run.records
+    r = r[r["sent_at"].notna() & r["input_tokens"].notna() & r["output_tokens"].notna()].sort_values("sent_at")
+    parallel = int(run.manifest["conditions"]["max_num_seqs"])
+    limits = engine_limits(twin.sim_settings(**{twin.slots_key: parallel}), twin.flavor)
+    sent = r["sent_at"].to_numpy(dtype=float)
+    outputs = np.maximum(r["output_tokens"].to_numpy(dtype=int), 1)
+    frame = run_virtual(limits, sent - sent[0], r["input_tokens"].to_numpy(dtype=int), outputs)
+    ttft = (r["first_token_at"] - r["sent_at"]).to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (r["last_token_at"] - r["first_token_at"]).to_numpy(dtype=float) / (outputs - 1),
+                        np.nan)
+    rows = []
+    labels = r["step"].to_numpy()
+    for label in dict.fromkeys(labels):
+        m = labels == label
+        span = sent[m].max() - sent[m].min()
+
+        def q(values, p, m=m):
+            v = values[m]
+            v = v[np.isfinite(v)]
+            return round(float(np.percentile(v, p)), 3) if len(v) else None
+
+        rows.append({"step": str(label), "requests": int(m.sum()),
+                     "rate": round(float((m.sum() - 1) / span), 3) if span > 0 else None,
+                     "live": {"ttft_p50": q(ttft, 50), "ttft_p95": q(ttft, 95), "tpot_p50": q(tpot, 50),
+                              "tpot_p95": q(tpot, 95)},
+                     "twin": {"ttft_p50": q(frame["ttft_s"].to_numpy(), 50), "ttft_p95": q(frame["ttft_s"].to_numpy(), 95),
+                              "tpot_p50": q(frame["tpot_s"].to_numpy(), 50),
+                              "tpot_p95": q(frame["tpot_s"].to_numpy(), 95)}})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parallel", type=int, default=4, help="the slots of the server the twin is fitted to")
@@ -87,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="seconds-long runs (the smoke test)")
     ap.add_argument("--search-rates", type=float, nargs="+", help="the live searches' ladder (req/s)")
     ap.add_argument("--fit-rates", type=float, nargs="+", help="the fit's ladder (req/s)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="a fit ladder before each live search (each predicted by the fit in its own time window)")
+    ap.add_argument("--skip-other", action="store_true",
+                    help="no live search at --other (its knee is still predicted): a shorter round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/twin_real"))
     ap.add_argument("--out", type=Path, default=RESULT)
     args = ap.parse_args(argv)
@@ -98,55 +206,56 @@ def main(argv: list[str] | None = None) -> int:
         write_result(args.out, "twin_real", argv, before, skipped="no engine")
         return 0
     import analysis
-    from analysis.fit import describe, fit_run, twin_yaml
-    from llmload.config import SLO as SLOModel
-    from llmload.sim.whatif import knee_with_range, read_twin, sizes_from_records
+    from llmload.sim.whatif import sizes_from_records
 
     step_s = 4.0 if args.quick else 45.0
     fit_rates = args.fit_rates or ([0.15, 0.4] if args.quick else [0.06, 0.12, 0.2, 0.35])
     search_rates = args.search_rates or ([0.2, 0.5] if args.quick else [0.08, 0.16, 0.28])
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
-    ladder_dir = live(f"ladder-p{args.parallel}", args.work, args.parallel,
-                      lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None))
-    run = analysis.load_run(ladder_dir)
-    fit = fit_run(run)
-    twin_path = args.work / "twin.yaml"
-    twin_path.write_text(twin_yaml(fit, source=str(ladder_dir)))
-    for e in fit.estimates:
-        print(f"  fit {e.key}: {describe(e)}", flush=True)
-    for key, why in fit.unobserved.items():
-        print(f"  fit {key}: not observed ({why})", flush=True)
-    for why in fit.misfit:
-        print(f"  fit: DOES NOT FIT: {why}", flush=True)
-    results: dict = {"fit": {e.key: {"value": e.value, "error": e.error, "basis": e.basis} for e in fit.estimates},
-                     "unobserved": dict(fit.unobserved), "misfit": list(fit.misfit), "twin": twin_path.read_text()}
-    slo = SLOModel.model_validate(SLO)
-    sizes = sizes_from_records(run.records)
-    predictions = {}
-    if not fit.misfit:
-        twin = read_twin(twin_path)
-        for parallel in (args.parallel, args.other):
-            t0 = time.monotonic()
-            got = knee_with_range(twin, sizes, slo, changes={twin.slots_key: parallel},
-                                  arrivals=400 if args.quick else 3000, arrival="poisson")
-            predictions[parallel] = {**got, "seconds": round(time.monotonic() - t0, 1)}
-            print(f"  twin --parallel {parallel}: {got}", flush=True)
-    results["predicted"] = predictions
-    measured = {}
-    for parallel in (args.parallel, args.other):
-        run_dir = live(f"search-p{parallel}", args.work, parallel,
-                       lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine))
-        measured[parallel] = {**measured_knee(run_dir),
-                              "wall_s": json.loads((run_dir.parent / "wall.json").read_text())["wall_s"]}
-        print(f"  live --parallel {parallel}: {measured[parallel]}", flush=True)
-    results["measured"] = measured
-    results["error"] = {p: (None if not predictions.get(p) or predictions[p]["rate"] is None or measured[p]["rate"] is None
-                            else (predictions[p]["rate"] - measured[p]["rate"]) / measured[p]["rate"])
-                        for p in measured}
-    print("  relative error (twin - live) / live:", results["error"], flush=True)
+    parallels = (args.parallel, args.other)
+    fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None)  # noqa: E731
+    search_of = lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine)  # noqa: E731
+    # the live runs in order: (name, --parallel, config); a search is predicted by the last fit before it
+    order = [(f"ladder-p{args.parallel}", args.parallel, fit_of), (f"search-p{args.parallel}", args.parallel, search_of)]
+    if args.interleave:
+        order.append((f"ladder-p{args.parallel}-b", args.parallel, fit_of))
+    if not args.skip_other:
+        order.append((f"search-p{args.other}", args.other, search_of))
+    results: dict = {"order": [name for name, *_ in order], "fits": {}, "predicted": {}, "measured": {}, "paired": {},
+                     "self_fit": {}, "replay": {}, "load": {}}
+    sizes = None
+    last_fit = None
+    for name, parallel, cfg_of in order:
+        run_dir = live(name, args.work, parallel, cfg_of)
+        wall = json.loads((run_dir.parent / "wall.json").read_text())
+        results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
+        if cfg_of is fit_of:
+            twin_path = args.work / f"twin-{name}.yaml"
+            results["fits"][name] = fit_twin(run_dir, twin_path)
+            if sizes is None:
+                sizes = sizes_from_records(analysis.load_run(run_dir).records)
+            results["predicted"][name] = predict(twin_path, sizes, parallels, quick=args.quick)
+            last_fit = name
+            continue
+        measured = {**measured_knee(run_dir), "wall_s": wall["wall_s"]}
+        results["measured"][parallel] = measured
+        print(f"  live --parallel {parallel}: {measured}", flush=True)
+        got = results["predicted"].get(last_fit, {}).get(parallel) or {}
+        results["paired"][parallel] = {
+            "fit": last_fit, "predicted": got.get("rate"), "measured": measured["rate"],
+            "error": (None if got.get("rate") is None or measured["rate"] is None
+                      else (got["rate"] - measured["rate"]) / measured["rate"])}
+        own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
+        results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
+                                                                                         quick=args.quick)}
+        results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
+                                   [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}
+    results["error"] = {p: v["error"] for p, v in results["paired"].items()}
+    print("  relative error (twin - live) / live, each from the fit just before it:", results["error"], flush=True)
     write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, step_s=step_s,
-                 fit_rates=fit_rates, search_rates=search_rates, refine=refine, slo=SLO, **results)
+                 fit_rates=fit_rates, search_rates=search_rates, refine=refine, slo=SLO, interleave=args.interleave,
+                 **results)
     return 0
 
 

@@ -42,6 +42,8 @@ TINY = {
     # one seed, one budget, in virtual time (the demo's truth is stored)
     "time_to_precision.py": ["--configs", "demo", "--budgets", "2m", "--seeds", "1"],
     "twin_accuracy.py": ["--quick", "--servers", "slot", "--work", "work"],
+    # its own 2-second ladder against the slot-bound sim (as twin_accuracy.py's), then one seed's what-ifs
+    "whatif_speed.py": ["--quick", "--servers", "slot", "--work", "work"],
     # without the engine (eval "$(llmload engine path)") it says so and exits 0
     "twin_real.py": ["--quick", "--work", "work"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],

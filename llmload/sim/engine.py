@@ -219,6 +219,71 @@ class Engine:
                              + lim.step_cost_growth_s_per_min * max(0.0, age_s) / 60.0)
         return result
 
+    def decode_horizon(self) -> tuple[int, float, bool]:
+        """`(k, cost_s, admits)`: the next `k` steps are the same decode-only step (every running sequence
+        samples one token; none is preempted, none admitted from the waiting queue; only in the `k`-th may
+        some finish), each costing `cost_s`; `admits`: a sequence queued now would be admitted (the caller
+        bounds `k` by its next arrival). `k` is 0 or at least 2; 0: the next steps are not such steps, or the engine cannot
+        tell (prefix cache, injected leak or cost growth). For callers in virtual time, which apply them
+        at once with `decode_steps`."""
+        lim = self.limits
+        running = self.running
+        if (not running or self.cache is not None or lim.kv_leak_blocks_per_min > 0
+                or lim.step_cost_growth_s_per_min > 0 or len(running) > lim.max_num_batched_tokens):
+            return 0, 0.0, False
+        block_size = lim.block_size
+        budget = lim.max_num_batched_tokens - len(running)
+        slots_free = len(running) < lim.max_num_seqs and budget > 0
+        waiting = self.waiting
+        if waiting and slots_free and -(-min(waiting[0].prompt_tokens + waiting[0].generated, budget) // block_size) \
+                <= self.free_blocks - len(running):  # the head is admitted (at most a block each for the rest)
+            return 0, 0.0, False
+        k = 1 << 30
+        first_extra = 0
+        for seq in running:
+            computed, generated = seq.computed, seq.generated
+            if generated <= 0 or seq.prompt_tokens + generated - computed != 1 \
+                    or seq.blocks != -(-computed // block_size):
+                return 0, 0.0, False
+            left = seq.output_tokens - generated  # the step it finishes in
+            if left < k:
+                k = left
+            first_extra += -(-(computed + 1) // block_size) - seq.blocks
+        if waiting and slots_free:  # the head is admitted unless its first chunk's blocks are short
+            head = waiting[0]
+            if -(-min(head.prompt_tokens + head.generated, budget) // block_size) <= self.free_blocks - first_extra:
+                return 0, 0.0, False
+        while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) > self.free_blocks:
+            k //= 2  # a step would preempt: fewer steps
+        if k < 2:
+            return 0, 0.0, False
+        cost_s = lim.step_base_s + lim.decode_cost_s * len(running)  # step's sum, bit for bit (no prefill)
+        return k, cost_s, slots_free and not waiting
+
+    def decode_steps(self, k: int) -> list[Sequence]:
+        """Apply `k` steps of `decode_horizon` at once (k at most its answer): the state `k` calls of `step`
+        leave. Returns the sequences that ran (each sampled `k` tokens, the last at the `k`-th step's end;
+        those that reached their output length are finished and their blocks freed)."""
+        block_size = self.limits.block_size
+        ran = self.running
+        taken = 0
+        finished = False
+        for seq in ran:
+            seq.computed += k
+            seq.generated += k
+            blocks = -(-seq.computed // block_size)
+            taken += blocks - seq.blocks
+            seq.blocks = blocks
+        self.free_blocks -= taken
+        for seq in ran:
+            if seq.generated >= seq.output_tokens:
+                seq.state = "finished"
+                self._free(seq)
+                finished = True
+        if finished:
+            self.running = [seq for seq in ran if seq.state == "running"]
+        return ran
+
     # ----------------------------------------------------------------- internals
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.limits.block_size)

@@ -53,10 +53,12 @@ def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str 
 
 
 def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray,
-                outputs: np.ndarray) -> pd.DataFrame:
+                outputs: np.ndarray, *, fast: bool = True) -> pd.DataFrame:
     """Every request's `admitted_s` (the start of the step that first scheduled it: it waited in the
     queue from `arrival_s` to then), `ttft_s`, `tpot_s`, `e2e_s` (arrival order) when requests arrive at `arrivals_s`
-    (sorted seconds) with these prompt and output token counts; the module docstring has the rules."""
+    (sorted seconds) with these prompt and output token counts; the module docstring has the rules.
+    `fast`: runs of identical decode-only steps are applied at once (`Engine.decode_horizon`), with the
+    same result as step by step (`fast=False`, the reference the tests compare it with)."""
     n = len(arrivals_s)
     arrivals = np.asarray(arrivals_s, dtype=float)
     first = np.full(n, math.nan)
@@ -72,6 +74,18 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
         while nxt < n and arrivals[nxt] <= t:
             engine.add(seqs[nxt])
             nxt += 1
+        if fast:
+            k, cost_s, admits = engine.decode_horizon()
+            if k > 1:  # k identical decode steps at once: their ends by the same additions as one by one
+                done, end = 1, t + cost_s
+                bound = arrivals[nxt] if admits and nxt < n else math.inf
+                while done < k and end < bound:  # step `done` starts at `end`, before the next arrival
+                    done += 1
+                    end += cost_s
+                for seq in engine.decode_steps(done):
+                    last[seq.seq_id] = end
+                t = end
+                continue
         result = engine.step(t)
         for seq in result.admitted:
             admitted[seq.seq_id] = t

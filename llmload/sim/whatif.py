@@ -6,13 +6,15 @@ settings, each fitted one's standard error in its comment (`± 1.2 ms`). `read_t
 refuses a file the fit marked as not fitting its model (`analysis.fit.MISFIT_MARK`).
 
 `predict_knee` is the twin's steady-state knee: the highest Poisson (or constant) arrival rate at which
-every ttft / tpot / e2e percentile target of the SLO holds, found by geometric bisection on the engine in
-virtual time (`llmload.sim.truth.run_virtual`, the rules the live sim follows) with common random numbers
-across rates; `arrivals` per rate and seed set its noise and its cost (seconds per thousand arrivals on a
-slow core). `knee_with_range` adds the knee of the twin at both ends of its parameters' intervals: every
+every ttft / tpot / e2e percentile target of the SLO holds, bracketed to `tol` on the engine in virtual
+time (`llmload.sim.truth.run_virtual`, the rules the live sim follows) with common random numbers across
+rates, each next rate interpolated where 1 / (percentile / threshold) crosses 1 (`_bracket`); `arrivals`
+per rate and seed set its noise and its cost (a tenth of a second per thousand arrivals on a slow core).
+The what-ifs reuse what the fitted knee found: each change and each range end starts from the fitted knee
+scaled by the change's throughput, placed by the fitted knee's slope (about 3 runs each instead of 7). `knee_with_range` adds the knee of the twin at both ends of its parameters' intervals: every
 fitted cost (`step_base_s`, `decode_cost_s`, `prefill_cost_s`) `z` standard errors higher (the slow end)
 and lower (the fast end), and `num_blocks` with them. What the range covers: the fit's parameter
-uncertainty, and the bisection's tolerance; not the model's own error (a server whose costs are not
+uncertainty, and the search's tolerance; not the model's own error (a server whose costs are not
 `base + decode x batch + prefill x tokens`), and not a live search's sampling noise (a live search
 measures the knee within its own interval, `refine.precision`).
 
@@ -42,7 +44,7 @@ __all__ = ["COSTS", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "pre
            "sizes_from_records", "twin_prior", "what_if"]
 
 #: what a what-if range covers, as `llmload plan` says it
-RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the bisection's 2%); "
+RANGE_NOTE = ("the twin's knee with every fitted cost 1.96 standard errors up and down (and the search's 2%); "
               "not the model's own error, nor a live search's noise (a live search measures the knee within its "
               "own interval, refine.precision)")
 #: the fitted costs moved together to the ends of their intervals (slower server: all higher)
@@ -50,6 +52,8 @@ COSTS = ("step_base_s", "decode_cost_s", "prefill_cost_s")
 #: the first line `analysis.fit.twin_yaml` writes for a run that does not fit the model
 MISFIT_MARK = TWIN_MISFIT_MARK
 _FIGURES = ("ttft", "tpot", "e2e")
+#: the knee search looks no further than this factor from its first rate (1.6^16, as it always did)
+WIDEST = 1.6 ** 16
 _ERROR = re.compile(r"^(?P<key>\w+):[^#]*#\s*[^±;]*±\s*(?P<err>[-+0-9.eE]+)\s*(?P<unit>ms)?")
 
 
@@ -183,13 +187,17 @@ def _guess(settings: Mapping[str, Any], sizes: RequestSizes, flavor: str) -> flo
 
 def predict_knee(settings: Mapping[str, Any], sizes: RequestSizes, slo: Any, *, flavor: str = "vllm",
                  arrival: str = "poisson", arrivals: int = 3000, seeds: Sequence[int] = (1,),
-                 tol: float = 0.02, guess: float | None = None) -> dict:
-    """`{"rate", "binding", "evaluations"}`: the highest rate (within `tol`, relative) at which every
+                 tol: float = 0.02, guess: float | None = None, step: float = 1.6,
+                 slope: float | None = None) -> dict:
+    """`{"rate", "binding", "evaluations", "slope"}`: the highest rate (within `tol`, relative) at which every
     percentile target holds in the twin's steady state (module docstring); rate None when no target
-    is a ttft / tpot / e2e percentile, or when one fails at any rate the bracket tried."""
+    is a ttft / tpot / e2e percentile, or when one fails at any rate the bracket tried. The search starts
+    at `guess` (default: the slots' throughput) and widens by `step`, then `step` squared (at most 2), ... until a
+    passing and a failing rate bracket the knee (a good guess: a small step); `slope` and the answer's
+    `slope`: `_bracket`'s."""
     targets = _targets(slo)
     if not targets:
-        return {"rate": None, "binding": None, "evaluations": 0}
+        return {"rate": None, "binding": None, "evaluations": 0, "slope": None}
     limits = engine_limits(settings, flavor)
     arrival = "poisson" if arrival in ("poisson_exact", "gamma") else arrival
     draws = []
@@ -199,9 +207,9 @@ def predict_knee(settings: Mapping[str, Any], sizes: RequestSizes, slo: Any, *, 
         draws.append((unit, *_sizes(sizes, rng, arrivals)))
     count = [0]
 
-    def failing(rate: float) -> str | None:
+    def worst(rate: float) -> tuple[float, str]:
+        """The highest (percentile / threshold) over the targets, mean over the seeds, and its target."""
         count[0] += 1
-        worst: tuple[float, str] | None = None
         per_key: dict[str, list[float]] = {k: [] for k, *_ in targets}
         for unit, inputs, outputs in draws:
             frame = run_virtual(limits, unit / rate, inputs, outputs)
@@ -210,56 +218,109 @@ def predict_knee(settings: Mapping[str, Any], sizes: RequestSizes, slo: Any, *, 
                 values = steady[f"{metric}_s"].to_numpy(dtype=float)
                 values = values[~np.isnan(values)]
                 per_key[key].append(float(np.percentile(values, q)) if len(values) else math.inf)
-        for key, _, _, threshold in targets:
-            over = float(np.mean(per_key[key])) / threshold
-            if over > 1 and (worst is None or over > worst[0]):
-                worst = (over, key)
-        return None if worst is None else worst[1]
+        return max((float(np.mean(per_key[key])) / threshold, key) for key, _, _, threshold in targets)
 
-    rate = guess or _guess(settings, sizes, flavor)
-    low = high = None
-    binding = None
-    for _ in range(16):  # bracket: a passing and a failing rate
-        fails = failing(rate)
-        if fails is None:
-            low = rate
-            if high is not None:
-                break
-            rate *= 1.6
+    found = _bracket(worst, guess or _guess(settings, sizes, flavor), step, tol, slope)
+    return {**found, "evaluations": count[0]}
+
+
+def _bracket(worst: Any, rate: float, step: float, tol: float, slope: float | None = None) -> dict:
+    """The knee of `worst(rate) -> (over, key)` (a rate fails where over > 1), to `tol`: the highest
+    passing and lowest failing rate within a factor 1 + `tol`, the answer their geometric mean.
+
+    Each next rate is where 1 / over, interpolated linearly in the rate between the closest passing and
+    failing rates (extrapolated from two on one side before the knee is bracketed), crosses 1: a queue's
+    waiting time grows as 1 / (capacity - rate), so 1 / over is nearly a straight line near the knee.
+    The rate tried is just beyond that crossing on the side whose end is farther, so that a right
+    interpolation closes the bracket; a bracket end that moved twice running, a slope of the wrong sign
+    or no second point fall back to bisecting (or to widening by `step`, squared at each widening up to
+    2x, within a factor `WIDEST` of the first rate).
+    `slope`: d(1 / over) / d(log rate) near a similar server's knee (`slope` of its answer), which places
+    the second rate from the first alone (within a factor `step`)."""
+    passed: list[tuple[float, float]] = []  # (rate, over)
+    failed: list[tuple[float, float, str]] = []  # (rate, over, key)
+    start = rate
+    lean = math.log1p(tol) * 0.4  # how far past the crossing (log rate): two right guesses close the bracket
+    moved = ""
+    for _ in range(40):
+        over, key = worst(rate)
+        if over > 1:
+            failed.append((rate, over, key))
+            moved += "h"
         else:
-            high, binding = rate, fails
-            if low is not None:
-                break
-            rate /= 1.6
-    if low is None or high is None:
-        return {"rate": None, "binding": binding, "evaluations": count[0]}
-    while high / low - 1 > tol:
-        mid = math.sqrt(low * high)
-        fails = failing(mid)
-        if fails is None:
-            low = mid
-        else:
-            high, binding = mid, fails
-    return {"rate": math.sqrt(low * high), "binding": binding, "evaluations": count[0]}
+            passed.append((rate, over))
+            moved += "l"
+        low = max(passed, default=None)
+        high = min(failed, default=None)
+        if low is not None and high is not None:
+            if high[0] / low[0] - 1 <= tol:
+                a, b = math.log(low[0]), math.log(high[0])
+                fall = (1.0 / high[1] - 1.0 / max(low[1], 1e-12)) / (b - a) if math.isfinite(high[1]) else None
+                return {"rate": math.sqrt(low[0] * high[0]), "binding": high[2],
+                        "slope": fall if fall is not None and fall < 0 else None}
+            cross = _crossing(low[:2], high[:2])
+            a, b = math.log(low[0]), math.log(high[0])
+            if cross is None or moved[-2:] in ("ll", "hh"):
+                rate = math.exp((a + b) / 2)
+                moved += "-"
+                continue
+            x = math.log(cross)
+            x = x - lean if x - a > b - x else x + lean
+            rate = math.exp(min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a)))
+        elif len(passed) + len(failed) >= 16 or not start / WIDEST < rate < start * WIDEST:
+            break  # no knee within a factor WIDEST of the start (and virtual times stay exact)
+        elif len(passed) + len(failed) == 1 and slope is not None and slope < 0:  # placed by the slope
+            x = math.log(rate) + (1.0 - 1.0 / max(over, 1e-12)) / slope
+            x += lean if over <= 1 else -lean
+            rate = math.exp(min(max(x, math.log(rate / step)), math.log(rate * step)))
+        elif high is not None:  # every rate failed: lower
+            cross = _crossing(*sorted(f[:2] for f in failed)[:2]) if len(failed) > 1 else None
+            floor = high[0] / step
+            rate = floor if cross is None else min(max(cross * math.exp(-lean), floor), high[0] * math.exp(-lean))
+            step = min(step * step, 2.0)
+        else:  # every rate passed: higher
+            cross = _crossing(*sorted(passed)[-2:]) if len(passed) > 1 else None
+            ceiling = low[0] * step
+            rate = ceiling if cross is None else max(min(cross * math.exp(lean), ceiling), low[0] * math.exp(lean))
+            step = min(step * step, 2.0)
+    return {"rate": None, "binding": min(failed)[2] if failed else None, "slope": None}
+
+
+def _crossing(p: tuple[float, float], q: tuple[float, float]) -> float | None:
+    """The rate where 1 / over, linear in the rate through points `p` and `q` ((rate, over)), is 1;
+    None without a falling line (1 / over must fall as the rate grows) or a positive crossing."""
+    (r1, o1), (r2, o2) = sorted((p, q))
+    y1, y2 = 1.0 / max(o1, 1e-12), (1.0 / o2 if math.isfinite(o2) and o2 > 0 else 0.0)
+    if not r2 > r1 or not y2 < y1:
+        return None
+    cross = r1 + (y1 - 1.0) * (r2 - r1) / (y1 - y2)
+    return cross if cross > 0 else None
 
 
 def knee_with_range(twin: Twin, sizes: RequestSizes, slo: Any, *, z: float = 1.96, changes: Mapping | None = None,
-                    **options: Any) -> dict:
+                    guess: float | None = None, slope: float | None = None, **options: Any) -> dict:
     """`{"rate", "low", "high", "binding"}`: the knee of the twin (with `changes` to its settings) and of
-    the twin at its parameters' slow and fast ends (`Twin.at_end(±z)`; module docstring)."""
+    the twin at its parameters' slow and fast ends (`Twin.at_end(±z)`; module docstring). `guess`: a
+    rate near the knee (searched from with a small step, and `slope`: `predict_knee`'s); each end is
+    searched from the knee scaled by the end's throughput against the knee's (`_guess`), with a smaller
+    step still and the knee's slope. The answer's `slope` is the knee's."""
     changes = dict(changes or {})
-    centre = predict_knee(twin.sim_settings(**changes), sizes, slo, flavor=twin.flavor, **options)
-    out = {"rate": centre["rate"], "binding": centre["binding"], "low": None, "high": None}
+    settings = twin.sim_settings(**changes)
+    near = {"guess": guess, "step": 1.25, "slope": slope} if guess else {}
+    centre = predict_knee(settings, sizes, slo, flavor=twin.flavor, **near, **options)
+    out = {"rate": centre["rate"], "binding": centre["binding"], "low": None, "high": None, "slope": centre["slope"]}
     if centre["rate"] is None:
         return out
     ends = []
+    capacity = _guess(settings, sizes, twin.flavor)
     for sign in (1.0, -1.0):
         if not any(k in twin.errors for k in (*COSTS, "num_blocks")):
             ends.append(centre["rate"])
             continue
         s = twin.at_end(sign * z)
         s.update(changes)
-        got = predict_knee(s, sizes, slo, flavor=twin.flavor, guess=centre["rate"], **options)
+        scaled = centre["rate"] * _guess(s, sizes, twin.flavor) / capacity
+        got = predict_knee(s, sizes, slo, flavor=twin.flavor, guess=scaled, step=1.1, slope=centre["slope"], **options)
         ends.append(got["rate"])
     tol = float(options.get("tol", 0.02))
     known = [e for e in ends if e is not None]
@@ -281,10 +342,22 @@ def what_if(twin: Twin, sizes_of: Any, slo: Any, *, slots: int | None = None, pr
     caveat = (f"; NOT OBSERVED, the sim's defaults: {', '.join(unseen)} (each knee here assumes them)"
               if unseen else "")
     rows = [{"what": "as fitted", **base, "note": f"{now} slots, the run's mix{caveat}"}]
-    rows.append({"what": f"slots {slots}", **knee_with_range(twin, base_sizes, slo, changes={twin.slots_key: slots},
+
+    def near(sizes: RequestSizes, changes: Mapping) -> float | None:
+        """The knee as fitted scaled by the change's throughput against the fitted one's: where to start."""
+        if base["rate"] is None:
+            return None
+        fitted = _guess(twin.sim_settings(), base_sizes, twin.flavor)
+        return base["rate"] * _guess(twin.sim_settings(**changes), sizes, twin.flavor) / fitted
+
+    more = {twin.slots_key: slots}
+    rows.append({"what": f"slots {slots}", **knee_with_range(twin, base_sizes, slo, changes=more,
+                                                             guess=near(base_sizes, more), slope=base["slope"],
                                                              **options),
                  "note": f"{twin.slots_key} {now} -> {slots}; KV capacity and step costs as fitted"})
-    rows.append({"what": f"prompts x{prompt_scale:g}", **knee_with_range(twin, sizes_of(prompt_scale), slo, **options),
+    longer = sizes_of(prompt_scale)
+    rows.append({"what": f"prompts x{prompt_scale:g}", **knee_with_range(twin, longer, slo, guess=near(longer, {}),
+                                                                         slope=base["slope"], **options),
                  "note": "every prompt's length scaled; outputs as in the run"})
     scaled = {k: (None if base[k] is None else base[k] * replicas) for k in ("rate", "low", "high")}
     rows.append({"what": f"replicas {replicas}", **scaled, "binding": base["binding"],

@@ -91,3 +91,59 @@ def test_abort_frees_blocks_and_a_request_larger_than_the_cache_is_refused():
     assert engine.free_blocks == 4 and engine.idle
     with pytest.raises(ValueError):
         engine.add(Sequence(seq_id=2, prompt_tokens=16, output_tokens=4))
+
+
+def _state(engine: Engine) -> tuple:
+    seqs = [(s.seq_id, s.state, s.computed, s.generated, s.blocks) for s in (*engine.running, *engine.waiting)]
+    return seqs, engine.free_blocks
+
+
+def _twins(lim: EngineLimits, sizes: list[tuple[int, int]]) -> tuple[Engine, Engine]:
+    engines = (Engine(lim), Engine(lim))
+    for engine in engines:
+        for i, (prompt, output) in enumerate(sizes):
+            engine.add(Sequence(seq_id=i, prompt_tokens=prompt, output_tokens=output))
+    return engines
+
+
+@pytest.mark.parametrize("lim, sizes", [
+    (EngineLimits(max_num_seqs=2, step_base_s=0.02, decode_cost_s=0.004), [(30, 9), (50, 6), (20, 8)]),
+    (EngineLimits(max_num_seqs=8, num_blocks=12, block_size=4, step_base_s=0.01), [(6, 12), (5, 14), (7, 3)]),
+])
+def test_decode_horizon_steps_at_once_leave_what_the_steps_one_by_one_leave(lim, sizes):
+    """`decode_horizon` + `decode_steps(k)` against `k` calls of `step`, from every state the run passes:
+    the same sequences, tokens, blocks and free blocks; the horizon stops before an admission (slots
+    free, a waiting head that fits) and before a step that would preempt."""
+    fast, slow = _twins(lim, sizes)
+    skipped = 0
+    while not slow.idle:
+        k, cost_s, _ = fast.decode_horizon()
+        if k:
+            assert k >= 2
+            ran = list(fast.decode_steps(k))
+            for _ in range(k):
+                result = slow.step()
+                assert result.cost_s == cost_s and result.prefill_tokens == 0 and not result.preempted
+                assert not result.admitted and [s.seq_id for s in result.emitted] == [s.seq_id for s in ran]
+            skipped += k
+        else:
+            fast.step()
+            slow.step()
+        assert _state(fast) == _state(slow)
+    assert fast.idle and skipped > 0
+
+
+def test_decode_horizon_refuses_an_admission_and_what_it_cannot_model():
+    engine = Engine(EngineLimits(max_num_seqs=2))
+    engine.add(Sequence(seq_id=0, prompt_tokens=10, output_tokens=20))
+    engine.step()
+    assert engine.decode_horizon()[0] == 19 and engine.decode_horizon()[2]  # a slot free: arrivals admit
+    engine.add(Sequence(seq_id=1, prompt_tokens=10, output_tokens=20))
+    assert engine.decode_horizon()[0] == 0  # the waiting one is admitted in the next step
+    engine.step()
+    k, _, admits = engine.decode_horizon()
+    assert k == 18 and not admits  # both slots busy: nothing is admitted until one finishes
+    leaky = Engine(EngineLimits(kv_leak_blocks_per_min=1.0))
+    leaky.add(Sequence(seq_id=0, prompt_tokens=10, output_tokens=20))
+    leaky.step()
+    assert leaky.decode_horizon()[0] == 0

@@ -64,3 +64,22 @@ def test_true_knee_of_the_demo_sim_is_about_4_6():
     knee = true_knee(DEMO_SIM, (64, 32), slo, lo=4.0, hi=5.2, tol=0.01, arrivals=15_000, seeds=(1, 2))
     assert knee["binding"] == "ttft_p95" and knee["rate"] == pytest.approx(4.6, rel=0.04)
     assert knee["targets"]["tpot_p95"] is None
+
+
+@pytest.mark.parametrize("settings", [
+    {"max_num_seqs": 8, "step_base_s": 0.020, "decode_cost_s": 0.002, "prefill_cost_s": 0.0002},  # slot-bound
+    {"max_num_seqs": 32, "num_blocks": 160, "step_base_s": 0.020, "decode_cost_s": 0.002},  # KV-bound: preempts
+    {"max_num_seqs": 16, "max_num_batched_tokens": 256, "step_base_s": 0.03, "prefill_cost_s": 0.0005},  # chunked
+])
+def test_the_fast_path_gives_the_step_by_step_result_exactly(settings):
+    """`run_virtual` skips runs of identical decode steps (`Engine.decode_horizon`): every request's
+    times are the same floats as stepping one by one, below, at and past capacity."""
+    limits = engine_limits(settings)
+    rng = np.random.default_rng(7)
+    inputs, outputs = rng.integers(50, 400, 1500), rng.integers(1, 60, 1500)
+    for rate in (1.0, 3.0, 8.0):
+        arrivals = np.cumsum(rng.exponential(1 / rate, 1500))
+        fast = run_virtual(limits, arrivals, inputs, outputs)
+        slow = run_virtual(limits, arrivals, inputs, outputs, fast=False)
+        for column in slow.columns:
+            np.testing.assert_array_equal(fast[column].to_numpy(), slow[column].to_numpy(), err_msg=column)

@@ -30,6 +30,15 @@ def test_predict_knee_agrees_with_the_sims_true_knee():
     assert got["rate"] == pytest.approx(truth["rate"], rel=0.03)
 
 
+def test_a_target_failing_at_every_rate_gives_no_knee():
+    """A prompt alone takes 12 s (60 x 0.2 s) against TTFT p95 5 s: no rate passes. The search gives up
+    within its widest factor instead of going on to rates so low that virtual times lose their precision
+    (it once answered 1e-15 req/s)."""
+    slow = {"max_num_seqs": 4, "step_base_s": 0.064, "decode_cost_s": 0.131, "prefill_cost_s": 0.199}
+    got = predict_knee(slow, (60, 8), SLO.model_validate({"ttft_p95": "5s", "min_samples": 5}), arrivals=500)
+    assert got["rate"] is None and got["binding"] == "ttft_p95" and got["evaluations"] <= 16
+
+
 def test_read_twin_takes_the_values_and_their_errors(tmp_path):
     path = tmp_path / "twin.yaml"
     path.write_text(TWIN)
@@ -64,6 +73,31 @@ def test_what_if_more_slots_longer_prompts_and_replicas_move_the_knee_as_the_eng
     assert rows["slots 8"]["rate"] > 1.3 * base  # slot-bound: twice the slots, far more
     assert rows["prompts x2"]["rate"] < base
     assert rows["replicas 2"]["rate"] == pytest.approx(2 * base) and "random routing" in rows["replicas 2"]["note"]
+
+
+@pytest.mark.slow  # the engine in virtual time: seconds
+def test_what_if_knees_are_the_sims_true_knees_of_each_change():
+    """A twin with the sim's own settings: what `llmload plan --twin` prints (its defaults: 3000 arrivals,
+    one seed, 2%) for each change against the sim's true knee of that change (`true_knee`: 2 seeds of
+    10000 arrivals, 1%), within 5% (seed 1's noise: 2-3%); each range holds its knee, and the slope-guided
+    searches of the changes and ends take fewer evaluations than a blind one."""
+    twin = Twin(settings=dict(SETTINGS), errors={"step_base_s": 0.0005, "decode_cost_s": 0.00005})
+    rows = {r["what"]: r for r in what_if(twin, lambda scale: (int(100 * scale), 30), SLO_)}
+    cases = {"as fitted": (SETTINGS, SIZES), "slots 8": ({**SETTINGS, "max_num_seqs": 8}, SIZES),
+             "prompts x2": (SETTINGS, (200, 30))}
+    truth = {what: true_knee(settings, sizes, SLO_, lo=0.75 * rows[what]["rate"], hi=1.25 * rows[what]["rate"],
+                             tol=0.01, arrivals=10000, seeds=(1, 2))["rate"]
+             for what, (settings, sizes) in cases.items()}
+    for what, rate in truth.items():
+        assert rows[what]["rate"] == pytest.approx(rate, rel=0.05), what
+        assert rows[what]["low"] < rows[what]["rate"] < rows[what]["high"]
+        assert rows[what]["binding"] == "ttft_p95"
+    assert rows["replicas 2"]["rate"] == pytest.approx(2 * rows["as fitted"]["rate"])
+    blind = predict_knee(twin.at_end(1.96), SIZES, SLO_)
+    guided = predict_knee(twin.at_end(1.96), SIZES, SLO_, guess=rows["as fitted"]["rate"], step=1.1,
+                          slope=rows["as fitted"]["slope"])
+    assert guided["rate"] == pytest.approx(blind["rate"], rel=0.03)
+    assert guided["evaluations"] < blind["evaluations"]
 
 
 @pytest.mark.slow  # the engine in virtual time, bisected: tens of seconds on a busy core
