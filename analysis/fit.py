@@ -59,6 +59,9 @@ DEFAULT_BLOCK_SIZE = 16
 #: the step time at one batch size may differ this much (relative) between the run's first and last
 #: third before the fit says the step cost drifted (the model's costs are constant)
 MAX_DRIFT = 0.2
+#: the same for a prompt's first-token step against its fitted length (prompt steps are fewer and noisier
+#: than the decode gaps' medians): outside 1/1.5x to 1.5x the prefill cost drifted
+MAX_PREFILL_DRIFT = 1.5
 #: share of the completed requests that must carry two token times or more (else: no token times)
 MIN_TIMED_SHARE = 0.5
 
@@ -162,7 +165,7 @@ def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, 
     return float(ym - slope * xm), slope
 
 
-def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | None:
+def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, Any] | None:
     """`{step_base_s, step_base_se, decode_cost_s, decode_cost_se, gaps, batch_min, batch_max}` from the
     median gap per batch size (at least `MIN_GAPS_PER_BATCH` gaps each, two sizes at least); None when
     the run showed fewer than two batch sizes."""
@@ -177,9 +180,22 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, float] | No
     rng = np.random.default_rng(seed)
     boot = np.array([[np.median(rng.choice(g, size=len(g))) for _, g in groups] for _ in range(BOOTSTRAP)])
     fits = np.array([_weighted_line(x, row, w) for row in boot])
-    return {"step_base_s": base, "step_base_se": float(fits[:, 0].std(ddof=1)), "decode_cost_s": slope,
+    line = {"step_base_s": base, "step_base_se": float(fits[:, 0].std(ddof=1)), "decode_cost_s": slope,
             "decode_cost_se": float(fits[:, 1].std(ddof=1)), "gaps": int(w.sum()),
-            "batch_min": int(x.min()), "batch_max": int(x.max())}
+            "batch_min": int(x.min()), "batch_max": int(x.max()), "negative_base_s": None,
+            "negative_base_se": None}
+    if base < 0:
+        # a step cannot cost less than nothing (the sim refuses a negative base): the line through the
+        # origin, and the intercept kept so that one clearly below zero can say the cost is not linear
+        line.update(step_base_s=0.0, step_base_se=0.0, negative_base_s=base, negative_base_se=line["step_base_se"],
+                    decode_cost_s=_origin_slope(x, y, w),
+                    decode_cost_se=float(np.std([_origin_slope(x, row, w) for row in boot], ddof=1)))
+    return line
+
+
+def _origin_slope(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    """Slope of y against x through the origin, by least squares weighted by w."""
+    return float(np.sum(w * x * y) / np.sum(w * x * x))
 
 
 def step_drift(gaps: pd.DataFrame) -> dict[str, float] | None:
@@ -278,7 +294,7 @@ def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray) -> pd.DataFrame:
                          "decoding": decoding})
 
 
-def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, float] | None:
+def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, Any] | None:
     """`{prefill_cost_s, prefill_cost_se, requests, tokens_min, tokens_max}`: the length of the step that
     computed each prompt (`_prefill_steps`) against the prompt tokens computed in it (inputs less
     prefix-cache hits) and the requests decoding in it, by least squares; over the requests sent while
@@ -315,7 +331,23 @@ def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, floa
     sigma2 = float(np.sum(resid ** 2)) / max(len(y) - x.shape[1], 1)
     se = math.sqrt(sigma2 * float(np.linalg.inv(x.T @ x)[1, 1]))
     return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": len(own),
-            "tokens_min": float(own.min()), "tokens_max": float(own.max())}
+            "tokens_min": float(own.min()), "tokens_max": float(own.max()),
+            "drift": _prefill_drift(done["sent_at"].to_numpy(dtype=float)[keep], y, x @ coef)}
+
+
+def _prefill_drift(sent: np.ndarray, step_s: np.ndarray, fitted_s: np.ndarray) -> float | None:
+    """The median first-token step over its fitted length in the last third of the fitted requests (by
+    sending time) over that in the first third: about 1 for a server whose prefill cost is constant; None
+    with fewer than `MIN_PREFILL_REQUESTS` / 2 requests in either third."""
+    ok = fitted_s > 0
+    sent, ratio = sent[ok], step_s[ok] / fitted_s[ok]
+    if len(sent) < 3 * (MIN_PREFILL_REQUESTS // 2):
+        return None
+    first_end, last_start = np.quantile(sent, [1 / 3, 2 / 3])
+    early, late = ratio[sent <= first_end], ratio[sent >= last_start]
+    if min(len(early), len(late)) < MIN_PREFILL_REQUESTS // 2 or np.median(early) <= 0:
+        return None
+    return float(np.median(late) / np.median(early))
 
 
 def _tokens_held(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
@@ -431,6 +463,12 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
     else:
         basis = (f"median inter-token gap against batch size {step['batch_min']}-{step['batch_max']} "
                  f"({step['gaps']} decode-only gaps)")
+        below = step["negative_base_s"]
+        if below is not None:
+            basis += f"; its intercept came out below zero ({below * 1000:.3g} ms): the line through the origin"
+            if below + 2 * step["negative_base_se"] < 0:  # below zero beyond its noise
+                fit.misfit.append(f"the step cost is not a line in the batch size: its intercept is {below * 1000:.3g} "
+                                  "ms, below zero (the twin's decode step costs a base plus a cost per sequence)")
         fit.estimates += [Estimate("step_base_s", step["step_base_s"], step["step_base_se"], "s",
                                    "intercept of the " + basis),
                           Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
@@ -442,6 +480,11 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
         fit.unobserved["prefill_cost_s"] = ("the prefill step against prompt length needs prompts of several lengths sent "
                                             f"while slots were free ({MIN_PREFILL_REQUESTS} at least)")
     else:
+        drift_p = prefill["drift"]
+        if drift_p is not None and not 1 / MAX_PREFILL_DRIFT <= drift_p <= MAX_PREFILL_DRIFT:
+            fit.misfit.append(f"the prefill cost drifted: a prompt's first-token step took {drift_p:.2f}x its fitted "
+                              "length in the run's last third against its first (median over the prompts sent "
+                              "while slots were free); the twin's costs are constant")
         fit.estimates.append(Estimate("prefill_cost_s", prefill["prefill_cost_s"], prefill["prefill_cost_se"], "s",
                                       f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
                                       f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while "

@@ -278,7 +278,7 @@ def _bracket(worst: Any, rate: float, step: float, tol: float, slope: float | No
             floor = high[0] / step
             rate = floor if cross is None else min(max(cross * math.exp(-lean), floor), high[0] * math.exp(-lean))
             step = min(step * step, 2.0)
-        else:  # every rate passed: higher
+        elif low is not None:  # every rate passed: higher
             cross = _crossing(*sorted(passed)[-2:]) if len(passed) > 1 else None
             ceiling = low[0] * step
             rate = ceiling if cross is None else max(min(cross * math.exp(lean), ceiling), low[0] * math.exp(lean))
@@ -306,7 +306,7 @@ def knee_with_range(twin: Twin, sizes: RequestSizes, slo: Any, *, z: float = 1.9
     step still and the knee's slope. The answer's `slope` is the knee's."""
     changes = dict(changes or {})
     settings = twin.sim_settings(**changes)
-    near = {"guess": guess, "step": 1.25, "slope": slope} if guess else {}
+    near: dict[str, Any] = {"guess": guess, "step": 1.25, "slope": slope} if guess else {}
     centre = predict_knee(settings, sizes, slo, flavor=twin.flavor, **near, **options)
     out = {"rate": centre["rate"], "binding": centre["binding"], "low": None, "high": None, "slope": centre["slope"]}
     if centre["rate"] is None:

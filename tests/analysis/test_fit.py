@@ -154,3 +154,40 @@ def test_an_api_that_hides_token_times_gets_no_twin(light_then_full):
     fit = fit_run(Run(records=hidden, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
     assert any("per-token times" in why for why in fit.misfit), fit.misfit
     assert "step_base_s" in fit.unobserved and twin_yaml(fit).startswith("# NOT A TWIN")
+
+
+def test_a_negative_intercept_is_fitted_through_the_origin_and_said_when_clear():
+    """llama.cpp's --parallel 2 search fitted a step base of -3.0 ms, which `llmload sim` refuses: the
+    line goes through the origin instead, and an intercept below zero beyond its noise is kept to say so."""
+    rng = np.random.default_rng(3)
+    batch = np.repeat([1, 2, 3, 4], 60)
+    gaps = pd.DataFrame({"batch": batch, "gap_s": 0.010 * batch - 0.005 + rng.normal(0, 0.0005, len(batch))})
+    step = fit_step_cost(gaps)
+    assert step["step_base_s"] == 0.0 and step["negative_base_s"] == pytest.approx(-0.005, abs=0.001)
+    assert step["decode_cost_s"] == pytest.approx(np.sum(batch * (0.010 * batch - 0.005)) / np.sum(batch ** 2), rel=0.02)
+    assert step["negative_base_s"] + 2 * step["negative_base_se"] < 0
+    linear = fit_step_cost(gaps.assign(gap_s=0.010 * batch + 0.005 + rng.normal(0, 0.0005, len(batch))))
+    assert linear["negative_base_s"] is None and linear["step_base_s"] == pytest.approx(0.005, abs=0.001)
+
+
+def test_a_drifting_prefill_cost_is_said_though_the_decode_step_holds(tmp_path):
+    """Round 6 of bench/twin_real.py: prompts cost 5x more by the end of the fit's ladder while decode steps
+    held, and the drift check (decode gaps alone) passed it. Two light minutes of the same engine, the
+    second with prompts 5x dearer: the fit says the prefill cost drifted; one engine throughout does not."""
+    first, tel1 = _virtual_run(LIMITS, [(1.5, 60.0)], seed=4)
+    dear = dataclasses.replace(LIMITS, prefill_cost_s=5 * LIMITS.prefill_cost_s)
+    second, tel2 = _virtual_run(dear, [(1.5, 60.0)], seed=5)
+    shift = float(max(first["last_token_at"].max(), tel1["t"].max())) + 1.0
+    second = second.assign(request_id=second["request_id"] + len(first), sent_at=second["sent_at"] + shift,
+                           first_token_at=second["first_token_at"] + shift,
+                           last_token_at=second["last_token_at"] + shift,
+                           token_times=[[t + shift for t in times] for times in second["token_times"]])
+    records = pd.concat([first, second], ignore_index=True)
+    telemetry = pd.concat([tel1, tel2.assign(t=tel2["t"] + shift)], ignore_index=True)
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert any("prefill cost drifted" in why for why in fit.misfit), fit.misfit
+    assert not any("step cost drifted" in why for why in fit.misfit), fit.misfit
+    assert twin_yaml(fit).startswith("# NOT A TWIN: the prefill cost drifted")
+    steady, tel3 = _virtual_run(LIMITS, [(1.5, 120.0)], seed=4)
+    fit = fit_run(Run(records=steady, telemetry=tel3, plan={}, manifest={"conditions": {"server": "vllm"}}))
+    assert fit.misfit == [], fit.misfit
