@@ -148,7 +148,7 @@ def _with_errors(rows: pd.DataFrame) -> pd.DataFrame:
 def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05, merge: Callable[[list[str]], dict] | None = None,
                 most: int = MAX_SLICES) -> tuple[pd.DataFrame | None, dict | None]:
     """(one row per reported soak slice with an `error_burst` flag,
-    {slices, slice_s, plan_slices, merged, alpha, trends, drifting, memory_growth, error_bursts}).
+    {slices, slice_s, plan_slices, plan_slice_s, merged, alpha, trends, drifting, memory_growth, error_bursts}).
 
     `merge(labels) -> judged step row` computes a merged slice (`merged_slice_row`); without it (no
     records at hand) every plan slice is reported."""
@@ -186,6 +186,7 @@ def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05, merge: Callable[[li
     drifting = [t["metric"] for t in trends if t["drifting"]]
     result = {
         "slices": len(slices), "slice_s": slice_s, "plan_slices": len(plan),
+        "plan_slice_s": float((plan["window_end"] - plan["window_start"]).median()),
         "merged": max(len(g) for g in groups), "alpha": alpha, "trends": trends, "drifting": drifting,
         "memory_growth": any(m in drifting for m in ("gpu_memory_peak_bytes", "kv_usage_peak")),
         "error_bursts": [label for label, hit in zip(labels, burst, strict=True) if hit],
