@@ -67,10 +67,13 @@ PREFLIGHT_PREFIX = "preflight-"
 
 
 def sim_settings(base_ms: float, growth_ms_per_min: float) -> dict:
-    """Unlimited batch, no prefill or per-sequence cost: every engine step costs the base plus the growth."""
+    """Unlimited batch, no prefill or per-sequence cost: every engine step costs the base plus the growth.
+    Prefix caching off: with 10 million KV blocks nothing is ever evicted, so the cache would keep an entry
+    for every prompt's full block, growing with every request; these prompts share no prefix anyway."""
     return {"max_num_seqs": 100000, "max_num_batched_tokens": 10000000, "num_blocks": 10000000,
             "block_size": 16, "step_base_s": f"{base_ms}ms", "prefill_cost_s": "0ms", "decode_cost_s": "0ms",
-            "load_time_s": "0s", "max_model_len": 100000, "step_cost_growth_s_per_min": f"{growth_ms_per_min}ms"}
+            "load_time_s": "0s", "max_model_len": 100000, "step_cost_growth_s_per_min": f"{growth_ms_per_min}ms",
+            "enable_prefix_caching": False}
 
 
 def run_config(url: str, *, rate: float, duration_s: float, slice_s: float, output_tokens: int) -> dict:
