@@ -73,8 +73,8 @@ def test_sim_yaml_keys_reach_the_engine_limits():
 def test_a_keep_alive_connection_holds_nothing_of_the_requests_it_served(tmp_path):
     """Issue 46: each request used to leave its close callback (holding the request's job, its ground-truth
     row and token times) on the connection: a client's kept-alive connection grew the sim by every request
-    it carried (43 -> 281 MB in the first 5 minutes of a 300 req/s soak, bench/soak.py). A real server on a free port, one
-    kept-alive connection, streamed requests one after another."""
+    it carried (44 -> 275 MiB in the first 5 minutes of a 300 req/s soak, bench/soak.py). A real server on
+    a free port, one kept-alive connection, streamed requests one after another."""
     import asyncio
     import json
 
