@@ -93,6 +93,7 @@ def merged_step(plan_steps: list[dict]) -> dict:
     label = f"{first['label']}..{str(last['label']).rsplit('-', 1)[-1]}"
     statuses = {s.get("status") for s in plan_steps}
     planned = [s.get("planned_arrivals") for s in plan_steps]
+    total = None if any(p is None for p in planned) else sum(int(p) for p in planned if p is not None)
     clocks: dict[str, dict] = {}
     for step in plan_steps:
         for worker, entry in (step.get("clock") or {}).items():
@@ -104,7 +105,7 @@ def merged_step(plan_steps: list[dict]) -> dict:
     return {**first, "label": label, "window_end": last.get("window_end"), "drain": last.get("drain"),
             "drain_deadline": last.get("drain_deadline"), "drained_at": last.get("drained_at"),
             "status": "partial" if "partial" in statuses else first.get("status"),
-            "planned_arrivals": None if any(p is None for p in planned) else int(sum(planned)),
+            "planned_arrivals": total,
             "duration_s": sum(float(s.get("duration_s") or 0.0) for s in plan_steps),
             "cancelled": any(bool(s.get("cancelled")) for s in plan_steps),
             "lost_workers": sorted({w for s in plan_steps for w in (s.get("lost_workers") or [])}),
@@ -167,7 +168,7 @@ def soak_slices(steps: pd.DataFrame, *, alpha: float = 0.05, merge: Callable[[li
     burst = (p_burst < bonferroni) & (plan["errors"].to_numpy() >= 3)
     labels = plan["label"].astype(str).tolist()
     groups = slice_groups(labels, most) if merge is not None else [[label] for label in labels]
-    if all(len(g) == 1 for g in groups):
+    if merge is None or all(len(g) == 1 for g in groups):
         slices = plan
     else:
         from analysis.steps import typed_table
