@@ -24,7 +24,7 @@ from analysis.energy import energy_at_knee
 from analysis.limits import add_limits, step_limits
 from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
 from analysis.run import Run
-from analysis.soak import soak_slices
+from analysis.soak import merged_slice_row, soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
     _scalars,
@@ -220,7 +220,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     if not steps.empty:
         steps = steps.assign(limit=pd.Series(step_limits(steps, requests, tel, conds), index=steps.index, dtype=object))
     burst = burst_vs_uniform(steps)
-    slices, soak = soak_slices(steps, alpha=slo.trend_alpha)
+    slices, soak = soak_slices(steps, alpha=slo.trend_alpha, merge=lambda labels: merged_slice_row(
+        labels, plan_steps, lambda pos: source.rows_and_gaps(pos, float32_above), groups, windows, slo, client, tel))
     warnings = _warnings(requests, plan_steps, steps, slo, run.telemetry)
     simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first

@@ -47,6 +47,9 @@ TINY = {
     # without the engine (eval "$(llmload engine path)") it says so and exits 0
     "twin_real.py": ["--quick", "--work", "work"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
+    # 30 s at 20 req/s in 5-s slices, one worker; the sim's step cost grows 60 ms a minute (a drift to find)
+    "soak.py": ["--minutes", "0.5", "--rate", "20", "--slice-s", "5", "--settle-min", "0.1", "--sample-s", "0.5",
+                "--processes", "1", "--growth-ms-per-min", "60"],
 }
 
 

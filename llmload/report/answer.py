@@ -347,13 +347,17 @@ def soak_sentences(soak: dict | None) -> list[str]:
     drifting = list(soak.get("drifting") or [])
     bursts = list(soak.get("error_bursts") or [])
     span = f"across {soak.get('slices')} slices of {float(soak.get('slice_s') or 0):g} s"
+    if int(soak.get("merged") or 1) > 1:  # a long soak: its plan's slices merged into at most 48 (analysis.soak)
+        span += (f" (its {soak.get('plan_slices')} slices of {float(soak.get('plan_slice_s') or 0):g} s merged, "
+                 f"up to {soak.get('merged')} in one)")
     if not drifting and not bursts:
         return [f"Soak: no drift {span} (trend test on p95 latencies, errors, waiting, KV and GPU memory)."]
     text = f"Soak: drifting upward {span}: {', '.join(drifting) or 'nothing'}"
     if soak.get("memory_growth"):
         text += " (memory growth)"
     if bursts:
-        text += f"; error bursts in {', '.join(bursts)}"
+        more = f" and {len(bursts) - 5} more" if len(bursts) > 5 else ""
+        text += f"; error bursts in {', '.join(bursts[:5])}{more}"
     return [text + ". The verdict holds only for the soak's length; expect worse on longer runs."]
 
 

@@ -316,15 +316,24 @@ def _soak_html(analysis: Any, slices: pd.DataFrame) -> str:
     verdicts = []
     if soak:
         drifting = ", ".join(soak.get("drifting") or []) or "none"
-        bursts = ", ".join(soak.get("error_bursts") or []) or "none"
+        listed = list(soak.get("error_bursts") or [])
+        bursts = (", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "")) or "none"
         verdicts.append(f"Drifting series: {drifting}. Memory growth: "
                         f"{'yes' if soak.get('memory_growth') else 'no'}. Error bursts in slices: {bursts}.")
     body = "".join(f'<p class="a" id="soak-verdict">{esc(v)}</p>' for v in verdicts)
+    merged = ""
+    if int(soak.get("merged") or 1) > 1:  # a long soak (analysis.soak.MAX_SLICES)
+        merged = (f" The run's {soak.get('plan_slices')} slices of {float(soak.get('plan_slice_s') or 0):g} s are "
+                  f"shown merged, consecutive, up to {soak.get('merged')} in one (column slices): each merged "
+                  "slice's figures are computed from its own requests, as one slice that long; error bursts are "
+                  "tested per slice of the run.")
     body += figure(plots.slices_plot(slices), plot_id="plot-slices", caption=(
         "Per time slice of the soak: p95 TTFT/TPOT/E2E (ms), error rate (every non-ok outcome of a sent "
         "request ÷ sent), server waiting, KV usage peak and GPU memory peak. Drift is judged by a one-sided "
-        "Mann-Kendall trend test with a minimum rise (table below), not by eye."))
-    body += table(display_frame(slices), table_id="slices-table")
+        "Mann-Kendall trend test with a minimum rise (table below), not by eye." + merged))
+    # elapsed (h:mm:ss since the soak's start) reads better than the window's wall-clock seconds
+    shown = slices.drop(columns=[c for c in ("window_start", "window_end") if "elapsed" in slices], errors="ignore")
+    body += table(display_frame(shown), table_id="slices-table")
     if soak.get("trends"):
         body += "<h3>Trend tests</h3>" + table(display_frame(pd.DataFrame(soak["trends"])),
                                                 table_id="trends-table")

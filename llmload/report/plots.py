@@ -512,7 +512,9 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
          (c.replace("_bytes", " (GiB)"), [c], 1.0 / 2 ** 30 if c.endswith("_bytes") else 1.0) for c in other]
     if not panels:
         return None
-    names = slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs]
+    by_time = "elapsed" in slices.columns and slices["elapsed"].astype(str).str.len().gt(0).all()
+    names = (slices["elapsed"].astype(str).tolist() if by_time else  # h:mm:ss: readable at any length
+             slices["label"].astype(str).tolist() if "label" in slices.columns else [str(x) for x in xs])
     bottom = _text_inches(names, 7) * 0.71 + 0.5  # slice names at 45 degrees, then the axis label
     fig, axes = _figure(11.5, 1.6 * len(panels) + 0.8 + bottom - 0.55, len(panels), 1,
                         margins=(0.85, 0.2, bottom, 0.1), sharex=True)
@@ -526,7 +528,7 @@ def slices_plot(slices: pd.DataFrame) -> str | None:
             ax.legend(fontsize=6)
     step = max(1, len(names) // 16)
     axes[-1][0].set_xticks(xs[::step], names[::step], rotation=45, ha="right", fontsize=7)
-    axes[-1][0].set_xlabel("slice")
+    axes[-1][0].set_xlabel("slice start since the soak's start (h:mm:ss)" if by_time else "slice")
     return _svg(fig, "slices")
 
 

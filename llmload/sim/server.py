@@ -11,6 +11,7 @@ made up, and lands in the ground-truth log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
@@ -262,11 +263,18 @@ class SimServer:
                   stall_s=s.faults.stall_s, headers=echo, defer_headers=flavor == "ollama",
                   on_done=lambda j, outcome: self._on_done(j, outcome, keep_alive))
         self.in_flight += 1
-        conn.on_close.append(lambda: job.end(self.engine, "client_gone"))
+        def gone() -> None:
+            job.end(self.engine, "client_gone")
+
+        conn.on_close.append(gone)
         if stream and flavor != "ollama":
             job.send_headers()
         self.loop.submit(job)
-        await job.done
+        try:
+            await job.done
+        finally:  # a keep-alive connection serves many requests: each ended one must not stay held by it
+            with contextlib.suppress(ValueError):
+                conn.on_close.remove(gone)
 
     def _parse(self, req: Request, kind: str) -> tuple[dict, int, int, int | None]:
         """Body, prompt tokens, output cap and (no cap asked) where EOS comes, of a generation request,
