@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
-import ollama
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sim_client import FAST, post
 from support import start_sim, stop_process
+
+# `openai` and `ollama` are imported inside the tests that use them: at the top they cost every pytest process
+# that collects this module (each xdist worker of the suite) 1.2-1.6 s of CPU
+if TYPE_CHECKING:
+    import openai
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -33,10 +38,14 @@ def fast_sim(tmp_path_factory):
 
 
 def _openai(sim) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0)
 
 
 def test_vllm_unknown_model_is_a_404_naming_it(sim_factory):
+    import openai
+
     sim = sim_factory(flavor="vllm", config=FAST)
     with pytest.raises(openai.NotFoundError) as err:
         _openai(sim).chat.completions.create(model="gpt-x", messages=MSG, max_tokens=2)
@@ -49,6 +58,9 @@ def test_vllm_unknown_model_is_a_404_naming_it(sim_factory):
 
 
 def test_ollama_unknown_model_is_a_404_native_and_openai(fast_sim):
+    import ollama
+    import openai
+
     sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     with pytest.raises(ollama.ResponseError) as err:
@@ -77,6 +89,8 @@ def test_no_max_tokens_runs_to_eos_or_the_context(sim_factory):
 
 
 def test_ollama_empty_prompt_loads_and_keep_alive_zero_unloads(sim_factory):
+    import ollama
+
     sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "300ms"})
     client = ollama.Client(host=sim.url)
     loaded = client.generate(model="sim-model", prompt="")
@@ -91,6 +105,8 @@ def test_ollama_empty_prompt_loads_and_keep_alive_zero_unloads(sim_factory):
 
 def test_ollama_ps_lists_a_model_while_it_loads(sim_factory):
     import threading
+
+    import ollama
 
     sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "1s"})
     client = ollama.Client(host=sim.url)
@@ -159,6 +175,8 @@ def test_llamacpp_throughput_gauges_reset_per_scrape_and_counter_types(sim_facto
 
 def test_stop_strings_end_the_answer_in_every_flavour(fast_sim):
     # the sim's answer cycles through 20 words, "... for load testing ...": 30 tokens always reach "load"
+    import ollama
+
     for flavor in ("vllm", "llamacpp", "ollama"):
         sim = fast_sim(flavor)
         client = _openai(sim)
@@ -179,6 +197,8 @@ def test_stop_strings_end_the_answer_in_every_flavour(fast_sim):
 
 
 def test_llamacpp_refuses_n_and_echo_as_llama_server_does(fast_sim):
+    import openai
+
     sim = fast_sim("llamacpp")
     for extra, message in (({"n": 2}, "Only one completion choice is allowed"),
                            ({"echo": True}, "Only no echo is supported"),
@@ -189,6 +209,8 @@ def test_llamacpp_refuses_n_and_echo_as_llama_server_does(fast_sim):
 
 
 def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(fast_sim):
+    import openai
+
     sim = fast_sim("vllm")
     client = _openai(sim)
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -205,6 +227,8 @@ def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(fast
 
 
 def test_ollama_refuses_think_and_tools_on_a_completion_model(fast_sim):
+    import ollama
+
     sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     with pytest.raises(ollama.ResponseError) as err:
@@ -218,6 +242,8 @@ def test_ollama_refuses_think_and_tools_on_a_completion_model(fast_sim):
 
 
 def test_ollama_keeps_generating_past_the_context(sim_factory):
+    import ollama
+
     sim = sim_factory(flavor="ollama", config={**FAST, "ctx_size": 64})
     out = ollama.Client(host=sim.url).generate(model="sim-model", prompt="word " * 200,
                                                options={"num_predict": 40})
@@ -258,6 +284,8 @@ def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(fast_sim):
 
 
 def test_ollama_pull_and_copy_of_the_served_model(fast_sim):
+    import ollama
+
     sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     assert client.pull("sim-model").status == "success"
