@@ -44,8 +44,10 @@ TINY = {
     "twin_accuracy.py": ["--quick", "--servers", "slot", "--work", "work"],
     # its own 2-second ladder against the slot-bound sim (as twin_accuracy.py's), then one seed's what-ifs
     "whatif_speed.py": ["--quick", "--servers", "slot", "--work", "work"],
-    # without the engine (eval "$(llmload engine path)") it says so and exits 0
-    "twin_real.py": ["--quick", "--work", "work"],
+    # without the engine (eval "$(llmload engine path)") it says so and exits 0; `--other` the same as
+    # `--parallel`: the second live search is the first's run directory (`live` reuses it), two
+    # llama-server runs instead of three (35 s of CPU was 20), every step of the script still runs
+    "twin_real.py": ["--quick", "--work", "work", "--parallel", "4", "--other", "4"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
     # 30 s at 20 req/s in 5-s slices, one worker; the sim's step cost grows 60 ms a minute (a drift to find)
     "soak.py": ["--minutes", "0.5", "--rate", "20", "--slice-s", "5", "--settle-min", "0.1", "--sample-s", "0.5",
@@ -65,11 +67,14 @@ def _machine(doc: dict) -> dict:
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_bench_script_runs_and_writes_its_json(script, tmp_path):
     out = tmp_path / "result.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    # a probe of 20,000 loops: its figure is not what this test checks (only that there is one), and the
+    # full probe's 0.7 s of CPU per script added 13 s to this file
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "LLMLOAD_BENCH_PROBE_LOOPS": "20000"}
     done = subprocess.run([sys.executable, str(REPO / "bench" / script), *TINY[script], "--out", str(out)],
                           capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     doc = json.loads(out.read_text())
     machine = _machine(doc)
     assert len(machine["loadavg"]) == 3
-    assert machine["cpu_probe_s"] > 0
+    assert machine["cpu_probe_s"] > 0 and machine["cpu_probe_loops"] == 20000

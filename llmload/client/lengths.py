@@ -15,7 +15,7 @@ import math
 import random
 from pathlib import Path
 
-from llmload.config import EmpiricalDist, FixedDist, LognormalDist, NormalDist, UniformDist
+from llmload.configbase import EmpiricalDist, FixedDist, LognormalDist, NormalDist, UniformDist
 from llmload.errors import ConfigError
 
 __all__ = ["LengthSampler", "read_lengths"]

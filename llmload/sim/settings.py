@@ -52,9 +52,11 @@ from pydantic import (
     model_validator,
 )
 
-from llmload.config import Dist, _line_index, _raise_first, _read_yaml  # the project's file:line machinery
+from llmload.configbase import Dist, _raise_first  # the project's file:line machinery, not the run config's
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
+from llmload.yamlfile import line_index as _line_index
+from llmload.yamlfile import read_yaml as _read_yaml
 
 __all__ = ["FAULT_NAMES", "FLAVORS", "FaultWindow", "Faults", "SimSettings", "load_sim_settings"]
 

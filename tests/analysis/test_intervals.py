@@ -13,7 +13,6 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from scipy.signal import lfilter
 
 from analysis.intervals import autocorrelation_time, iid_percentile_interval, percentile_interval, rising
 
@@ -24,6 +23,9 @@ def ar1(n: int, phi: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
     e[0] = rng.standard_normal()  # start in the stationary distribution
+    # here, not at the top: scipy.signal costs every pytest process that collects this module 1.3 s of CPU
+    from scipy.signal import lfilter
+
     return lfilter([1.0], [1.0, -phi], e)
 
 

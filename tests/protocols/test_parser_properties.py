@@ -71,19 +71,19 @@ def _run(parser_factory, payloads, *, as_bytes: bool = False) -> None:
         _well_typed(parser.parse(text.encode() if as_bytes else text))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(_shaped(_OPENAI), _json), min_size=1, max_size=4))
 def test_openai_parser_takes_any_json(payloads) -> None:
     _run(OpenAIStreamParser, payloads)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(_shaped(_OLLAMA), _json), min_size=1, max_size=4))
 def test_ollama_parser_takes_any_json(payloads) -> None:
     _run(OllamaStreamParser, payloads, as_bytes=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(_shaped(_SGLANG), _json), min_size=1, max_size=4))
 def test_sglang_parser_takes_any_json(payloads) -> None:
     _run(SGLangGenerateParser, payloads)

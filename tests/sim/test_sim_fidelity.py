@@ -3,21 +3,49 @@
 
 from __future__ import annotations
 
-import ollama
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sim_client import FAST, post
+from support import start_sim, stop_process
+
+# `openai` and `ollama` are imported inside the tests that use them: at the top they cost every pytest process
+# that collects this module (each xdist worker of the suite) 1.2-1.6 s of CPU
+if TYPE_CHECKING:
+    import openai
 
 MSG = [{"role": "user", "content": "hi"}]
 
 
+@pytest.fixture(scope="module")
+def fast_sim(tmp_path_factory):
+    """`fast_sim(flavor)`: one sim with the FAST settings per flavour for this module, shared by the tests
+    that ask it what leaves nothing behind that another reads (a refusal, a 404, a 501, one answer, a
+    served model's copy), not its log or its counters; a sim costs 0.5-0.7 s of CPU to start."""
+    folder = tmp_path_factory.mktemp("fast-sims")
+    started: dict = {}
+
+    def get(flavor: str):
+        if flavor not in started:
+            started[flavor] = start_sim(folder, flavor=flavor, config=FAST)
+        return started[flavor]
+
+    yield get
+    for sim in started.values():
+        stop_process(sim.proc)
+
+
 def _openai(sim) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0)
 
 
 def test_vllm_unknown_model_is_a_404_naming_it(sim_factory):
+    import openai
+
     sim = sim_factory(flavor="vllm", config=FAST)
     with pytest.raises(openai.NotFoundError) as err:
         _openai(sim).chat.completions.create(model="gpt-x", messages=MSG, max_tokens=2)
@@ -29,8 +57,11 @@ def test_vllm_unknown_model_is_a_404_naming_it(sim_factory):
     assert sim.ground_truth_rows()[0]["http_status"] == 404
 
 
-def test_ollama_unknown_model_is_a_404_native_and_openai(sim_factory):
-    sim = sim_factory(flavor="ollama", config=FAST)
+def test_ollama_unknown_model_is_a_404_native_and_openai(fast_sim):
+    import ollama
+    import openai
+
+    sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     with pytest.raises(ollama.ResponseError) as err:
         client.generate(model="nope", prompt="hi", options={"num_predict": 2})
@@ -41,8 +72,8 @@ def test_ollama_unknown_model_is_a_404_native_and_openai(sim_factory):
     assert client.generate(model="sim-model:latest", prompt="hi", options={"num_predict": 2}).eval_count == 2
 
 
-def test_llamacpp_serves_any_model_name(sim_factory):
-    sim = sim_factory(flavor="llamacpp", config=FAST)
+def test_llamacpp_serves_any_model_name(fast_sim):
+    sim = fast_sim("llamacpp")
     out = _openai(sim).chat.completions.create(model="whatever", messages=MSG, max_tokens=2)
     assert out.usage.completion_tokens == 2
 
@@ -58,6 +89,8 @@ def test_no_max_tokens_runs_to_eos_or_the_context(sim_factory):
 
 
 def test_ollama_empty_prompt_loads_and_keep_alive_zero_unloads(sim_factory):
+    import ollama
+
     sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "300ms"})
     client = ollama.Client(host=sim.url)
     loaded = client.generate(model="sim-model", prompt="")
@@ -72,6 +105,8 @@ def test_ollama_empty_prompt_loads_and_keep_alive_zero_unloads(sim_factory):
 
 def test_ollama_ps_lists_a_model_while_it_loads(sim_factory):
     import threading
+
+    import ollama
 
     sim = sim_factory(flavor="ollama", config={**FAST, "load_time_s": "1s"})
     client = ollama.Client(host=sim.url)
@@ -88,8 +123,8 @@ def test_ollama_ps_lists_a_model_while_it_loads(sim_factory):
 
 @pytest.mark.parametrize(("flavor", "path"), [("llamacpp", "/v1/embeddings"), ("llamacpp", "/embedding"),
                                               ("ollama", "/api/embed"), ("ollama", "/v1/embeddings")])
-def test_embeddings_are_501_not_404(sim_factory, flavor, path):
-    sim = sim_factory(flavor=flavor, config=FAST)
+def test_embeddings_are_501_not_404(fast_sim, flavor, path):
+    sim = fast_sim(flavor)
     resp = post(sim.url + path, {"model": "sim-model", "input": "hi", "content": "hi"})
     assert resp.status_code == 501
     text = resp.text
@@ -138,10 +173,12 @@ def test_llamacpp_throughput_gauges_reset_per_scrape_and_counter_types(sim_facto
     assert again["llamacpp:tokens_predicted"] == ("counter", 5)
 
 
-def test_stop_strings_end_the_answer_in_every_flavour(sim_factory):
+def test_stop_strings_end_the_answer_in_every_flavour(fast_sim):
     # the sim's answer cycles through 20 words, "... for load testing ...": 30 tokens always reach "load"
+    import ollama
+
     for flavor in ("vllm", "llamacpp", "ollama"):
-        sim = sim_factory(flavor=flavor, config=FAST)
+        sim = fast_sim(flavor)
         client = _openai(sim)
         out = client.completions.create(model="sim-model", prompt="hi", max_tokens=30, stop=["load"])
         choice = out.choices[0]
@@ -159,8 +196,10 @@ def test_stop_strings_end_the_answer_in_every_flavour(sim_factory):
     assert native.done_reason == "stop" and native.response.endswith("for")
 
 
-def test_llamacpp_refuses_n_and_echo_as_llama_server_does(sim_factory):
-    sim = sim_factory(flavor="llamacpp", config=FAST)
+def test_llamacpp_refuses_n_and_echo_as_llama_server_does(fast_sim):
+    import openai
+
+    sim = fast_sim("llamacpp")
     for extra, message in (({"n": 2}, "Only one completion choice is allowed"),
                            ({"echo": True}, "Only no echo is supported"),
                            ({"best_of": 2}, "Unsupported param: best_of")):
@@ -169,8 +208,10 @@ def test_llamacpp_refuses_n_and_echo_as_llama_server_does(sim_factory):
         assert err.value.body["message"] == message and err.value.body["type"] == "server_error"
 
 
-def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(sim_factory):
-    sim = sim_factory(flavor="vllm", config=FAST)
+def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(fast_sim):
+    import openai
+
+    sim = fast_sim("vllm")
     client = _openai(sim)
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     with pytest.raises(openai.BadRequestError) as err:
@@ -185,8 +226,10 @@ def test_vllm_refuses_what_it_needs_flags_for_and_the_sim_what_it_cannot_do(sim_
     assert ok.usage.completion_tokens == 2
 
 
-def test_ollama_refuses_think_and_tools_on_a_completion_model(sim_factory):
-    sim = sim_factory(flavor="ollama", config=FAST)
+def test_ollama_refuses_think_and_tools_on_a_completion_model(fast_sim):
+    import ollama
+
+    sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     with pytest.raises(ollama.ResponseError) as err:
         client.chat(model="sim-model", messages=MSG, think=True)
@@ -199,6 +242,8 @@ def test_ollama_refuses_think_and_tools_on_a_completion_model(sim_factory):
 
 
 def test_ollama_keeps_generating_past_the_context(sim_factory):
+    import ollama
+
     sim = sim_factory(flavor="ollama", config={**FAST, "ctx_size": 64})
     out = ollama.Client(host=sim.url).generate(model="sim-model", prompt="word " * 200,
                                                options={"num_predict": 40})
@@ -227,10 +272,10 @@ def test_llamacpp_slots_and_props_carry_the_real_fields(sim_factory):
         t.join()
 
 
-def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(sim_factory):
+def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(fast_sim):
     from sim_client import sse
 
-    sim = sim_factory(flavor="llamacpp", config=FAST)
+    sim = fast_sim("llamacpp")
     body = {"prompt": "hi", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
     _, events = sse(sim.url + "/v1/completions", body)
     finish, usage, done = events[-3:]
@@ -238,8 +283,10 @@ def test_llamacpp_completions_stream_puts_timings_on_the_usage_chunk(sim_factory
     assert usage["choices"] == [] and usage["timings"]["predicted_n"] == 3 and done == "[DONE]"
 
 
-def test_ollama_pull_and_copy_of_the_served_model(sim_factory):
-    sim = sim_factory(flavor="ollama", config=FAST)
+def test_ollama_pull_and_copy_of_the_served_model(fast_sim):
+    import ollama
+
+    sim = fast_sim("ollama")
     client = ollama.Client(host=sim.url)
     assert client.pull("sim-model").status == "success"
     assert [p.status for p in client.pull("sim-model", stream=True)][-1] == "success"

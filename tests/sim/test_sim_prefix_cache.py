@@ -3,12 +3,18 @@ the official `openai` client, `/metrics` read with prometheus_client's parser.""
 
 from __future__ import annotations
 
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 from sim_client import FAST, metrics
 
 from llmload.sim.engine import Engine, EngineLimits, Sequence
 from llmload.sim.prefix import block_hashes
+
+# `openai` is imported inside the tests that use them: at the top they cost every pytest process
+# that collects this module (each xdist worker of the suite) 1.2-1.6 s of CPU
+if TYPE_CHECKING:
+    import openai
 
 COSTS = {"step_base_s": 0.01, "prefill_cost_s": 0.001, "decode_cost_s": 0.0, "block_size": 16}
 
@@ -101,6 +107,8 @@ def _chat(client: openai.OpenAI, text: str) -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_openai_client_sees_faster_prefill_and_metrics_count_hits(sim_factory, enabled):
+    import openai
+
     sim = sim_factory(flavor="vllm", config={**FAST, "prefill_cost_s": "1ms", "enable_prefix_caching": enabled})
     client = openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0)
     _chat(client, LONG)
