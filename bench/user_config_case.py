@@ -23,7 +23,7 @@ from analysis.knee import knee_sentence
 from llmload.config import SLO, Config
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import true_knee
-from llmload.sim.virtual_search import virtual_search
+from llmload.sim.virtual_search import step_table, virtual_search
 
 SIM = {"max_num_seqs": 6, "step_base_s": "30ms", "decode_cost_s": "1.2ms", "prefill_cost_s": "0.1ms"}
 SIZES = (64, 32)
@@ -73,7 +73,7 @@ def main() -> None:
             errors.append(abs(k.rate - t) / t)
         runs.append({"seed": seed, "rate": None if k is None else k.rate, "low": None if k is None else k.low,
                      "high": None if k is None else k.high, "holds": bool(ok), "stopped": found.stopped,
-                     "virtual_run_s": round(found.run_s, 1)})
+                     "virtual_run_s": round(found.run_s, 1), "steps": step_table(found.rows, list(TARGETS))})
         steps = " ".join(f"{r['label']}:{r['verdict'][:4]}" for r in found.rows)
         print(f"{seed:3d} {'holds' if ok else 'MISS '} {knee_sentence(k)} | {found.stopped} {found.run_s:.0f} s | {steps}")
     if errors:

@@ -31,7 +31,7 @@ from llmload.sim.engine import Engine, EngineLimits
 from llmload.sim.engine import Sequence as EngineSequence
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import RequestSizes, _sizes, engine_limits
-from llmload.sim.virtual_search import GAP_S, VirtualSearch, _Server, judge_row, score
+from llmload.sim.virtual_search import GAP_S, VirtualSearch, _Server, judge_row, score, step_table
 
 __all__ = ["auto_accuracy", "run_closed", "virtual_auto"]
 
@@ -175,7 +175,8 @@ def auto_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_si
     (`virtual_search.score`: coverage, median / worst error, run seconds), with each run's steps."""
     runs = []
     for seed in seeds:
-        found = virtual_auto(config_of(seed), sim_settings, request_sizes, **options)
+        config = config_of(seed)
+        found = virtual_auto(config, sim_settings, request_sizes, **options)
         knee = found.knee
         if found.answer is None:  # virtual_auto always gives its search's own answer
             raise RuntimeError("virtual_auto gave no auto answer")
@@ -185,5 +186,6 @@ def auto_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_si
                      "binding": None if knee is None else knee.binding, "stopped": found.stopped,
                      "refine_steps": found.refine_steps, "run_s": found.run_s, "search_s": found.search_s,
                      "range": answer["auto"]["range"], "probe_steps": answer["auto"]["probe_steps"],
-                     "placement_steps": answer["auto"]["placement_steps"]})
+                     "placement_steps": answer["auto"]["placement_steps"],
+                     "steps": step_table(found.rows, [t.key for t in config.slo.thresholds])})
     return score(runs, true_rate)

@@ -41,7 +41,7 @@ from llmload.sim.truth import RequestSizes, _sizes, engine_limits, run_virtual
 if TYPE_CHECKING:
     from shapes.auto import AutoAnswer
 
-__all__ = ["VirtualSearch", "knee_accuracy", "virtual_search"]
+__all__ = ["VirtualSearch", "knee_accuracy", "step_table", "virtual_search"]
 
 #: seconds between a drained step's last request and the next step's first arrival (lead, judging)
 GAP_S = 1.0
@@ -221,6 +221,31 @@ def virtual_search(config: Any, sim_settings: SimSettings | Mapping[str, Any] | 
     return VirtualSearch(estimate(rows), search.stopped or "running", rows, now, now - search_started, specs)
 
 
+def step_table(rows: Sequence[Mapping], keys: Sequence[str]) -> list[dict]:
+    """A run's judged steps, one compact dict each (what a bench keeps to show why a search landed where
+    it did): label, phase, target and realised rate, completions, window, verdict, and for each target
+    key in `keys` its exceedance share with its interval (`<key>_over`, `_low`, `_high`)."""
+
+    def num(value: Any, digits: int = 4) -> float | None:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            return None
+        return round(v, digits) if math.isfinite(v) else None
+
+    table = []
+    for row in rows:
+        entry = {"label": row.get("label"), "phase": row.get("phase"), "verdict": row.get("verdict"),
+                 "target_rate": num(row.get("target_rate")), "offered_rate": num(row.get("offered_rate")),
+                 "concurrency": row.get("concurrency"), "completed": row.get("completed"),
+                 "window_start": num(row.get("window_start"), 1), "window_end": num(row.get("window_end"), 1)}
+        for key in keys:
+            for tail in ("_over", "_over_low", "_over_high"):
+                entry[key + tail] = num(row.get(key + tail))
+        table.append(entry)
+    return table
+
+
 def knee_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_sizes: RequestSizes, true_rate: float,
                   seeds: Sequence[int], **options: Any) -> dict:
     """`virtual_search` for each seed (`config_of(seed)` the run config) scored against `true_rate`:
@@ -235,7 +260,8 @@ def knee_accuracy(config_of: Callable[[int], Any], sim_settings: Any, request_si
         high = None if knee is None else knee.high
         runs.append({"seed": seed, "rate": rate, "low": low, "high": high, "stopped": found.stopped,
                      "refine_steps": found.refine_steps, "run_s": found.run_s, "search_s": found.search_s,
-                     "binding": None if knee is None else knee.binding})
+                     "binding": None if knee is None else knee.binding,
+                     "steps": step_table(found.rows, [t.key for t in config_of(seed).slo.thresholds])})
     return score(runs, true_rate)
 
 

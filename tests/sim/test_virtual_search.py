@@ -64,13 +64,22 @@ def test_the_demos_own_search_holds_the_true_knee_over_twenty_seeds():
 def test_the_demos_time_compression_is_exact_in_virtual_time():
     """`llmload demo` runs its reference engine 4x faster at 4x the rates, a quarter of every target and
     window (`DEMO_SCALE`): in virtual time its search takes the same steps and its knee is 4x the
-    reference one (apart from the refine rates' rounding to 3 significant figures), in a quarter of the time."""
+    reference one (apart from the refine rates' rounding to 3 significant figures: the steps are the
+    same until a rate rounds differently), in a quarter of the time."""
     from llmload.runtime.launcher.demo import DEMO_SCALE, demo_sim
 
     for seed in (1, 2):
         reference = virtual_search(demo_config(seed), DEMO_SIM, (64, 32))
         scaled = virtual_search(demo_config(seed, DEMO_SCALE), demo_sim(), (64, 32))
-        assert [r["verdict"] for r in scaled.rows] == [r["verdict"] for r in reference.rows]
+        # the same steps until a refine rate rounds differently (18.3 req/s is not 4 x 4.60): from there on
+        # the two searches run different rates, as a search of rates rounded to 3 figures must
+        same = 0
+        for a, b in zip(reference.rows, scaled.rows, strict=False):
+            if a["target_rate"] * DEMO_SCALE != pytest.approx(b["target_rate"], rel=0.005):  # 3 figures
+                break
+            same += 1
+        assert same >= 5, (reference.rows, scaled.rows)  # the ladder and at least two refine steps
+        assert [r["verdict"] for r in scaled.rows[:same]] == [r["verdict"] for r in reference.rows[:same]]
         assert scaled.knee.rate == pytest.approx(DEMO_SCALE * reference.knee.rate, rel=0.05)
         assert scaled.knee.low == pytest.approx(DEMO_SCALE * reference.knee.low, rel=0.05)
         assert scaled.run_s == pytest.approx(reference.run_s / DEMO_SCALE, rel=0.05)  # (gaps are 1 s in both)
