@@ -75,6 +75,11 @@ class RecordSource:
         gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
         return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
 
+    def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """The rows at `positions` without their per-event lists (what `rows_and_gaps` gives, no gaps)."""
+        records = self.rows(positions)
+        return records.drop(columns=[c for c in LIST_COLUMNS if c in records])
+
     def column(self, name: str) -> pd.Series:
         raise NotImplementedError
 
@@ -130,8 +135,9 @@ class ParquetRecords(RecordSource):
         # pre_buffer off: with it, the reader keeps every row group's bytes it read until the file is done
         # (a run's whole file by the last step)
         self._file = pq.ParquetFile(path, pre_buffer=False)
-        #: (first row of `batch`, the batch read and not yet used up, the batch iterator) of the last read
-        self._cursor: tuple[int, Any, Any] | None = None
+        #: per set of columns read (None: all): (first row of `batch`, the batch read and not yet used up,
+        #: the batch iterator) of the last read
+        self._cursors: dict[tuple[str, ...] | None, tuple[int, Any, Any]] = {}
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
 
@@ -194,16 +200,28 @@ class ParquetRecords(RecordSource):
         pa.default_memory_pool().release_unused()
         return frame, gaps
 
-    def _batches(self, positions: np.ndarray) -> Any:
+    def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """`RecordSource.scalar_rows`: the list columns are not read."""
+        names = [name for name in self._file.schema_arrow.names if name not in LIST_COLUMNS]
+        schema = pa.schema([self._file.schema_arrow.field(name) for name in names])
+        table = pa.Table.from_batches(list(self._batches(positions, tuple(names))), schema=schema)
+        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame
+
+    def _batches(self, positions: np.ndarray, columns: tuple[str, ...] | None = None) -> Any:
         pos = np.asarray(positions, dtype=np.int64)
         if not pos.size:
             return
-        if self._cursor is None or pos[0] < self._cursor[0]:
+        cursor = self._cursors.get(columns)
+        if cursor is None or pos[0] < cursor[0]:
             first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
             batches = self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(
-                first, self._file.num_row_groups)), use_threads=False)
-            self._cursor = (int(self._starts[first]), None, batches)
-        at, batch, batches = self._cursor
+                first, self._file.num_row_groups)), columns=list(columns) if columns is not None else None,
+                use_threads=False)
+            cursor = (int(self._starts[first]), None, batches)
+        at, batch, batches = cursor
         while True:
             if batch is None:
                 batch = next(batches, None)
@@ -218,7 +236,7 @@ class ParquetRecords(RecordSource):
             if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
                 break
             at, batch = at + n, None
-        self._cursor = (at, batch, batches)
+        self._cursors[columns] = (at, batch, batches)
 
     def column(self, name: str) -> pd.Series:
         if name not in self._file.schema_arrow.names:

@@ -102,7 +102,7 @@ def step_split(fin: pd.DataFrame, *, histogram_mean_s: float = math.nan) -> dict
     return out
 
 
-def queueing_split(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def queueing_split(requests: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per (run step, component) from the steps' `split`: step, component, mean_s, p50_s, p95_s,
     share (of the mean user E2E), basis, note. `requests` is unused (kept for the pipeline's call)."""
     columns = ["step", "component", "mean_s", "p50_s", "p95_s", "share", "basis", "note"]
