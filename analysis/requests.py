@@ -187,9 +187,10 @@ class EventGaps:
     def __init__(self, chunk: np.ndarray, offsets: np.ndarray, token: np.ndarray | None) -> None:
         self.chunk, self.offsets, self.token = chunk, offsets, token
 
-    def select(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk gaps, token gaps) of the requests at positions `rows` (NaN where none). Steps are
-        contiguous runs of rows, so this touches only the events between the first and last row."""
+    def select(self, rows: np.ndarray, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk gaps, token gaps) of the requests at positions `rows` (NaN where none; without the NaN
+        when `finite`). Steps are contiguous runs of rows, so this touches only the events between the
+        first and last row."""
         empty = np.array([], dtype=float)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0:
@@ -201,8 +202,12 @@ class EventGaps:
         keep[rows - a] = True
         lo, hi = int(self.offsets[a]), int(self.offsets[b])
         events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
-        chunk = self.chunk[lo:hi][events]
-        token = self.token[lo:hi][events] if self.token is not None else empty
+        if not finite:
+            chunk = self.chunk[lo:hi][events]
+            token = self.token[lo:hi][events] if self.token is not None else empty
+            return chunk, token
+        chunk = self.chunk[lo:hi][events & ~np.isnan(self.chunk[lo:hi])]
+        token = self.token[lo:hi][events & ~np.isnan(self.token[lo:hi])] if self.token is not None else empty
         return chunk, token
 
 

@@ -176,22 +176,23 @@ class ParquetRecords(RecordSource):
 
         schema = self._file.schema_arrow
         lists = [name for name in LIST_COLUMNS if name in schema.names]
-        scalars, chunk, token, offsets, counted = [], [], [], [np.array([0], dtype=np.int64)], 0
+        scalars, token, offsets, counted = [], [], [np.array([0], dtype=np.int64)], 0
+        chunk = _Joined(self._events_at_most(positions))
         any_token = False
         for batch in self._batches(positions):
             gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
                               if "token_counts" in lists else None, float32_above=float32_above)
-            chunk.append(gaps.chunk)
+            chunk.add(gaps.chunk)
             token.append(gaps.token)
             any_token |= gaps.token is not None
             offsets.append(gaps.offsets[1:] + counted)
             counted += int(gaps.offsets[-1])
             scalars.append(batch.drop_columns(lists))
         dtype = np.float32 if counted > float32_above else np.float64
-        gaps = EventGaps(np.concatenate(chunk) if chunk else np.array([], dtype=dtype),
-                         np.concatenate(offsets),
-                         (np.concatenate([t if t is not None else np.full(c.size, np.nan, dtype=c.dtype)
-                                          for t, c in zip(token, chunk, strict=True)]) if any_token else None))
+        gaps = EventGaps(chunk.array(dtype), np.concatenate(offsets),
+                         (np.concatenate([t if t is not None else np.full(n, np.nan, dtype=d)
+                                          for t, n, d in zip(token, chunk.sizes, chunk.dtypes, strict=True)])
+                          if any_token else None))
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
@@ -199,6 +200,23 @@ class ParquetRecords(RecordSource):
         del table
         pa.default_memory_pool().release_unused()
         return frame, gaps
+
+    def _events_at_most(self, positions: np.ndarray) -> int:
+        """The events (`token_times` values) of the row groups that hold `positions`, from the file's
+        statistics: what a step's gaps take at most, but for NaN event times (0 when not known)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        meta = self._file.metadata
+        leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.startswith("token_times.")]
+        if not pos.size or len(leaves) != 1:
+            return 0
+        first, last = (int(np.searchsorted(self._starts, p, side="right") - 1) for p in (pos[0], pos[-1]))
+        total = 0
+        for i in range(first, last + 1):
+            stats = meta.row_group(i).column(leaves[0]).statistics
+            if stats is None:
+                return 0
+            total += stats.num_values
+        return int(total)
 
     def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
         """`RecordSource.scalar_rows`: the list columns are not read."""
@@ -268,6 +286,43 @@ class ParquetRecords(RecordSource):
 
     def frame(self) -> pd.DataFrame:
         return records_from_table(_read_records(self.path))
+
+
+class _Joined:
+    """Arrays joined as they come into one buffer sized ahead (`capacity`: a bound on their total), so
+    the joined array is not a second copy of its parts; past the bound it grows (a copy). Pages of the
+    buffer never written are never touched, so a loose bound costs no memory."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buffer: np.ndarray | None = None
+        self.size = 0
+        self.parts: list[np.ndarray] | None = None  # arrays of another dtype came: joined as they are
+        self.sizes: list[int] = []
+        self.dtypes: list[np.dtype] = []
+
+    def add(self, values: np.ndarray) -> None:
+        self.sizes.append(values.size)
+        self.dtypes.append(values.dtype)
+        if self.parts is None and self.buffer is not None and values.dtype != self.buffer.dtype:
+            self.parts, self.buffer = [self.buffer[:self.size]], None
+        if self.parts is not None:
+            self.parts.append(values)
+            return
+        if self.buffer is None:
+            self.buffer = np.empty(max(self.capacity, values.size), dtype=values.dtype)
+        elif self.size + values.size > self.buffer.size:
+            grown = np.empty(max(2 * self.buffer.size, self.size + values.size), dtype=values.dtype)
+            grown[:self.size] = self.buffer[:self.size]
+            self.buffer = grown
+        self.buffer[self.size:self.size + values.size] = values
+        self.size += values.size
+
+    def array(self, dtype: type) -> np.ndarray:
+        """The joined array (`dtype` when nothing came)."""
+        if self.parts is not None:
+            return np.concatenate(self.parts)
+        return self.buffer[:self.size] if self.buffer is not None else np.array([], dtype=dtype)
 
 
 def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:

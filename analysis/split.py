@@ -29,11 +29,13 @@ import pandas as pd
 
 from analysis.stats import quantiles
 
-__all__ = ["BASES", "COMPONENTS", "empty_split", "queueing_split", "step_split"]
+__all__ = ["BASES", "COMPONENTS", "SPLIT_COLUMNS", "empty_split", "queueing_split", "step_split"]
 
 COMPONENTS = ("client_wait", "server_queue", "prefill_to_first_token", "decode", "user_e2e")
 #: how a component was obtained (`not_reported`: the server gives nothing to split TTFT by)
 BASES = ("per_request", "histogram", "remainder", "not_reported")
+#: the columns `step_split` reads of the completed requests
+SPLIT_COLUMNS = ("client_wait_s", "ttft_s", "e2e_s", "server_queue_s", "server_prompt_s")
 _KEY = {"client_wait": "client_wait_mean_s", "server_queue": "server_queue_mean_s",
         "prefill_to_first_token": "prefill_mean_s", "decode": "decode_mean_s", "user_e2e": "user_e2e_mean_s"}
 _BASIS_KEY = {"client_wait": "client_wait", "server_queue": "server_queue", "prefill_to_first_token": "prefill",
