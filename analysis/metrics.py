@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import exceedance_interval, percentile_interval
+from analysis.intervals import MIN_VALUES, exceedance_interval, percentile_interval, rank_tau
 from analysis.requests import (
     INPUT_OVER_FACTOR,
     INPUT_SLACK_TOKENS,
@@ -427,9 +427,12 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
         values = _threshold_values(row, t, fin, itl)
         if key not in row:
             row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
+        # the ranks' autocorrelation, the same for both intervals of these values: computed once
+        ranks = rank_tau(values) if values is not None and np.count_nonzero(~np.isnan(values)) >= MIN_VALUES \
+            else None
         low, high = (math.nan, math.nan) if values is None else percentile_interval(
-            values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
+            values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha, ranks_tau=ranks)
         row[f"{key}_low"], row[f"{key}_high"] = low, high
         over = (math.nan,) * 3 if values is None else exceedance_interval(
-            values, t.value_s, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
+            values, t.value_s, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha, ranks_tau=ranks)
         row[f"{t.key}_over"], row[f"{t.key}_over_low"], row[f"{t.key}_over_high"] = over

@@ -140,6 +140,7 @@ class ParquetRecords(RecordSource):
         self._cursors: dict[tuple[str, ...] | None, tuple[int, Any, Any]] = {}
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
+        self._row_group_starts = {int(v) for v in self._starts}
 
     def groups(self) -> dict[str, np.ndarray]:
         # read as a dictionary: one small code per row, not a Python string per row
@@ -251,10 +252,17 @@ class ParquetRecords(RecordSource):
                 contiguous = pos[hi - 1] - pos[lo] == hi - lo - 1
                 yield (batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
                        else batch.take(pa.array(pos[lo:hi] - at)))
-            if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
+            if at + n > pos[-1] + 1:  # the batch holds rows of what comes next: kept for the next call
                 break
             at, batch = at + n, None
-        self._cursors[columns] = (at, batch, batches)
+            if at > pos[-1]:
+                break
+        if batch is None and at in self._row_group_starts:
+            # the next row opens a row group: the reader (and its buffers) is let go, and the next read
+            # starts a new one there, decoding nothing twice
+            self._cursors.pop(columns, None)
+        else:
+            self._cursors[columns] = (at, batch, batches)
 
     def column(self, name: str) -> pd.Series:
         if name not in self._file.schema_arrow.names:
