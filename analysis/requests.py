@@ -206,9 +206,24 @@ class EventGaps:
             chunk = self.chunk[lo:hi][events]
             token = self.token[lo:hi][events] if self.token is not None else empty
             return chunk, token
-        chunk = self.chunk[lo:hi][events & ~np.isnan(self.chunk[lo:hi])]
-        token = self.token[lo:hi][events & ~np.isnan(self.token[lo:hi])] if self.token is not None else empty
-        return chunk, token
+        return _finite(self.chunk[lo:hi], events), (_finite(self.token[lo:hi], events) if self.token is not None
+                                                     else empty)
+
+
+#: events masked at a time by `EventGaps.select(finite=True)` (its temporaries are a block's, not a step's)
+SELECT_BLOCK = 1 << 22
+
+
+def _finite(values: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """`values[events & ~isnan(values)]`, a block at a time into one array."""
+    out = np.empty(int(np.count_nonzero(events)), dtype=values.dtype)
+    n = 0
+    for at in range(0, values.size, SELECT_BLOCK):
+        block = values[at:at + SELECT_BLOCK]
+        kept = block[events[at:at + SELECT_BLOCK] & ~np.isnan(block)]
+        out[n:n + kept.size] = kept
+        n += kept.size
+    return out[:n]
 
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
