@@ -225,11 +225,12 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
 
     if gaps is None:
         gaps, rows = event_gaps(req["token_times"], req.get("token_counts")), np.arange(len(req))
+        gaps.disposable = True  # its own: read here once
     if any(t.metric == "itl" for t in slo.thresholds):  # its interval reads the gaps in order, NaN included
         itl, itl_token = gaps.select(np.asarray(rows)[finished])
         row.update(_pct_columns("itl", quantiles(itl)))
     else:  # only the percentiles: the gaps without NaN, reordered in place (no second copy)
-        itl, itl_token = gaps.select(np.asarray(rows)[finished], finite=True)
+        itl, itl_token = gaps.select(np.asarray(rows)[finished], finite=True, consume=True)
         row.update(_pct_columns("itl", quantiles(itl, scratch=True)))
     row.update(_pct_columns("itl_token", quantiles(itl_token, scratch=True)))
 

@@ -46,49 +46,40 @@ from shapes.phases import is_closed_loop, phases_where
 __all__ = ["Analysis", "analyze", "needs_text"]
 
 
+class Later:
+    """A field of `Analysis` made when first read: `make(analysis)` gives its value."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Analysis], Any]) -> None:
+        self.make = make
+
+
 @dataclass
 class Analysis:
     """What `analyze` returns (docs/ARCHITECTURE.md "Analysis"). `requests` (the run's `RUN_COLUMNS`, one
-    row per request) and `timeline` are made when first read: the figures do not need them, and a long
-    run's requests are read back from its records then, a step at a time (`analyze`)."""
+    row per request) and `timeline` may be `Later`: made when first read (the figures do not need them,
+    and a long run's requests are read back from its records then, a step at a time: `analyze`)."""
 
     steps: pd.DataFrame
     summary: dict
     worksheet: pd.DataFrame
+    requests: pd.DataFrame
     split: pd.DataFrame
     burst: pd.DataFrame | None
+    timeline: pd.DataFrame
     slices: pd.DataFrame | None
     instances: pd.DataFrame | None
     decision: dict
     warnings: list[str] = field(default_factory=list)
     slo: SLO = field(default_factory=SLO)
-    #: what makes `requests` and `timeline` when they are first read (None once made)
-    make_requests: Callable[[], pd.DataFrame] | None = field(default=None, repr=False)
-    make_timeline: Callable[[pd.DataFrame], pd.DataFrame] | None = field(default=None, repr=False)
-    _requests: pd.DataFrame | None = field(default=None, repr=False)
-    _timeline: pd.DataFrame | None = field(default=None, repr=False)
 
-    @property
-    def requests(self) -> pd.DataFrame:
-        if self._requests is None:
-            assert self.make_requests is not None
-            self._requests, self.make_requests = self.make_requests(), None
-        return self._requests
-
-    @requests.setter
-    def requests(self, frame: pd.DataFrame) -> None:
-        self._requests, self.make_requests = frame, None
-
-    @property
-    def timeline(self) -> pd.DataFrame:
-        if self._timeline is None:
-            assert self.make_timeline is not None
-            self._timeline, self.make_timeline = self.make_timeline(self.requests), None
-        return self._timeline
-
-    @timeline.setter
-    def timeline(self, frame: pd.DataFrame) -> None:
-        self._timeline, self.make_timeline = frame, None
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if isinstance(value, Later):
+            value = value.make(self)
+            object.__setattr__(self, name, value)
+        return value
 
 
 def _windows(plan_steps: list[dict]) -> dict[str, tuple[float, float]]:
@@ -251,6 +242,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
             if keep or step.get("phase") in bursts:
                 kept.add(label, req, pos)
         at = np.arange(len(req))
+        gaps.disposable = names is None  # read once by the step's row, unless the instance rows read them after
         row = judged_step_row(req if ran else None, step, slo, client, tel, gaps, at)  # type: ignore[arg-type]
         rows.append(row)
         figures.setdefault(label, request_figures(req, _f(row.get("window_start")), _f(row.get("window_end"))))
@@ -296,9 +288,9 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     make_requests = kept.frame if keep else partial(_read_requests, source, read, windows, slo, columns)
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),
-        split=queueing_split(None, steps), burst=burst, slices=slices,
+        requests=Later(lambda _: make_requests()), split=queueing_split(None, steps), burst=burst,
+        timeline=Later(lambda analysis: timeline(analysis.requests, plan_steps, run.telemetry)), slices=slices,
         instances=instances, decision=decision, warnings=warnings, slo=slo,
-        make_requests=make_requests, make_timeline=partial(_timeline, plan_steps=plan_steps, telemetry=run.telemetry),
     )
 
 
@@ -307,10 +299,6 @@ def _f(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
-
-
-def _timeline(requests: pd.DataFrame, *, plan_steps: list[dict], telemetry: pd.DataFrame) -> pd.DataFrame:
-    return timeline(requests, plan_steps, telemetry)
 
 
 def _read_requests(source: RecordSource, read: list[tuple[str, np.ndarray]], windows: dict[str, tuple[float, float]],

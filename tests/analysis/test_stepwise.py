@@ -85,7 +85,7 @@ def test_a_long_runs_requests_are_read_back_the_same(tmp_path, monkeypatch, step
     kept = analyze(run(), SLO_)
     monkeypatch.setattr(pipeline, "KEEP_REQUESTS_UP_TO", len(rows) - 1)
     read_back = analyze(run(), SLO_)
-    assert read_back.make_requests is not None  # not made yet: the figures did not need it
+    assert isinstance(object.__getattribute__(read_back, "requests"), pipeline.Later)  # the figures did not need it
     assert json.dumps(read_back.summary, sort_keys=True, default=str) == json.dumps(kept.summary, sort_keys=True,
                                                                                     default=str)
     assert read_back.steps.to_json() == kept.steps.to_json()
