@@ -29,7 +29,6 @@ from analysis.run import RecordSource, Run
 from analysis.soak import soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
-    _scalars,
     instance_indexes,
     instance_names,
     judged_step_row,
@@ -253,7 +252,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     stray: list[str] = []
     if others or not groups:
         pos = np.sort(np.concatenate(others)) if others else empty
-        req = derive_requests(_scalars(source.rows(pos)), windows, slo)
+        req = derive_requests(source.scalar_rows(pos), windows, slo)
         labels = {str(s.get("label")) for s in plan_steps}
         stray = sorted({str(v) for v in req["step"].dropna().unique()} - labels) if len(req) else []
         prompts.add(req)
