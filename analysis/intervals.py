@@ -45,8 +45,8 @@ import numpy as np
 
 from analysis.stats import mann_kendall
 
-__all__ = ["autocorrelation_time", "completions_to_decide", "effective_trials", "exceedance_interval",
-           "iid_percentile_interval", "percentile_interval", "rising", "wilson"]
+__all__ = ["MIN_VALUES", "autocorrelation_time", "completions_to_decide", "effective_trials", "exceedance_interval",
+           "iid_percentile_interval", "percentile_interval", "rank_tau", "rising", "wilson"]
 
 #: fewer values than this: no interval (NaN, NaN)
 MIN_VALUES = 5
@@ -166,14 +166,23 @@ def rising(values: np.ndarray, *, blocks: int = TREND_BLOCKS, alpha: float = TRE
     return mann_kendall(medians)[1] < alpha
 
 
-def _tau(x: np.ndarray, indicator: np.ndarray) -> float:
+def rank_tau(values: np.ndarray) -> float:
+    """The autocorrelation time of the ranks of `values` (time order, NaN dropped): the part of an
+    interval's tau that does not depend on the percentile or the limit, so one series' percentile and
+    exceedance intervals can share it (`rank_tau=`)."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
     ranks = np.empty(x.size)
     ranks[np.argsort(x, kind="stable")] = np.arange(x.size)
-    return max(autocorrelation_time(indicator), autocorrelation_time(ranks))
+    return autocorrelation_time(ranks)
+
+
+def _tau(x: np.ndarray, indicator: np.ndarray, ranks_tau: float | None = None) -> float:
+    return max(autocorrelation_time(indicator), rank_tau(x) if ranks_tau is None else ranks_tau)
 
 
 def exceedance_interval(values: np.ndarray, limit: float, confidence: float, *, blocks: int = TREND_BLOCKS,
-                        alpha: float = TREND_ALPHA) -> tuple[float, float, float]:
+                        alpha: float = TREND_ALPHA, ranks_tau: float | None = None) -> tuple[float, float, float]:
     """(share, low, high): the share of `values` (time order) over `limit` and its `confidence` interval,
     autocorrelation-aware (module docstring); NaNs with fewer than `MIN_VALUES` values.
 
@@ -186,14 +195,14 @@ def exceedance_interval(values: np.ndarray, limit: float, confidence: float, *, 
         return math.nan, math.nan, math.nan
     indicator = (x > limit).astype(float)
     share = float(indicator.mean())
-    low, high = wilson(share, x.size / _tau(x, indicator), _z(confidence))
+    low, high = wilson(share, x.size / _tau(x, indicator, ranks_tau), _z(confidence))
     if rising(x, blocks=blocks, alpha=alpha):
         low = share
     return share, min(low, share), max(high, share)
 
 
 def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blocks: int = TREND_BLOCKS,
-              alpha: float = TREND_ALPHA) -> tuple[float, float]:
+              alpha: float = TREND_ALPHA, ranks_tau: float | None = None) -> tuple[float, float]:
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     n = x.size
@@ -201,7 +210,7 @@ def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blo
         return math.nan, math.nan
     p = q / 100.0
     point = float(np.percentile(x, q))
-    tau = 1.0 if iid else _tau(x, (x > point).astype(float))
+    tau = 1.0 if iid else _tau(x, (x > point).astype(float), ranks_tau)
     p_low, p_high = wilson(p, n / tau, _z(confidence))
     ordered = np.sort(x)
     low = float(np.percentile(ordered, 100.0 * p_low))
@@ -212,7 +221,7 @@ def _interval(values: np.ndarray, q: float, confidence: float, *, iid: bool, blo
 
 
 def percentile_interval(values: np.ndarray, q: float, confidence: float, *, blocks: int = TREND_BLOCKS,
-                        alpha: float = TREND_ALPHA) -> tuple[float, float]:
+                        alpha: float = TREND_ALPHA, ranks_tau: float | None = None) -> tuple[float, float]:
     """(low, high): the two-sided `confidence` interval of the `q`-th percentile of `values`, which must
     be in time order (by `scheduled_at`); autocorrelation-aware, one-sided below when the values rise
     (`blocks`, `alpha`: the trend check; module docstring). (NaN, NaN) with fewer than `MIN_VALUES` values.
@@ -221,7 +230,7 @@ def percentile_interval(values: np.ndarray, q: float, confidence: float, *, bloc
     >>> [round(v, 2) for v in percentile_interval(values, 95, 0.9)]
     [2.69, 3.05]
     """
-    return _interval(values, q, confidence, iid=False, blocks=blocks, alpha=alpha)
+    return _interval(values, q, confidence, iid=False, blocks=blocks, alpha=alpha, ranks_tau=ranks_tau)
 
 
 def iid_percentile_interval(values: np.ndarray, q: float, confidence: float) -> tuple[float, float]:

@@ -42,7 +42,7 @@ Pure: the caller (`step_limits`) gathers the window's figures from the telemetry
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,7 @@ from analysis.telemetry_stats import TelemetryIndex
 from llmload import slo as slo_dims
 
 __all__ = [
+    "PromptCounts",
     "CLIENT_CAP_SHARE",
     "add_limits",
     "CLIENT_WAIT_MIN_S",
@@ -185,23 +186,70 @@ def _prompt_tokens(requests: pd.DataFrame | None, in_window: bool = True) -> flo
     return float(tokens.median()) if len(tokens) else math.nan
 
 
+class PromptCounts:
+    """The median prompt of every request (`_prompt_tokens(requests, in_window=False)`), exact, gathered a
+    step at a time: the distinct positive prompts and how often each came, not a value per request."""
+
+    def __init__(self) -> None:
+        self.values, self.counts = np.array([], dtype=float), np.array([], dtype=np.int64)
+
+    def add(self, requests: pd.DataFrame) -> None:
+        if not len(requests) or "input_tokens" not in requests:
+            return
+        tokens = pd.to_numeric(requests["input_tokens"], errors="coerce").to_numpy(dtype=float)
+        values, counts = np.unique(tokens[tokens > 0], return_counts=True)
+        merged, at = np.unique(np.concatenate([self.values, values]), return_inverse=True)
+        self.counts = np.bincount(at, weights=np.concatenate([self.counts, counts]),
+                                  minlength=merged.size).astype(np.int64)
+        self.values = merged
+
+    def median(self) -> float:
+        """The median as `pandas.Series.median` gives it (the mean of the two middle values of an even count)."""
+        n = int(self.counts.sum())
+        if not n:
+            return math.nan
+        ends = np.cumsum(self.counts)
+        low, high = self.values[np.searchsorted(ends, [(n - 1) // 2, n // 2], side="right")]
+        return float((low + high) / 2)
+
+
 def _kv_figures(samples: pd.DataFrame, server: Mapping[str, Any], prompt_tokens: float) -> dict[str, float]:
     return kv_head_of_line(samples, num_blocks=server.get("num_gpu_blocks"), block_size=server.get("block_size"),
                            prompt_tokens=prompt_tokens, max_num_batched_tokens=server.get("max_num_batched_tokens"))
 
 
+def request_figures(requests: pd.DataFrame | None, t0: float, t1: float) -> dict[str, float]:
+    """What `window_figures` reads of a step's requests over its window `[t0, t1)`: the median prompt of
+    its in-window requests, the share of them held at the client cap and the rate the server was sent
+    (NaN where unknown). Computed while the step's requests are in memory (`analysis.pipeline`)."""
+    out = {"prompt_tokens": _prompt_tokens(requests), "capped_share": math.nan, "received_rate": math.nan}
+    if requests is not None and len(requests):
+        in_win = requests["in_window"].to_numpy(dtype=bool)
+        if in_win.any():
+            capped = requests["capped"].fillna(False).to_numpy(dtype=bool) if "capped" in requests \
+                else np.zeros(len(requests), dtype=bool)
+            out["capped_share"] = float(capped[in_win].mean())
+            sent = requests["sent_at"].to_numpy(dtype=float)
+            window = t1 - t0
+            if window > 0:
+                out["received_rate"] = float(((sent >= t0) & (sent < t1)).sum() / window)
+    return out
+
+
 def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | None,
-                   requests: pd.DataFrame | None = None, *, server: Mapping[str, Any] | None = None
-                   ) -> dict[str, Any]:
+                   requests: pd.DataFrame | None = None, *, server: Mapping[str, Any] | None = None,
+                   figures: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The window's figures the rules read beyond the step row: running at the slot count, GPU
-    utilisation, the arrivals held at the client cap (from the step's requests) and, with `server`'s KV
-    cache size, whether the head-of-line request fitted the free KV blocks (`kv_head_of_line`)."""
+    utilisation, the arrivals held at the client cap (from the step's requests, or their `figures`
+    made by `request_figures`) and, with `server`'s KV cache size, whether the head-of-line request
+    fitted the free KV blocks (`kv_head_of_line`)."""
     t0, t1 = _f(row.get("window_start")), _f(row.get("window_end"))
+    own = figures if figures is not None else request_figures(requests, t0, t1)
     out: dict[str, Any] = {"running_at_slots_share": math.nan, "running_peak": math.nan,
-                           "gpu_utilization_mean": math.nan, "capped_share": math.nan,
-                           "received_rate": math.nan, "telemetry": {}}
+                           "gpu_utilization_mean": math.nan, "capped_share": own["capped_share"],
+                           "received_rate": own["received_rate"], "telemetry": {}}
     if server is not None and not (math.isnan(t0) or math.isnan(t1)):
-        prompt = _prompt_tokens(requests)
+        prompt = own["prompt_tokens"]
         out.update(_kv_figures(server_samples(tel, t0, t1), server,
                                prompt if _known(prompt) else _f(row.get("input_tokens_mean"))))
     if not (math.isnan(t0) or math.isnan(t1)):
@@ -213,16 +261,6 @@ def window_figures(row: Mapping[str, Any], tel: TelemetryIndex, slots: int | Non
         out["gpu_utilization_mean"] = tel.gauge_mean("gpu_utilization", t0, t1)
         out["telemetry"] = {m: tel.has(m) for m in ("running", "waiting", "kv_usage", "preemptions_total",
                                                      "queue_time_seconds_count", "gpu_utilization")}
-    if requests is not None and len(requests):
-        in_win = requests["in_window"].to_numpy(dtype=bool)
-        if in_win.any():
-            capped = requests["capped"].fillna(False).to_numpy(dtype=bool) if "capped" in requests \
-                else np.zeros(len(requests), dtype=bool)
-            out["capped_share"] = float(capped[in_win].mean())
-            sent = requests["sent_at"].to_numpy(dtype=float)
-            window = t1 - t0
-            if window > 0:
-                out["received_rate"] = float(((sent >= t0) & (sent < t1)).sum() / window)
     return out
 
 
@@ -378,29 +416,40 @@ def _row_dict(row: pd.Series) -> dict[str, Any]:
     return {str(k): v for k, v in row.items()}
 
 
-def step_limits(steps: pd.DataFrame, requests: pd.DataFrame, tel: TelemetryIndex,
-                conditions: Mapping[str, Any] | None) -> list[dict[str, Any] | None]:
-    """The `limit` of every step row (None for a step that did not run), in row order."""
+def step_limits(steps: pd.DataFrame, requests: pd.DataFrame | None, tel: TelemetryIndex,
+                conditions: Mapping[str, Any] | None, *, figures: Mapping[str, Mapping[str, float]] | None = None,
+                prompt_tokens: Callable[[], float] | None = None) -> list[dict[str, Any] | None]:
+    """The `limit` of every step row (None for a step that did not run), in row order. The requests
+    are read for each step's `request_figures` and the run's median prompt; or, without them (a run
+    analysed a step at a time), `figures` gives each step's by label and `prompt_tokens()` the median
+    prompt of every request (asked only when the slot count must be inferred)."""
     if steps.empty:
         return []
     server = server_info(conditions, tel)
     if server["slots"] is None:  # the evidence's own slot count: the running plateau
-        need = head_of_line_blocks(_prompt_tokens(requests, in_window=False), _f(server["block_size"]),
-                                   server["max_num_batched_tokens"])
+        # the prompt only counts with a block size (`head_of_line_blocks`): not read without one
+        prompt = (math.nan if not _f(server["block_size"]) > 0 else prompt_tokens() if prompt_tokens is not None
+                  else _prompt_tokens(requests, in_window=False))
+        need = head_of_line_blocks(prompt, _f(server["block_size"]), server["max_num_batched_tokens"])
         slots, _ = infer_slots(server_samples(tel), num_blocks=server["num_gpu_blocks"], need_blocks=need)
         if slots is not None:
             server.update(slots=slots, slots_source=INFERRED_SLOTS)
     baseline = _baseline(steps)
-    groups = requests.groupby(requests["step"].astype(str), sort=False).indices if len(requests) else {}
+    groups = (requests.groupby(requests["step"].astype(str), sort=False).indices
+              if figures is None and requests is not None and len(requests) else {})
     out: list[dict[str, Any] | None] = []
     for _, row in steps.iterrows():
         if row.get("verdict") == "not_run" or row.get("status") == "not_run":
             out.append(None)
             continue
-        pos = groups.get(str(row["label"]))
-        own = requests.iloc[pos] if pos is not None else None
         step = _row_dict(row)
-        window = window_figures(step, tel, server["slots"], own, server=server)
+        if figures is not None:
+            window = window_figures(step, tel, server["slots"], server=server,
+                                    figures=figures.get(str(row["label"])) or request_figures(None, 0.0, 0.0))
+        else:
+            pos = groups.get(str(row["label"]))
+            own = requests.iloc[pos] if pos is not None and requests is not None else None
+            window = window_figures(step, tel, server["slots"], own, server=server)
         out.append(classify_limit(step, window, server, baseline=baseline))
     return out
 

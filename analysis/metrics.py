@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import exceedance_interval, percentile_interval
+from analysis.intervals import MIN_VALUES, exceedance_interval, percentile_interval, rank_tau
 from analysis.requests import (
     INPUT_OVER_FACTOR,
     INPUT_SLACK_TOKENS,
@@ -73,7 +73,7 @@ from analysis.requests import (
     EventGaps,
     event_gaps,
 )
-from analysis.split import empty_split, step_split
+from analysis.split import SPLIT_COLUMNS, empty_split, step_split
 from analysis.stats import QUANTILES, mann_kendall, quantiles, sen_slope, time_average
 from analysis.telemetry_stats import (
     TelemetryIndex,
@@ -94,6 +94,9 @@ LATENCIES = {
     "e2e": "e2e_s", "user_e2e": "user_e2e_s", "client_wait": "client_wait_s", "server_queue": None,
     "send_lag": None, "ttfa": "ttfa_s", "user_ttfa": "user_ttfa_s",
 }
+#: what the step's numbers read of its completed requests beside the latencies and the SLO's columns
+_FIN_COLUMNS = ("tpot_s", "e2e_s", "server_queue_s", "input_tokens", "output_tokens", "planned_output_tokens",
+                "prefix_id", "scheduled_at")
 ERROR_OUTCOMES = ("http_error", "malformed", "timeout", "disconnect", "connect_error", "oom", "cancelled")
 #: requests the queue must rise by across the window (Theil-Sen) for a significant trend to count
 MIN_QUEUE_GROWTH = 1.0
@@ -208,7 +211,10 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     planned = step.get("planned_arrivals")
     if planned is not None and not _closed_loop(step) and step.get("status") == "run":
         row["unrecorded_arrivals"] = max(int(planned) - len(req), 0)
-    fin = req[finished]
+    # the completed requests' columns read below (not the step's every column: a copy per request)
+    wanted = {c for c in LATENCIES.values() if c} | set(_FIN_COLUMNS) | {
+        LATENCIES.get(t.metric, slo_dims.latency(t.metric).request_column) for t in slo.thresholds}
+    fin = req.loc[finished, [c for c in req.columns if c in wanted]]
     for name, column in LATENCIES.items():
         if column is not None:
             row.update(_pct_columns(name, quantiles(fin[column].to_numpy(dtype=float))))
@@ -219,9 +225,14 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
 
     if gaps is None:
         gaps, rows = event_gaps(req["token_times"], req.get("token_counts")), np.arange(len(req))
-    itl, itl_token = gaps.select(np.asarray(rows)[finished])
-    row.update(_pct_columns("itl", quantiles(itl)))
-    row.update(_pct_columns("itl_token", quantiles(itl_token)))
+        gaps.disposable = True  # its own: read here once
+    if any(t.metric == "itl" for t in slo.thresholds):  # its interval reads the gaps in order, NaN included
+        itl, itl_token = gaps.select(np.asarray(rows)[finished])
+        row.update(_pct_columns("itl", quantiles(itl)))
+    else:  # only the percentiles: the gaps without NaN, reordered in place (no second copy)
+        itl, itl_token = gaps.select(np.asarray(rows)[finished], finite=True, consume=True)
+        row.update(_pct_columns("itl", quantiles(itl, scratch=True)))
+    row.update(_pct_columns("itl_token", quantiles(itl_token, scratch=True)))
 
     _server_queue(row, fin, tel, step)
     _tokens(row, fin)
@@ -301,7 +312,8 @@ def _split(row: dict, req: pd.DataFrame, step: dict) -> None:
     if step.get("drain") is False:
         done = done & req["in_window"].to_numpy(dtype=bool)  # not in place: pandas' arrays are read-only
     hist = row["server_queue_mean_s"] if row["server_queue_basis"] == "histogram" else math.nan
-    row["split"] = step_split(req[done], histogram_mean_s=hist) if done.any() else empty_split()
+    fin = req.loc[done, [c for c in req.columns if c in SPLIT_COLUMNS]]
+    row["split"] = step_split(fin, histogram_mean_s=hist) if done.any() else empty_split()
 
 
 def _usage_mismatch(row: dict, req: pd.DataFrame, in_win: np.ndarray, arrivals: int) -> None:
@@ -416,9 +428,12 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
         values = _threshold_values(row, t, fin, itl)
         if key not in row:
             row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
+        # the ranks' autocorrelation, the same for both intervals of these values: computed once
+        ranks = rank_tau(values) if values is not None and np.count_nonzero(~np.isnan(values)) >= MIN_VALUES \
+            else None
         low, high = (math.nan, math.nan) if values is None else percentile_interval(
-            values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
+            values, t.percentile, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha, ranks_tau=ranks)
         row[f"{key}_low"], row[f"{key}_high"] = low, high
         over = (math.nan,) * 3 if values is None else exceedance_interval(
-            values, t.value_s, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha)
+            values, t.value_s, slo.confidence, blocks=slo.sub_windows, alpha=slo.trend_alpha, ranks_tau=ranks)
         row[f"{t.key}_over"], row[f"{t.key}_over_low"], row[f"{t.key}_over_high"] = over

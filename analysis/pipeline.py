@@ -10,8 +10,10 @@ record and summary. Pure: the `Run` is not modified.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -21,13 +23,12 @@ from pandas.api.types import union_categoricals
 from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
-from analysis.limits import add_limits, step_limits
+from analysis.limits import PromptCounts, add_limits, request_figures, step_limits
 from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
-from analysis.run import Run
+from analysis.run import RecordSource, Run
 from analysis.soak import merged_slice_row, soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
-    _scalars,
     instance_indexes,
     instance_names,
     judged_step_row,
@@ -44,9 +45,26 @@ from shapes.phases import is_closed_loop, phases_where
 __all__ = ["Analysis", "analyze", "needs_text"]
 
 
+class Later:
+    """A field of `Analysis` made when first read: `make(analysis)` gives its value."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Analysis], Any]) -> None:
+        self.make = make
+
+
+def _later(make: Callable[[Analysis], pd.DataFrame]) -> pd.DataFrame:
+    """A `Later` in a frame's field: `Analysis.__getattribute__` makes the frame when the field is first
+    read, so a reader only ever sees a frame (typed as one)."""
+    return cast(pd.DataFrame, Later(make))
+
+
 @dataclass
 class Analysis:
-    """What `analyze` returns (docs/ARCHITECTURE.md "Analysis")."""
+    """What `analyze` returns (docs/ARCHITECTURE.md "Analysis"). `requests` (the run's `RUN_COLUMNS`, one
+    row per request) and `timeline` may be `Later`: made when first read (the figures do not need them,
+    and a long run's requests are read back from its records then, a step at a time: `analyze`)."""
 
     steps: pd.DataFrame
     summary: dict
@@ -60,6 +78,13 @@ class Analysis:
     decision: dict
     warnings: list[str] = field(default_factory=list)
     slo: SLO = field(default_factory=SLO)
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if isinstance(value, Later):
+            value = value.make(self)
+            object.__setattr__(self, name, value)
+        return value
 
 
 def _windows(plan_steps: list[dict]) -> dict[str, tuple[float, float]]:
@@ -93,11 +118,10 @@ def _number(value: Any) -> float | None:
     return None if number != number else number
 
 
-def _warnings(records: pd.DataFrame, plan_steps: list[dict], steps: pd.DataFrame, slo: SLO,
+def _warnings(stray: list[str], plan_steps: list[dict], steps: pd.DataFrame, slo: SLO,
               telemetry: pd.DataFrame) -> list[str]:
+    """The run's warnings; `stray`: the step labels of records not in the plan."""
     out = []
-    labels = {str(s.get("label")) for s in plan_steps}
-    stray = sorted({str(v) for v in records["step"].dropna().unique()} - labels) if len(records) else []
     if stray:
         out.append(f"records of steps not in plan.json are left out: {', '.join(stray[:5])}")
     if telemetry is None or telemetry.empty:
@@ -169,19 +193,27 @@ CATEGORY_COLUMNS = ("step", "outcome")
 STRING_COLUMNS = ("request_id",)
 
 
+#: a run of at most this many records keeps its requests' `RUN_COLUMNS` as it is analysed (about 110 MB
+#: a million); a longer one reads them back from its records when `Analysis.requests` is first read
+KEEP_REQUESTS_UP_TO = 2_000_000
+
+
 def analyze(run: Run, slo: SLO, client: Client | None = None, *,
             conditions: Conditions | None = None) -> Analysis:
     """Analyse a loaded run against an SLO (and the generator limits of `client`).
 
     A step at a time: each plan step's records are read (`Run.source`), derived, their event gaps
-    exploded, the step judged and its instance rows made; then only `RUN_COLUMNS` of its requests are
-    kept. So the memory is one step's working set plus a few numbers per request, whatever the run's
-    length. The event gaps are float32 where the run's events are over `FLOAT32_GAPS_ABOVE`, as when the
-    run was analysed whole."""
+    exploded, the step judged, its instance rows and what its limit reads of its requests made; then
+    the step's requests are dropped. So the memory is one step's working set, whatever the run's length:
+    the run's figures need nothing per request across steps. `Analysis.requests` (the `RUN_COLUMNS` of
+    every request, for the report) is kept as the steps go for a run of up to `KEEP_REQUESTS_UP_TO`
+    records, else read back a step at a time when first asked for. The event gaps are float32 where the
+    run's events are over `FLOAT32_GAPS_ABOVE`, as when the run was analysed whole."""
     plan_steps = list(run.plan.get("steps", []))
     source = run.source
     windows = _windows(plan_steps)
     tel = TelemetryIndex(run.telemetry)
+    conds = fixed_conditions(run.manifest, conditions)
     float32_above = -1 if source.total_events() > FLOAT32_GAPS_ABOVE else math.inf
     groups = source.groups()
     names = instance_names(source.column("instance")) if groups else None
@@ -189,7 +221,12 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     bursts = set(phases_where(burst_pair="burst"))
     columns = RUN_COLUMNS + OPTIONAL_COLUMNS + (tuple(c for c in PER_REQUEST_COLUMNS.values() if c) if any(
         s.get("phase") in bursts for s in plan_steps) else ())
-    kept = _KeptColumns(columns)
+    keep = sum(pos.size for pos in groups.values()) <= KEEP_REQUESTS_UP_TO
+    kept = _KeptColumns(columns)  # every request's (a short run), else the burst steps' (burst_summary)
+    read: list[tuple[str, np.ndarray]] = []  # (label, positions) in the order the steps were read
+    done: set[str] = set()
+    figures: dict[str, dict[str, float]] = {}  # what each step's limit reads of its requests
+    prompts = PromptCounts()  # the median prompt of every request, for the slot count's inference
     rows: list[dict] = []
     instance_rows: list[dict] = []
     empty = np.array([], dtype=np.int64)
@@ -197,32 +234,47 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         label = str(step["label"])
         pos = groups.get(label, empty)
         ran = step.get("status") != "not_run"
-        if not ran and (label in kept or not pos.size):
+        if not ran and (label in done or not pos.size):
             rows.append(judged_step_row(None, step, slo, client, tel, None, empty))
             continue
         records, gaps = source.rows_and_gaps(pos, float32_above)
         req = derive_requests(records, windows, slo)
         del records
-        kept.add(label, req, pos)
+        if label not in done:
+            done.add(label)
+            read.append((label, pos))
+            prompts.add(req)
+            if keep or step.get("phase") in bursts:
+                kept.add(label, req, pos)
         at = np.arange(len(req))
-        rows.append(judged_step_row(req if ran else None, step, slo, client, tel, gaps, at))  # type: ignore[arg-type]
+        gaps.disposable = names is None  # read once by the step's row, unless the instance rows read them after
+        row = judged_step_row(req if ran else None, step, slo, client, tel, gaps, at)  # type: ignore[arg-type]
+        rows.append(row)
+        figures.setdefault(label, request_figures(req, _f(row.get("window_start")), _f(row.get("window_end"))))
         if names is not None and ran:
             instance_rows.extend(step_instance_rows(req, step, names, slo, indexes, gaps, at))  # type: ignore[arg-type]
         del req, gaps
-    others = [pos for label, pos in groups.items() if label not in kept]  # records of no plan step
+    others = [pos for label, pos in groups.items() if label not in done]  # of no plan step
+    stray: list[str] = []
     if others or not groups:
         pos = np.sort(np.concatenate(others)) if others else empty
-        kept.add("\x00others", derive_requests(_scalars(source.rows(pos)), windows, slo), pos)
-    requests = kept.frame()
+        req = derive_requests(source.scalar_rows(pos), windows, slo)
+        labels = {str(s.get("label")) for s in plan_steps}
+        stray = sorted({str(v) for v in req["step"].dropna().unique()} - labels) if len(req) else []
+        prompts.add(req)
+        read.append(("\x00others", pos))
+        if keep:
+            kept.add("\x00others", req, pos)
+        del req
     steps = typed_table(rows)
     instances = typed_table(instance_rows) if instance_rows else None
-    conds = fixed_conditions(run.manifest, conditions)
     if not steps.empty:
-        steps = steps.assign(limit=pd.Series(step_limits(steps, requests, tel, conds), index=steps.index, dtype=object))
+        limits = step_limits(steps, None, tel, conds, figures=figures, prompt_tokens=prompts.median)
+        steps = steps.assign(limit=pd.Series(limits, index=steps.index, dtype=object))
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha, merge=lambda labels: merged_slice_row(
         labels, plan_steps, lambda pos: source.rows_and_gaps(pos, float32_above), groups, windows, slo, client, tel))
-    warnings = _warnings(requests, plan_steps, steps, slo, run.telemetry)
+    warnings = _warnings(stray, plan_steps, steps, slo, run.telemetry)
     simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first
         warnings = [simulation_warning(simulation), *warnings]
@@ -231,20 +283,38 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     energy = energy_at_knee(steps, summary.get("knee"), cost_per_hour=conds.get("cost_per_hour"))
     if energy is not None:  # no GPU energy (or no knee between steps): nothing said
         summary["energy_at_knee"] = energy
-    summary.update(burst_summary(requests, steps, plan_steps, tel, slo) or {})
+    burst_labels = [str(s.get("label")) for s in plan_steps if s.get("phase") in bursts]
+    if burst_labels:  # the burst steps' requests
+        summary.update(burst_summary(kept.frame(burst_labels), steps, plan_steps, tel, slo) or {})
     if isinstance(run.plan.get("search"), dict):  # the knee search's record (why it stopped, its steps)
         summary["search"] = dict(run.plan["search"])
     if simulation is not None:
         summary["simulation"] = simulation
     decision = summary["decision"]
+    make_requests = kept.frame if keep else partial(_read_requests, source, read, windows, slo, columns)
     return Analysis(
         steps=steps, summary=summary, worksheet=worksheet(steps, plan_steps, conds, decision),
-        requests=requests, split=queueing_split(requests, steps), burst=burst,
-        timeline=timeline(requests, plan_steps, run.telemetry), slices=slices,
-        instances=instances, decision=decision,
-        warnings=warnings, slo=slo,
+        requests=_later(lambda _: make_requests()), split=queueing_split(None, steps), burst=burst,
+        timeline=_later(lambda analysis: timeline(analysis.requests, plan_steps, run.telemetry)), slices=slices,
+        instances=instances, decision=decision, warnings=warnings, slo=slo,
     )
 
+
+def _f(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _read_requests(source: RecordSource, read: list[tuple[str, np.ndarray]], windows: dict[str, tuple[float, float]],
+                   slo: SLO, columns: tuple[str, ...]) -> pd.DataFrame:
+    """`Analysis.requests` of a long run: its records read again a step at a time (without their event
+    times), derived as `analyze` derived them, and only `columns` kept."""
+    kept = _KeptColumns(columns)
+    for label, pos in read:
+        kept.add(label, derive_requests(source.scalar_rows(pos), windows, slo), pos)
+    return kept.frame()
 
 
 class _KeptColumns:
@@ -268,14 +338,17 @@ class _KeptColumns:
                              requests[c].to_numpy(copy=True) for c in self.columns if c in requests.columns}
         self.positions[label] = positions
 
-    def frame(self) -> pd.DataFrame:
-        """One frame in the records' order."""
-        labels = list(self.parts)
+    def frame(self, labels: list[str] | None = None) -> pd.DataFrame:
+        """One frame in the records' order: of every step kept, its arrays freed as they are joined; or of
+        the steps `labels`, which stay kept."""
+        keep = labels is not None
+        labels = list(self.parts) if labels is None else [k for k in labels if k in self.parts]
         order = np.concatenate([self.positions[k] for k in labels]) if labels else np.array([], dtype=np.int64)
         sort = np.argsort(order, kind="stable") if order.size > 1 and (np.diff(order) < 0).any() else None
         out = {}
         for column in self.columns:
-            arrays = [self.parts[k].pop(column) for k in labels if column in self.parts[k]]
+            arrays = [self.parts[k][column] if keep else self.parts[k].pop(column)
+                      for k in labels if column in self.parts[k]]
             if len(arrays) != len(labels):
                 continue
             if column in OPTIONAL_COLUMNS and not any(pd.notna(a).any() for a in arrays):

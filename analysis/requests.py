@@ -182,14 +182,18 @@ class EventGaps:
     for a request's first event); `token[j]` = `chunk[j]` / tokens in event j where the request's
     events all carry a count, else NaN (None when no request has counts)."""
 
-    __slots__ = ("chunk", "offsets", "token")
+    __slots__ = ("chunk", "disposable", "offsets", "token")
 
     def __init__(self, chunk: np.ndarray, offsets: np.ndarray, token: np.ndarray | None) -> None:
         self.chunk, self.offsets, self.token = chunk, offsets, token
+        #: nothing reads these gaps after one `select(..., consume=True)`: it may compact them in place
+        self.disposable = False
 
-    def select(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk gaps, token gaps) of the requests at positions `rows` (NaN where none). Steps are
-        contiguous runs of rows, so this touches only the events between the first and last row."""
+    def select(self, rows: np.ndarray, *, finite: bool = False, consume: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk gaps, token gaps) of the requests at positions `rows` (NaN where none; without the NaN
+        when `finite`). Steps are contiguous runs of rows, so this touches only the events between the
+        first and last row. `consume` (with `finite`, on `disposable` gaps): the selection is compacted in
+        the gaps' own memory (no copy of a step's millions of gaps) and the gaps cannot be read again."""
         empty = np.array([], dtype=float)
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0:
@@ -201,9 +205,34 @@ class EventGaps:
         keep[rows - a] = True
         lo, hi = int(self.offsets[a]), int(self.offsets[b])
         events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
-        chunk = self.chunk[lo:hi][events]
-        token = self.token[lo:hi][events] if self.token is not None else empty
-        return chunk, token
+        if not finite:
+            chunk = self.chunk[lo:hi][events]
+            token = self.token[lo:hi][events] if self.token is not None else empty
+            return chunk, token
+        if consume and self.disposable:
+            chunk = _finite(self.chunk[lo:hi], events, in_place=True)
+            token = _finite(self.token[lo:hi], events, in_place=True) if self.token is not None else empty
+            self.chunk = self.token = None  # type: ignore[assignment]
+            return chunk, token
+        return _finite(self.chunk[lo:hi], events), (_finite(self.token[lo:hi], events) if self.token is not None
+                                                     else empty)
+
+
+#: events masked at a time by `EventGaps.select(finite=True)` (its temporaries are a block's, not a step's)
+SELECT_BLOCK = 1 << 22
+
+
+def _finite(values: np.ndarray, events: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """`values[events & ~isnan(values)]`, a block at a time into one array (`in_place`: into `values`'
+    own memory, written only where it was already read)."""
+    out = values if in_place else np.empty(int(np.count_nonzero(events)), dtype=values.dtype)
+    n = 0
+    for at in range(0, values.size, SELECT_BLOCK):
+        block = values[at:at + SELECT_BLOCK]
+        kept = block[events[at:at + SELECT_BLOCK] & ~np.isnan(block)]
+        out[n:n + kept.size] = kept
+        n += kept.size
+    return out[:n]
 
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,

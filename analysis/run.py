@@ -27,8 +27,12 @@ __all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "FrameRecords", "ParquetRecor
            "empty_records", "empty_telemetry", "load_run", "records_from_table"]
 
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
-#: rows per decoded batch of a list column (bounds the decoder's temporary memory)
-LIST_BATCH_ROWS = 65_536
+#: rows per decoded batch of a list column (bounds the decoder's temporary memory: a million requests'
+#: event times read with 16k rows a batch peak at a third of the memory of 64k, and page faults, the
+#: system time, drop tenfold)
+LIST_BATCH_ROWS = 16_384
+#: bytes the Parquet reader reads of a column chunk at a time (not a row group's whole chunk at once)
+READ_BUFFER_BYTES = 1 << 20
 #: the per-event list columns of the records
 LIST_COLUMNS = ("token_times", "token_counts")
 
@@ -74,6 +78,11 @@ class RecordSource:
         records = self.rows(positions)
         gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
         return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
+
+    def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """The rows at `positions` without their per-event lists (what `rows_and_gaps` gives, no gaps)."""
+        records = self.rows(positions)
+        return records.drop(columns=[c for c in LIST_COLUMNS if c in records])
 
     def column(self, name: str) -> pd.Series:
         raise NotImplementedError
@@ -129,11 +138,13 @@ class ParquetRecords(RecordSource):
         self.path = path
         # pre_buffer off: with it, the reader keeps every row group's bytes it read until the file is done
         # (a run's whole file by the last step)
-        self._file = pq.ParquetFile(path, pre_buffer=False)
-        #: (first row of `batch`, the batch read and not yet used up, the batch iterator) of the last read
-        self._cursor: tuple[int, Any, Any] | None = None
+        self._file = pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER_BYTES)
+        #: per set of columns read (None: all): (first row of `batch`, the batch read and not yet used up,
+        #: the batch iterator) of the last read
+        self._cursors: dict[tuple[str, ...] | None, tuple[int, Any, Any]] = {}
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
+        self._row_group_starts = {int(v) for v in self._starts}
 
     def groups(self) -> dict[str, np.ndarray]:
         # read as a dictionary: one small code per row, not a Python string per row
@@ -170,22 +181,23 @@ class ParquetRecords(RecordSource):
 
         schema = self._file.schema_arrow
         lists = [name for name in LIST_COLUMNS if name in schema.names]
-        scalars, chunk, token, offsets, counted = [], [], [], [np.array([0], dtype=np.int64)], 0
+        scalars, token, offsets, counted = [], [], [np.array([0], dtype=np.int64)], 0
+        chunk = _Joined(self._events_at_most(positions))
         any_token = False
         for batch in self._batches(positions):
             gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
                               if "token_counts" in lists else None, float32_above=float32_above)
-            chunk.append(gaps.chunk)
+            chunk.add(gaps.chunk)
             token.append(gaps.token)
             any_token |= gaps.token is not None
             offsets.append(gaps.offsets[1:] + counted)
             counted += int(gaps.offsets[-1])
             scalars.append(batch.drop_columns(lists))
         dtype = np.float32 if counted > float32_above else np.float64
-        gaps = EventGaps(np.concatenate(chunk) if chunk else np.array([], dtype=dtype),
-                         np.concatenate(offsets),
-                         (np.concatenate([t if t is not None else np.full(c.size, np.nan, dtype=c.dtype)
-                                          for t, c in zip(token, chunk, strict=True)]) if any_token else None))
+        gaps = EventGaps(chunk.array(dtype), np.concatenate(offsets),
+                         (np.concatenate([t if t is not None else np.full(n, np.nan, dtype=d)
+                                          for t, n, d in zip(token, chunk.sizes, chunk.dtypes, strict=True)])
+                          if any_token else None))
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
@@ -194,16 +206,45 @@ class ParquetRecords(RecordSource):
         pa.default_memory_pool().release_unused()
         return frame, gaps
 
-    def _batches(self, positions: np.ndarray) -> Any:
+    def _events_at_most(self, positions: np.ndarray) -> int:
+        """The events (`token_times` values) of the row groups that hold `positions`, from the file's
+        statistics: what a step's gaps take at most, but for NaN event times (0 when not known)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        meta = self._file.metadata
+        leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.startswith("token_times.")]
+        if not pos.size or len(leaves) != 1:
+            return 0
+        first, last = (int(np.searchsorted(self._starts, p, side="right") - 1) for p in (pos[0], pos[-1]))
+        total = 0
+        for i in range(first, last + 1):
+            stats = meta.row_group(i).column(leaves[0]).statistics
+            if stats is None:
+                return 0
+            total += stats.num_values
+        return int(total)
+
+    def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """`RecordSource.scalar_rows`: the list columns are not read."""
+        names = [name for name in self._file.schema_arrow.names if name not in LIST_COLUMNS]
+        schema = pa.schema([self._file.schema_arrow.field(name) for name in names])
+        table = pa.Table.from_batches(list(self._batches(positions, tuple(names))), schema=schema)
+        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        del table
+        pa.default_memory_pool().release_unused()
+        return frame
+
+    def _batches(self, positions: np.ndarray, columns: tuple[str, ...] | None = None) -> Any:
         pos = np.asarray(positions, dtype=np.int64)
         if not pos.size:
             return
-        if self._cursor is None or pos[0] < self._cursor[0]:
+        cursor = self._cursors.get(columns)
+        if cursor is None or pos[0] < cursor[0]:
             first = int(np.searchsorted(self._starts, pos[0], side="right") - 1)
             batches = self._file.iter_batches(batch_size=LIST_BATCH_ROWS, row_groups=list(range(
-                first, self._file.num_row_groups)), use_threads=False)
-            self._cursor = (int(self._starts[first]), None, batches)
-        at, batch, batches = self._cursor
+                first, self._file.num_row_groups)), columns=list(columns) if columns is not None else None,
+                use_threads=False)
+            cursor = (int(self._starts[first]), None, batches)
+        at, batch, batches = cursor
         while True:
             if batch is None:
                 batch = next(batches, None)
@@ -215,10 +256,17 @@ class ParquetRecords(RecordSource):
                 contiguous = pos[hi - 1] - pos[lo] == hi - lo - 1
                 yield (batch.slice(int(pos[lo] - at), int(hi - lo)) if contiguous
                        else batch.take(pa.array(pos[lo:hi] - at)))
-            if at + n > pos[-1]:  # the batch holds rows of what comes next: kept for the next call
+            if at + n > pos[-1] + 1:  # the batch holds rows of what comes next: kept for the next call
                 break
             at, batch = at + n, None
-        self._cursor = (at, batch, batches)
+            if at > pos[-1]:
+                break
+        if batch is None and at in self._row_group_starts:
+            # the next row opens a row group: the reader (and its buffers) is let go, and the next read
+            # starts a new one there, decoding nothing twice
+            self._cursors.pop(columns, None)
+        else:
+            self._cursors[columns] = (at, batch, batches)
 
     def column(self, name: str) -> pd.Series:
         if name not in self._file.schema_arrow.names:
@@ -250,6 +298,43 @@ class ParquetRecords(RecordSource):
 
     def frame(self) -> pd.DataFrame:
         return records_from_table(_read_records(self.path))
+
+
+class _Joined:
+    """Arrays joined as they come into one buffer sized ahead (`capacity`: a bound on their total), so
+    the joined array is not a second copy of its parts; past the bound it grows (a copy). Pages of the
+    buffer never written are never touched, so a loose bound costs no memory."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buffer: np.ndarray | None = None
+        self.size = 0
+        self.parts: list[np.ndarray] | None = None  # arrays of another dtype came: joined as they are
+        self.sizes: list[int] = []
+        self.dtypes: list[np.dtype] = []
+
+    def add(self, values: np.ndarray) -> None:
+        self.sizes.append(values.size)
+        self.dtypes.append(values.dtype)
+        if self.parts is None and self.buffer is not None and values.dtype != self.buffer.dtype:
+            self.parts, self.buffer = [self.buffer[:self.size]], None
+        if self.parts is not None:
+            self.parts.append(values)
+            return
+        if self.buffer is None:
+            self.buffer = np.empty(max(self.capacity, values.size), dtype=values.dtype)
+        elif self.size + values.size > self.buffer.size:
+            grown = np.empty(max(2 * self.buffer.size, self.size + values.size), dtype=values.dtype)
+            grown[:self.size] = self.buffer[:self.size]
+            self.buffer = grown
+        self.buffer[self.size:self.size + values.size] = values
+        self.size += values.size
+
+    def array(self, dtype: type) -> np.ndarray:
+        """The joined array (`dtype` when nothing came)."""
+        if self.parts is not None:
+            return np.concatenate(self.parts)
+        return self.buffer[:self.size] if self.buffer is not None else np.array([], dtype=dtype)
 
 
 def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:

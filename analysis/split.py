@@ -29,11 +29,13 @@ import pandas as pd
 
 from analysis.stats import quantiles
 
-__all__ = ["BASES", "COMPONENTS", "empty_split", "queueing_split", "step_split"]
+__all__ = ["BASES", "COMPONENTS", "SPLIT_COLUMNS", "empty_split", "queueing_split", "step_split"]
 
 COMPONENTS = ("client_wait", "server_queue", "prefill_to_first_token", "decode", "user_e2e")
 #: how a component was obtained (`not_reported`: the server gives nothing to split TTFT by)
 BASES = ("per_request", "histogram", "remainder", "not_reported")
+#: the columns `step_split` reads of the completed requests
+SPLIT_COLUMNS = ("client_wait_s", "ttft_s", "e2e_s", "server_queue_s", "server_prompt_s")
 _KEY = {"client_wait": "client_wait_mean_s", "server_queue": "server_queue_mean_s",
         "prefill_to_first_token": "prefill_mean_s", "decode": "decode_mean_s", "user_e2e": "user_e2e_mean_s"}
 _BASIS_KEY = {"client_wait": "client_wait", "server_queue": "server_queue", "prefill_to_first_token": "prefill",
@@ -102,7 +104,7 @@ def step_split(fin: pd.DataFrame, *, histogram_mean_s: float = math.nan) -> dict
     return out
 
 
-def queueing_split(requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def queueing_split(requests: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per (run step, component) from the steps' `split`: step, component, mean_s, p50_s, p95_s,
     share (of the mean user E2E), basis, note. `requests` is unused (kept for the pipeline's call)."""
     columns = ["step", "component", "mean_s", "p50_s", "p95_s", "share", "basis", "note"]

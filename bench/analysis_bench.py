@@ -185,7 +185,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--steps", type=int, default=STEPS,
-                        help="steps of the ladder (the analysis' memory is its largest step's, plus ~70 B a request)")
+                        help="steps of the ladder (the analysis' memory is its largest step's; a run of up to 2 M "
+                             "records also keeps ~110 B a request for Analysis.requests)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "analysis.json")
     parser.add_argument("--compare-with", type=Path, default=None, metavar="CHECKOUT",
                         help="also analyse the same records with the code of another checkout (e.g. the code "

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import random
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from analysis_frames import plan_step, request, run_of
 
-from analysis import analyze, load_run
+from analysis import analyze, load_run, pipeline
 from analysis import run as run_module
 from llmload.config import SLO
 from llmload.records import records_table
@@ -71,3 +72,23 @@ def test_steps_out_of_file_order_and_the_event_count(tmp_path, monkeypatch):
     frame, gaps = source.rows_and_gaps(groups["b"], float32_above=-1)
     assert "token_times" not in frame and gaps.chunk.dtype.name == "float32"
     assert source.total_events() == source._count_events() == sum(len(r["token_times"]) for r in rows)
+
+
+@pytest.mark.parametrize("stepwise", [True, False])
+def test_a_long_runs_requests_are_read_back_the_same(tmp_path, monkeypatch, stepwise):
+    """Over `KEEP_REQUESTS_UP_TO` records the requests are not kept as the steps are analysed: the figures
+    are the same, and `Analysis.requests` and the timeline, read back from the records when first asked
+    for, are those the kept columns give (the stray step's request included)."""
+    monkeypatch.setattr(run_module, "LIST_BATCH_ROWS", 6)
+    rows, steps = _rows(), _steps()
+    run = (lambda: load_run(_write(tmp_path, rows, steps, 11))) if stepwise else (lambda: run_of(rows, steps))
+    kept = analyze(run(), SLO_)
+    monkeypatch.setattr(pipeline, "KEEP_REQUESTS_UP_TO", len(rows) - 1)
+    read_back = analyze(run(), SLO_)
+    assert isinstance(object.__getattribute__(read_back, "requests"), pipeline.Later)  # the figures did not need it
+    assert json.dumps(read_back.summary, sort_keys=True, default=str) == json.dumps(kept.summary, sort_keys=True,
+                                                                                    default=str)
+    assert read_back.steps.to_json() == kept.steps.to_json()
+    pd.testing.assert_frame_equal(read_back.requests, kept.requests)
+    assert "stray" in read_back.requests["request_id"].tolist()
+    pd.testing.assert_frame_equal(read_back.timeline, kept.timeline)
