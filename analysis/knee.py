@@ -69,6 +69,7 @@ from llmload import slo as slo_dims
 from llmload.config import SLO
 from llmload.units import finite as _num
 from shapes.phases import PHASES, rate_phases
+from shapes.probe import cold_transient, saturation_of
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
 
@@ -242,6 +243,8 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
         low = f if low is None else min(low, f)
         high = f if high is None else max(high, f)
         p_low, p_high = _num(row.get(f"{figure}_low")), _num(row.get(f"{figure}_high"))
+        if row.get(TRANSIENT):  # an idle start's transient bounds the share from below only
+            high, p_high = 1.0, None
         if p_high is not None and p_high <= threshold_s and f <= level:
             high = min(high, level)
         if p_low is not None and p_low > threshold_s and f > level:
@@ -410,7 +413,8 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     xs, fs, ns, taus = [], [], [], []
     for row in rows:
         x, f, high = _num(row.get("offered_rate")), _num(row.get(f"{key}_over")), _num(row.get(f"{key}_over_high"))
-        if x is None or f is None or high is None or (span is not None and abs(x - guess) > span * guess):
+        if x is None or f is None or high is None or row.get(TRANSIENT) or (
+                span is not None and abs(x - guess) > span * guess):
             continue
         n = effective_trials(f, high, z)
         if n is None:
@@ -469,6 +473,22 @@ def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     return [r for r in rows if _chained(r) or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
 
 
+#: the mark `_transients` puts on a step row that read an idle start's transient (`shapes.probe.cold_transient`)
+TRANSIENT = "_transient"
+
+
+def _transients(rows: list[Mapping], records: list[Mapping]) -> list[Mapping]:
+    """`rows`, each drained step that read its transient (started on an idle server, shorter than the
+    queue's relaxation time at its rate and the saturation throughput the run's probe measured:
+    `shapes.probe.cold_transient`) marked `TRANSIENT`: its share bounds the curve from below only (its
+    upper end is open) and the local binomial fit leaves it out. A run without a probe (a ladder) has
+    no saturation to judge by: its rows are unchanged."""
+    saturation = saturation_of(records)
+    if saturation is None:
+        return rows
+    return [{**r, TRANSIENT: True} if cold_transient(r, saturation) else r for r in rows]
+
+
 def _z(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
@@ -485,7 +505,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
-    rows = _without_cold_steps(rows)
+    rows = _transients(_without_cold_steps(rows), records)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:

@@ -33,6 +33,7 @@ from shapes.probe import (
     REFINE_EFFECTIVE,
     ServerRange,
     autocorrelation_time,
+    cold_transient,
     next_placement,
     next_probe_level,
     probe_level_s,
@@ -114,7 +115,7 @@ class AutoSearch:
         self.auto = config.shape.auto
         self.slo = config.slo
         self.rows: list[dict] = [dict(r) for r in rows]
-        self.estimate = estimate
+        self._estimate = estimate
         self.clock = clock
         self.started = clock() - spent_s
         self.stage = "probe"
@@ -127,6 +128,12 @@ class AutoSearch:
         self._knee: Any = None
         self.probe_max = min(int(self.auto.probe_max_concurrency),
                              int(config.client.max_concurrency or self.auto.probe_max_concurrency))
+
+    def estimate(self, rows: list[dict]) -> Any:
+        """The knee over `rows` and the probe levels (the estimate reads the saturation throughput from
+        them, to know which idle-started steps read their transient: `shapes.probe.cold_transient`)."""
+        probe = [r for r in self.rows if r.get("phase") == "probe"]
+        return self._estimate([*probe, *(r for r in rows if r.get("phase") != "probe")])
 
     # ------------------------------------------------------------------ KneeSearch's interface
 
@@ -200,7 +207,12 @@ class AutoSearch:
         return None
 
     def _placed(self) -> list[tuple[float, str]]:
-        return [(float(r["target_rate"]), str(r.get("verdict"))) for r in self.rows
+        """The placement steps as `(target rate, verdict)`; a pass that read an idle start's transient
+        (`shapes.probe.cold_transient`: shorter than the queue's relaxation time there) is only
+        `inconclusive`: the walk goes on past it for a step whose verdict says something."""
+        saturation = self.range.saturation_rps if self.range is not None else None
+        return [(float(r["target_rate"]), "inconclusive" if r.get("verdict") == "pass"
+                 and cold_transient(r, saturation) else str(r.get("verdict"))) for r in self.rows
                 if r.get("phase") == "ladder" and r.get("target_rate") is not None]
 
     def _measured(self) -> tuple[ServerRange, AutoSizing]:

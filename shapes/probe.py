@@ -29,8 +29,9 @@ from statistics import NormalDist
 from llmload.units import finite as _num
 from shapes.steps import StepSpec, derive_seed
 
-__all__ = ["DOWN", "UP", "ServerRange", "autocorrelation_time", "effective_samples", "next_placement",
-           "next_probe_level", "probe_level_s", "probe_requests", "probe_step", "samples_for", "server_range", "window_s"]
+__all__ = ["DOWN", "UP", "ServerRange", "autocorrelation_time", "cold_transient", "effective_samples", "next_placement",
+           "next_probe_level", "probe_level_s", "probe_requests", "probe_step", "relaxation_s", "samples_for",
+           "saturation_of", "server_range", "window_s"]
 
 #: a probe level whose throughput is under this share of the best before it: saturated
 SATURATED = 1.15
@@ -159,6 +160,51 @@ def server_range(levels: Sequence[ProbeLevel]) -> ServerRange | None:
     e2e = idle.e2e_s if idle is not None and idle.e2e_s is not None else 1.0 / best
     return ServerRange(idle_e2e_s=float(e2e), idle_ttft_s=idle.ttft_s if idle is not None else None,
                        saturation_rps=float(best), levels=len(levels))
+
+
+def saturation_of(rows: Iterable[Mapping]) -> float | None:
+    """The saturation throughput (req/s) the run's probe levels measured (`server_range`), None without."""
+    found = server_range(probe_levels(rows))
+    return found.saturation_rps if found is not None else None
+
+
+# --------------------------------------------------------------------------- a step's transient
+
+def relaxation_s(rate: float, saturation_rps: float) -> float:
+    """The time scale on which a queue fed at `rate` forgets its start, for a server that completes at
+    most `saturation_rps`: 1 / (mu (1 - sqrt(rho))^2), the relaxation time of a single-server queue of
+    service rate mu = `saturation_rps` at utilisation rho (Morse 1955; Cohen), infinite at or past
+    saturation. A scale, not an exact figure: near capacity it grows as 1 / (mu - rate)^2 x mu.
+
+    >>> round(relaxation_s(0.5, 0.687), 1), round(relaxation_s(0.625, 0.687)), relaxation_s(0.7, 0.687)
+    (67.5, 682, inf)
+    """
+    if not saturation_rps > 0 or not rate >= 0:
+        return math.inf
+    rho = rate / saturation_rps
+    if rho >= 1.0:
+        return math.inf
+    return 1.0 / (saturation_rps * (1.0 - math.sqrt(rho)) ** 2)
+
+
+def cold_transient(row: Mapping, saturation_rps: float | None) -> bool:
+    """A drained rate step (started on an idle server: phase `ladder`) that lasted (warm-up and window)
+    less than the queue's relaxation time at its realised rate (`relaxation_s`): it read its transient.
+
+    An idle start holds the queue under its steady state (a queue started empty is stochastically
+    smaller than the stationary one at every moment), so such a step's exceedances are real but its
+    lack of them says nothing of the steady state: a pass there is no evidence that the rate holds
+    (bench/README.md, the slow `auto` sims: idle-started 57 s windows at 0.625 req/s read shares from 0
+    to 0.42 against a steady state of about 0.4). False without a saturation (no probe in the run).
+    """
+    if saturation_rps is None or row.get("phase") != "ladder":
+        return False
+    rate, start, end = (_num(row.get(k)) for k in ("offered_rate", "start_at", "window_end"))
+    begin = _num(row.get("window_start"))
+    if rate is None or end is None or begin is None:
+        return False
+    first = start if start is not None and start <= begin else begin
+    return end - first < relaxation_s(rate, saturation_rps)
 
 
 # --------------------------------------------------------------------------- placement

@@ -134,7 +134,8 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
 
     def judged(spec: Any, start_s: float) -> dict:
         row = judge_row(running().frame(), spec, start_s - origin, slo)
-        return {**row, "window_start": row["window_start"] + origin, "window_end": row["window_end"] + origin}
+        return {**row, "window_start": row["window_start"] + origin, "window_end": row["window_end"] + origin,
+                "start_at": row["start_at"] + origin}
 
     def settled_at() -> float:
         return origin + running().last_end() + gap_s
@@ -165,7 +166,7 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
         search.record(judged(done, at))
     run_s = max(clock[0], settled_at() if server is not None else clock[0])
     rated = [r for r in search.rows if r.get("phase") in ("ladder", "refine")]
-    return VirtualSearch(estimate(rated) if rated else None, search.stopped or "running", search.rows, run_s,
+    return VirtualSearch(estimate(search.rows) if rated else None, search.stopped or "running", search.rows, run_s,
                          run_s, specs, answer=search.answer)
 
 
