@@ -193,12 +193,12 @@ class _Fit:
     where: str  # "inside" | "below" | "never" (the central curve)
 
 
-def _points(rows: list[Mapping], figure: str, scale: float) -> tuple[np.ndarray, ...] | None:
+def _points(rows: list[Mapping], figure: str, scale: float, threshold_s: float) -> tuple[np.ndarray, ...] | None:
     xs, ys, lows, highs = [], [], [], []
     for row in rows:
         x, y = _num(row.get("offered_rate")), _num(row.get(figure))
-        if x is None or y is None or y <= 0:
-            continue
+        if x is None or y is None or y <= 0 or (row.get(TRANSIENT) and y <= threshold_s):
+            continue  # an idle start's transient under the threshold says nothing of the steady state
         low, high = _num(row.get(f"{figure}_low")), _num(row.get(f"{figure}_high"))
         low = y if low is None or low <= 0 else min(low, y)
         high = y if high is None else max(high, y)
@@ -216,7 +216,7 @@ def _points(rows: list[Mapping], figure: str, scale: float) -> tuple[np.ndarray,
 
 
 def _fit(rows: list[Mapping], key: str, figure: str, threshold_s: float, scale: float) -> _Fit | None:
-    points = _points(rows, figure, scale)
+    points = _points(rows, figure, scale, threshold_s)
     if points is None:
         return None
     x, y, lo, hi, w = points
@@ -237,13 +237,13 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
     xs, fs, lows, highs = [], [], [], []
     for row in rows:
         x, f = _num(row.get("offered_rate")), _num(row.get(f"{key}_over"))
-        if x is None or f is None:
-            continue
+        if x is None or f is None or (row.get(TRANSIENT) and f <= level):
+            continue  # an idle start's transient under the level: no bound on the steady state's share
         low, high = _num(row.get(f"{key}_over_low")), _num(row.get(f"{key}_over_high"))
         low = f if low is None else min(low, f)
         high = f if high is None else max(high, f)
         p_low, p_high = _num(row.get(f"{figure}_low")), _num(row.get(f"{figure}_high"))
-        if row.get(TRANSIENT):  # an idle start's transient bounds the share from below only
+        if row.get(TRANSIENT):  # an idle start's transient over the level bounds the share from below only
             high, p_high = 1.0, None
         if p_high is not None and p_high <= threshold_s and f <= level:
             high = min(high, level)

@@ -52,6 +52,8 @@ NEAR = 0.2
 TAIL_SAMPLES = 10
 #: independent samples a refine step should carry near the knee (times the autocorrelation time)
 REFINE_EFFECTIVE = 60
+#: an idle-started step shorter than this many relaxation times of its queue read its transient
+RELAXATIONS = 1.0
 
 
 # --------------------------------------------------------------------------- the probe
@@ -204,7 +206,7 @@ def cold_transient(row: Mapping, saturation_rps: float | None) -> bool:
     if rate is None or end is None or begin is None:
         return False
     first = start if start is not None and start <= begin else begin
-    return end - first < relaxation_s(rate, saturation_rps)
+    return end - first < RELAXATIONS * relaxation_s(rate, saturation_rps)
 
 
 # --------------------------------------------------------------------------- placement
