@@ -104,7 +104,7 @@ MIN_QUEUE_GROWTH = 1.0
 #: (ten times the default send-lag limit: edge jitter, not a generator that fell behind)
 SEND_GRACE_S = 0.25
 
-_STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency", "lost_workers")
+_STEP_KEYS = ("label", "index", "phase", "status", "target_rate", "concurrency", "warmup_s", "lost_workers")
 
 
 def _pct_columns(name: str, values: dict) -> dict:

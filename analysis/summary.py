@@ -51,7 +51,7 @@ SUMMARY_STEP_KEYS = (
     "output_tokens_per_s", "total_tokens_per_s", "good_output_tokens_per_s", "server_queue_p95_range_s", "split",
 )
 _EXTRA_STEP_KEYS = (
-    "index", "phase", "status", "target_rate", "concurrency", "arrivals", "sent", "ok",
+    "index", "phase", "status", "target_rate", "concurrency", "warmup_s", "arrivals", "sent", "ok",
     "completion_throughput", "in_flight_mean", "waiting_mean", "reject_ratio", "error_ratio", "oom",
     "queue_growth", "queue_trend_p", "tpot_excluded", "server_queue_basis", "server_queue_p95_resolution_s",
     "unmeasured", "undecided", "invalid_reasons", "worker_cpu_max", "over_on_few_samples", "undecided_targets",

@@ -201,12 +201,11 @@ def cold_transient(row: Mapping, saturation_rps: float | None) -> bool:
     """
     if saturation_rps is None or row.get("phase") != "ladder":
         return False
-    rate, start, end = (_num(row.get(k)) for k in ("offered_rate", "start_at", "window_end"))
-    begin = _num(row.get("window_start"))
+    rate, begin, end = (_num(row.get(k)) for k in ("offered_rate", "window_start", "window_end"))
     if rate is None or end is None or begin is None:
         return False
-    first = start if start is not None and start <= begin else begin
-    return end - first < RELAXATIONS * relaxation_s(rate, saturation_rps)
+    lasted = end - begin + (_num(row.get("warmup_s")) or 0.0)  # from its first arrival to its window's end
+    return lasted < RELAXATIONS * relaxation_s(rate, saturation_rps)
 
 
 # --------------------------------------------------------------------------- placement

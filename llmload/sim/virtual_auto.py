@@ -134,8 +134,7 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
 
     def judged(spec: Any, start_s: float) -> dict:
         row = judge_row(running().frame(), spec, start_s - origin, slo)
-        return {**row, "window_start": row["window_start"] + origin, "window_end": row["window_end"] + origin,
-                "start_at": row["start_at"] + origin}
+        return {**row, "window_start": row["window_start"] + origin, "window_end": row["window_end"] + origin}
 
     def settled_at() -> float:
         return origin + running().last_end() + gap_s

@@ -117,7 +117,8 @@ def judge_row(frame: Any, spec: Any, start_s: float, slo: Any) -> dict:
     window_start = start_s + spec.warmup_s
     window_end = window_start + float(spec.duration_s)
     step = {"label": spec.label, "index": spec.index, "phase": spec.phase, "status": "run",
-            "target_rate": spec.target_rate, "window_start": window_start, "window_end": window_end}
+            "target_rate": spec.target_rate, "warmup_s": spec.warmup_s, "window_start": window_start,
+            "window_end": window_end}
     mine = frame[(frame["step"] == spec.index) & (frame["arrival_s"] >= window_start)
                  & (frame["arrival_s"] < window_end)]
     done = mine[np.isfinite(mine["e2e_s"].to_numpy())]
