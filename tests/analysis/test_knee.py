@@ -320,3 +320,34 @@ def test_the_point_over_few_exceedances_is_median_unbiased(monkeypatch):
     raw = median_point()
     assert abs(with_prior - 3.5) < 0.004 * 3.5, with_prior
     assert raw - 3.5 > 2 * abs(with_prior - 3.5), (raw, with_prior)
+
+
+def _slow_step(rate: float, share: tuple[float, float, float], ttft: tuple[float, float, float], verdict: str,
+               *, warmup: float = 20.0, window: float = 57.6) -> dict:
+    """A drained placement step of `shape: auto` on a slow server (the bench's auto-slow: TTFT p95 3.75 s)."""
+    return {"label": f"r{rate:g}", "phase": "ladder", "verdict": verdict, "offered_rate": rate,
+            "target_rate": rate, "warmup_s": warmup, "window_start": 100.0, "window_end": 100.0 + window,
+            "completed": round(rate * window), "ttft_p95_s": ttft[0], "ttft_p95_s_low": ttft[1],
+            "ttft_p95_s_high": ttft[2], "ttft_p95_over": share[0], "ttft_p95_over_low": share[1],
+            "ttft_p95_over_high": share[2], "failing": ["ttft_p95"] if verdict == "fail" else []}
+
+
+def test_an_idle_started_pass_shorter_than_its_queues_relaxation_does_not_bound_the_knee_from_above():
+    """bench/knee_accuracy.py auto-slow, seed 5 (true knee 0.509 req/s, probe saturation 0.687 req/s): a
+    57 s placement step at 0.625 req/s started on an idle server read no TTFT over 3.75 s (its steady
+    state: about 0.4), and the knee came out 0.653 (0.625 to 0.675), missing the truth. With the run's
+    probe level in the rows the estimate knows that step read its transient (`shapes.probe.cold_transient`):
+    its pass says nothing of the steady state."""
+    slo = SLO(ttft_p95=3.75, tpot_p95=0.15)
+    steps = [_slow_step(0.486, (0.0, 0.0, 0.088), (0.9, 0.4, 2.5), "pass"),
+             _slow_step(0.625, (0.0, 0.0, 0.116), (1.5, 0.6, 3.2), "pass"),
+             _slow_step(0.694, (0.125, 0.125, 0.384), (4.4, 2.0, 9.0), "fail")]
+    probe = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
+             "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
+    blind = estimate_knee(steps, slo)
+    assert blind.low >= 0.62  # the transient pass at 0.625 bounds it: the truth (0.509) is out
+    knee = estimate_knee([probe, *steps], slo)
+    assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
+    assert 0.486 < knee.rate < 0.625  # between the steady pass and the failure, the transient pass left out
+    # a step that lasted longer than its queue's relaxation time (0.486 req/s: 58 s) keeps bounding it
+    assert knee.low >= 0.48

@@ -8,6 +8,7 @@ import pytest
 from llmload.config import parse_config
 from llmload.errors import ConfigError
 from shapes.auto import AutoSearch, AutoSizing, auto_steps
+from shapes.knee_search import round_rate
 from shapes.plan import build_plan, knee_search
 
 #: the bench's `auto-mid` (= `tpot`) sim: TPOT p95 38 ms binds at 5.51 req/s (bench/README.md, 3 x 50k arrivals)
@@ -93,3 +94,50 @@ def test_auto_in_virtual_time_holds_the_true_knee(seed):
     assert phases[0] == "probe" and "ladder" in phases and phases.index("ladder") > phases.index("probe")
     answer = found.answer.to_dict()
     assert answer["auto"]["range"]["saturation_rps"] > MID_TRUE_KNEE
+
+
+def test_a_placement_pass_that_read_an_idle_starts_transient_does_not_end_the_walk():
+    """A pass at 0.9 x saturation from an idle server, 60 s long (the queue's relaxation time there is
+    minutes): the walk reads it as inconclusive and steps past it instead of bracketing the knee under it."""
+    config = auto_config()
+    rows = [{"phase": "probe", "concurrency": 1, "completion_throughput": 1.2, "e2e_p50_s": 0.8,
+             "ttft_p50_s": 0.03, "window_start": 0.0, "window_end": 5.0},
+            {"phase": "probe", "concurrency": 4, "completion_throughput": 1.25, "e2e_p50_s": 3.2,
+             "ttft_p50_s": 0.03, "window_start": 6.0, "window_end": 12.0}]
+    search = AutoSearch(config, rows, estimate=lambda rows: None, clock=lambda: 20.0)
+    assert search.next_step().rate == pytest.approx(0.875)  # 0.7 x saturation
+
+    def placed(rate: float, verdict: str, window: float) -> dict:
+        return {"phase": "ladder", "label": f"r{rate:g}", "target_rate": rate, "offered_rate": rate,
+                "verdict": verdict, "warmup_s": 2.4, "window_start": 30.0, "window_end": 30.0 + window}
+
+    search.record(placed(0.875, "pass", 60.0))  # relaxation at 0.7 x saturation: 30 s, it lasted 62 s
+    assert search.next_step().rate == pytest.approx(1.12)  # a pass: up to 0.9 x saturation
+    search.record(placed(1.12, "pass", 60.0))  # relaxation there: 7 minutes
+    # read as inconclusive: 20% past it (a pass would have gone to 1.0 x saturation, 1.25 req/s)
+    assert search.next_step().rate == pytest.approx(round_rate(1.12 * 1.2)) == 1.34
+
+
+#: the bench's `auto-slow` sim: 16 slots, 256-token answers of 13 s, TTFT p95 3.75 s binds at 0.509 req/s
+SLOW_SIM = {"max_num_seqs": 16, "step_base_s": "50ms", "decode_cost_s": "2.5ms", "prefill_cost_s": "0.25ms"}
+SLOW_TRUE_KNEE = 0.509
+
+
+@pytest.mark.parametrize("seed", [5, 9])
+def test_auto_on_a_slow_server_holds_the_true_knee_past_transient_passes(seed):
+    """Seeds whose placement steps passed at 0.625 req/s from an idle server (steady state: 0.4 of TTFT
+    over the target there), which bounded the knee over the truth (seed 5: 0.625 to 0.675) or left no
+    failing step (seed 9), before such passes were read as the transient they are."""
+    from llmload.sim.virtual_auto import virtual_auto
+
+    config = parse_config({"target": {"url": "http://127.0.0.1:9", "model": "m"},
+                           "requests": {"input_tokens": {"dist": "fixed", "value": 64},
+                                        "output_tokens": {"dist": "fixed", "value": 256}, "seed": seed},
+                           "slo": {"ttft_p95": "3.75s", "tpot_p95": "150ms", "max_reject_ratio": 0.0,
+                                   "min_samples": 10},
+                           "shape": {"auto": {"budget": "8m"}}})
+    found = virtual_auto(config, SLOW_SIM, (64, 256))
+    knee = found.knee
+    assert knee is not None and knee.binding == "ttft_p95" and knee.rate is not None
+    assert (knee.low is None or knee.low <= SLOW_TRUE_KNEE) and (knee.high is None or knee.high >= SLOW_TRUE_KNEE)
+    assert found.run_s <= 480.0 + 30.0

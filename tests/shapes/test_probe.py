@@ -13,13 +13,16 @@ from shapes.probe import (
     DOWN,
     UP,
     autocorrelation_time,
+    cold_transient,
     effective_samples,
     next_placement,
     next_probe_level,
     probe_level_s,
     probe_levels,
     probe_step,
+    relaxation_s,
     samples_for,
+    saturation_of,
     server_range,
     window_s,
 )
@@ -134,3 +137,32 @@ def test_autocorrelation_time_from_the_rows_exceedance_intervals():
     assert near_independent < 3.0
     assert near_correlated > 8.0
     assert autocorrelation_time([], ["ttft_p95"], 0.9) == 1.0
+
+
+def test_the_queues_relaxation_time_grows_without_bound_towards_saturation():
+    times = [relaxation_s(rate, 1.0) for rate in (0.3, 0.5, 0.7, 0.9, 0.99)]
+    assert times == sorted(times) and times[0] == pytest.approx(1.0 / (1.0 - math.sqrt(0.3)) ** 2)
+    assert relaxation_s(1.0, 1.0) == math.inf and relaxation_s(2.0, 1.0) == math.inf
+    assert relaxation_s(10.0, 20.0) == pytest.approx(relaxation_s(0.5, 1.0) / 20.0)  # in the server's time
+
+
+def ladder_row(rate: float, window: float, *, warmup: float = 20.0, phase: str = "ladder") -> dict:
+    return {"phase": phase, "offered_rate": rate, "warmup_s": warmup, "window_start": 50.0,
+            "window_end": 50.0 + window}
+
+
+def test_an_idle_started_step_shorter_than_its_queues_relaxation_read_its_transient():
+    # the bench's auto-slow: saturation 0.687 req/s; 20 s warm-up + 57.6 s window
+    assert not cold_transient(ladder_row(0.486, 57.6), 0.687)  # relaxation 58 s: it lasted 77.6 s
+    assert cold_transient(ladder_row(0.625, 57.6), 0.687)  # relaxation about 11 minutes
+    assert cold_transient(ladder_row(0.7, 600.0), 0.687)  # past saturation: never steady
+    assert not cold_transient(ladder_row(0.625, 900.0), 0.687)  # long enough
+    assert not cold_transient(ladder_row(0.625, 57.6, phase="refine"), 0.687)  # chained: started loaded
+    assert not cold_transient(ladder_row(0.625, 57.6), None)  # no probe, no saturation to judge by
+    assert cold_transient(ladder_row(0.486, 57.6, warmup=0.0), 0.687)  # the warm-up counts: it builds the queue
+
+
+def test_the_saturation_is_the_probes():
+    assert saturation_of([level_row(1, 0.1, 13.0), level_row(4, 0.3, 13.5), level_row(16, 0.687, 23.0),
+                          ladder_row(0.5, 60.0)]) == pytest.approx(0.687)
+    assert saturation_of([ladder_row(0.5, 60.0)]) is None
