@@ -37,6 +37,10 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    bounds it; once two refine steps ran, that fit over every step also places the crossing when the
    steps within `LOCAL_SPAN` do not lie on both sides of the first estimate.
    Ladder steps (started on an idle server) inside the refine steps' range are left out.
+   In a run with a closed-loop probe (`shape: auto`), a drained step shorter than its queue's relaxation
+   time at the probe's saturation throughput read an idle start's transient (`shapes.probe.cold_transient`,
+   `_transients`): under the threshold it leaves the fits (a queue started empty sits under its steady
+   state: no exceedance there says nothing), over it its share bounds the curve from below only.
    A share curve that pooled a failure away (a step wholly over the level, yet the fitted curve never
    crosses it: a later step at a higher rate read under it) takes the binomial fit over every step
    instead, so a failing step is weighed, never dropped.

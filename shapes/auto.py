@@ -10,6 +10,9 @@ stop / answer / use_clock), all within `shape.auto.budget` of wall time counted 
               fractions of the saturation throughput, upward while they pass, downward from a first
               failure, until a pass lies under a fail (`shapes.probe.next_placement`). Each window is
               sized from the completions a judgement of the SLO's highest percentile needs at its rate.
+              A pass of a step shorter than its queue's relaxation time (`shapes.probe.cold_transient`:
+              near saturation, minutes) read its idle start's transient: the walk takes it as
+              inconclusive and goes on past it, and the estimate leaves it out (`analysis.knee`).
 3. refine     `shapes.knee_search.KneeSearch` over the placement steps, unchanged: chained refine steps
               at the knee estimate until `precision` or the budget. Each refine window is sized from
               the effective samples wanted near the knee times the autocorrelation time measured so far
