@@ -129,6 +129,8 @@ class AutoSearch:
         self._pending = 0
         self._asked: tuple[str, float] | None = None  # the stage and value of the last ask
         self._knee: Any = None
+        #: the placement walk ended on the budget with a rate still to run (not on a bracket or its end)
+        self._walk_cut = False
         self.probe_max = min(int(self.auto.probe_max_concurrency),
                              int(config.client.max_concurrency or self.auto.probe_max_concurrency))
 
@@ -236,6 +238,7 @@ class AutoSearch:
             if not placed:  # not one rate step fits in what the probe left of the budget
                 self.stopped = "budget"
                 return None
+            self._walk_cut = True  # the walk wanted another step: its end is the budget's, not the server's
         self.stage = "refine"
         left = float(self.auto.budget) - self.elapsed_s - CLOSING_S - self._drain_s(rate or 0.0)
         self.knee_search = KneeSearch(
@@ -250,6 +253,8 @@ class AutoSearch:
         ask = self.knee_search.next_step()
         if ask is None:
             self.stopped = self.knee_search.stopped
+            if self._walk_cut and self.stopped in ("no_failure", "no_pass"):
+                self.stopped = "budget"  # the walk had not reached the server's end of the range
             return None
         self._asked = ("refine", ask.rate)
         return ask

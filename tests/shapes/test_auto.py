@@ -141,3 +141,24 @@ def test_auto_on_a_slow_server_holds_the_true_knee_past_transient_passes(seed):
     assert knee is not None and knee.binding == "ttft_p95" and knee.rate is not None
     assert (knee.low is None or knee.low <= SLOW_TRUE_KNEE) and (knee.high is None or knee.high >= SLOW_TRUE_KNEE)
     assert found.run_s <= 480.0 + 30.0
+
+
+def test_a_walk_the_budget_cut_before_a_failing_step_stops_on_the_budget_not_on_the_server():
+    """No failing step because the budget ended the placement walk with a rate still to run: the stop is
+    the budget's (`no_failure` would say the targets are looser than anything the server's queue reaches)."""
+    from analysis.knee import Knee
+
+    config = auto_config()
+    now = [20.0]
+    rows = [{"phase": "probe", "concurrency": 1, "completion_throughput": 1.2, "e2e_p50_s": 0.8,
+             "ttft_p50_s": 0.03, "window_start": 0.0, "window_end": 5.0},
+            {"phase": "probe", "concurrency": 4, "completion_throughput": 1.25, "e2e_p50_s": 3.2,
+             "ttft_p50_s": 0.03, "window_start": 6.0, "window_end": 12.0}]
+    held = Knee(rate=None, low=0.875, high=None, confidence=0.9, binding=None)  # every target held
+    search = AutoSearch(config, rows, estimate=lambda rows: held, clock=lambda: now[0])
+    assert search.next_step().rate == pytest.approx(0.875)
+    search.record({"phase": "ladder", "label": "r0.875", "target_rate": 0.875, "offered_rate": 0.875,
+                   "verdict": "pass", "warmup_s": 2.4, "window_start": 30.0, "window_end": 90.0})
+    now[0] = 470.0  # the next placement (0.9 x saturation) no longer fits
+    assert search.next_step() is None
+    assert search.stopped == "budget" and search.answer.stopped == "budget"
