@@ -10,14 +10,14 @@ from support import run_said, write_config
 from llmload.cli import main
 from llmload.sim.settings import load_sim_settings
 
-# quiet: the fit reads inter-token times to a few per cent (beside the busy part's workers and hogs they
-# are stretched)
-pytestmark = [pytest.mark.slow, pytest.mark.quiet]
-
 TRUTH = {"max_num_seqs": 8, "step_base_s": 0.020, "decode_cost_s": 0.002, "prefill_cost_s": 0.0002,
          "num_blocks": 2048, "block_size": 16, "max_num_queued_reqs": 16}
 
 
+# quiet: the fit reads inter-token times to a few per cent (beside the busy part's workers and hogs they
+# are stretched)
+@pytest.mark.slow
+@pytest.mark.quiet
 def test_fit_recovers_the_sims_settings_within_ten_percent(sim_factory, tmp_path, capsys):
     sim = sim_factory(flavor="vllm", config={**{k: (f"{v * 1000:g}ms" if k.endswith("_s") else v)
                                                 for k, v in TRUTH.items()}, "enable_prefix_caching": False})
@@ -49,6 +49,7 @@ def test_fit_recovers_the_sims_settings_within_ten_percent(sim_factory, tmp_path
     assert "max_num_batched_tokens  not observed" in said
 
 
+# no run, nothing timed: not quiet
 def test_fit_of_a_missing_run_directory_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err

@@ -31,7 +31,7 @@ from llmload.records import Record
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
 OUTPUT_TOKENS = 32
-SEQUENTIAL = 6
+SEQUENTIAL = 3  # each one is checked against the server: a few show a unit or clock-base mistake
 #: the client's extra time over the server's: HTTP, JSON, tokenising, one event loop turn. Generous
 #: because CI shares two cores with the server; a unit or clock-base mistake is far larger.
 OVERHEAD_MAX_S = 0.15
@@ -64,7 +64,8 @@ def sequential(llama_server, transport) -> tuple[list[Record], dict[str, float]]
 def test_back_to_back_requests_all_succeed(transport) -> None:
     """llama-server closes the connection after each stream while announcing keep-alive; a request
     put on such a pooled connection must not come back as a `disconnect` (seen for 1 in 4 here)."""
-    records = [send_one(transport, 200 + i, words=10, max_tokens=8) for i in range(20)]
+    # two tokens each: what is tested is the connection each one finds, not its answer
+    records = [send_one(transport, 200 + i, words=10, max_tokens=2) for i in range(20)]
     failed = [(r.request_id, r.outcome, r.error) for r in records if r.outcome != "ok"]
     assert not failed, "requests lost to reused connections the server had closed"
 
@@ -109,7 +110,7 @@ def test_requests_beyond_the_slots_are_deferred_and_wait(llama_server, transport
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     try:
-        jobs = [gevent.spawn(send_one, transport, 100 + i, max_tokens=48) for i in range(2 * llama_server.parallel)]
+        jobs = [gevent.spawn(send_one, transport, 100 + i) for i in range(2 * llama_server.parallel)]
         gevent.joinall(jobs, timeout=120, raise_error=True)
     finally:
         done.set()
@@ -158,7 +159,7 @@ def test_kv_usage_from_slots_is_the_context_busy_slots_hold(llama_server, transp
     poller_thread = threading.Thread(target=poll, daemon=True)
     poller_thread.start()
     try:
-        jobs = [gevent.spawn(send_one, transport, 200 + i, max_tokens=48) for i in range(llama_server.parallel)]
+        jobs = [gevent.spawn(send_one, transport, 200 + i) for i in range(llama_server.parallel)]
         gevent.joinall(jobs, timeout=120, raise_error=True)
     finally:
         done.set()
