@@ -134,7 +134,7 @@ def test_a_256_user_pool_is_spawned_in_one_dispatch_and_sends_on_time(sim_factor
                          client={"max_concurrency": 256})
     run_dir = tmp_path / "run"
     done = run_locust(write_config(tmp_path, config), run_dir, extra=["--loglevel", "INFO",
-                                                                      "--llmload-skip-preflight"])
+                                                                      "--llmload-skip-preflight"], report=False)
     log = done.stdout + done.stderr
     assert "Ramping to 256 users at a rate of 256.00 per second" in log, log[-2000:]
     assert "spawn rate is very high" not in log

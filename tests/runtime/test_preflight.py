@@ -36,7 +36,7 @@ def test_sampled_quality_cases_under_load_become_quality_fail(sim_factory, tmp_p
                                   "cases": [{"prompt": "Hello", "expect": NEVER, "max_tokens": 4}]},
                          client={"max_concurrency": 16})
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir)
+    done = run_locust(write_config(tmp_path, config), run_dir, report=False)
     assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
     outcomes = records(run_dir)["outcome"].value_counts().to_dict()
     assert set(outcomes) == {"ok", "quality_fail"} and 3 <= outcomes["quality_fail"] <= 17
@@ -52,7 +52,7 @@ def test_sampled_cases_are_checked_under_load_a_right_answer_passes_a_wrong_one_
                          quality={"required": False, "sample_under_load": 0.3, "cases": cases},
                          client={"max_concurrency": 16})
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir)
+    done = run_locust(write_config(tmp_path, config), run_dir, report=False)
     assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
     df = records(run_dir)
     checked = df[df["quality_checked"]]

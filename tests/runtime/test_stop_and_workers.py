@@ -81,7 +81,7 @@ def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory,
     config = base_config(sim.url, {"trace": {"file": str(trace), "format": "llmload", "drain_timeout": "10s"}},
                          client={"max_concurrency": 32})
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir, processes=2)
+    done = run_locust(write_config(tmp_path, config), run_dir, processes=2, report=False)
     assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
     df = records(run_dir)
     step = plan(run_dir)["steps"][0]
