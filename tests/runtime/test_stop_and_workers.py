@@ -37,7 +37,8 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     run_dir, port = tmp_path / "run", free_port()
     config_path = write_config(tmp_path, config)
     env = {**os.environ, "LLMLOAD_WORKER_TOKEN": "worker-token-for-this-test"}  # workers prove it to join
-    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port),
+    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port)
+                              + ["--llmload-no-report"],  # the records, the plan and the summary are the point
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
