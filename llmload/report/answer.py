@@ -18,10 +18,13 @@ import pandas as pd
 from llmload import slo as slo_dims
 from llmload.report.html import as_number, cell_text, is_blank
 from llmload.report.manifest_view import conditions_of
-from llmload.report.plots import RATE_PHASES
 from shapes.boundary import REALISED_RATE_TOLERANCE
 from shapes.boundary import realised_rate_note as rate_note
 from shapes.phases import rate_phases, sustained_phases
+
+#: the phases drawn and stated against offered rate (`llmload.report.plots.RATE_PHASES`, which imports
+#: matplotlib: the summary's answer is made without it, e.g. in a run without a report)
+_RATE_PHASES = rate_phases()
 
 __all__ = [
     "BURST_QUESTION",
@@ -97,7 +100,7 @@ def realised_rate_note(steps: pd.DataFrame, rate: Any) -> str:
 
 def _rate_steps(steps: pd.DataFrame) -> pd.DataFrame:
     phase = steps.get("phase", pd.Series("ladder", index=steps.index)).astype(str)
-    rated = steps[phase.isin(RATE_PHASES)]
+    rated = steps[phase.isin(_RATE_PHASES)]
     if rated.empty:
         return rated
     order = pd.Series([rate_of(row) for _, row in rated.iterrows()], index=rated.index, dtype=float)

@@ -116,7 +116,9 @@ def test_web_ui_starts_a_second_run_into_a_new_directory(sim_factory, tmp_path):
                                               "steps": [{"rate": 5, "duration": "2s"}]}},
                          client={"max_concurrency": 8}, output=str(tmp_path / "runs"))
     port = free_port()
-    cmd = locust_command(write_config(tmp_path, config), None, web=True) + ["--web-port", str(port), "--autostart"]
+    cmd = locust_command(write_config(tmp_path, config), None, web=True) + ["--web-port", str(port), "--autostart",
+                                                                            "--llmload-no-report"]
+    # no report (the web run's report is test_signals' and the LLM tab test's): the two directories are the point
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def finished_runs(count: int) -> list[Path]:

@@ -61,6 +61,35 @@ def test_the_locust_childs_boot_imports_no_pandas():
     assert _loaded_after_import(pinned) == []
 
 
+def test_the_locust_childs_boot_reads_the_entry_points_once():
+    """gevent's monkey-patching (in `import locust`) asks for its plugins' entry points ~25 times, each a
+    read of every installed distribution's entry_points.txt (~0.25 s of CPU per Locust process): the boot
+    reads them once (`llmload.runtime.locustglue.boot`), patches the same, and leaves the standard
+    library's `entry_points` in place afterwards."""
+    from llmload.runtime.launcher.run import BOOT
+
+    pinned = BOOT.split("; from locust.main")[0]
+    probe = ("import json\nfrom importlib import metadata\nreads = []\nreal = metadata.PathDistribution.read_text\n"
+             "def counted(self, name):\n    reads.append(name)\n    return real(self, name)\n"
+             "metadata.PathDistribution.read_text = counted\nentry_points = metadata.entry_points\n"
+             f"{pinned}\n"
+             "import gevent.monkey\n"
+             "print(json.dumps([reads.count('entry_points.txt'), len({d._path for d in metadata.distributions()}),"
+             " metadata.entry_points is entry_points, gevent.monkey.is_module_patched('socket')]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    reads, installed, restored, patched = json.loads(done.stdout.strip().splitlines()[-1])
+    assert patched and restored
+    # one reading for gevent's events, one for pydantic's plugins (its own); gevent alone read 25
+    assert reads <= 2 * installed, (reads, installed)
+
+
+def test_the_runs_answer_is_made_without_matplotlib():
+    """The summary's answer (`llmload.report.answer`, made at every run's end) needs no plot: a run
+    without a report (`--llmload-no-report`, `llmload calibrate`'s steps) never imports matplotlib."""
+    assert _loaded_after_import("import llmload.report.answer, llmload.rundir.finalise, llmload.report",
+                                ("matplotlib",)) == []
+
+
 def test_record_schema_still_importable_and_complete():
     from dataclasses import fields
 
@@ -105,7 +134,7 @@ def test_a_256_user_pool_is_spawned_in_one_dispatch_and_sends_on_time(sim_factor
                          client={"max_concurrency": 256})
     run_dir = tmp_path / "run"
     done = run_locust(write_config(tmp_path, config), run_dir, extra=["--loglevel", "INFO",
-                                                                      "--llmload-skip-preflight"])
+                                                                      "--llmload-skip-preflight"], report=False)
     log = done.stdout + done.stderr
     assert "Ramping to 256 users at a rate of 256.00 per second" in log, log[-2000:]
     assert "spawn rate is very high" not in log

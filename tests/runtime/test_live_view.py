@@ -110,7 +110,7 @@ def test_a_saturated_sim_step_shows_server_waiting_in_the_live_table(sim_factory
                          client={"max_concurrency": 64, "max_send_lag_p99": "500ms"},
                          telemetry={"gpu": "off", "interval": "200ms"})
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 16}  # ~0.4 s each: 2 at a time hold ~5/s
-    done = run_locust(write_config(tmp_path, config), tmp_path / "run")
+    done = run_locust(write_config(tmp_path, config), tmp_path / "run", report=False)
     said = f"{run_said(tmp_path / 'run')}\n{done.stdout[-2000:]}"
     assert ended_whole(done.returncode, tmp_path / "run", codes=(0, 1)), said
     row = next((line for line in done.stdout.splitlines() if line.startswith("r10.00 ")), None)

@@ -1,6 +1,7 @@
 """A server that answers most requests 429 fails its step on `reject_ratio` with exit 1 (issue 33,
 item 7): 90% rejected used to pass ("last passing rate 10") and 100% gave `insufficient`. Driven by the
-hostile server; its log of every request received is the ground truth."""
+hostile server; its log of every request received is the ground truth. One live run (9 in 10 answered
+429): the judging of every share, 100% included, is tests/analysis/test_rejections.py's."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _rejecting(share_in_ten: int):
     return mode
 
 
-@pytest.mark.parametrize("share_in_ten", [9, 10])
+@pytest.mark.parametrize("share_in_ten", [9])
 def test_a_step_where_most_requests_were_rejected_fails_on_reject_ratio(tmp_path, share_in_ten):
     with hostile_server(_rejecting(share_in_ten)) as server:
         config = base_config(server.url, {"ladder": {"arrival": "constant", "warmup": "0s",

@@ -204,7 +204,8 @@ def test_plain_locust_prints_its_own_table_when_asked(vllm_sim, tmp_path):
     import subprocess
 
     config = _config(vllm_sim.url, conditions={"gpus": 0})
-    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run", "--print-stats"),
+    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run", "--print-stats",
+                                        "--llmload-no-report"),  # Locust's table is the point, not the report
                           capture_output=True, text=True, timeout=120)
     assert ended_whole(done.returncode, tmp_path / "run", codes=(0, 1)), done.stderr[-2000:]
     assert "Aggregated" in done.stdout + done.stderr  # --print-stats: Locust's table is back

@@ -77,7 +77,7 @@ def test_achieved_rate_within_two_percent_with_two_processes(sim_factory, tmp_pa
                                                         {"rate": 100, "duration": "5s"}]}},
                          client={"max_concurrency": 64})
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir, processes=2)
+    done = run_locust(write_config(tmp_path, config), run_dir, processes=2, report=False)
     assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
     df = records(run_dir)
     for step in plan(run_dir)["steps"]:

@@ -37,7 +37,8 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
     run_dir, port = tmp_path / "run", free_port()
     config_path = write_config(tmp_path, config)
     env = {**os.environ, "LLMLOAD_WORKER_TOKEN": "worker-token-for-this-test"}  # workers prove it to join
-    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port),
+    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port)
+                              + ["--llmload-no-report"],  # the records, the plan and the summary are the point
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
@@ -81,7 +82,7 @@ def test_trace_replays_every_arrival_on_time_split_over_two_workers(sim_factory,
     config = base_config(sim.url, {"trace": {"file": str(trace), "format": "llmload", "drain_timeout": "10s"}},
                          client={"max_concurrency": 32})
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir, processes=2)
+    done = run_locust(write_config(tmp_path, config), run_dir, processes=2, report=False)
     assert (run_dir / "records.parquet").exists(), done.stderr[-2000:]
     df = records(run_dir)
     step = plan(run_dir)["steps"][0]

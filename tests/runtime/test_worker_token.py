@@ -77,7 +77,8 @@ def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, t
                                 proof("not-the-token-at-all-000", client_id) if forged_proof else "-", client_id],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
               for client_id, forged_proof in FORGERS.items()]
-    master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port),
+    master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port)
+                              + ["--llmload-no-report"],  # what the workers sent is the point
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     worker = None
     try:

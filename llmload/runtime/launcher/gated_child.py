@@ -30,7 +30,8 @@ GATE_ENV = "LLMLOAD_GATE"
 def gated_boot(boot: str) -> str:
     """`boot` (the launcher's `BOOT`) with the gate: first follow the launcher (its death ends the child
     even mid-import), then the imports, then wait for the command line, then Locust's `main()`."""
-    head, imports, tail = boot.partition("import locust, llmload, shapes, analysis; ")
+    head, imports, tail = boot.partition("from llmload.runtime.locustglue.boot import import_locust; "
+                                         "import_locust(); import locust, llmload, shapes, analysis; ")
     if not imports:
         raise ValueError("BOOT has changed: the gate goes after its imports")
     return (f"{head}from llmload.runtime.launcher.stop_signals import follow_parent; follow_parent(); {imports}"
