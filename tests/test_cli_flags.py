@@ -144,3 +144,19 @@ def test_every_command_s_line_in_the_help_is_one_whole_sentence(capsys):
     out = capsys.readouterr().out
     plan = out[out.index(" plan "):out.index(" calibrate ")]
     assert "passing" in plan and "run." in plan and "steady state" not in plan  # its first paragraph only
+
+
+@pytest.mark.parametrize("extra,flags,key", [
+    ("client: {max_concurrency: 1}\n", ["--processes", "2"], "client.max_concurrency"),
+    ("client: {max_concurrency: 3}\n", ["--master", "--expect-workers", "4"], "client.max_concurrency"),
+])
+def test_more_workers_than_the_pools_users_is_one_line_exit_2(tmp_path, capsys, monkeypatch, nothing_starts, extra,
+                                                             flags, key):
+    """Locust splits the pool's users over the workers: a worker with none would never send its share."""
+    monkeypatch.setenv("LLMLOAD_WORKER_TOKEN", "a-worker-token-of-32-characters!")
+    config = tmp_path / "run.yaml"
+    config.write_text(CONFIG + extra)
+    assert main(["run", str(config), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("llmload: error: ") and key in err, err
+    assert not (tmp_path / "runs").exists()

@@ -174,3 +174,19 @@ def test_what_fails_outside_the_run_fails_it_with_one_line(tmp_path, capsys):
     assert "llmload: error: what happened from outside the run failed (KeyError: 'w9'); ending the run" in \
         capsys.readouterr().out
     assert json.loads((tmp_path / "run" / "plan.json").read_text())["error"].startswith("what happened from outside")
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_the_client_cap_holds_across_the_virtual_workers(tmp_path, cap):
+    """`client.max_concurrency` is the run's cap, as in a live run, however many worker runtimes share it:
+    never more requests in flight at once (the pool split exactly; a cap of 1 gets one worker)."""
+    config = one_step(rate=6.0, duration="10s")
+    config["client"] = {"max_concurrency": cap}
+    path = write_config(tmp_path, config)
+    assert run_virtual(path, out=tmp_path / "run", report=False) in (0, 1, 3)
+    records = pd.read_parquet(tmp_path / "run" / "records.parquet")
+    sent = records.dropna(subset=["sent_at", "last_token_at"])
+    edges = sorted([(t, 1) for t in sent["sent_at"]] + [(t, -1) for t in sent["last_token_at"]])
+    in_flight = np.cumsum([d for _, d in edges])
+    assert in_flight.max() == cap  # the cap reached (6 req/s of ~1 s answers) and never passed
+    assert len(set(records["worker"])) == min(cap, 2)

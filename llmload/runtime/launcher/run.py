@@ -135,6 +135,20 @@ def say_once(line: str) -> None:
         print(line, file=sys.stderr)
 
 
+def _check_pool_covers_workers(config: Any, config_path: Path, workers: int) -> None:
+    """Locust splits the pool's users (`shapes.plan.pool_size`: the client cap, or the largest closed-loop
+    level) over the workers: a worker with none would never send its shard of the arrivals."""
+    from llmload.errors import ConfigError
+    from shapes.plan import closed_loop_levels, pool_size
+
+    users = pool_size(config)
+    if workers > users:
+        key = "concurrency.levels" if closed_loop_levels(config) else "client.max_concurrency"
+        raise ConfigError(f"{users} is under the {workers} worker processes, and every worker needs at least "
+                          f"one user to send its share of the arrivals: raise it or run fewer workers",
+                          file=str(config_path), key=key)
+
+
 def run_config(config_path: Path, *, out: Path | None = None, web: bool = False, processes: int = 0,
                master: bool = False, expect_workers: int = 1, worker: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
@@ -164,6 +178,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             say_once(note)
         if master:
             _check_no_shared_secrets(config, config_path)
+        _check_pool_covers_workers(config, config_path, expect_workers if master else processes)
         from llmload.runtime.launcher.ports import check_ports_free, run_listeners
 
         check_ports_free(run_listeners(master=master, master_bind_host=master_bind_host, master_port=master_port,

@@ -138,7 +138,8 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
     truth = GroundTruthWriter(run_dir / GROUND_TRUTH)
     server = EngineServer(settings, clock, flavor=flavor, model=config.target.model or "sim-model",
                           truth=truth)  # one server for all
-    pool = -(-_pool_size(config) // workers)
+    users = _pool_size(config)
+    workers = max(1, min(workers, users))  # every worker runtime holds at least one of the pool's users
     max_in_flight = settings.max_num_queued_reqs if flavor == "vllm" else None
 
     def make_worker(send_message: Any) -> WorkerRuntime:
@@ -160,8 +161,8 @@ def _run(config: Config, config_path: Path, run_dir: Path, steps: list, settings
                                 telemetry=telemetry, base_dir=base_dir, clock=clock.now, sleep=clock.sleep)
     controller.plan.data["simulation"] = simulation
     link.controller = controller
-    for cid, runtime in link.runtimes.items():
-        for _ in range(pool):
+    for index, (cid, runtime) in enumerate(link.runtimes.items()):
+        for _ in range(users // workers + (index < users % workers)):  # the pool split as Locust splits it
             link.add_user(cid, gevent.spawn(_user, runtime))
     outside = None
     if during is not None:
