@@ -421,11 +421,14 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarr
     """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values, and
     every threshold's interval `<figure>_low` / `<figure>_high` at `slo.confidence`
     (`analysis.intervals`: the values in `scheduled_at` order; NaN when not per request)."""
-    if "scheduled_at" in fin and len(fin):
-        fin = fin.iloc[np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")]
+    # the completed requests in `scheduled_at` order: only the values judged are reordered (not every column)
+    order = (np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")
+             if "scheduled_at" in fin and len(fin) else None)
     for t in slo.thresholds:
         key = f"{t.key}_s"
         values = _threshold_values(row, t, fin, itl)
+        if values is not None and order is not None and t.metric != "itl":
+            values = values[order]
         if key not in row:
             row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
         # the ranks' autocorrelation, the same for both intervals of these values: computed once

@@ -193,6 +193,15 @@ CATEGORY_COLUMNS = ("step", "outcome")
 STRING_COLUMNS = ("request_id",)
 
 
+#: record columns no step's figures read (`derive_requests`, `step_metrics`, `request_figures`,
+#: `PromptCounts`, the instance rows): a step's records are read without them
+UNREAD_COLUMNS = ("error", "http_status", "api", "finish_reason", "cold", "dequeued_at", "retries", "quality_checked",
+                  "reported_output_tokens", "server_load_s", "server_decode_s", "server_total_s", "session_id",
+                  "tool_call_tokens")
+#: record columns only the kept `RUN_COLUMNS` / `OPTIONAL_COLUMNS` read: not read for a step not kept
+KEPT_ONLY_COLUMNS = ("request_id", "tokens_estimated", "turn", "cached_tokens")
+
+
 #: a run of at most this many records keeps its requests' `RUN_COLUMNS` as it is analysed (about 110 MB
 #: a million); a longer one reads them back from its records when `Analysis.requests` is first read
 KEEP_REQUESTS_UP_TO = 2_000_000
@@ -237,14 +246,16 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         if not ran and (label in done or not pos.size):
             rows.append(judged_step_row(None, step, slo, client, tel, None, empty))
             continue
-        records, gaps = source.rows_and_gaps(pos, float32_above)
+        kept_here = label not in done and (keep or step.get("phase") in bursts)
+        records, gaps = source.rows_and_gaps(pos, float32_above,
+                                             UNREAD_COLUMNS + (() if kept_here else KEPT_ONLY_COLUMNS))
         req = derive_requests(records, windows, slo)
         del records
         if label not in done:
             done.add(label)
             read.append((label, pos))
             prompts.add(req)
-            if keep or step.get("phase") in bursts:
+            if kept_here:
                 kept.add(label, req, pos)
         at = np.arange(len(req))
         gaps.disposable = names is None  # read once by the step's row, unless the instance rows read them after

@@ -117,7 +117,7 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
         ttfa_s=answer_at - sent, user_ttfa_s=answer_at - sched, answer_tokens=answer_tokens,
         reasoning_rate=reasoning_rate, answer_rate=answer_rate,
         usage_mismatched=outcome.isin(FINISHED) & _usage_off(records, out_tokens),
-    ), index=records.index)  # one block, joined once: column by column fragments the frame
+    ), index=records.index, copy=False)  # joined once (column by column fragments the frame), not copied
     derived = pd.concat([records.drop(columns=[c for c in new if c in records]), new], axis=1)
     return derived.assign(good=meets_thresholds(derived, slo) & (outcome == "ok") & in_window)
 

@@ -70,14 +70,16 @@ class RecordSource:
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
         raise NotImplementedError
 
-    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float,
+                      skip: tuple[str, ...] = ()) -> tuple[pd.DataFrame, Any]:
         """The rows at `positions` without their per-event lists, and the lists' `EventGaps`
-        (`analysis.requests.event_gaps`, float32 above `float32_above` events)."""
+        (`analysis.requests.event_gaps`, float32 above `float32_above` events). `skip`: columns its
+        reader never reads (not read, absent from the frame)."""
         from analysis.requests import event_gaps
 
         records = self.rows(positions)
         gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
-        return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
+        return records.drop(columns=[c for c in (*LIST_COLUMNS, *skip) if c in records]), gaps
 
     def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
         """The rows at `positions` without their per-event lists (what `rows_and_gaps` gives, no gaps)."""
@@ -174,17 +176,20 @@ class ParquetRecords(RecordSource):
         pa.default_memory_pool().release_unused()
         return frame
 
-    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float,
+                      skip: tuple[str, ...] = ()) -> tuple[pd.DataFrame, Any]:
         """`RecordSource.rows_and_gaps`, the gaps made batch by batch as the rows are read: a step's event
-        times are never all in memory, only their gaps."""
+        times are never all in memory, only their gaps. The `skip` columns are not read."""
         from analysis.requests import EventGaps, event_gaps
 
         schema = self._file.schema_arrow
+        if skip:
+            schema = pa.schema([f for f in schema if f.name not in skip])
         lists = [name for name in LIST_COLUMNS if name in schema.names]
         scalars, token, offsets, counted = [], [], [np.array([0], dtype=np.int64)], 0
         chunk = _Joined(self._events_at_most(positions))
         any_token = False
-        for batch in self._batches(positions):
+        for batch in self._batches(positions, tuple(schema.names) if skip else None):
             gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
                               if "token_counts" in lists else None, float32_above=float32_above)
             chunk.add(gaps.chunk)
@@ -201,7 +206,7 @@ class ParquetRecords(RecordSource):
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
-        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        frame = records_from_table(table, skip, consume=True).drop(columns=list(LIST_COLUMNS))
         del table
         pa.default_memory_pool().release_unused()
         return frame, gaps
@@ -341,11 +346,15 @@ def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return pd.ArrowDtype(dtype) if pa.types.is_list(dtype) else None
 
 
-def records_from_table(table: pa.Table) -> pd.DataFrame:
-    """Records as a DataFrame: list columns Arrow-backed, every schema column present."""
+def records_from_table(table: pa.Table, skip: tuple[str, ...] = (), *, consume: bool = False) -> pd.DataFrame:
+    """Records as a DataFrame: list columns Arrow-backed, every schema column present but those in `skip`.
+    `consume`: the caller lets `table` go: each column's Arrow memory is freed as it is converted, and
+    the columns are not joined into 2-D blocks (a step's records are then never in memory twice)."""
     for name in RECORD_SCHEMA.names:
-        if name not in table.column_names:
+        if name not in table.column_names and name not in skip:
             table = table.append_column(name, pa.nulls(table.num_rows, RECORD_SCHEMA.field(name).type))
+    if consume:
+        return table.to_pandas(types_mapper=_arrow_lists, split_blocks=True, self_destruct=True)
     return table.to_pandas(types_mapper=_arrow_lists)
 
 
