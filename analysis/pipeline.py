@@ -285,6 +285,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha, merge=lambda labels: merged_slice_row(
         labels, plan_steps, lambda pos: source.rows_and_gaps(pos, float32_above), groups, windows, slo, client, tel))
+    source.done()  # no more gaps are read
     warnings = _warnings(stray, plan_steps, steps, slo, run.telemetry)
     simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first

@@ -33,6 +33,8 @@ the later event, only for requests whose events all carry a token count).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -237,14 +239,16 @@ def _finite(values: np.ndarray, events: np.ndarray, *, in_place: bool = False) -
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
                token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None, *,
-               float32_above: float = FLOAT32_GAPS_ABOVE) -> EventGaps:
+               float32_above: float = FLOAT32_GAPS_ABOVE,
+               out: Callable[[int, type], np.ndarray] | None = None) -> EventGaps:
     """Chunk-level and token-level inter-event gaps of every request, vectorised over all events
-    (float32 when there are more than `float32_above` events)."""
+    (float32 when there are more than `float32_above` events). `out(size, dtype)`: where the chunk
+    gaps are written (a joined buffer's next place), else a new array."""
     chunks = list_chunks(token_times, pa.float64())
     lengths = _lengths(chunks)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     dtype = np.float32 if offsets[-1] > float32_above else np.float64
-    chunk = np.empty(int(offsets[-1]), dtype=dtype)
+    chunk = out(int(offsets[-1]), dtype) if out is not None else np.empty(int(offsets[-1]), dtype=dtype)
     pos = 0
     for c in chunks:
         values = c.flatten().to_numpy(zero_copy_only=False)

@@ -11,6 +11,7 @@ Missing records or plan is a user mistake and raises `ConfigError` naming the fi
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,9 @@ class RecordSource:
     def column(self, name: str) -> pd.Series:
         raise NotImplementedError
 
+    def done(self) -> None:
+        """The step-by-step reads are over: what they kept for the next step is let go."""
+
     def total_events(self) -> int:
         raise NotImplementedError
 
@@ -147,6 +151,12 @@ class ParquetRecords(RecordSource):
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
         self._row_group_starts = {int(v) for v in self._starts}
+        #: the last step's gap buffer, reused by the next step's gaps once nothing reads it (no page of a
+        #: step's hundreds of MB of gaps is first touched again at every step)
+        self._spare: np.ndarray | None = None
+
+    def done(self) -> None:
+        self._spare = None
 
     def groups(self) -> dict[str, np.ndarray]:
         # read as a dictionary: one small code per row, not a Python string per row
@@ -187,12 +197,14 @@ class ParquetRecords(RecordSource):
             schema = pa.schema([f for f in schema if f.name not in skip])
         lists = [name for name in LIST_COLUMNS if name in schema.names]
         scalars, token, offsets, counted = [], [], [np.array([0], dtype=np.int64)], 0
-        chunk = _Joined(self._events_at_most(positions))
+        # the gaps are written where they are joined; into the last step's buffer when nothing reads it now
+        spare, self._spare = self._spare, None
+        chunk = _Joined(self._events_at_most(positions), spare if sys.getrefcount(spare) <= 2 else None)
+        del spare
         any_token = False
         for batch in self._batches(positions, tuple(schema.names) if skip else None):
             gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
-                              if "token_counts" in lists else None, float32_above=float32_above)
-            chunk.add(gaps.chunk)
+                              if "token_counts" in lists else None, float32_above=float32_above, out=chunk.reserve)
             token.append(gaps.token)
             any_token |= gaps.token is not None
             offsets.append(gaps.offsets[1:] + counted)
@@ -203,6 +215,7 @@ class ParquetRecords(RecordSource):
                          (np.concatenate([t if t is not None else np.full(n, np.nan, dtype=d)
                                           for t, n, d in zip(token, chunk.sizes, chunk.dtypes, strict=True)])
                           if any_token else None))
+        self._spare = chunk.buffer
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
@@ -308,10 +321,13 @@ class ParquetRecords(RecordSource):
 class _Joined:
     """Arrays joined as they come into one buffer sized ahead (`capacity`: a bound on their total), so
     the joined array is not a second copy of its parts; past the bound it grows (a copy). Pages of the
-    buffer never written are never touched, so a loose bound costs no memory."""
+    buffer never written are never touched, so a loose bound costs no memory. `spare`: a buffer to
+    use (overwritten) when it is large enough and of the parts' dtype. `reserve(n, dtype)` gives the
+    place the next part is written to (`add` copies one there)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, spare: np.ndarray | None = None) -> None:
         self.capacity = capacity
+        self.spare = spare
         self.buffer: np.ndarray | None = None
         self.size = 0
         self.parts: list[np.ndarray] | None = None  # arrays of another dtype came: joined as they are
@@ -319,21 +335,28 @@ class _Joined:
         self.dtypes: list[np.dtype] = []
 
     def add(self, values: np.ndarray) -> None:
-        self.sizes.append(values.size)
-        self.dtypes.append(values.dtype)
-        if self.parts is None and self.buffer is not None and values.dtype != self.buffer.dtype:
+        self.reserve(values.size, values.dtype)[:] = values
+
+    def reserve(self, size: int, dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        self.sizes.append(size)
+        self.dtypes.append(dtype)
+        if self.parts is None and self.buffer is not None and dtype != self.buffer.dtype:
             self.parts, self.buffer = [self.buffer[:self.size]], None
         if self.parts is not None:
-            self.parts.append(values)
-            return
+            self.parts.append(np.empty(size, dtype=dtype))
+            return self.parts[-1]
         if self.buffer is None:
-            self.buffer = np.empty(max(self.capacity, values.size), dtype=values.dtype)
-        elif self.size + values.size > self.buffer.size:
-            grown = np.empty(max(2 * self.buffer.size, self.size + values.size), dtype=values.dtype)
+            need = max(self.capacity, size)
+            spare, self.spare = self.spare, None
+            self.buffer = spare if spare is not None and spare.dtype == dtype and spare.size >= need else \
+                np.empty(need, dtype=dtype)
+        elif self.size + size > self.buffer.size:
+            grown = np.empty(max(2 * self.buffer.size, self.size + size), dtype=dtype)
             grown[:self.size] = self.buffer[:self.size]
             self.buffer = grown
-        self.buffer[self.size:self.size + values.size] = values
-        self.size += values.size
+        self.size += size
+        return self.buffer[self.size - size:self.size]
 
     def array(self, dtype: type) -> np.ndarray:
         """The joined array (`dtype` when nothing came)."""
