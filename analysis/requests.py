@@ -206,11 +206,12 @@ class EventGaps:
         keep = np.zeros(b - a, dtype=bool)
         keep[rows - a] = True
         lo, hi = int(self.offsets[a]), int(self.offsets[b])
-        events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
         if not finite:
+            events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
             chunk = self.chunk[lo:hi][events]
             token = self.token[lo:hi][events] if self.token is not None else empty
             return chunk, token
+        events = _EventMask(keep, self.offsets[a:b + 1] - lo)  # made a block at a time, not per event at once
         if consume and self.disposable:
             chunk = _finite(self.chunk[lo:hi], events, in_place=True)
             token = _finite(self.token[lo:hi], events, in_place=True) if self.token is not None else empty
@@ -224,14 +225,30 @@ class EventGaps:
 SELECT_BLOCK = 1 << 22
 
 
-def _finite(values: np.ndarray, events: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+class _EventMask:
+    """Which events belong to the kept requests (`keep`, one per request; `offsets`: each request's first
+    event and the end), given for a block of events at a time."""
+
+    def __init__(self, keep: np.ndarray, offsets: np.ndarray) -> None:
+        self.keep, self.offsets = keep, offsets
+        self.count = int(np.diff(offsets)[keep].sum())  # the kept events
+
+    def block(self, start: int, end: int) -> np.ndarray:
+        """The mask of the events `[start, end)`."""
+        first = int(np.searchsorted(self.offsets, start, side="right")) - 1  # the request holding `start`
+        last = int(np.searchsorted(self.offsets, end, side="left"))  # the requests starting before `end`
+        lengths = (np.minimum(self.offsets[first + 1:last + 1], end) - np.maximum(self.offsets[first:last], start))
+        return np.repeat(self.keep[first:last], np.maximum(lengths, 0))
+
+
+def _finite(values: np.ndarray, events: _EventMask, *, in_place: bool = False) -> np.ndarray:
     """`values[events & ~isnan(values)]`, a block at a time into one array (`in_place`: into `values`'
     own memory, written only where it was already read)."""
-    out = values if in_place else np.empty(int(np.count_nonzero(events)), dtype=values.dtype)
+    out = values if in_place else np.empty(events.count, dtype=values.dtype)
     n = 0
     for at in range(0, values.size, SELECT_BLOCK):
         block = values[at:at + SELECT_BLOCK]
-        kept = block[events[at:at + SELECT_BLOCK] & ~np.isnan(block)]
+        kept = block[events.block(at, at + block.size) & ~np.isnan(block)]
         out[n:n + kept.size] = kept
         n += kept.size
     return out[:n]
