@@ -25,7 +25,7 @@ from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
 from analysis.limits import PromptCounts, add_limits, request_figures, step_limits
 from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
-from analysis.run import RecordSource, Run
+from analysis.run import KEPT_ONLY_COLUMNS, UNREAD_COLUMNS, RecordSource, Run
 from analysis.soak import merged_slice_row, soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
@@ -191,15 +191,6 @@ OPTIONAL_COLUMNS = ("ttfa_s", "cached_tokens", "turn")
 CATEGORY_COLUMNS = ("step", "outcome")
 #: kept as Arrow strings (one buffer, not a Python object per request): every figure traces to its records
 STRING_COLUMNS = ("request_id",)
-
-
-#: record columns no step's figures read (`derive_requests`, `step_metrics`, `request_figures`,
-#: `PromptCounts`, the instance rows): a step's records are read without them
-UNREAD_COLUMNS = ("error", "http_status", "api", "finish_reason", "cold", "dequeued_at", "retries", "quality_checked",
-                  "reported_output_tokens", "server_load_s", "server_decode_s", "server_total_s", "session_id",
-                  "tool_call_tokens")
-#: record columns only the kept `RUN_COLUMNS` / `OPTIONAL_COLUMNS` read: not read for a step not kept
-KEPT_ONLY_COLUMNS = ("request_id", "tokens_estimated", "turn", "cached_tokens")
 
 
 #: a run of at most this many records keeps its requests' `RUN_COLUMNS` as it is analysed (about 110 MB

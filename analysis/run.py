@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from llmload.errors import ConfigError
 from llmload.records import RECORD_SCHEMA
 
-__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "FrameRecords", "ParquetRecords", "RecordSource", "Run",
+__all__ = ["KEPT_ONLY_COLUMNS", "LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "UNREAD_COLUMNS", "FrameRecords", "ParquetRecords", "RecordSource", "Run",
            "empty_records", "empty_telemetry", "load_run", "records_from_table"]
 
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
@@ -36,6 +36,13 @@ LIST_BATCH_ROWS = 16_384
 READ_BUFFER_BYTES = 1 << 20
 #: the per-event list columns of the records
 LIST_COLUMNS = ("token_times", "token_counts")
+#: record columns no step's figures read (`derive_requests`, `step_metrics`, `request_figures`,
+#: `PromptCounts`, the instance rows; the master's `judge_step` too): a step's records are read without them
+UNREAD_COLUMNS = ("error", "http_status", "api", "finish_reason", "cold", "dequeued_at", "retries", "quality_checked",
+                  "reported_output_tokens", "server_load_s", "server_decode_s", "server_total_s", "session_id",
+                  "tool_call_tokens")
+#: record columns only the analysis' kept `RUN_COLUMNS` / `OPTIONAL_COLUMNS` read (`analysis.pipeline`)
+KEPT_ONLY_COLUMNS = ("request_id", "tokens_estimated", "turn", "cached_tokens")
 
 
 class Run:
