@@ -207,9 +207,9 @@ class EventGaps:
         keep[rows - a] = True
         lo, hi = int(self.offsets[a]), int(self.offsets[b])
         if not finite:
-            events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
-            chunk = self.chunk[lo:hi][events]
-            token = self.token[lo:hi][events] if self.token is not None else empty
+            every = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
+            chunk = self.chunk[lo:hi][every]
+            token = self.token[lo:hi][every] if self.token is not None else empty
             return chunk, token
         events = _EventMask(keep, self.offsets[a:b + 1] - lo)  # made a block at a time, not per event at once
         if consume and self.disposable:
@@ -257,7 +257,7 @@ def _finite(values: np.ndarray, events: _EventMask, *, in_place: bool = False) -
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
                token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None, *,
                float32_above: float = FLOAT32_GAPS_ABOVE,
-               out: Callable[[int, type], np.ndarray] | None = None) -> EventGaps:
+               out: Callable[[int, np.dtype], np.ndarray] | None = None) -> EventGaps:
     """Chunk-level and token-level inter-event gaps of every request, vectorised over all events
     (float32 when there are more than `float32_above` events). `out(size, dtype)`: where the chunk
     gaps are written (a joined buffer's next place), else a new array."""
@@ -265,7 +265,7 @@ def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
     lengths = _lengths(chunks)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     dtype = np.float32 if offsets[-1] > float32_above else np.float64
-    chunk = out(int(offsets[-1]), dtype) if out is not None else np.empty(int(offsets[-1]), dtype=dtype)
+    chunk = out(int(offsets[-1]), np.dtype(dtype)) if out is not None else np.empty(int(offsets[-1]), dtype=dtype)
     pos = 0
     for c in chunks:
         values = c.flatten().to_numpy(zero_copy_only=False)

@@ -73,8 +73,7 @@ def _radix_percentiles(arr: np.ndarray, qs: tuple[float, ...]) -> np.ndarray | N
     if uint is None or arr.ndim != 1:
         return None
     bits = arr.view(uint)
-    sign = uint(1) << uint(8 * arr.itemsize - 1)
-    if bits.max() >= sign:  # a negative value, -0.0 or a negative NaN
+    if int(bits.max()) >> (8 * arr.itemsize - 1):  # a negative value, -0.0 or a negative NaN
         return None
     n = arr.size
     # numpy's linear method: virtual index (n - 1) q, its floor and the next, clamped (`_get_indexes`)
@@ -116,9 +115,9 @@ def _order_statistics(arr: np.ndarray, bits: np.ndarray, ranks: np.ndarray) -> n
     out = np.empty(ranks.size, dtype=arr.dtype)
     for b in np.unique(bins):
         own = gathered[gathered_bins == b]
-        at = np.flatnonzero(bins == b)
-        local = ranks[at] - (ends[b] - counts[b])  # ranks inside the bin
-        out[at] = np.partition(own, local)[local]
+        where = np.flatnonzero(bins == b)
+        local = ranks[where] - (ends[b] - counts[b])  # ranks inside the bin
+        out[where] = np.partition(own, local)[local]
     return out
 
 
