@@ -174,7 +174,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     ws, we = row["window_start"], row["window_end"]
     window_s = row["window_s"]
     in_win = req["in_window"].to_numpy(dtype=bool)
-    outcome = req["outcome"].astype(str).to_numpy()
+    outcome = _strings(req["outcome"].astype(str))
     finished = req["finished"].to_numpy(dtype=bool) & in_win
     sent_at = req["sent_at"].to_numpy(dtype=float)
     end_at = req["end_at"].to_numpy(dtype=float)
@@ -214,7 +214,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     # the completed requests' columns read below (not the step's every column: a copy per request)
     wanted = {c for c in LATENCIES.values() if c} | set(_FIN_COLUMNS) | {
         LATENCIES.get(t.metric, slo_dims.latency(t.metric).request_column) for t in slo.thresholds}
-    fin = req.loc[finished, [c for c in req.columns if c in wanted]]
+    fin = _Rows(req, finished, [c for c in req.columns if c in wanted])
     for name, column in LATENCIES.items():
         if column is not None:
             row.update(_pct_columns(name, quantiles(fin[column].to_numpy(dtype=float))))
@@ -255,7 +255,33 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     return row
 
 
-def _server_queue(row: dict, fin: pd.DataFrame, tel: TelemetryIndex, step: dict) -> None:
+class _Rows:
+    """The rows `mask` of some of a frame's `columns`, each column copied when it is read (a step's
+    completed requests are never copied with every column at once): `fin[name]`, `name in fin`, `len(fin)`."""
+
+    def __init__(self, frame: pd.DataFrame, mask: np.ndarray, columns: list[str]) -> None:
+        self._frame, self._mask, self._columns = frame, mask, set(columns)
+        self._len = int(np.count_nonzero(mask))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._columns
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, name: str) -> pd.Series:
+        if name not in self._columns:
+            raise KeyError(name)
+        return self._frame[name][self._mask]
+
+
+def _strings(values: pd.Series) -> np.ndarray:
+    """`values.to_numpy()` (object), each distinct string one object (not one per request)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return np.asarray(uniques, dtype=object)[codes] if len(values) else values.to_numpy()
+
+
+def _server_queue(row: dict, fin: _Rows, tel: TelemetryIndex, step: dict) -> None:
     per_request = fin["server_queue_s"].to_numpy(dtype=float)
     if (~np.isnan(per_request)).any():
         row.update(_pct_columns("server_queue", quantiles(per_request)))
@@ -347,7 +373,7 @@ def _usage_mismatch(row: dict, req: pd.DataFrame, in_win: np.ndarray, arrivals: 
     row["usage_mismatch_note"] = "; ".join(parts)
 
 
-def _tokens(row: dict, fin: pd.DataFrame) -> None:
+def _tokens(row: dict, fin: _Rows) -> None:
     for name in ("input_tokens", "output_tokens"):
         values = fin[name].to_numpy(dtype=float) if name in fin else np.array([])
         q = quantiles(values, (50.0, 95.0))
@@ -402,7 +428,7 @@ def queue_growth(series: np.ndarray, arrivals: float, *, alpha: float) -> tuple[
     return bool(p < alpha and rise >= limit), p, rise, limit
 
 
-def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.ndarray | None:
+def _threshold_values(row: dict, t, fin: _Rows, itl: np.ndarray) -> np.ndarray | None:
     """The raw values threshold `t` is judged on (None: not per request, e.g. a histogram queue)."""
     # a registered dimension without its own p50/p95/p99 columns reads its per-request column
     column = LATENCIES.get(t.metric, slo_dims.latency(t.metric).request_column)
@@ -417,15 +443,18 @@ def _threshold_values(row: dict, t, fin: pd.DataFrame, itl: np.ndarray) -> np.nd
     return None
 
 
-def _threshold_percentiles(row: dict, slo: SLO, fin: pd.DataFrame, itl: np.ndarray) -> None:
+def _threshold_percentiles(row: dict, slo: SLO, fin: _Rows, itl: np.ndarray) -> None:
     """Percentiles an SLO asks for beyond p50/p95/p99 (e.g. `ttft_p90`), from the same raw values, and
     every threshold's interval `<figure>_low` / `<figure>_high` at `slo.confidence`
     (`analysis.intervals`: the values in `scheduled_at` order; NaN when not per request)."""
-    if "scheduled_at" in fin and len(fin):
-        fin = fin.iloc[np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")]
+    # the completed requests in `scheduled_at` order: only the values judged are reordered (not every column)
+    order = (np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")
+             if "scheduled_at" in fin and len(fin) else None)
     for t in slo.thresholds:
         key = f"{t.key}_s"
         values = _threshold_values(row, t, fin, itl)
+        if values is not None and order is not None and t.metric != "itl":
+            values = values[order]
         if key not in row:
             row[key] = math.nan if values is None else quantiles(values, (t.percentile,))[t.percentile]
         # the ranks' autocorrelation, the same for both intervals of these values: computed once

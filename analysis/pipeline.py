@@ -25,7 +25,7 @@ from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
 from analysis.limits import PromptCounts, add_limits, request_figures, step_limits
 from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
-from analysis.run import RecordSource, Run
+from analysis.run import KEPT_ONLY_COLUMNS, UNREAD_COLUMNS, RecordSource, Run
 from analysis.soak import merged_slice_row, soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
@@ -237,14 +237,16 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         if not ran and (label in done or not pos.size):
             rows.append(judged_step_row(None, step, slo, client, tel, None, empty))
             continue
-        records, gaps = source.rows_and_gaps(pos, float32_above)
+        kept_here = label not in done and (keep or step.get("phase") in bursts)
+        records, gaps = source.rows_and_gaps(pos, float32_above,
+                                             UNREAD_COLUMNS + (() if kept_here else KEPT_ONLY_COLUMNS))
         req = derive_requests(records, windows, slo)
         del records
         if label not in done:
             done.add(label)
             read.append((label, pos))
             prompts.add(req)
-            if keep or step.get("phase") in bursts:
+            if kept_here:
                 kept.add(label, req, pos)
         at = np.arange(len(req))
         gaps.disposable = names is None  # read once by the step's row, unless the instance rows read them after
@@ -274,6 +276,7 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     burst = burst_vs_uniform(steps)
     slices, soak = soak_slices(steps, alpha=slo.trend_alpha, merge=lambda labels: merged_slice_row(
         labels, plan_steps, lambda pos: source.rows_and_gaps(pos, float32_above), groups, windows, slo, client, tel))
+    source.done()  # no more gaps are read
     warnings = _warnings(stray, plan_steps, steps, slo, run.telemetry)
     simulation = dict(run.plan["simulation"]) if isinstance(run.plan.get("simulation"), dict) else None
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first

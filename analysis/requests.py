@@ -33,6 +33,8 @@ the later event, only for requests whose events all carry a token count).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -117,7 +119,7 @@ def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float
         ttfa_s=answer_at - sent, user_ttfa_s=answer_at - sched, answer_tokens=answer_tokens,
         reasoning_rate=reasoning_rate, answer_rate=answer_rate,
         usage_mismatched=outcome.isin(FINISHED) & _usage_off(records, out_tokens),
-    ), index=records.index)  # one block, joined once: column by column fragments the frame
+    ), index=records.index, copy=False)  # joined once (column by column fragments the frame), not copied
     derived = pd.concat([records.drop(columns=[c for c in new if c in records]), new], axis=1)
     return derived.assign(good=meets_thresholds(derived, slo) & (outcome == "ok") & in_window)
 
@@ -204,11 +206,12 @@ class EventGaps:
         keep = np.zeros(b - a, dtype=bool)
         keep[rows - a] = True
         lo, hi = int(self.offsets[a]), int(self.offsets[b])
-        events = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
         if not finite:
-            chunk = self.chunk[lo:hi][events]
-            token = self.token[lo:hi][events] if self.token is not None else empty
+            every = np.repeat(keep, np.diff(self.offsets[a:b + 1]))
+            chunk = self.chunk[lo:hi][every]
+            token = self.token[lo:hi][every] if self.token is not None else empty
             return chunk, token
+        events = _EventMask(keep, self.offsets[a:b + 1] - lo)  # made a block at a time, not per event at once
         if consume and self.disposable:
             chunk = _finite(self.chunk[lo:hi], events, in_place=True)
             token = _finite(self.token[lo:hi], events, in_place=True) if self.token is not None else empty
@@ -222,14 +225,30 @@ class EventGaps:
 SELECT_BLOCK = 1 << 22
 
 
-def _finite(values: np.ndarray, events: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+class _EventMask:
+    """Which events belong to the kept requests (`keep`, one per request; `offsets`: each request's first
+    event and the end), given for a block of events at a time."""
+
+    def __init__(self, keep: np.ndarray, offsets: np.ndarray) -> None:
+        self.keep, self.offsets = keep, offsets
+        self.count = int(np.diff(offsets)[keep].sum())  # the kept events
+
+    def block(self, start: int, end: int) -> np.ndarray:
+        """The mask of the events `[start, end)`."""
+        first = int(np.searchsorted(self.offsets, start, side="right")) - 1  # the request holding `start`
+        last = int(np.searchsorted(self.offsets, end, side="left"))  # the requests starting before `end`
+        lengths = (np.minimum(self.offsets[first + 1:last + 1], end) - np.maximum(self.offsets[first:last], start))
+        return np.repeat(self.keep[first:last], np.maximum(lengths, 0))
+
+
+def _finite(values: np.ndarray, events: _EventMask, *, in_place: bool = False) -> np.ndarray:
     """`values[events & ~isnan(values)]`, a block at a time into one array (`in_place`: into `values`'
     own memory, written only where it was already read)."""
-    out = values if in_place else np.empty(int(np.count_nonzero(events)), dtype=values.dtype)
+    out = values if in_place else np.empty(events.count, dtype=values.dtype)
     n = 0
     for at in range(0, values.size, SELECT_BLOCK):
         block = values[at:at + SELECT_BLOCK]
-        kept = block[events[at:at + SELECT_BLOCK] & ~np.isnan(block)]
+        kept = block[events.block(at, at + block.size) & ~np.isnan(block)]
         out[n:n + kept.size] = kept
         n += kept.size
     return out[:n]
@@ -237,14 +256,16 @@ def _finite(values: np.ndarray, events: np.ndarray, *, in_place: bool = False) -
 
 def event_gaps(token_times: pd.Series | pa.Array | pa.ChunkedArray,
                token_counts: pd.Series | pa.Array | pa.ChunkedArray | None = None, *,
-               float32_above: float = FLOAT32_GAPS_ABOVE) -> EventGaps:
+               float32_above: float = FLOAT32_GAPS_ABOVE,
+               out: Callable[[int, np.dtype], np.ndarray] | None = None) -> EventGaps:
     """Chunk-level and token-level inter-event gaps of every request, vectorised over all events
-    (float32 when there are more than `float32_above` events)."""
+    (float32 when there are more than `float32_above` events). `out(size, dtype)`: where the chunk
+    gaps are written (a joined buffer's next place), else a new array."""
     chunks = list_chunks(token_times, pa.float64())
     lengths = _lengths(chunks)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     dtype = np.float32 if offsets[-1] > float32_above else np.float64
-    chunk = np.empty(int(offsets[-1]), dtype=dtype)
+    chunk = out(int(offsets[-1]), np.dtype(dtype)) if out is not None else np.empty(int(offsets[-1]), dtype=dtype)
     pos = 0
     for c in chunks:
         values = c.flatten().to_numpy(zero_copy_only=False)

@@ -11,6 +11,7 @@ Missing records or plan is a user mistake and raises `ConfigError` naming the fi
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 from llmload.errors import ConfigError
 from llmload.records import RECORD_SCHEMA
 
-__all__ = ["LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "FrameRecords", "ParquetRecords", "RecordSource", "Run",
+__all__ = ["KEPT_ONLY_COLUMNS", "LIST_BATCH_ROWS", "TELEMETRY_COLUMNS", "UNREAD_COLUMNS", "FrameRecords", "ParquetRecords", "RecordSource", "Run",
            "empty_records", "empty_telemetry", "load_run", "records_from_table"]
 
 TELEMETRY_COLUMNS = ("t", "source", "metric", "value", "step", "labels")
@@ -35,6 +36,13 @@ LIST_BATCH_ROWS = 16_384
 READ_BUFFER_BYTES = 1 << 20
 #: the per-event list columns of the records
 LIST_COLUMNS = ("token_times", "token_counts")
+#: record columns no step's figures read (`derive_requests`, `step_metrics`, `request_figures`,
+#: `PromptCounts`, the instance rows; the master's `judge_step` too): a step's records are read without them
+UNREAD_COLUMNS = ("error", "http_status", "api", "finish_reason", "cold", "dequeued_at", "retries", "quality_checked",
+                  "reported_output_tokens", "server_load_s", "server_decode_s", "server_total_s", "session_id",
+                  "tool_call_tokens")
+#: record columns only the analysis' kept `RUN_COLUMNS` / `OPTIONAL_COLUMNS` read (`analysis.pipeline`)
+KEPT_ONLY_COLUMNS = ("request_id", "tokens_estimated", "turn", "cached_tokens")
 
 
 class Run:
@@ -70,14 +78,16 @@ class RecordSource:
     def rows(self, positions: np.ndarray) -> pd.DataFrame:
         raise NotImplementedError
 
-    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float,
+                      skip: tuple[str, ...] = ()) -> tuple[pd.DataFrame, Any]:
         """The rows at `positions` without their per-event lists, and the lists' `EventGaps`
-        (`analysis.requests.event_gaps`, float32 above `float32_above` events)."""
+        (`analysis.requests.event_gaps`, float32 above `float32_above` events). `skip`: columns its
+        reader never reads (not read, absent from the frame)."""
         from analysis.requests import event_gaps
 
         records = self.rows(positions)
         gaps = event_gaps(records["token_times"], records.get("token_counts"), float32_above=float32_above)
-        return records.drop(columns=[c for c in LIST_COLUMNS if c in records]), gaps
+        return records.drop(columns=[c for c in (*LIST_COLUMNS, *skip) if c in records]), gaps
 
     def scalar_rows(self, positions: np.ndarray) -> pd.DataFrame:
         """The rows at `positions` without their per-event lists (what `rows_and_gaps` gives, no gaps)."""
@@ -86,6 +96,9 @@ class RecordSource:
 
     def column(self, name: str) -> pd.Series:
         raise NotImplementedError
+
+    def done(self) -> None:
+        """The step-by-step reads are over: what they kept for the next step is let go."""
 
     def total_events(self) -> int:
         raise NotImplementedError
@@ -145,6 +158,12 @@ class ParquetRecords(RecordSource):
         self._starts = np.concatenate([[0], np.cumsum([self._file.metadata.row_group(i).num_rows
                                                        for i in range(self._file.num_row_groups)])])
         self._row_group_starts = {int(v) for v in self._starts}
+        #: the last step's gap buffer, reused by the next step's gaps once nothing reads it (no page of a
+        #: step's hundreds of MB of gaps is first touched again at every step)
+        self._spare: np.ndarray | None = None
+
+    def done(self) -> None:
+        self._spare = None
 
     def groups(self) -> dict[str, np.ndarray]:
         # read as a dictionary: one small code per row, not a Python string per row
@@ -174,20 +193,25 @@ class ParquetRecords(RecordSource):
         pa.default_memory_pool().release_unused()
         return frame
 
-    def rows_and_gaps(self, positions: np.ndarray, float32_above: float) -> tuple[pd.DataFrame, Any]:
+    def rows_and_gaps(self, positions: np.ndarray, float32_above: float,
+                      skip: tuple[str, ...] = ()) -> tuple[pd.DataFrame, Any]:
         """`RecordSource.rows_and_gaps`, the gaps made batch by batch as the rows are read: a step's event
-        times are never all in memory, only their gaps."""
+        times are never all in memory, only their gaps. The `skip` columns are not read."""
         from analysis.requests import EventGaps, event_gaps
 
         schema = self._file.schema_arrow
+        if skip:
+            schema = pa.schema([f for f in schema if f.name not in skip])
         lists = [name for name in LIST_COLUMNS if name in schema.names]
         scalars, token, offsets, counted = [], [], [np.array([0], dtype=np.int64)], 0
-        chunk = _Joined(self._events_at_most(positions))
+        # the gaps are written where they are joined; into the last step's buffer when nothing reads it now
+        spare, self._spare = self._spare, None
+        chunk = _Joined(self._events_at_most(positions), spare if sys.getrefcount(spare) <= 2 else None)
+        del spare
         any_token = False
-        for batch in self._batches(positions):
+        for batch in self._batches(positions, tuple(schema.names) if skip else None):
             gaps = event_gaps(batch.column("token_times"), batch.column("token_counts")
-                              if "token_counts" in lists else None, float32_above=float32_above)
-            chunk.add(gaps.chunk)
+                              if "token_counts" in lists else None, float32_above=float32_above, out=chunk.reserve)
             token.append(gaps.token)
             any_token |= gaps.token is not None
             offsets.append(gaps.offsets[1:] + counted)
@@ -198,10 +222,11 @@ class ParquetRecords(RecordSource):
                          (np.concatenate([t if t is not None else np.full(n, np.nan, dtype=d)
                                           for t, n, d in zip(token, chunk.sizes, chunk.dtypes, strict=True)])
                           if any_token else None))
+        self._spare = chunk.buffer
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
-        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        frame = records_from_table(table, skip, consume=True).drop(columns=list(LIST_COLUMNS))
         del table
         pa.default_memory_pool().release_unused()
         return frame, gaps
@@ -303,10 +328,13 @@ class ParquetRecords(RecordSource):
 class _Joined:
     """Arrays joined as they come into one buffer sized ahead (`capacity`: a bound on their total), so
     the joined array is not a second copy of its parts; past the bound it grows (a copy). Pages of the
-    buffer never written are never touched, so a loose bound costs no memory."""
+    buffer never written are never touched, so a loose bound costs no memory. `spare`: a buffer to
+    use (overwritten) when it is large enough and of the parts' dtype. `reserve(n, dtype)` gives the
+    place the next part is written to (`add` copies one there)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, spare: np.ndarray | None = None) -> None:
         self.capacity = capacity
+        self.spare = spare
         self.buffer: np.ndarray | None = None
         self.size = 0
         self.parts: list[np.ndarray] | None = None  # arrays of another dtype came: joined as they are
@@ -314,21 +342,28 @@ class _Joined:
         self.dtypes: list[np.dtype] = []
 
     def add(self, values: np.ndarray) -> None:
-        self.sizes.append(values.size)
-        self.dtypes.append(values.dtype)
-        if self.parts is None and self.buffer is not None and values.dtype != self.buffer.dtype:
+        self.reserve(values.size, values.dtype)[:] = values
+
+    def reserve(self, size: int, dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        self.sizes.append(size)
+        self.dtypes.append(dtype)
+        if self.parts is None and self.buffer is not None and dtype != self.buffer.dtype:
             self.parts, self.buffer = [self.buffer[:self.size]], None
         if self.parts is not None:
-            self.parts.append(values)
-            return
+            self.parts.append(np.empty(size, dtype=dtype))
+            return self.parts[-1]
         if self.buffer is None:
-            self.buffer = np.empty(max(self.capacity, values.size), dtype=values.dtype)
-        elif self.size + values.size > self.buffer.size:
-            grown = np.empty(max(2 * self.buffer.size, self.size + values.size), dtype=values.dtype)
+            need = max(self.capacity, size)
+            spare, self.spare = self.spare, None
+            self.buffer = spare if spare is not None and spare.dtype == dtype and spare.size >= need else \
+                np.empty(need, dtype=dtype)
+        elif self.size + size > self.buffer.size:
+            grown = np.empty(max(2 * self.buffer.size, self.size + size), dtype=dtype)
             grown[:self.size] = self.buffer[:self.size]
             self.buffer = grown
-        self.buffer[self.size:self.size + values.size] = values
-        self.size += values.size
+        self.size += size
+        return self.buffer[self.size - size:self.size]
 
     def array(self, dtype: type) -> np.ndarray:
         """The joined array (`dtype` when nothing came)."""
@@ -341,11 +376,15 @@ def _arrow_lists(dtype: pa.DataType) -> pd.ArrowDtype | None:
     return pd.ArrowDtype(dtype) if pa.types.is_list(dtype) else None
 
 
-def records_from_table(table: pa.Table) -> pd.DataFrame:
-    """Records as a DataFrame: list columns Arrow-backed, every schema column present."""
+def records_from_table(table: pa.Table, skip: tuple[str, ...] = (), *, consume: bool = False) -> pd.DataFrame:
+    """Records as a DataFrame: list columns Arrow-backed, every schema column present but those in `skip`.
+    `consume`: the caller lets `table` go: each column's Arrow memory is freed as it is converted, and
+    the columns are not joined into 2-D blocks (a step's records are then never in memory twice)."""
     for name in RECORD_SCHEMA.names:
-        if name not in table.column_names:
+        if name not in table.column_names and name not in skip:
             table = table.append_column(name, pa.nulls(table.num_rows, RECORD_SCHEMA.field(name).type))
+    if consume:
+        return table.to_pandas(types_mapper=_arrow_lists, split_blocks=True, self_destruct=True)
     return table.to_pandas(types_mapper=_arrow_lists)
 
 

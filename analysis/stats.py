@@ -48,8 +48,77 @@ def quantiles(values: np.ndarray, qs: tuple[float, ...] = QUANTILES, *,
     if arr.size == 0:
         return {**{q: math.nan for q in qs}, "max": math.nan}
     top = float(arr.max())
-    out = np.percentile(arr, qs, method="linear", overwrite_input=True)
+    out = _radix_percentiles(arr, qs) if arr.size >= RADIX_MIN else None
+    if out is None:
+        out = np.percentile(arr, qs, method="linear", overwrite_input=True)
     return {**{q: float(v) for q, v in zip(qs, out, strict=True)}, "max": top}
+
+
+#: values from which `quantiles` selects its order statistics by their bits (`_radix_percentiles`): a
+#: step's tens of millions of event gaps, where a partition is several passes over them
+RADIX_MIN = 1 << 22
+#: values per pass of the radix selection (its temporaries are a block's)
+_RADIX_BLOCK = 1 << 22
+#: the radix selection's bins: the top 20 bits of each value
+_RADIX_BINS_BITS = 20
+
+
+def _radix_percentiles(arr: np.ndarray, qs: tuple[float, ...]) -> np.ndarray | None:
+    """`np.percentile(arr, qs, method="linear")`, the same bits, for NaN-free float32 / float64 values
+    that are all >= +0.0 (None otherwise: the caller partitions). Such values order as their bit
+    patterns do: one pass counts the values per bin of their top bits, which gives the bin of each
+    order statistic the percentiles read; a second pass gathers those bins' values only, partitioned
+    to the exact order statistics; these are interpolated as numpy's `_quantile` does."""
+    uint = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}.get(arr.dtype)
+    if uint is None or arr.ndim != 1:
+        return None
+    bits = arr.view(uint)
+    if int(bits.max()) >> (8 * arr.itemsize - 1):  # a negative value, -0.0 or a negative NaN
+        return None
+    n = arr.size
+    # numpy's linear method: virtual index (n - 1) q, its floor and the next, clamped (`_get_indexes`)
+    q = np.true_divide(qs, 100)
+    virtual = (n - 1) * q
+    previous = np.floor(virtual)
+    following = previous + 1
+    above = virtual >= n - 1
+    previous[above] = following[above] = -1
+    below = virtual < 0
+    previous[below] = following[below] = 0
+    previous, following = previous.astype(np.intp), following.astype(np.intp)
+    ranks = np.unique(np.concatenate([previous, following]) % n)
+    values = dict(zip(ranks.tolist(), _order_statistics(arr, bits, ranks).tolist(), strict=True))
+    a = np.array([values[int(r) % n] for r in previous], dtype=arr.dtype)
+    b = np.array([values[int(r) % n] for r in following], dtype=arr.dtype)
+    gamma = np.asanyarray(virtual - previous, dtype=virtual.dtype)  # `_get_gamma`
+    diff = b - a  # `_lerp`
+    out = np.add(a, diff * gamma)
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe", dtype=type(out.dtype))
+    return out
+
+
+def _order_statistics(arr: np.ndarray, bits: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """`np.sort(arr)[ranks]` (`bits`: `arr`'s non-negative values as unsigned integers, same order)."""
+    shift = bits.dtype.type(8 * bits.itemsize - _RADIX_BINS_BITS)
+    size = 1 << _RADIX_BINS_BITS
+    counts = np.zeros(size, dtype=np.int64)
+    for at in range(0, bits.size, _RADIX_BLOCK):
+        counts += np.bincount(bits[at:at + _RADIX_BLOCK] >> shift, minlength=size)
+    ends = np.cumsum(counts)
+    bins = np.searchsorted(ends, ranks, side="right")  # the bin of each rank
+    wanted = np.zeros(size, dtype=bool)
+    wanted[bins] = True
+    parts = [arr[at:at + _RADIX_BLOCK][wanted[bits[at:at + _RADIX_BLOCK] >> shift]]
+             for at in range(0, bits.size, _RADIX_BLOCK)]
+    gathered = np.concatenate(parts)
+    gathered_bins = gathered.view(bits.dtype) >> shift
+    out = np.empty(ranks.size, dtype=arr.dtype)
+    for b in np.unique(bins):
+        own = gathered[gathered_bins == b]
+        where = np.flatnonzero(bins == b)
+        local = ranks[where] - (ends[b] - counts[b])  # ranks inside the bin
+        out[where] = np.partition(own, local)[local]
+    return out
 
 
 def _inversion_cdf(n: int) -> np.ndarray:

@@ -322,14 +322,17 @@ def _storable(rows: list[dict], schema: Any) -> list[dict]:
     return out
 
 
-def records_table(rows: Iterable[dict]) -> Any:
+def records_table(rows: Iterable[dict], skip: tuple[str, ...] = ()) -> Any:
     """A `pyarrow.Table` with the record schema (missing keys become nulls), one row per request_id.
     A value the schema cannot hold is dropped from its record (`_storable`), never the records. The rows
     are converted `TABLE_CHUNK_ROWS` at a time: a run's records never sit in memory as Python dicts all
-    at once (`rows` may be a generator, `iter_record_files`), only as Arrow columns."""
+    at once (`rows` may be a generator, `iter_record_files`), only as Arrow columns. `skip`: columns
+    left out (their reader never reads them; `request_id`, `outcome` and `scheduled_at` are always kept)."""
     import pyarrow as pa
 
     schema = _record_schema()
+    if skip:
+        schema = pa.schema([f for f in schema if f.name not in skip or f.name in _KEY_COLUMNS])
     tables = []
     chunk: list[dict] = []
     for row in rows:
@@ -342,8 +345,12 @@ def records_table(rows: Iterable[dict]) -> Any:
         tables.append(_chunk_table(chunk, schema))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     table = _nan_as_null(table)
-    keep = _keep_rows(table.select(["request_id", "outcome", "scheduled_at"]).to_pandas())
+    keep = _keep_rows(table.select(list(_KEY_COLUMNS)).to_pandas())
     return table if keep is None else table.take(keep)
+
+
+#: what picks one row per request_id (`_keep_rows`)
+_KEY_COLUMNS = ("request_id", "outcome", "scheduled_at")
 
 
 def _chunk_table(rows: list[dict], schema: Any) -> Any:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from analysis import stats
 from analysis.stats import binomial_sf, busy_integral, counter_increase, mann_kendall, quantiles, sen_slope
 
 
@@ -31,6 +32,29 @@ def test_sen_slope_and_quantiles() -> None:
     q = quantiles(np.array([1.0, 2.0, 3.0, 4.0, np.nan]))
     assert q[50.0] == pytest.approx(2.5) and q[95.0] == pytest.approx(3.85) and q["max"] == 4.0
     assert math.isnan(quantiles(np.array([]))[95.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_radix_percentiles_are_numpys_bit_for_bit(monkeypatch, dtype) -> None:
+    """Issue 46: a step's tens of millions of gaps are selected by their bits, not partitioned; the
+    percentiles are `np.percentile`'s to the last bit (ties, zeros, one value, huge and tiny values), and
+    values it cannot order by their bits (negative, -0.0) go to the partition."""
+    monkeypatch.setattr(stats, "RADIX_MIN", 1)
+    rng = np.random.default_rng(5)
+    qs = (50.0, 95.0, 99.0, 0.0, 100.0, 99.9, 1.0)
+    cases = [rng.lognormal(-3, 0.3, 100_003), rng.integers(0, 5, 1001).astype(float), np.full(17, 0.25),
+             np.array([0.3]), np.array([2.0, 1.0]), rng.exponential(1.0, 4097) * 1e-6,
+             np.concatenate([np.zeros(500), rng.uniform(0, 1e30, 501), [1e38]])]
+    for values in cases:
+        x = values.astype(dtype)
+        expected = np.percentile(x, qs)
+        got = stats._radix_percentiles(x.copy(), qs)
+        assert got is not None and got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+        assert quantiles(x.copy(), qs) == quantiles(x.copy(), qs, scratch=True)
+        assert [quantiles(x, qs)[q] for q in qs] == expected.tolist()
+    assert stats._radix_percentiles(np.array([-1.0, 2.0], dtype=dtype), qs) is None
+    assert stats._radix_percentiles(np.array([-0.0, 2.0], dtype=dtype), qs) is None
+    assert quantiles(np.array([-1.0, 2.0, 3.0], dtype=dtype))[50.0] == 2.0
 
 
 def test_counter_increase_handles_resets() -> None:

@@ -23,7 +23,8 @@ __all__ = ["judge_rows", "live_judge"]
 def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Path | None = None,
                recent: Any = None) -> tuple:
     """(verdict, failing, stats) of one step from shipped summaries (telemetry: `recent`, else the files)."""
-    from analysis.run import records_from_table  # pandas/pyarrow: only once a step is judged (issue 20)
+    # pandas/pyarrow: only once a step is judged (issue 20)
+    from analysis.run import KEPT_ONLY_COLUMNS, UNREAD_COLUMNS, records_from_table
     from analysis.verdict import judge_step
     from llmload.telemetry.sink import read_telemetry, telemetry_frame
 
@@ -33,8 +34,11 @@ def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Pat
     elif run_dir is not None:
         telemetry = read_telemetry(run_dir)
     # `rows`: the step's `StepRecords` (read back from its spill file, Arrow-converted a chunk at a time;
-    # per-event lists stay Arrow-backed, as the final analysis reads them) or a list of summaries
-    return judge_step(records_from_table(records_table(rows)), step, config.slo, config.client, telemetry)
+    # per-event lists stay Arrow-backed, as the final analysis reads them) or a list of summaries; only
+    # the columns the step's figures read, as the analysis reads a step
+    skip = UNREAD_COLUMNS + KEPT_ONLY_COLUMNS
+    records = records_from_table(records_table(rows, skip).drop_columns(["request_id"]), skip, consume=True)
+    return judge_step(records, step, config.slo, config.client, telemetry)
 
 
 def live_judge(run_dir: Path, recent: Any = None) -> Callable[[Iterable[dict], dict, Config], tuple]:
