@@ -167,7 +167,7 @@ def report(
     slo: Annotated[Optional[Path], typer.Option(help="Another SLO file (or config): new verdicts, no re-run.")] = None,
 ) -> None:
     """Re-analyse a run directory and rewrite its summary, worksheet and report."""
-    from llmload.report.rereport import rereport
+    from llmload.report.reanalyse import rereport
 
     raise typer.Exit(rereport(run_dir, slo_path=slo))
 

@@ -384,13 +384,13 @@ def test_a_cycle_through_a_lazy_import_is_found(tmp_path):
         "llmload/__init__.py": "",
         "llmload/report/__init__.py": "",
         "llmload/report/page.py": "def f():\n    from llmload.report.planning import g\n",
-        "llmload/report/planning.py": "def g():\n    from .rereport import h\n",
-        "llmload/report/rereport.py": "from llmload.report.page import f\n",
+        "llmload/report/planning.py": "def g():\n    from .reanalyse import h\n",
+        "llmload/report/reanalyse.py": "from llmload.report.page import f\n",
         "llmload/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from llmload.report import page\n",
     })
     assert module_cycles(graph) == ["llmload.report.page -> llmload.report.planning; "
-                                    "llmload.report.planning -> llmload.report.rereport; "
-                                    "llmload.report.rereport -> llmload.report.page"]
+                                    "llmload.report.planning -> llmload.report.reanalyse; "
+                                    "llmload.report.reanalyse -> llmload.report.page"]
 
 
 def test_packages_that_import_each_other_are_found(tmp_path):

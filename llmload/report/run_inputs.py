@@ -1,7 +1,7 @@
 """A finished run directory and what it is judged with: its SLO (configured, or the last re-analysis's) and
 its generator limits, read back from `manifest.json` and `summary.json`.
 
-`llmload report` (`llmload.report.rereport`), `llmload plan` (`llmload.report.planning`) and `llmload
+`llmload report` (`llmload.report.reanalyse`), `llmload plan` (`llmload.report.planning`) and `llmload
 compare` read them; nothing here draws a page, so the report page and these commands do not import
 each other in a circle.
 """

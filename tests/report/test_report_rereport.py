@@ -71,7 +71,7 @@ def test_bad_slo_file_names_file_and_key(run_dir, tmp_path, capsys):
 
 
 def test_slo_and_client_from_a_dumped_config():
-    from llmload.report.rereport import client_from_manifest, slo_from_manifest
+    from llmload.report.reanalyse import client_from_manifest, slo_from_manifest
 
     manifest = {"config": {"slo": {"thresholds": [{"metric": "ttft", "percentile": 95.0, "value_s": 0.5}],
                                    "max_reject_ratio": 0.0, "allow_oom": None, "min_samples": 100},
