@@ -19,11 +19,17 @@ from llmload.records import records_table
 
 __all__ = ["judge_rows", "live_judge"]
 
+#: summaries converted to Arrow at a time when judging: the Python dicts held at once (a summary read
+#: back is about 2 KB as a dict; `TABLE_CHUNK_ROWS` of them is 100 MB)
+JUDGE_CHUNK_ROWS = 8192
+
 
 def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Path | None = None,
                recent: Any = None) -> tuple:
     """(verdict, failing, stats) of one step from shipped summaries (telemetry: `recent`, else the files)."""
     # pandas/pyarrow: only once a step is judged (issue 20)
+    import pyarrow
+
     from analysis.run import KEPT_ONLY_COLUMNS, UNREAD_COLUMNS, records_from_table
     from analysis.verdict import judge_step
     from llmload.telemetry.sink import read_telemetry, telemetry_frame
@@ -37,7 +43,10 @@ def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Pat
     # per-event lists stay Arrow-backed, as the final analysis reads them) or a list of summaries; only
     # the columns the step's figures read, as the analysis reads a step
     skip = UNREAD_COLUMNS + KEPT_ONLY_COLUMNS
-    records = records_from_table(records_table(rows, skip).drop_columns(["request_id"]), skip, consume=True)
+    table = records_table(rows, skip, chunk_rows=JUDGE_CHUNK_ROWS)
+    records = records_from_table(table.drop_columns(["request_id"]), skip, consume=True)
+    del table
+    pyarrow.default_memory_pool().release_unused()  # the conversion's freed buffers back to the OS
     return judge_step(records, step, config.slo, config.client, telemetry)
 
 
