@@ -1,7 +1,7 @@
 """A shared-prefix ladder against the vLLM sim, prefix caching on vs off (issue 18).
 
     PYTHONPATH=. python bench/prefix_ladder.py [--step-s 8] [--rates 2,4,6,8,10] [--work /tmp/prefix-ladder]
-        [--out bench/results/prefix_ladder.json]
+        [--caching both|on|off] [--out bench/results/prefix_ladder.json]
 
 Runs the same Poisson ladder (1,024-token system-like prefix shared by `ratio` of the requests, 1,280
 input / 32 output tokens) twice with `llmload run`, once per sim setting, and prints per rate the TTFT
@@ -93,12 +93,14 @@ def main() -> None:
     ap.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="comma-separated req/s")
     ap.add_argument("--work", type=Path, default=Path("/tmp/prefix-ladder"), help="run directories")
     ap.add_argument("--out", type=Path, default=RESULT, help="the result JSON")
+    ap.add_argument("--caching", choices=("both", "on", "off"), default="both",
+                    help="the sim settings to run (one: a smoke test of the script, no comparison)")
     args = ap.parse_args()
     rates = tuple(float(r) for r in args.rates.split(","))
     result = {"command": " ".join(sys.argv), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "machine": machine(),
               "sim": SIM, "mix": {"ratio": RATIO, "prefix_tokens": PREFIX, "input": INPUT, "output": OUTPUT}}
-    for caching in (True, False):
+    for caching in {"both": (True, False), "on": (True,), "off": (False,)}[args.caching]:
         res = run_one(args.work / ("on" if caching else "off"), caching, args.step_s, rates)
         result["caching_on" if caching else "caching_off"] = res
         # a prefix request finds (3 template + PREFIX) // 16 whole blocks once its prefix is cached

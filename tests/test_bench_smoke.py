@@ -28,8 +28,10 @@ TINY = {
     "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
     # the cold child is the breakdown's without its imports: these two import all that any mode does
     "finalize.py": ["--records", "200", "--rounds", "1", "--telemetry", "--modes", "master", "breakdown"],
-    "prefix_ladder.py": ["--rates", "2", "--step-s", "1", "--work", "work"],
-    "fan_in.py": ["--quick"],
+    # caching on alone: the off run is the same function with the sim's caching off (9 s of wall, 4 s of CPU)
+    "prefix_ladder.py": ["--rates", "2", "--step-s", "1", "--work", "work", "--caching", "on"],
+    # --quick's 4 workers and one driver, 200 records in 1 s instead of 1,200 in 3 s (every record counted)
+    "fan_in.py": ["--workers", "4", "--rate", "200", "--duration", "1", "--drivers", "1"],
     # two workers: the one-worker run is the same function with one (the ratio is left out without it)
     "scaling.py": ["--workers", "2", "--rates", "5", "--step-s", "1", "--warmup-s", "0.25", "--users", "16"],
     # without a GPU (CI) it says "no NVIDIA GPU here" and exits 0; with one, a 256 MiB step check
@@ -49,8 +51,9 @@ TINY = {
     # llama-server runs instead of three (35 s of CPU was 20), every step of the script still runs
     "twin_real.py": ["--quick", "--work", "work", "--parallel", "4", "--other", "4"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
-    # 30 s at 20 req/s in 5-s slices, one worker; the sim's step cost grows 60 ms a minute (a drift to find)
-    "soak.py": ["--minutes", "0.5", "--rate", "20", "--slice-s", "5", "--settle-min", "0.1", "--sample-s", "0.5",
+    # 12 s at 20 req/s in three 4-s slices (the fewest its trend test takes), one worker; the sim's step
+    # cost grows 60 ms a minute (a drift to find); 30 s in 5-s slices took 44 s of wall and 8.4 s of CPU
+    "soak.py": ["--minutes", "0.2", "--rate", "20", "--slice-s", "4", "--settle-min", "0.05", "--sample-s", "0.5",
                 "--processes", "1", "--growth-ms-per-min", "60"],
 }
 

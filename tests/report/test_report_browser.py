@@ -27,28 +27,38 @@ def _need_chromium() -> None:
         pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
 
 
-@pytest.mark.timeout(120)
-def test_report_renders_every_plot_in_chromium(tmp_path):
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for this module's tests (each test opens its own page, in its own context):
+    a launch and Playwright's driver cost about a second of CPU each time."""
     _need_chromium()
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.mark.timeout(120)
+def test_report_renders_every_plot_in_chromium(browser, tmp_path):
     path = write_report(make_analysis(), tmp_path, manifest=make_manifest())
     requests: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("request", lambda r: requests.append(r.url))
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(path.resolve().as_uri(), wait_until="load")
-            sizes = page.evaluate("""() => Array.from(document.querySelectorAll('figure.plot')).map(f => {
-                const s = f.querySelector('svg'); const r = s ? s.getBoundingClientRect() : {width: 0, height: 0};
-                return [f.id, r.width, r.height]; })""")
-            worksheet_rows = page.locator("table#worksheet tbody tr").count()
-            page.locator("table#steps-table thead th").first.click()  # the sort script runs without error
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.on("request", lambda r: requests.append(r.url))
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        sizes = page.evaluate("""() => Array.from(document.querySelectorAll('figure.plot')).map(f => {
+            const s = f.querySelector('svg'); const r = s ? s.getBoundingClientRect() : {width: 0, height: 0};
+            return [f.id, r.width, r.height]; })""")
+        worksheet_rows = page.locator("table#worksheet tbody tr").count()
+        page.locator("table#steps-table thead th").first.click()  # the sort script runs without error
+    finally:
+        page.close()
     assert [s[0] for s in sizes] == ["plot-latency", "plot-goodput", "plot-timeline", "plot-distributions",
                                      "plot-split", "plot-burst"]
     assert all(width > 100 and height > 100 for _, width, height in sizes), sizes
@@ -76,14 +86,11 @@ def _realistic_run(root: Path) -> Path:
 
 
 @pytest.mark.timeout(180)
-def test_verdicts_are_seen_without_scrolling_at_1280_px(tmp_path):
+def test_verdicts_are_seen_without_scrolling_at_1280_px(browser, tmp_path):
     """Issue 32: in "Steps at a glance" (and the compare page) the verdict was the 18th of 19 columns, off
     screen at 1280 px behind a horizontal scroll. It comes first now, the table fits, the detail is folded,
     and the page is shorter (7,900 px before for this run: the worksheet, decision record, manifest and
     definitions are folded)."""
-    _need_chromium()
-    from playwright.sync_api import sync_playwright
-
     import analysis
     from llmload.config import SLO
     from llmload.report.compare import load_figures, render_comparison
@@ -99,17 +106,15 @@ def test_verdicts_are_seen_without_scrolling_at_1280_px(tmp_path):
                   slo={"ttft_p95": "1s", "min_samples": 50})
     compare = tmp_path / "compare.html"
     compare.write_text(render_comparison([load_figures(run_dir), load_figures(other)]), encoding="utf-8")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(report.resolve().as_uri(), wait_until="load")
-            glance = page.evaluate(VERDICT_JS, "steps-table")
-            detail_open = page.evaluate("() => document.getElementById('steps-detail-fold').open")
-            page.goto(compare.resolve().as_uri(), wait_until="load")
-            compared = page.evaluate(VERDICT_JS, "steps-table")
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(report.resolve().as_uri(), wait_until="load")
+        glance = page.evaluate(VERDICT_JS, "steps-table")
+        detail_open = page.evaluate("() => document.getElementById('steps-detail-fold').open")
+        page.goto(compare.resolve().as_uri(), wait_until="load")
+        compared = page.evaluate(VERDICT_JS, "steps-table")
+    finally:
+        page.close()
     for where in (glance, compared):
         assert where["left"] >= 0 and where["right"] <= min(where["boxRight"], where["window"]), where
     assert glance["tableWidth"] <= glance["boxWidth"], glance  # the whole table fits: no horizontal scroll

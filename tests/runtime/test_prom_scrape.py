@@ -122,20 +122,20 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
 
     from support import base_config
 
-    sim = start_sim(tmp_path)
     holder = socket.socket()
     try:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s",
-                                                  "steps": [{"rate": 2, "duration": "2s"}]}})
+        # no server at the target: the ports are checked before it is contacted (a pre-flight refusal
+        # instead of the port's line fails this test too)
+        config = base_config("http://127.0.0.1:9", {"ladder": {"arrival": "constant", "warmup": "0s",
+                                                              "steps": [{"rate": 2, "duration": "2s"}]}})
         done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
                                "--out", str(tmp_path / "run"), "--metrics-port", str(port)],
                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
     finally:
         holder.close()
-        stop_process(sim.proc)
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("llmload: error:")]
     assert errors == [f"llmload: error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}: "

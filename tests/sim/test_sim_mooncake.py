@@ -23,7 +23,7 @@ def _replay(sim_factory, tmp_path, *, unique: bool) -> tuple[dict, list[dict], d
     sim = sim_factory(flavor="vllm", config={**FAST, "step_base_s": "10ms", "prefill_cost_s": "0.2ms"})
     name = "unique" if unique else "shared"
     trace = make_mooncake.write_trace(tmp_path / f"{name}.jsonl",
-                                      make_mooncake.mooncake_rows(requests=20, rate=4.0, unique=unique))
+                                      make_mooncake.mooncake_rows(requests=20, rate=8.0, unique=unique))
     config = base_config(sim.url, {"trace": {"file": str(trace), "format": "mooncake", "drain_timeout": "30s"}},
                          client={"max_concurrency": 32, "max_send_lag_p99": "1s"})
     config["requests"] = {"seed": 3}

@@ -38,18 +38,11 @@ def test_a_request_arriving_mid_step_waits_for_the_next_step():
     assert not math.isnan(got["e2e_s"][1])
 
 
-def test_the_demo_sims_curve_matches_the_measured_truth():
-    got = steady_state_percentiles(DEMO_SIM, (64, 32), [4.6, 5.0], figures=("ttft",), arrivals=20_000,
-                                   seeds=(1, 2))
-    for rate, value in zip(got["rate"], got["ttft_p95_s"], strict=True):
-        assert value == pytest.approx(NOTES_TTFT_P95[rate], rel=0.08), (rate, value)
-    assert got["ttft_p95_s"].is_monotonic_increasing
-
-
 @pytest.mark.slow
 def test_the_demo_sims_curve_matches_the_measured_truth_closely():
     """Within 4% of every NOTES value, and rising as the rate does. Seeded, so what it computes is fixed:
-    30k arrivals x 3 seeds come within 0.5% of each (60k: 0.8%, at twice the CPU)."""
+    30k arrivals x 3 seeds come within 0.5% of each (60k: 0.8%, at twice the CPU). (A looser copy at
+    4.6 and 5.0 req/s, 20k x 2 seeds within 8%, was left out: these rates are here within 4%.)"""
     got = steady_state_percentiles(DEMO_SIM, (64, 32), sorted(NOTES_TTFT_P95), figures=("ttft", "tpot"),
                                    arrivals=30_000)
     for rate, value in zip(got["rate"], got["ttft_p95_s"], strict=True):
