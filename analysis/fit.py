@@ -56,7 +56,7 @@ from analysis.run import Run
 from analysis.telemetry_stats import TelemetryIndex
 
 __all__ = ["BOOTSTRAP", "LLAMACPP_PROMPT_TAIL", "MAX_DRIFT", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps",
-           "describe", "fit_prefill_cost", "fit_run", "fit_step_cost", "prompt_steps", "step_drift", "twin_yaml"]
+           "describe", "fit_chunk_cost", "fit_prefill_cost", "fit_run", "fit_step_cost", "prompt_steps", "step_drift", "twin_yaml"]
 
 #: gaps a batch size needs before its median enters the step-time fit
 MIN_GAPS_PER_BATCH = 20
@@ -209,11 +209,12 @@ def _before_first(done: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarra
 
 
 def prompt_steps(records: pd.DataFrame, slots: int | None) -> dict[str, Any] | None:
-    """`{steps, requests, split_share}`: the engine steps a prompt took, read on a request decoding throughout
-    its prefill: that request's tokens after the prompt was sent and before its first token are the end of
-    the step it arrived in, then one per step of the prompt's before the last (which ends with the first
-    token); the median over the requests sent while a slot was free (fewer than `slots` in flight, when
-    known) and no other prompt awaited its first token. None with fewer than `MIN_PREFILL_REQUESTS`."""
+    """`{steps, requests, split_share}`: the engine steps a prompt took, read on a request decoding through
+    its prefill (from before its sending to the step end before its first token, at least): that request's
+    tokens after the prompt was sent and before its first token are the end of the step it arrived in,
+    then one per step of the prompt's before the last (which ends with the first token); the median over
+    the requests sent while a slot was free (fewer than `slots` in flight; with `slots` unknown, while no
+    other prompt awaited its first token). None with fewer than `MIN_PREFILL_REQUESTS`."""
     done = _finished(records)
     if done.empty or "token_times" not in done:
         return None
@@ -221,13 +222,16 @@ def prompt_steps(records: pd.DataFrame, slots: int | None) -> dict[str, Any] | N
     sent = done["sent_at"].to_numpy(dtype=float)
     first = done["first_token_at"].to_numpy(dtype=float)
     last = done["last_token_at"].to_numpy(dtype=float)
-    keep = _awaiting_first_at(records, sent) == 0
-    if slots:
-        keep &= _in_flight_at(records, sent) < slots
+    # admitted at once: a slot free (when the slots are known; else no other prompt waiting either)
+    keep = _in_flight_at(records, sent) < slots if slots else _awaiting_first_at(records, sent) == 0
     times = [np.asarray(t, dtype=float) for t in done["token_times"]]
+    events = _token_events(done)
+    idx = np.searchsorted(events, first - slack, side="left") - 1
+    before = np.where(idx >= 0, events[np.clip(idx, 0, None)], np.inf)  # the step end before the first token's
     counts = []
     for j in np.nonzero(keep)[0]:
-        decoders = np.nonzero((first < sent[j]) & (last > first[j] + slack))[0]
+        # decoding since before its sending, to the step end before its first token at least
+        decoders = np.nonzero((first < sent[j]) & (last > sent[j]) & (last >= before[j] - slack))[0]
         if len(decoders):
             t = times[decoders[0]]
             counts.append(int(np.searchsorted(t, first[j] - slack, side="right") - np.searchsorted(t, sent[j], side="right")))
@@ -422,6 +426,49 @@ def fit_prefill_cost(records: pd.DataFrame, slots: int | None, *, whole: bool = 
             "drift": _prefill_drift(done["sent_at"].to_numpy(dtype=float)[keep], y, x @ coef)}
 
 
+def fit_chunk_cost(records: pd.DataFrame, tail: int) -> dict[str, Any] | None:
+    """What `fit_prefill_cost` gives, from the steps that carried a prompt's first part on a server that
+    takes a prompt in two steps (its last `tail` tokens in the second, `prompt_steps`): the step just before
+    the one that ended with a request's first token, when it began after that request was sent, some
+    request got a token at its end, and no other prompt's first token came at its end or with that
+    request's. Its length against the prompt tokens in it (input less prefix-cache hits, less `tail`) and
+    the requests decoding in it (the tokens at its end), by least squares: the steps of every load the
+    run went through, not only its light minutes (prompts sent to an idle or quiet server). None with fewer
+    than `MIN_PREFILL_REQUESTS` such steps or prompts of one length."""
+    done = _finished(records)
+    if done.empty or "input_tokens" not in done or "token_times" not in done:
+        return None
+    events, slack = _token_events(done), _step_slack(done)
+    if len(events) < 3:
+        return None
+    cut = np.concatenate([[0], np.nonzero(np.diff(events) > slack)[0] + 1])  # a step end's tokens: one cluster
+    ends = np.append(events[cut[1:] - 1], events[-1])
+    size = np.diff(np.append(cut, len(events)))
+    tokens = pd.to_numeric(done["input_tokens"], errors="coerce").to_numpy(dtype=float)
+    if "cached_tokens" in done:
+        tokens = tokens - np.nan_to_num(pd.to_numeric(done["cached_tokens"], errors="coerce").to_numpy(dtype=float))
+    sent = done["sent_at"].to_numpy(dtype=float)
+    step_of_first = np.searchsorted(ends, done["first_token_at"].to_numpy(dtype=float) - slack, side="left")
+    firsts_per_step = np.bincount(step_of_first, minlength=len(ends))
+    f = step_of_first
+    ok = (f >= 2) & (tokens > tail) & ~np.isnan(tokens)
+    f = np.where(ok, f, 2)
+    ok &= (ends[f - 2] >= sent) & (firsts_per_step[f] == 1) & (firsts_per_step[f - 1] == 0)
+    if int(ok.sum()) < MIN_PREFILL_REQUESTS or np.ptp(tokens[ok]) <= 0:
+        return None
+    y = (ends[f - 1] - ends[f - 2])[ok]
+    x = np.column_stack([np.ones(int(ok.sum())), tokens[ok] - tail, size[f - 1][ok]])
+    if np.linalg.matrix_rank(x) < 3:
+        x = x[:, :2]
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    sigma2 = float(np.sum(resid ** 2)) / max(len(y) - x.shape[1], 1)
+    se = math.sqrt(sigma2 * float(np.linalg.inv(x.T @ x)[1, 1]))
+    return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": int(ok.sum()),
+            "tokens_min": float(tokens[ok].min()), "tokens_max": float(tokens[ok].max()),
+            "drift": _prefill_drift(sent[ok], y, x @ coef)}
+
+
 def _prefill_drift(sent: np.ndarray, step_s: np.ndarray, fitted_s: np.ndarray) -> float | None:
     """The median first-token step over its fitted length in the last third of the fitted requests (by
     sending time) over that in the first third: about 1 for a server whose prefill cost is constant; None
@@ -581,22 +628,30 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
                                    "intercept of the " + basis),
                           Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
                                    "slope of the " + basis)]
-    prefill = fit_prefill_cost(records, free_below, whole=flavor == "llamacpp")
+    chunks = fit_chunk_cost(records, LLAMACPP_PROMPT_TAIL) if split else None
+    prefill = chunks or fit_prefill_cost(records, free_below, whole=flavor == "llamacpp")
     if prefill is None:
         fit.unobserved["prefill_cost_s"] = ("the prefill step against prompt length needs prompts of several lengths sent "
                                             f"while slots were free ({MIN_PREFILL_REQUESTS} at least)")
     else:
         drift_p = prefill["drift"]
         if drift_p is not None and not 1 / MAX_PREFILL_DRIFT <= drift_p <= MAX_PREFILL_DRIFT:
-            fit.misfit.append(f"the prefill cost drifted: a prompt's first-token step took {drift_p:.2f}x its fitted "
-                              "length in the run's last third against its first (median over the prompts sent "
-                              "while slots were free); the twin's costs are constant")
-        read = ("from the end of the step it arrived in to the first token" if flavor == "llamacpp"
-                else "the step that ended with the first token")
+            which = ("the step that carried a prompt's first part" if chunks is not None
+                     else "a prompt's first-token step")
+            over = "the prompts fitted" if chunks is not None else "the prompts sent while slots were free"
+            fit.misfit.append(f"the prefill cost drifted: {which} took {drift_p:.2f}x its fitted length in the run's "
+                              f"last third against its first (median over {over}); the twin's costs are constant")
+        if chunks is not None:
+            basis = (f"slope of the step that carried a prompt's first part against its tokens (prompts of "
+                     f"{prefill['tokens_min']:.0f}-{prefill['tokens_max']:.0f} less the {LLAMACPP_PROMPT_TAIL}-token "
+                     f"tail, {prefill['requests']} steps, every load of the run)")
+        else:
+            read = ("from the end of the step it arrived in to the first token" if flavor == "llamacpp"
+                    else "the step that ended with the first token")
+            basis = (f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
+                     f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while slots were free): {read}")
         fit.estimates.append(Estimate("prefill_cost_s", prefill["prefill_cost_s"], prefill["prefill_cost_se"], "s",
-                                      f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
-                                      f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while "
-                                      f"slots were free): {read}"))
+                                      basis))
     if flavor in ("vllm", "sglang"):
         _fit_kv(fit, conds, samples, records)
         _fit_queue_limit(fit, records, samples)

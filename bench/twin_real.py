@@ -133,11 +133,35 @@ def predict(twin_path: Path, sizes, parallels: tuple[int, ...], *, quick: bool) 
     return out
 
 
+def _gaps(sent, first, token_times) -> dict:
+    """Inter-token gaps split by whether a prompt was in flight (another request sent before the gap's
+    end and given its first token after its start): counts and means (s)."""
+    import numpy as np
+
+    s_sorted, f_sorted = np.sort(sent), np.sort(first)
+    gaps, busy = [], []
+    for t in token_times:
+        t = np.asarray(t, dtype=float)
+        if len(t) < 2:
+            continue
+        a, b = t[:-1], t[1:]
+        gaps.append(b - a)
+        busy.append(np.searchsorted(s_sorted, b, side="left") - np.searchsorted(f_sorted, a, side="right") > 0)
+    if not gaps:
+        return {}
+    g, w = np.concatenate(gaps), np.concatenate(busy)
+    mean = lambda v: round(float(v.mean()), 4) if len(v) else None  # noqa: E731
+    return {"itl_quiet_n": int((~w).sum()), "itl_quiet_mean": mean(g[~w]), "itl_prompt_n": int(w.sum()),
+            "itl_prompt_mean": mean(g[w])}
+
+
 def replay(twin_path: Path, run_dir: Path) -> list[dict]:
     """The live run's own requests (send times, prompt and output tokens, in order) served by the twin in
     virtual time (`run_virtual`, with the live server's slots): per live step, the measured TTFT and
-    TPOT p50 / p95 beside the twin's for the same requests. Where the twin's are higher at the same
-    arrivals, its costs are higher than the live server's were then (or its model is wrong)."""
+    TPOT p50 / p95 beside the twin's for the same requests, and the inter-token gaps split by whether a
+    prompt was in flight (`_gaps`: a model that takes a prompt in fewer steps than the server has fewer,
+    longer gaps beside a prompt). Where the twin's are higher at the same arrivals, its costs are higher
+    than the live server's were then (or its model is wrong)."""
     import numpy as np
 
     import analysis
@@ -158,7 +182,11 @@ def replay(twin_path: Path, run_dir: Path) -> list[dict]:
     limits = engine_limits(twin.sim_settings(**{twin.slots_key: parallel}), twin.flavor)
     sent = r["sent_at"].to_numpy(dtype=float)
     outputs = np.maximum(r["output_tokens"].to_numpy(dtype=int), 1)
-    frame = run_virtual(limits, sent - sent[0], r["input_tokens"].to_numpy(dtype=int), outputs)
+    frame = run_virtual(limits, sent - sent[0], r["input_tokens"].to_numpy(dtype=int), outputs, tokens=True)
+    live_first = r["first_token_at"].to_numpy(dtype=float)
+    twin_first = (frame["arrival_s"] + frame["ttft_s"]).to_numpy() + sent[0]
+    twin_times = [np.asarray(t) + sent[0] for t in frame["token_times_s"]]
+    live_times = list(r["token_times"])
     ttft = (r["first_token_at"] - r["sent_at"]).to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outputs > 1, (r["last_token_at"] - r["first_token_at"]).to_numpy(dtype=float) / (outputs - 1),
@@ -177,10 +205,12 @@ def replay(twin_path: Path, run_dir: Path) -> list[dict]:
         rows.append({"step": str(label), "requests": int(m.sum()),
                      "rate": round(float((m.sum() - 1) / span), 3) if span > 0 else None,
                      "live": {"ttft_p50": q(ttft, 50), "ttft_p95": q(ttft, 95), "tpot_p50": q(tpot, 50),
-                              "tpot_p95": q(tpot, 95)},
+                              "tpot_p95": q(tpot, 95),
+                              **_gaps(sent[m], live_first[m], [t for t, k in zip(live_times, m, strict=True) if k])},
                      "twin": {"ttft_p50": q(frame["ttft_s"].to_numpy(), 50), "ttft_p95": q(frame["ttft_s"].to_numpy(), 95),
                               "tpot_p50": q(frame["tpot_s"].to_numpy(), 50),
-                              "tpot_p95": q(frame["tpot_s"].to_numpy(), 95)}})
+                              "tpot_p95": q(frame["tpot_s"].to_numpy(), 95),
+                              **_gaps(sent[m], twin_first[m], [t for t, k in zip(twin_times, m, strict=True) if k])}})
     return rows
 
 

@@ -214,6 +214,8 @@ def test_llamacpps_prompt_tail_is_seen_and_the_costs_recovered_around_it(tail, t
     assert fit.get("step_base_s").value == pytest.approx(0.014, rel=0.1)
     assert fit.get("decode_cost_s").value == pytest.approx(0.018, rel=0.1)
     assert fit.get("prefill_cost_s").value == pytest.approx(0.005, rel=0.1)
+    # with the tail, from the steps that carried a prompt's first part (every load); else the whole prefill
+    assert ("first part" in fit.get("prefill_cost_s").basis) == bool(tail), fit.get("prefill_cost_s").basis
     path = tmp_path / "twin.yaml"
     path.write_text(twin_yaml(fit))
     twin = read_twin(path)
