@@ -7,7 +7,9 @@ search (ladder + refine) measures at each.
 
 `--interleave` runs a second fit ladder between the two searches, so that each search is predicted by a
 fit made minutes before it (the engine's speed follows the shared VM's load); every live run records the
-load average before and after it. Beside the knees: each live search's own records fitted (what the
+load average before and after it; `--search-around-twin 0.6 0.85 1.1 1.4` sets each search's ladder at those
+multiples of the knee the fit just before it predicts (fixed rates all passed, or all failed, in rounds 1-4
+and 6, as the VM's load moved the engine's speed tenfold). Beside the knees: each live search's own records fitted (what the
 twin says when fitted in the searched minutes) and each live run's own requests replayed through each
 twin in virtual time (`replay`: TTFT and TPOT per live step, measured and the twin's). Run directories
 already in `--work` are reused, so a finished round is re-analysed without the engine.
@@ -223,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-rates", type=float, nargs="+", help="the fit's ladder (req/s)")
     ap.add_argument("--interleave", action="store_true",
                     help="a fit ladder before each live search (each predicted by the fit in its own time window)")
+    ap.add_argument("--search-around-twin", type=float, nargs="+", metavar="FACTOR",
+                    help="each live search's ladder at these multiples of the knee the fit just before it predicts "
+                         "at that --parallel (the engine's speed follows the VM's load: fixed rates may all pass "
+                         "or all fail); --search-rates where the fit gave no knee")
     ap.add_argument("--skip-other", action="store_true",
                     help="no live search at --other (its knee is still predicted): a shorter round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/twin_real"))
@@ -257,10 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = None
     last_fit = None
     for name, parallel, cfg_of in order:
+        knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
+        if cfg_of is search_of and args.search_around_twin and knee:
+            rates = [round(knee * f, 3) for f in args.search_around_twin]
+            results.setdefault("search_rates_used", {})[name] = rates
+            cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
         run_dir = live(name, args.work, parallel, cfg_of)
         wall = json.loads((run_dir.parent / "wall.json").read_text())
         results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
-        if cfg_of is fit_of:
+        if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
             twin_path = args.work / f"twin-{name}.yaml"
             results["fits"][name] = fit_twin(run_dir, twin_path)
             if sizes is None:
