@@ -18,14 +18,16 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
   (or than the most ever running, when the slot count is not known) were in flight (admitted at once),
   and no other prompt awaited its first token (alone in its prefill step; all when too few were), against their prompt tokens computed (input less prefix-cache hits):
   the least-squares slope and its standard error. Prompts of one length cannot show it.
-  For llama.cpp the prompt's whole processing is read instead (from the end of the step it arrived in,
-  the first token after its sending, to its first token): its server may take a prompt in two steps.
+  For llama.cpp, a server that takes a prompt in two steps (below): the slope of the step that carried a
+  prompt's first part against its tokens (`fit_chunk_cost`, at every load of the run); else, or with too
+  few of those, the prompt's whole processing (from the end of the step it arrived in, the first token
+  after its sending, to its first token).
 - **a prompt's tail in a step of its own** (`prompt_tail_tokens`, llama.cpp only): llama.cpp's server
   stops a prompt's batch 4 tokens before its end to save a context checkpoint (with a sliding-window
   model such as Gemma 3), so the tail and the first token come a step later, and the requests decoding
-  meanwhile get a token from each step. Counted on the tokens of a request decoding throughout another's
-  prefill (`prompt_steps`): one step end inside it (the step it arrived in) for one prompt step, two for
-  two; two or more give llama.cpp's 4 (its source's figure: four tokens cost too little to be timed),
+  meanwhile get a token from each step. Counted on the tokens of a request decoding from before another's
+  sending to the step end before its first token (`prompt_steps`): one step end in between (the step the
+  prompt arrived in) for one prompt step, two for two; two or more give llama.cpp's 4 (its source's figure: four tokens cost too little to be timed),
   one gives 0. Those decode gaps that may have carried a prompt's first part are then left out of the
   step-time fit.
 - **KV capacity** (`num_blocks`, `block_size`): vLLM's `cache_config_info` (the manifest's
