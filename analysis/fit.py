@@ -18,6 +18,18 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
   (or than the most ever running, when the slot count is not known) were in flight (admitted at once),
   and no other prompt awaited its first token (alone in its prefill step; all when too few were), against their prompt tokens computed (input less prefix-cache hits):
   the least-squares slope and its standard error. Prompts of one length cannot show it.
+  For llama.cpp, a server that takes a prompt in two steps (below): the slope of the step that carried a
+  prompt's first part against its tokens (`fit_chunk_cost`, at every load of the run); else, or with too
+  few of those, the prompt's whole processing (from the end of the step it arrived in, the first token
+  after its sending, to its first token).
+- **a prompt's tail in a step of its own** (`prompt_tail_tokens`, llama.cpp only): llama.cpp's server
+  stops a prompt's batch 4 tokens before its end to save a context checkpoint (with a sliding-window
+  model such as Gemma 3), so the tail and the first token come a step later, and the requests decoding
+  meanwhile get a token from each step. Counted on the tokens of a request decoding from before another's
+  sending to the step end before its first token (`prompt_steps`): one step end in between (the step the
+  prompt arrived in) for one prompt step, two for two; two or more give llama.cpp's 4 (its source's figure: four tokens cost too little to be timed),
+  one gives 0. Those decode gaps that may have carried a prompt's first part are then left out of the
+  step-time fit.
 - **KV capacity** (`num_blocks`, `block_size`): vLLM's `cache_config_info` (the manifest's
   `kv_num_gpu_blocks`, `kv_block_size`) when given; else, for one instance, KV usage against the tokens
   the run's requests held (prompt plus tokens out so far), a fit through the origin, at 16 tokens a
@@ -45,8 +57,8 @@ from analysis.limit_evidence import infer_slots, server_samples
 from analysis.run import Run
 from analysis.telemetry_stats import TelemetryIndex
 
-__all__ = ["BOOTSTRAP", "MAX_DRIFT", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps", "describe",
-           "fit_prefill_cost", "fit_run", "fit_step_cost", "step_drift", "twin_yaml"]
+__all__ = ["BOOTSTRAP", "LLAMACPP_PROMPT_TAIL", "MAX_DRIFT", "MIN_GAPS_PER_BATCH", "Estimate", "Fit", "decode_gaps",
+           "describe", "fit_chunk_cost", "fit_prefill_cost", "fit_run", "fit_step_cost", "prompt_steps", "step_drift", "twin_yaml"]
 
 #: gaps a batch size needs before its median enters the step-time fit
 MIN_GAPS_PER_BATCH = 20
@@ -64,6 +76,9 @@ MAX_DRIFT = 0.2
 MAX_PREFILL_DRIFT = 1.5
 #: share of the completed requests that must carry two token times or more (else: no token times)
 MIN_TIMED_SHARE = 0.5
+#: the prompt tokens llama.cpp's server leaves for a step of their own (`update_slots`: a prompt's batch
+#: stops "4 + n_ubatch" and "4" tokens before its end, for a context checkpoint, with a sliding-window model)
+LLAMACPP_PROMPT_TAIL = 4
 
 
 @dataclass(frozen=True)
@@ -120,11 +135,13 @@ def _finished(records: pd.DataFrame) -> pd.DataFrame:
     return records[first.notna() & last.notna()]
 
 
-def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
+def decode_gaps(records: pd.DataFrame, *, split: bool = False) -> pd.DataFrame:
     """One row per single-token inter-token gap with no other request's first token inside it (a pure
     decode step): `gap_s`, `batch` (requests between first and last token at the gap's middle), `t`
     (the gap's middle), `waiting` (requests sent and not yet given their first token during the gap:
-    queued, or a prompt chunked over several steps)."""
+    queued, or a prompt chunked over several steps). `split` (a server that takes a prompt in two steps,
+    `prompt_steps`): the gaps that end at the step end just before a request's first token, that request
+    sent before the gap began (the step that may have carried its prompt's first part), are left out."""
     done = _finished(records)
     if done.empty or "token_times" not in done:
         return pd.DataFrame({"gap_s": [], "batch": [], "t": [], "waiting": []})
@@ -150,12 +167,80 @@ def decode_gaps(records: pd.DataFrame) -> pd.DataFrame:
     mid = (a + b) / 2
     batch = np.searchsorted(firsts, mid, side="left") - np.searchsorted(lasts, mid, side="left")
     keep = (prefill == 0) & (gap > 0) & (batch >= 1)
+    if split:
+        keep &= ~_before_first(done, a, b)
     sent, first = _sent_and_first(records)
     # requests sent before the gap's end whose first token (or end) came after its start: waiting or
     # prefilling meanwhile (every request with its first token by the start was sent before the end)
     waiting = np.searchsorted(sent, b, side="left") - np.searchsorted(first, a, side="right")
     return pd.DataFrame({"gap_s": gap[keep], "batch": batch[keep].astype(int), "t": mid[keep],
                          "waiting": waiting[keep].astype(int)})
+
+
+def _token_events(done: pd.DataFrame) -> np.ndarray:
+    """Every token time of the completed requests, sorted."""
+    return np.sort(np.concatenate([np.asarray(t, dtype=float) for t in done["token_times"]
+                                   if t is not None and len(t)] or [np.array([])]))
+
+
+def _step_slack(done: pd.DataFrame) -> float:
+    """A quarter of the median inter-token gap: how far apart one step end's tokens reach the clients."""
+    steps = np.concatenate([np.diff(np.asarray(t, dtype=float)) for t in done["token_times"]
+                            if t is not None and len(t) > 1] or [np.array([])])
+    return 0.25 * float(np.median(steps)) if steps.size else 0.0
+
+
+def _before_first(done: pd.DataFrame, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per gap (start `a`, end `b`): it ends at the last step end before some request's first token, and
+    that request was sent before `a` (the gap's step may have carried the first part of its prompt)."""
+    events, slack = _token_events(done), _step_slack(done)
+    out = np.zeros(len(b), dtype=bool)
+    if not len(events) or not len(b):
+        return out
+    order = np.argsort(b)
+    b_sorted, a_sorted = b[order], a[order]
+    sent = done["sent_at"].to_numpy(dtype=float)
+    first = done["first_token_at"].to_numpy(dtype=float)
+    idx = np.searchsorted(events, first - slack, side="left") - 1
+    for j in np.nonzero(idx >= 0)[0]:
+        end = events[idx[j]]
+        lo, hi = np.searchsorted(b_sorted, [end - slack, end + slack], side="left")
+        if hi > lo:
+            out[order[lo:hi][a_sorted[lo:hi] > sent[j]]] = True
+    return out
+
+
+def prompt_steps(records: pd.DataFrame, slots: int | None) -> dict[str, Any] | None:
+    """`{steps, requests, split_share}`: the engine steps a prompt took, read on a request decoding through
+    its prefill (from before its sending to the step end before its first token, at least): that request's
+    tokens after the prompt was sent and before its first token are the end of the step it arrived in,
+    then one per step of the prompt's before the last (which ends with the first token); the median over
+    the requests sent while a slot was free (fewer than `slots` in flight; with `slots` unknown, while no
+    other prompt awaited its first token). None with fewer than `MIN_PREFILL_REQUESTS`."""
+    done = _finished(records)
+    if done.empty or "token_times" not in done:
+        return None
+    slack = _step_slack(done)
+    sent = done["sent_at"].to_numpy(dtype=float)
+    first = done["first_token_at"].to_numpy(dtype=float)
+    last = done["last_token_at"].to_numpy(dtype=float)
+    # admitted at once: a slot free (when the slots are known; else no other prompt waiting either)
+    keep = _in_flight_at(records, sent) < slots if slots else _awaiting_first_at(records, sent) == 0
+    times = [np.asarray(t, dtype=float) for t in done["token_times"]]
+    events = _token_events(done)
+    idx = np.searchsorted(events, first - slack, side="left") - 1
+    before = np.where(idx >= 0, events[np.clip(idx, 0, None)], np.inf)  # the step end before the first token's
+    counts = []
+    for j in np.nonzero(keep)[0]:
+        # decoding since before its sending, to the step end before its first token at least
+        decoders = np.nonzero((first < sent[j]) & (last > sent[j]) & (last >= before[j] - slack))[0]
+        if len(decoders):
+            t = times[decoders[0]]
+            counts.append(int(np.searchsorted(t, first[j] - slack, side="right") - np.searchsorted(t, sent[j], side="right")))
+    if len(counts) < MIN_PREFILL_REQUESTS:
+        return None
+    c = np.asarray(counts)
+    return {"steps": int(np.median(c)), "requests": len(c), "split_share": float(np.mean(c >= 2))}
 
 
 def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -268,22 +353,25 @@ def _in_flight_at(records: pd.DataFrame, times: np.ndarray) -> np.ndarray:
     return np.searchsorted(s, times, side="left") - np.searchsorted(e, times, side="right")
 
 
-def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray) -> pd.DataFrame:
+def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray, *, whole: bool = False) -> pd.DataFrame:
     """Per request, the engine step that ended with its first token: `step_s` (from the latest token any
     request got before it, the previous step's end, or from its sending when the engine was idle then;
     a queued request's wait and the rest of the step it arrived in are left out), `prefill_tokens` (its
     prompt and those of the requests whose first token came at the same step end) and `decoding` (the
-    requests decoding in that step)."""
-    events = np.sort(np.concatenate([np.asarray(t, dtype=float) for t in done["token_times"]
-                                     if t is not None and len(t)] or [np.array([])]))
+    requests decoding in that step). `whole`: `step_s` runs from the first token any request got after its
+    sending (the end of the step it arrived in) instead: every step of a prompt taken in several."""
+    events = _token_events(done)
     first = done["first_token_at"].to_numpy(dtype=float)
     last = done["last_token_at"].to_numpy(dtype=float)
     sent = done["sent_at"].to_numpy(dtype=float)
-    steps = np.concatenate([np.diff(np.asarray(t, dtype=float)) for t in done["token_times"]
-                            if t is not None and len(t) > 1] or [np.array([])])
-    slack = 0.25 * float(np.median(steps)) if steps.size else 0.0  # one step end's spread at the clients
-    idx = np.searchsorted(events, first - slack, side="left") - 1
-    before = np.where(idx >= 0, events[np.clip(idx, 0, None)], -np.inf)
+    slack = _step_slack(done)  # one step end's spread at the clients
+    if whole:
+        after = np.searchsorted(events, sent, side="right")
+        nxt = events[np.clip(after, 0, max(len(events) - 1, 0))] if len(events) else np.full(len(sent), np.inf)
+        before = np.where((after < len(events)) & (nxt < first - slack), nxt, -np.inf)
+    else:
+        idx = np.searchsorted(events, first - slack, side="left") - 1
+        before = np.where(idx >= 0, events[np.clip(idx, 0, None)], -np.inf)
     order = np.argsort(first)
     f_sorted, cum = first[order], np.concatenate([[0.0], np.cumsum(np.nan_to_num(tokens[order]))])
     together = cum[np.searchsorted(f_sorted, first + slack, side="right")] - \
@@ -294,21 +382,22 @@ def _prefill_steps(done: pd.DataFrame, tokens: np.ndarray) -> pd.DataFrame:
                          "decoding": decoding})
 
 
-def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, Any] | None:
+def fit_prefill_cost(records: pd.DataFrame, slots: int | None, *, whole: bool = False) -> dict[str, Any] | None:
     """`{prefill_cost_s, prefill_cost_se, requests, tokens_min, tokens_max}`: the length of the step that
     computed each prompt (`_prefill_steps`) against the prompt tokens computed in it (inputs less
     prefix-cache hits) and the requests decoding in it, by least squares; over the requests sent while
     fewer than `slots` were in flight (fewer prompts sharing a step; all when unknown), and of those the
-    ones sent while no other prompt awaited its first token when there are enough. None with too
+    ones sent while no other prompt awaited its first token (`whole`: and none was sent before its own first
+    token) when there are enough. None with too
     few requests or prompts of one length. A prompt chunked over several steps (over the token budget)
-    shows only its last chunk."""
+    shows only its last chunk, unless `whole` (`_prefill_steps`)."""
     done = _finished(records)
     if done.empty or "input_tokens" not in done or "token_times" not in done:
         return None
     tokens = pd.to_numeric(done["input_tokens"], errors="coerce").to_numpy(dtype=float)
     if "cached_tokens" in done:
         tokens = tokens - np.nan_to_num(pd.to_numeric(done["cached_tokens"], errors="coerce").to_numpy(dtype=float))
-    steps = _prefill_steps(done, tokens)
+    steps = _prefill_steps(done, tokens, whole=whole)
     keep = ~np.isnan(tokens) & np.isfinite(steps["step_s"].to_numpy()) & (tokens > 0)
     if slots:
         keep &= _in_flight_at(records, done["sent_at"].to_numpy(dtype=float)) < slots
@@ -316,6 +405,10 @@ def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, Any]
     # one step share the token budget: the later one is chunked, and its first-token step shows only
     # its last chunk, which read as a prefill cost 20% low on long prompts)
     alone = _awaiting_first_at(records, done["sent_at"].to_numpy(dtype=float)) == 0
+    if whole:  # nor sent before its first token: a prompt sent meanwhile joins the step of its tail
+        sent_all, _ = _sent_and_first(records)
+        sent, first = done["sent_at"].to_numpy(dtype=float), done["first_token_at"].to_numpy(dtype=float)
+        alone &= np.searchsorted(sent_all, first, side="left") - np.searchsorted(sent_all, sent, side="right") == 0
     if int((keep & alone).sum()) >= MIN_PREFILL_REQUESTS and np.ptp(tokens[keep & alone]) > 0:
         keep &= alone
     own = tokens[keep]
@@ -333,6 +426,49 @@ def fit_prefill_cost(records: pd.DataFrame, slots: int | None) -> dict[str, Any]
     return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": len(own),
             "tokens_min": float(own.min()), "tokens_max": float(own.max()),
             "drift": _prefill_drift(done["sent_at"].to_numpy(dtype=float)[keep], y, x @ coef)}
+
+
+def fit_chunk_cost(records: pd.DataFrame, tail: int) -> dict[str, Any] | None:
+    """What `fit_prefill_cost` gives, from the steps that carried a prompt's first part on a server that
+    takes a prompt in two steps (its last `tail` tokens in the second, `prompt_steps`): the step just before
+    the one that ended with a request's first token, when it began after that request was sent, some
+    request got a token at its end, and no other prompt's first token came at its end or with that
+    request's. Its length against the prompt tokens in it (input less prefix-cache hits, less `tail`) and
+    the requests decoding in it (the tokens at its end), by least squares: the steps of every load the
+    run went through, not only its light minutes (prompts sent to an idle or quiet server). None with fewer
+    than `MIN_PREFILL_REQUESTS` such steps or prompts of one length."""
+    done = _finished(records)
+    if done.empty or "input_tokens" not in done or "token_times" not in done:
+        return None
+    events, slack = _token_events(done), _step_slack(done)
+    if len(events) < 3:
+        return None
+    cut = np.concatenate([[0], np.nonzero(np.diff(events) > slack)[0] + 1])  # a step end's tokens: one cluster
+    ends = np.append(events[cut[1:] - 1], events[-1])
+    size = np.diff(np.append(cut, len(events)))
+    tokens = pd.to_numeric(done["input_tokens"], errors="coerce").to_numpy(dtype=float)
+    if "cached_tokens" in done:
+        tokens = tokens - np.nan_to_num(pd.to_numeric(done["cached_tokens"], errors="coerce").to_numpy(dtype=float))
+    sent = done["sent_at"].to_numpy(dtype=float)
+    step_of_first = np.searchsorted(ends, done["first_token_at"].to_numpy(dtype=float) - slack, side="left")
+    firsts_per_step = np.bincount(step_of_first, minlength=len(ends))
+    f = step_of_first
+    ok = (f >= 2) & (tokens > tail) & ~np.isnan(tokens)
+    f = np.where(ok, f, 2)
+    ok &= (ends[f - 2] >= sent) & (firsts_per_step[f] == 1) & (firsts_per_step[f - 1] == 0)
+    if int(ok.sum()) < MIN_PREFILL_REQUESTS or np.ptp(tokens[ok]) <= 0:
+        return None
+    y = (ends[f - 1] - ends[f - 2])[ok]
+    x = np.column_stack([np.ones(int(ok.sum())), tokens[ok] - tail, size[f - 1][ok]])
+    if np.linalg.matrix_rank(x) < 3:
+        x = x[:, :2]
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    sigma2 = float(np.sum(resid ** 2)) / max(len(y) - x.shape[1], 1)
+    se = math.sqrt(sigma2 * float(np.linalg.inv(x.T @ x)[1, 1]))
+    return {"prefill_cost_s": float(coef[1]), "prefill_cost_se": se, "requests": int(ok.sum()),
+            "tokens_min": float(tokens[ok].min()), "tokens_max": float(tokens[ok].max()),
+            "drift": _prefill_drift(sent[ok], y, x @ coef)}
 
 
 def _prefill_drift(sent: np.ndarray, step_s: np.ndarray, fitted_s: np.ndarray) -> float | None:
@@ -410,6 +546,23 @@ def _fit_queue_limit(fit: Fit, records: pd.DataFrame, samples: pd.DataFrame) -> 
                                   f"requests in flight at the {len(at)} rejections (client view)"))
 
 
+def _fit_prompt_tail(fit: Fit, records: pd.DataFrame, slots: int | None) -> bool:
+    """llama.cpp's prompt tail (`prompt_tail_tokens`) from the steps its prompts took (`prompt_steps`);
+    True when the server takes a prompt in two steps."""
+    seen = prompt_steps(records, slots)
+    if seen is None:
+        fit.unobserved["prompt_tail_tokens"] = (f"needs {MIN_PREFILL_REQUESTS} prompts at least sent while another "
+                                                "request was decoding and a slot was free")
+        return False
+    split = seen["steps"] >= 2
+    fit.estimates.append(Estimate(
+        "prompt_tail_tokens", LLAMACPP_PROMPT_TAIL if split else 0, 0.0, "tokens",
+        f"a prompt took {seen['steps']} step{'s' if seen['steps'] != 1 else ''} (median over {seen['requests']} "
+        f"prompts, {seen['split_share']:.0%} in two or more, counted on a request decoding meanwhile)"
+        + (f"; {LLAMACPP_PROMPT_TAIL} tokens: llama.cpp's tail before its context checkpoint" if split else "")))
+    return split
+
+
 def _fit_slots(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, key: str) -> int | None:
     for name in ("max_num_seqs", "ollama_num_parallel"):
         if _f(conds.get(name)) > 0:
@@ -443,7 +596,11 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
     if timed < MIN_TIMED_SHARE:
         fit.misfit.append(f"only {timed:.0%} of the completed requests carry per-token times (the API hides "
                           "them, or the responses were not streamed): the step costs cannot be fitted")
-    gaps = decode_gaps(records)
+    peak = samples["running"].max() if not samples.empty else math.nan
+    # with no slot count, fewer in flight than the most ever running is a free slot too (slots >= that)
+    free_below = slots or (int(peak) if peak >= 1 else None)
+    split = _fit_prompt_tail(fit, records, free_below) if flavor == "llamacpp" else False
+    gaps = decode_gaps(records, split=split)
     drift = step_drift(gaps)
     if drift is not None and abs(drift["ratio"] - 1) > MAX_DRIFT:
         fit.misfit.append(f"the step cost drifted: a decode step at the same batch size took {drift['ratio']:.2f}x "
@@ -473,22 +630,30 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
                                    "intercept of the " + basis),
                           Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
                                    "slope of the " + basis)]
-    peak = samples["running"].max() if not samples.empty else math.nan
-    # with no slot count, fewer in flight than the most ever running is a free slot too (slots >= that)
-    prefill = fit_prefill_cost(records, slots or (int(peak) if peak >= 1 else None))
+    chunks = fit_chunk_cost(records, LLAMACPP_PROMPT_TAIL) if split else None
+    prefill = chunks or fit_prefill_cost(records, free_below, whole=flavor == "llamacpp")
     if prefill is None:
         fit.unobserved["prefill_cost_s"] = ("the prefill step against prompt length needs prompts of several lengths sent "
                                             f"while slots were free ({MIN_PREFILL_REQUESTS} at least)")
     else:
         drift_p = prefill["drift"]
         if drift_p is not None and not 1 / MAX_PREFILL_DRIFT <= drift_p <= MAX_PREFILL_DRIFT:
-            fit.misfit.append(f"the prefill cost drifted: a prompt's first-token step took {drift_p:.2f}x its fitted "
-                              "length in the run's last third against its first (median over the prompts sent "
-                              "while slots were free); the twin's costs are constant")
+            which = ("the step that carried a prompt's first part" if chunks is not None
+                     else "a prompt's first-token step")
+            over = "the prompts fitted" if chunks is not None else "the prompts sent while slots were free"
+            fit.misfit.append(f"the prefill cost drifted: {which} took {drift_p:.2f}x its fitted length in the run's "
+                              f"last third against its first (median over {over}); the twin's costs are constant")
+        if chunks is not None:
+            basis = (f"slope of the step that carried a prompt's first part against its tokens (prompts of "
+                     f"{prefill['tokens_min']:.0f}-{prefill['tokens_max']:.0f} less the {LLAMACPP_PROMPT_TAIL}-token "
+                     f"tail, {prefill['requests']} steps, every load of the run)")
+        else:
+            read = ("from the end of the step it arrived in to the first token" if flavor == "llamacpp"
+                    else "the step that ended with the first token")
+            basis = (f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
+                     f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while slots were free): {read}")
         fit.estimates.append(Estimate("prefill_cost_s", prefill["prefill_cost_s"], prefill["prefill_cost_se"], "s",
-                                      f"slope of the first-token step against prompt tokens {prefill['tokens_min']:.0f}-"
-                                      f"{prefill['tokens_max']:.0f} ({prefill['requests']} requests sent while "
-                                      "slots were free): the step that ended with the first token"))
+                                      basis))
     if flavor in ("vllm", "sglang"):
         _fit_kv(fit, conds, samples, records)
         _fit_queue_limit(fit, records, samples)

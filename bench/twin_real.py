@@ -7,7 +7,9 @@ search (ladder + refine) measures at each.
 
 `--interleave` runs a second fit ladder between the two searches, so that each search is predicted by a
 fit made minutes before it (the engine's speed follows the shared VM's load); every live run records the
-load average before and after it. Beside the knees: each live search's own records fitted (what the
+load average before and after it; `--search-around-twin 0.6 0.85 1.1 1.4` sets each search's ladder at those
+multiples of the knee the fit just before it predicts (fixed rates all passed, or all failed, in rounds 1-4
+and 6, as the VM's load moved the engine's speed tenfold). Beside the knees: each live search's own records fitted (what the
 twin says when fitted in the searched minutes) and each live run's own requests replayed through each
 twin in virtual time (`replay`: TTFT and TPOT per live step, measured and the twin's). Run directories
 already in `--work` are reused, so a finished round is re-analysed without the engine.
@@ -133,11 +135,35 @@ def predict(twin_path: Path, sizes, parallels: tuple[int, ...], *, quick: bool) 
     return out
 
 
+def _gaps(sent, first, token_times) -> dict:
+    """Inter-token gaps split by whether a prompt was in flight (another request sent before the gap's
+    end and given its first token after its start): counts and means (s)."""
+    import numpy as np
+
+    s_sorted, f_sorted = np.sort(sent), np.sort(first)
+    gaps, busy = [], []
+    for t in token_times:
+        t = np.asarray(t, dtype=float)
+        if len(t) < 2:
+            continue
+        a, b = t[:-1], t[1:]
+        gaps.append(b - a)
+        busy.append(np.searchsorted(s_sorted, b, side="left") - np.searchsorted(f_sorted, a, side="right") > 0)
+    if not gaps:
+        return {}
+    g, w = np.concatenate(gaps), np.concatenate(busy)
+    mean = lambda v: round(float(v.mean()), 4) if len(v) else None  # noqa: E731
+    return {"itl_quiet_n": int((~w).sum()), "itl_quiet_mean": mean(g[~w]), "itl_prompt_n": int(w.sum()),
+            "itl_prompt_mean": mean(g[w])}
+
+
 def replay(twin_path: Path, run_dir: Path) -> list[dict]:
     """The live run's own requests (send times, prompt and output tokens, in order) served by the twin in
     virtual time (`run_virtual`, with the live server's slots): per live step, the measured TTFT and
-    TPOT p50 / p95 beside the twin's for the same requests. Where the twin's are higher at the same
-    arrivals, its costs are higher than the live server's were then (or its model is wrong)."""
+    TPOT p50 / p95 beside the twin's for the same requests, and the inter-token gaps split by whether a
+    prompt was in flight (`_gaps`: a model that takes a prompt in fewer steps than the server has fewer,
+    longer gaps beside a prompt). Where the twin's are higher at the same arrivals, its costs are higher
+    than the live server's were then (or its model is wrong)."""
     import numpy as np
 
     import analysis
@@ -158,7 +184,11 @@ def replay(twin_path: Path, run_dir: Path) -> list[dict]:
     limits = engine_limits(twin.sim_settings(**{twin.slots_key: parallel}), twin.flavor)
     sent = r["sent_at"].to_numpy(dtype=float)
     outputs = np.maximum(r["output_tokens"].to_numpy(dtype=int), 1)
-    frame = run_virtual(limits, sent - sent[0], r["input_tokens"].to_numpy(dtype=int), outputs)
+    frame = run_virtual(limits, sent - sent[0], r["input_tokens"].to_numpy(dtype=int), outputs, tokens=True)
+    live_first = r["first_token_at"].to_numpy(dtype=float)
+    twin_first = (frame["arrival_s"] + frame["ttft_s"]).to_numpy() + sent[0]
+    twin_times = [np.asarray(t) + sent[0] for t in frame["token_times_s"]]
+    live_times = list(r["token_times"])
     ttft = (r["first_token_at"] - r["sent_at"]).to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outputs > 1, (r["last_token_at"] - r["first_token_at"]).to_numpy(dtype=float) / (outputs - 1),
@@ -177,10 +207,12 @@ def replay(twin_path: Path, run_dir: Path) -> list[dict]:
         rows.append({"step": str(label), "requests": int(m.sum()),
                      "rate": round(float((m.sum() - 1) / span), 3) if span > 0 else None,
                      "live": {"ttft_p50": q(ttft, 50), "ttft_p95": q(ttft, 95), "tpot_p50": q(tpot, 50),
-                              "tpot_p95": q(tpot, 95)},
+                              "tpot_p95": q(tpot, 95),
+                              **_gaps(sent[m], live_first[m], [t for t, k in zip(live_times, m, strict=True) if k])},
                      "twin": {"ttft_p50": q(frame["ttft_s"].to_numpy(), 50), "ttft_p95": q(frame["ttft_s"].to_numpy(), 95),
                               "tpot_p50": q(frame["tpot_s"].to_numpy(), 50),
-                              "tpot_p95": q(frame["tpot_s"].to_numpy(), 95)}})
+                              "tpot_p95": q(frame["tpot_s"].to_numpy(), 95),
+                              **_gaps(sent[m], twin_first[m], [t for t, k in zip(twin_times, m, strict=True) if k])}})
     return rows
 
 
@@ -193,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-rates", type=float, nargs="+", help="the fit's ladder (req/s)")
     ap.add_argument("--interleave", action="store_true",
                     help="a fit ladder before each live search (each predicted by the fit in its own time window)")
+    ap.add_argument("--search-around-twin", type=float, nargs="+", metavar="FACTOR",
+                    help="each live search's ladder at these multiples of the knee the fit just before it predicts "
+                         "at that --parallel (the engine's speed follows the VM's load: fixed rates may all pass "
+                         "or all fail); --search-rates where the fit gave no knee")
     ap.add_argument("--skip-other", action="store_true",
                     help="no live search at --other (its knee is still predicted): a shorter round")
     ap.add_argument("--work", type=Path, default=Path("/tmp/twin_real"))
@@ -227,10 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = None
     last_fit = None
     for name, parallel, cfg_of in order:
+        knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
+        if cfg_of is search_of and args.search_around_twin and knee:
+            rates = [round(knee * f, 3) for f in args.search_around_twin]
+            results.setdefault("search_rates_used", {})[name] = rates
+            cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
         run_dir = live(name, args.work, parallel, cfg_of)
         wall = json.loads((run_dir.parent / "wall.json").read_text())
         results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
-        if cfg_of is fit_of:
+        if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
             twin_path = args.work / f"twin-{name}.yaml"
             results["fits"][name] = fit_twin(run_dir, twin_path)
             if sizes is None:

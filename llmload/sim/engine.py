@@ -16,6 +16,13 @@ One step, as vLLM's v1 scheduler does it:
    A sequence whose computed tokens reach `prompt + generated` samples one token at the step end;
    reaching its output length finishes it and frees its blocks.
 
+A prompt's tail in a step of its own (`prompt_tail_tokens`, 0 by default; llama.cpp's server with a
+sliding-window model such as Gemma 3): a first prefill chunk never crosses the prompt's last
+`prompt_tail_tokens` tokens, so a prompt longer than that takes two steps at least, its tail (and its first
+token) in the second. llama.cpp stops a prompt's batch there to save a context checkpoint before it
+(`update_slots`, "create checkpoints that many tokens before the end of the prompt"); each of those
+steps carries the decoding sequences too, so they get a token in each.
+
 An injected slow leak, for soak tests (both 0 by default, both functions of the engine's age `age_s`, the
 time since it started, passed to `step`, so the same schedule gives the same numbers): every step costs
 `step_cost_growth_s_per_min x age_s / 60` more, and `kv_leak_blocks_per_min x age_s / 60` KV blocks
@@ -52,6 +59,8 @@ class EngineLimits:
     step_cost_growth_s_per_min: float = 0.0
     kv_leak_blocks_per_min: float = 0.0
     enable_prefix_caching: bool = False
+    #: a prompt's last tokens in a step of their own (module docstring); 0: prompts are chunked by budget only
+    prompt_tail_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -152,12 +161,15 @@ class Engine:
         running = self.running
         block_size = lim.block_size
         plain = self.cache is None  # no prefix cache: a reservation that fits is plain arithmetic
+        tail = lim.prompt_tail_tokens
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             n = seq.prompt_tokens + seq.generated - seq.computed  # seq.needed, inlined (the hot loop)
             if n > budget:
                 n = budget
+            if tail and n > 1 and seq.generated == 0:
+                n = self._before_tail(seq, seq.computed, n)
             # _reserve's common case inlined: no prefix cache and the blocks are free (no preemption)
             extra = -(-(seq.computed + n) // block_size) - seq.blocks
             if plain and extra <= self.free_blocks:
@@ -175,6 +187,8 @@ class Engine:
                 hits, reclaim = self._lookup(seq, result)
                 computed = len(hits) * lim.block_size
                 n = min(seq.prompt_tokens + seq.generated - computed, budget)
+                if tail and seq.generated == 0:
+                    n = self._before_tail(seq, computed, n)
                 extra = self._blocks_for(computed + n) - len(hits)
                 if extra > self.free_blocks - reclaim:
                     break
@@ -235,7 +249,7 @@ class Engine:
         budget = lim.max_num_batched_tokens - len(running)
         slots_free = len(running) < lim.max_num_seqs and budget > 0
         waiting = self.waiting
-        if waiting and slots_free and -(-min(waiting[0].prompt_tokens + waiting[0].generated, budget) // block_size) \
+        if waiting and slots_free and -(-self._first_chunk(waiting[0], budget) // block_size) \
                 <= self.free_blocks - len(running):  # the head is admitted (at most a block each for the rest)
             return 0, 0.0, False
         k = 1 << 30
@@ -251,7 +265,7 @@ class Engine:
             first_extra += -(-(computed + 1) // block_size) - seq.blocks
         if waiting and slots_free:  # the head is admitted unless its first chunk's blocks are short
             head = waiting[0]
-            if -(-min(head.prompt_tokens + head.generated, budget) // block_size) <= self.free_blocks - first_extra:
+            if -(-self._first_chunk(head, budget) // block_size) <= self.free_blocks - first_extra:
                 return 0, 0.0, False
         while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) > self.free_blocks:
             k //= 2  # a step would preempt: fewer steps
@@ -285,6 +299,16 @@ class Engine:
         return ran
 
     # ----------------------------------------------------------------- internals
+    def _first_chunk(self, seq: Sequence, budget: int) -> int:
+        """The tokens a waiting sequence (no prefix cache) would be admitted with, within `budget`."""
+        n = min(seq.prompt_tokens + seq.generated, budget)
+        return self._before_tail(seq, 0, n) if self.limits.prompt_tail_tokens and seq.generated == 0 else n
+
+    def _before_tail(self, seq: Sequence, computed: int, n: int) -> int:
+        """`n` prompt tokens from `computed` on, cut at the start of the prompt's tail (module docstring)."""
+        edge = seq.prompt_tokens - self.limits.prompt_tail_tokens
+        return edge - computed if computed < edge < computed + n else n
+
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.limits.block_size)
 

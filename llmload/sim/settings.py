@@ -16,6 +16,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `max_num_queued_reqs` | null | vLLM `--max-num-queued-reqs`: requests in flight (waiting + running) before 503; null = none |
 | `max_model_len` | 8192 | vLLM and SGLang context: prompt + max_tokens; a longer prompt is a 400, max_tokens is capped |
 | `num_parallel` | 4 | Ollama `OLLAMA_NUM_PARALLEL` / llama.cpp `--parallel`: slots running at once |
+| `prompt_tail_tokens` | 0 | llama.cpp flavour: a prompt's last this many tokens (and its first token) in an engine step of their own, after the rest of the prompt in one before; llama.cpp's server does so with a sliding-window model (Gemma 3: 4) to save a context checkpoint; 0: one step per prompt (within `max_num_batched_tokens`) |
 | `ctx_size` | 4096 | llama.cpp `--ctx-size` (split across slots) and Ollama's context length |
 | `max_queue` | 512 | Ollama `OLLAMA_MAX_QUEUE`: requests waiting for a model load before 503 |
 | `load_time_s` | 1s | model load: Ollama on the first request after an unload; llama.cpp `/health` 503 and vLLM not listening for this long after start |
@@ -121,6 +122,7 @@ class SimSettings(_Model):
     max_num_queued_reqs: int | None = Field(default=None, ge=1)
     max_model_len: int = Field(default=8192, ge=2)
     num_parallel: int = Field(default=4, ge=1)
+    prompt_tail_tokens: int = Field(default=0, ge=0)
     ctx_size: int = Field(default=4096, ge=2)
     max_queue: int = Field(default=512, ge=0)
     load_time_s: Seconds = 1.0

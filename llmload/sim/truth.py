@@ -11,7 +11,7 @@ Driven here the same way with a virtual clock and no sockets:
   E2E = last token's step end - arrival, TPOT = (E2E - TTFT) / (output tokens - 1);
 - the engine is built from the sim settings as `llmload.sim.server.SimServer` builds it (flavour vLLM
   and SGLang: `max_num_seqs` slots, else `num_parallel`; prefix caching never hits: the requests here
-  carry no shared prompt blocks).
+  carry no shared prompt blocks; `prompt_tail_tokens` for the llama.cpp flavour only).
 
 Fed the live sim's own arrival times this gives its TTFT p95 within 20 ms (NOTES.md "The knee and its
 noise"); with many arrivals at a fixed rate it gives the steady state the tool's knee is judged against.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -49,22 +50,26 @@ def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str 
                         num_blocks=s.num_blocks, block_size=s.block_size, step_base_s=s.step_base_s,
                         prefill_cost_s=s.prefill_cost_s, decode_cost_s=s.decode_cost_s,
                         step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
-                        kv_leak_blocks_per_min=s.kv_leak_blocks_per_min, enable_prefix_caching=False)
+                        kv_leak_blocks_per_min=s.kv_leak_blocks_per_min, enable_prefix_caching=False,
+                        prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0)
 
 
 def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray,
-                outputs: np.ndarray, *, fast: bool = True) -> pd.DataFrame:
+                outputs: np.ndarray, *, fast: bool = True, tokens: bool = False) -> pd.DataFrame:
     """Every request's `admitted_s` (the start of the step that first scheduled it: it waited in the
     queue from `arrival_s` to then), `ttft_s`, `tpot_s`, `e2e_s` (arrival order) when requests arrive at `arrivals_s`
     (sorted seconds) with these prompt and output token counts; the module docstring has the rules.
     `fast`: runs of identical decode-only steps are applied at once (`Engine.decode_horizon`), with the
-    same result as step by step (`fast=False`, the reference the tests compare it with)."""
+    same result as step by step (`fast=False`, the reference the tests compare it with).
+    `tokens`: also `token_times_s`, each request's token times (the ends of the steps that sampled them,
+    on the arrivals' clock), as the live records' `token_times`."""
     n = len(arrivals_s)
     arrivals = np.asarray(arrivals_s, dtype=float)
     first = np.full(n, math.nan)
     last = np.full(n, math.nan)
     admitted = np.full(n, math.nan)
     engine = Engine(limits)
+    times: list[list[float]] | None = [[] for _ in range(n)] if tokens else None
     seqs = [EngineSequence(seq_id=i, prompt_tokens=int(inputs[i]), output_tokens=max(1, int(outputs[i])))
             for i in range(n)]
     t, nxt = 0.0, 0
@@ -82,8 +87,11 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
                 while done < k and end < bound:  # step `done` starts at `end`, before the next arrival
                     done += 1
                     end += cost_s
+                ends = list(accumulate([cost_s] * done, initial=t))[1:] if times is not None else []
                 for seq in engine.decode_steps(done):
                     last[seq.seq_id] = end
+                    if times is not None:
+                        times[seq.seq_id] += ends  # the same additions as `end`'s
                 t = end
                 continue
         result = engine.step(t)
@@ -100,12 +108,17 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
             if seq.generated == 1:
                 first[i] = t
             last[i] = t
+            if times is not None:
+                times[i].append(t)
     ttft, e2e = first - arrivals, last - arrivals
     out = np.maximum(np.asarray(outputs, dtype=float), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), math.nan)
-    return pd.DataFrame({"arrival_s": arrivals, "admitted_s": admitted, "ttft_s": ttft, "tpot_s": tpot,
-                         "e2e_s": e2e})
+    frame = pd.DataFrame({"arrival_s": arrivals, "admitted_s": admitted, "ttft_s": ttft, "tpot_s": tpot,
+                          "e2e_s": e2e})
+    if times is not None:
+        frame["token_times_s"] = times
+    return frame
 
 
 def _sizes(request_sizes: RequestSizes, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -191,3 +191,32 @@ def test_a_drifting_prefill_cost_is_said_though_the_decode_step_holds(tmp_path):
     steady, tel3 = _virtual_run(LIMITS, [(1.5, 120.0)], seed=4)
     fit = fit_run(Run(records=steady, telemetry=tel3, plan={}, manifest={"conditions": {"server": "vllm"}}))
     assert fit.misfit == [], fit.misfit
+
+
+@pytest.mark.parametrize("tail", [4, 0])
+def test_llamacpps_prompt_tail_is_seen_and_the_costs_recovered_around_it(tail, tmp_path):
+    """llama.cpp with Gemma 3 takes a prompt in two steps (its last 4 tokens after a context checkpoint), so a
+    request decoding meanwhile gets two tokens during another's prefill, not one. A llama.cpp sim with that
+    tail (and one without) in virtual time: the fit says which, and recovers the step and prefill costs
+    within 10% around it (the prefill from the prompt's whole processing, both steps); the twin it writes
+    serves the same tail."""
+    from llmload.sim.whatif import read_twin
+
+    limits = dataclasses.replace(LIMITS, max_num_seqs=4, step_base_s=0.014, decode_cost_s=0.018,
+                                 prefill_cost_s=0.005, prompt_tail_tokens=tail)
+    records, telemetry = _virtual_run(limits, [(0.3, 240.0), (0.9, 200.0), (1.6, 120.0)], prompts=(20, 120),
+                                      outputs=(8, 8), seed=2)
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={},
+                      manifest={"conditions": {"server": "llamacpp", "max_num_seqs": 4}}))
+    assert fit.misfit == [], fit.misfit
+    assert fit.get("prompt_tail_tokens").value == tail, fit.get("prompt_tail_tokens")
+    assert ("2 steps" if tail else "1 step ") in fit.get("prompt_tail_tokens").basis
+    assert fit.get("step_base_s").value == pytest.approx(0.014, rel=0.1)
+    assert fit.get("decode_cost_s").value == pytest.approx(0.018, rel=0.1)
+    assert fit.get("prefill_cost_s").value == pytest.approx(0.005, rel=0.1)
+    # with the tail, from the steps that carried a prompt's first part (every load); else the whole prefill
+    assert ("first part" in fit.get("prefill_cost_s").basis) == bool(tail), fit.get("prefill_cost_s").basis
+    path = tmp_path / "twin.yaml"
+    path.write_text(twin_yaml(fit))
+    twin = read_twin(path)
+    assert twin.flavor == "llamacpp" and twin.sim_settings()["prompt_tail_tokens"] == tail

@@ -41,6 +41,31 @@ def test_chunked_prefill_splits_a_long_prompt_across_steps():
     assert steps[0].cost_s == pytest.approx(0.01 + 0.064)
 
 
+def test_a_prompt_tail_takes_a_step_of_its_own_and_the_decoders_get_a_token_in_each():
+    """llama.cpp with a sliding-window model stops a prompt's batch 4 tokens before its end (a context
+    checkpoint): the prompt takes two steps, the first token comes at the second's end, and a request
+    decoding meanwhile samples a token at the end of each."""
+    lim = EngineLimits(step_base_s=0.01, prefill_cost_s=0.001, decode_cost_s=0.005, prompt_tail_tokens=4)
+    engine = Engine(lim)
+    engine.add(Sequence(seq_id=0, prompt_tokens=10, output_tokens=20))
+    first = engine.step()
+    assert first.prefill_tokens == 6 and not first.emitted and first.cost_s == pytest.approx(0.01 + 0.006 + 0.005)
+    second = engine.step()
+    assert second.prefill_tokens == 4 and [s.seq_id for s in second.emitted] == [0]
+    engine.add(Sequence(seq_id=1, prompt_tokens=100, output_tokens=3))
+    chunk, tail = engine.step(), engine.step()
+    assert (chunk.prefill_tokens, tail.prefill_tokens) == (96, 4) and (chunk.batch, tail.batch) == (2, 2)
+    assert [s.seq_id for s in chunk.emitted] == [0] and [s.seq_id for s in tail.emitted] == [0, 1]
+    assert chunk.cost_s == pytest.approx(0.01 + 0.096 + 2 * 0.005)
+    # a prompt no longer than the tail takes one step; the token budget still chunks a long one first
+    engine = Engine(lim)
+    engine.add(Sequence(seq_id=2, prompt_tokens=4, output_tokens=2))
+    assert engine.step().emitted
+    engine = Engine(EngineLimits(max_num_batched_tokens=64, prompt_tail_tokens=4))
+    engine.add(Sequence(seq_id=3, prompt_tokens=130, output_tokens=2))
+    assert [engine.step().prefill_tokens for _ in range(4)] == [64, 62, 4, 0]
+
+
 def test_max_num_seqs_caps_the_batch_and_the_rest_wait_fcfs():
     engine = Engine(EngineLimits(max_num_seqs=2))
     for i in range(4):
@@ -109,6 +134,8 @@ def _twins(lim: EngineLimits, sizes: list[tuple[int, int]]) -> tuple[Engine, Eng
 @pytest.mark.parametrize("lim, sizes", [
     (EngineLimits(max_num_seqs=2, step_base_s=0.02, decode_cost_s=0.004), [(30, 9), (50, 6), (20, 8)]),
     (EngineLimits(max_num_seqs=8, num_blocks=12, block_size=4, step_base_s=0.01), [(6, 12), (5, 14), (7, 3)]),
+    (EngineLimits(max_num_seqs=2, step_base_s=0.02, decode_cost_s=0.004, prompt_tail_tokens=4),
+     [(30, 9), (50, 6), (20, 8), (3, 5)]),
 ])
 def test_decode_horizon_steps_at_once_leave_what_the_steps_one_by_one_leave(lim, sizes):
     """`decode_horizon` + `decode_steps(k)` against `k` calls of `step`, from every state the run passes:

@@ -63,16 +63,22 @@ def test_true_knee_of_the_demo_sim_is_about_4_6():
     {"max_num_seqs": 8, "step_base_s": 0.020, "decode_cost_s": 0.002, "prefill_cost_s": 0.0002},  # slot-bound
     {"max_num_seqs": 32, "num_blocks": 160, "step_base_s": 0.020, "decode_cost_s": 0.002},  # KV-bound: preempts
     {"max_num_seqs": 16, "max_num_batched_tokens": 256, "step_base_s": 0.03, "prefill_cost_s": 0.0005},  # chunked
+    {"num_parallel": 4, "prompt_tail_tokens": 4, "step_base_s": 0.014, "decode_cost_s": 0.018,
+     "prefill_cost_s": 0.005},  # llama.cpp: a prompt's tail in a step of its own
 ])
 def test_the_fast_path_gives_the_step_by_step_result_exactly(settings):
     """`run_virtual` skips runs of identical decode steps (`Engine.decode_horizon`): every request's
     times are the same floats as stepping one by one, below, at and past capacity."""
-    limits = engine_limits(settings)
+    limits = engine_limits(settings, "llamacpp" if "num_parallel" in settings else "vllm")
     rng = np.random.default_rng(7)
     inputs, outputs = rng.integers(50, 400, 1500), rng.integers(1, 60, 1500)
     for rate in (1.0, 3.0, 8.0):
         arrivals = np.cumsum(rng.exponential(1 / rate, 1500))
-        fast = run_virtual(limits, arrivals, inputs, outputs)
-        slow = run_virtual(limits, arrivals, inputs, outputs, fast=False)
-        for column in slow.columns:
+        fast = run_virtual(limits, arrivals, inputs, outputs, tokens=True)
+        slow = run_virtual(limits, arrivals, inputs, outputs, fast=False, tokens=True)
+        for column in slow.columns.drop("token_times_s"):
             np.testing.assert_array_equal(fast[column].to_numpy(), slow[column].to_numpy(), err_msg=column)
+        assert list(fast["token_times_s"]) == list(slow["token_times_s"])
+        times = slow["token_times_s"]  # each request's tokens: its output count, first and last as TTFT, E2E
+        assert [len(t) for t in times] == list(np.maximum(outputs, 1))
+        np.testing.assert_allclose([t[-1] for t in times], slow["arrival_s"] + slow["e2e_s"], rtol=0, atol=1e-9)
