@@ -3,6 +3,11 @@ short step over its target says, and which analysis `plan` follows.
 
 The run directory (report_fakes.write_run_dir) ran with `ttft_p95: 1s, min_samples: 50`: step r1.00
 has 100 requests with a TTFT of 200 ms, step r2.00 200 requests with 400 ms; both pass.
+
+Tests that read no report page re-analyse with `unrendered_plots`: the plots are built but not drawn to
+SVG (matplotlib's savefig was ~70% of each `llmload report`'s CPU here). The test that reads the page
+(`test_a_step_over_its_target_on_too_few_samples_says_so_by_name`) draws them; the drawn plots themselves
+are tests/report/test_report_page.py's.
 """
 
 from __future__ import annotations
@@ -16,6 +21,18 @@ from analysis.verdict import judge
 from llmload.cli import main
 from llmload.config import SLO
 from llmload.report.answer import answer_sentences
+
+
+@pytest.fixture
+def unrendered_plots(monkeypatch):
+    """Every report plot built as usual (its data, axes and lines) but not drawn: a placeholder SVG."""
+    from llmload.report import limits_view, plots
+
+    def placeholder(fig, salt: str) -> str:
+        return f'<svg id="unrendered-{salt}"></svg>'
+
+    monkeypatch.setattr(plots, "_svg", placeholder)
+    monkeypatch.setattr(limits_view, "_svg", placeholder)
 
 
 @pytest.fixture
@@ -37,7 +54,7 @@ def summary_of(run_dir) -> dict:
     return json.loads((run_dir / "summary-slo-s.json").read_text())
 
 
-def test_a_file_without_min_samples_keeps_the_runs(run_dir, tmp_path, capsys):
+def test_a_file_without_min_samples_keeps_the_runs(run_dir, unrendered_plots, tmp_path, capsys):
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "ttft_p95: 1s\n")]) == 0
     summary = summary_of(run_dir)
     assert summary["verdict"] == "pass" and summary["slo"]["thresholds"]["min_samples"] == 50
@@ -45,7 +62,7 @@ def test_a_file_without_min_samples_keeps_the_runs(run_dir, tmp_path, capsys):
     assert "kept from the run (not set in" in capsys.readouterr().out
 
 
-def test_the_file_replaces_the_targets_as_a_whole(run_dir, tmp_path):
+def test_the_file_replaces_the_targets_as_a_whole(run_dir, unrendered_plots, tmp_path):
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "queue_growth: forbid\n")]) == 0
     summary = summary_of(run_dir)
     # max_reject_ratio and max_error_ratio have defaults (0.05, METRICS.md): a file that leaves them out
@@ -54,7 +71,7 @@ def test_the_file_replaces_the_targets_as_a_whole(run_dir, tmp_path):
     assert "ttft_p95" in summary["slo"]["not_checked"]
 
 
-def test_every_unchecked_key_is_in_the_warnings(run_dir, tmp_path):
+def test_every_unchecked_key_is_in_the_warnings(run_dir, unrendered_plots, tmp_path):
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "ttft_p95: 1s\n")]) == 0
     summary = summary_of(run_dir)
     warning = next(w for w in summary["warnings"] if "not checked" in w)
@@ -94,7 +111,7 @@ def test_a_count_failure_on_few_samples_still_names_the_threshold_over():
     assert "Also over its target there on too few samples to judge: ttft_p95 (2521 ms > 100 ms) on 8" in text
 
 
-def test_plan_follows_the_run_directorys_current_analysis(run_dir, tmp_path, capsys):
+def test_plan_follows_the_run_directorys_current_analysis(run_dir, unrendered_plots, tmp_path, capsys):
     assert main(["plan", str(run_dir), "--users", "30", "--think-time", "30s"]) == 0
     assert "judged with the run's configured SLO" in capsys.readouterr().out
     assert main(["report", str(run_dir), "--slo", slo_file(tmp_path, "ttft_p95: 100ms\n")]) == 1
@@ -128,7 +145,7 @@ def test_no_capacity_claim_above_an_invalid_top_step():
                for s in answer_sentences(analysis, make_manifest())[1])
 
 
-def test_compare_follows_the_last_reanalysis_and_says_so(run_dir, tmp_path, capsys):
+def test_compare_follows_the_last_reanalysis_and_says_so(run_dir, unrendered_plots, tmp_path, capsys):
     """Issue 27: `llmload compare` showed a re-analysed run with its old verdicts and no note."""
     other = tmp_path / "other"
     write_run_dir(other, steps=[("r1.00", 1.0, 0.2), ("r2.00", 2.0, 0.4)], gpus=1, cost_per_hour=None,
