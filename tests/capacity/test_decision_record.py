@@ -1,7 +1,7 @@
-"""Seed 000's decision record on a real sim run (issue 10 item 4), and the planning aid on the same run.
+"""Seed 000's decision record on a sim run (issue 10 item 4), and the planning aid on the same run.
 
-The 1-instance deployment run of tests/capacity/conftest.py: a ladder at 1.5 and 6 req/s where one
-instance falls behind at 6. The record must hold the thresholds as configured, the goodput at each rate
+The 1-instance deployment run of tests/capacity/conftest.py (in virtual time against the sim's engine): a
+ladder at 1.5 and 6 req/s where one instance falls behind at 6. The record must hold the thresholds as configured, the goodput at each rate
 (worked out here from the records), the last passing sustained rate, the failing dimension, the owner
 and retest triggers naming the conditions the manifest recorded, in summary.json, worksheet.csv and
 the report.
@@ -17,8 +17,8 @@ import pytest
 from capacity_helpers import E2E_SLO_S, RATES, good_mask, read_json, window_requests
 from support import REPO
 
-# quiet: its verdicts, drifts and generator checks need the load they measure to be most of the load (beside
-# the busy part's workers and two CPU hogs they came out invalid or undetected)
+# quiet: with the instance and compare tests, whose live 2-instance run (tests/capacity/conftest.py) is built
+# once in the quiet part; its own run is in virtual time
 pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 
