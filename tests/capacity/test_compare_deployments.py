@@ -8,9 +8,6 @@ digits in the page).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from capacity_helpers import (
     COST_PER_HOUR,
@@ -21,10 +18,11 @@ from capacity_helpers import (
     read_json,
     window_requests,
 )
-from support import REPO
 
-# quiet: its verdicts, drifts and generator checks need the load they measure to be most of the load (beside
-# the busy part's workers and two CPU hogs they came out invalid or undetected)
+from llmload.cli import main
+
+# quiet: the live 2-instance run's verdicts and generator checks (tests/capacity/conftest.py) need the load it
+# measures to be most of the load (beside the busy part's workers and two CPU hogs they came out invalid)
 pytestmark = [pytest.mark.slow, pytest.mark.quiet]
 
 
@@ -48,7 +46,7 @@ def expected_figures(run_dir, gpus: int) -> dict:
             "per_thousand_requests": cost / (goodput * 3600) * 1e3}
 
 
-def test_compare_reports_capacity_ratios_and_cost_from_each_run(deployments, tmp_path):
+def test_compare_reports_capacity_ratios_and_cost_from_each_run(deployments, tmp_path, capsys):
     one, two = deployments.one, deployments.two
     s_one, s_two = read_json(one, "summary.json"), read_json(two, "summary.json")
     # one instance falls behind at the higher rate; two instances hold it (see tests/capacity/conftest.py)
@@ -57,9 +55,9 @@ def test_compare_reports_capacity_ratios_and_cost_from_each_run(deployments, tmp
     exp_one, exp_two = expected_figures(one, 1), expected_figures(two, 2)
 
     out = tmp_path / "compare.html"
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "compare", str(one), str(two), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-2000:]
+    capsys.readouterr()
+    assert main(["compare", str(one), str(two), "--out", str(out)]) == 0  # in this process: no 1.5 s interpreter
+    printed = capsys.readouterr().out
     page = out.read_text(encoding="utf-8")
     rows = {r["run"]: r for r in html_table(page, "runs-table")}
     shown = {name: rows[name] for name in ("one", "two")}
@@ -85,4 +83,4 @@ def test_compare_reports_capacity_ratios_and_cost_from_each_run(deployments, tmp
     assert differing["conditions.gpus"]["one"] == "1" and differing["conditions.gpus"]["two"] == "2"
     assert "conditions.cost_per_hour" in differing
     # the command's printed table says the same
-    assert "cost per 1M good tok" in done.stdout and "fixed conditions that differ" in done.stdout
+    assert "cost per 1M good tok" in printed and "fixed conditions that differ" in printed

@@ -9,13 +9,11 @@ the report.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pandas as pd
 import pytest
 from capacity_helpers import E2E_SLO_S, RATES, good_mask, read_json, window_requests
-from support import REPO
+
+from llmload.cli import main
 
 # quiet: with the instance and compare tests, whose live 2-instance run (tests/capacity/conftest.py) is built
 # once in the quiet part; its own run is in virtual time
@@ -68,24 +66,26 @@ def test_decision_record_in_summary_worksheet_and_report(deployments):
     assert "max_num_seqs changes (recorded: 1)" in page and "e2e_p95" in page
 
 
-def test_plan_on_the_real_run_states_expected_load_with_its_assumption(deployments):
+def test_plan_on_the_real_run_states_expected_load_with_its_assumption(deployments, capsys):
     run_dir = deployments.one
 
-    def plan(users: int, think: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "llmload.cli", "plan", str(run_dir), "--users", str(users),
-                               "--think-time", think], capture_output=True, text=True, timeout=60, cwd=REPO)
+    def plan(users: int, think: str) -> tuple[int, str]:
+        """`llmload plan`'s (exit code, output), in this process (no 1.5 s interpreter each)."""
+        capsys.readouterr()
+        code = main(["plan", str(run_dir), "--users", str(users), "--think-time", think])
+        return code, capsys.readouterr().out
 
-    within = plan(10, "30s")  # ~0.33 req/s, under the last passing 1.5 req/s
-    assert within.returncode == 0, within.stderr
+    code, within = plan(10, "30s")  # ~0.33 req/s, under the last passing 1.5 req/s
+    assert code == 0, within
     records, _ = window_requests(run_dir)
     label = next(s["label"] for s in read_json(run_dir, "plan.json")["steps"] if s["target_rate"] == RATES[0])
     ok = records[(records["step"] == label) & records["in_window"] & (records["outcome"] == "ok")]
     response_s = float((ok["last_token_at"] - ok["scheduled_at"]).mean())
     rate = 10 / (30 + response_s)
-    line = next(x for x in within.stdout.splitlines() if "requests in flight to expect" in x)
+    line = next(x for x in within.splitlines() if "requests in flight to expect" in x)
     assert float(line.split(":")[1].split()[0]) == pytest.approx(rate * response_s, rel=2e-3)
-    assert "steady state" in within.stdout
-    beyond = plan(400, "30s")  # ~13 req/s: beyond what passed
-    assert beyond.returncode == 1 and "BEYOND" in beyond.stdout
+    assert "steady state" in within
+    code, beyond = plan(400, "30s")  # ~13 req/s: beyond what passed
+    assert code == 1 and "BEYOND" in beyond
     page = (run_dir / "report.html").read_text(encoding="utf-8")  # the report's planning section
     assert 'id="planning-table"' in page and f"{label} at {RATES[0]:g} req/s" in page
