@@ -71,13 +71,13 @@ def good_mask(records: pd.DataFrame, *, ttft_s: float | None = None, e2e_s: floa
     return good
 
 
-def ladder_config(urls: list[str], **target) -> dict:
+def ladder_config(urls: list[str], *, step_s: float = 6, **target) -> dict:
     gpus = len(urls)
     return {"target": sim_target(urls, **target),
             "requests": {"input_tokens": {"dist": "fixed", "value": 16},
                          "output_tokens": {"dist": "fixed", "value": 8}},
             "shape": {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "15s",
-                                 "steps": [{"rate": r, "duration": "6s"} for r in RATES]}},
+                                 "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in RATES]}},
             "slo": {"min_samples": 5, "e2e_p95": f"{E2E_SLO_S}s"},
             # the generator limit these tests need: at 6 req/s constant (167 ms apart) with a 1.5 s E2E
             # target, a lag under 100 ms changes neither which deployment falls behind nor a verdict
