@@ -12,7 +12,8 @@ import pytest
 from support import REPO, SimServer, free_port, start_sim, stop_process, wait_http
 
 # re-exported for modules that import them from here; prefer `from support import ...`
-__all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_process", "vllm_sim", "wait_http"]
+__all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_process", "unrendered_plots",
+           "vllm_sim", "wait_http"]
 
 # A suite started with SIGINT ignored (`nohup`, or a background job of a non-interactive shell) would pass
 # that on to every process it starts, and the tests that stop a command with Ctrl-C would see it ignored.
@@ -100,6 +101,19 @@ def sim_factory(tmp_path: Path) -> Iterator:
     yield factory
     for server in started:
         stop_process(server.proc)
+
+
+@pytest.fixture
+def unrendered_plots(monkeypatch) -> None:
+    """Every report plot built as usual (its data, axes and lines) but not drawn: a placeholder SVG. For a
+    test that reads a report's text, not its plots: matplotlib's savefig is most of a report's CPU."""
+    from llmload.report import limits_view, plots
+
+    def placeholder(fig, salt: str) -> str:
+        return f'<svg id="unrendered-{salt}"></svg>'
+
+    monkeypatch.setattr(plots, "_svg", placeholder)
+    monkeypatch.setattr(limits_view, "_svg", placeholder)
 
 
 @pytest.fixture

@@ -37,7 +37,8 @@ def check_slices_back_to_back(run_dir):
         assert not before["cancelled"]
 
 
-def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(tmp_path):
+def test_a_slow_leak_is_flagged_as_drift_and_memory_growth(tmp_path, unrendered_plots):
+    # the report's text is read, not its plots (drawn: tests/report/test_report_page.py)
     # each engine step costs 0.6 s more per minute (24 s: 10 ms -> 250 ms, about 40 ms more each slice, so
     # a loaded machine's noise in a slice's p95 seldom reorders two slices: at 60 ms a minute, 4 ms a slice,
     # three quiet tests side by side missed the drift once, p 0.07); KV blocks leak (1000 per minute of

@@ -4,7 +4,7 @@ short step over its target says, and which analysis `plan` follows.
 The run directory (report_fakes.write_run_dir) ran with `ttft_p95: 1s, min_samples: 50`: step r1.00
 has 100 requests with a TTFT of 200 ms, step r2.00 200 requests with 400 ms; both pass.
 
-Tests that read no report page re-analyse with `unrendered_plots`: the plots are built but not drawn to
+Tests that read no report page re-analyse with `unrendered_plots` (tests/conftest.py): the plots are built but not drawn to
 SVG (matplotlib's savefig was ~70% of each `llmload report`'s CPU here). The test that reads the page
 (`test_a_step_over_its_target_on_too_few_samples_says_so_by_name`) draws them; the drawn plots themselves
 are tests/report/test_report_page.py's.
@@ -21,18 +21,6 @@ from analysis.verdict import judge
 from llmload.cli import main
 from llmload.config import SLO
 from llmload.report.answer import answer_sentences
-
-
-@pytest.fixture
-def unrendered_plots(monkeypatch):
-    """Every report plot built as usual (its data, axes and lines) but not drawn: a placeholder SVG."""
-    from llmload.report import limits_view, plots
-
-    def placeholder(fig, salt: str) -> str:
-        return f'<svg id="unrendered-{salt}"></svg>'
-
-    monkeypatch.setattr(plots, "_svg", placeholder)
-    monkeypatch.setattr(limits_view, "_svg", placeholder)
 
 
 @pytest.fixture
