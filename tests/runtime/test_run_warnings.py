@@ -22,8 +22,8 @@ BURN = Path(__file__).parent / "faults" / "cpu_burn_locustfile.py"
 
 def test_a_saturated_generator_is_named_with_its_step_and_what_to_do(sim_factory, tmp_path):
     sim = sim_factory(flavor="vllm")
-    # 60 ms of CPU per request at 8 req/s: about half a core, as much as a busy 2-core machine gives one
-    # process; the limit is set low enough that even a third of a core crosses it
+    # 30 ms of CPU per request at 8 req/s: about a quarter of a core (27% measured at load average 3.9),
+    # which a busy 2-core machine still gives one process; the 10% limit is crossed 2.7 times over
     config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
                                               "steps": [{"rate": 8, "duration": "4s"}]}},
                          client={"max_concurrency": 16, "max_worker_cpu": 0.1})
