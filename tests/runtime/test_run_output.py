@@ -9,8 +9,8 @@ import logging
 import re
 
 import pytest
-from runtime_helpers import base_config, run_locust, write_config
-from support import ended_whole
+from runtime_helpers import base_config, write_config
+from support import REPO, ended_whole
 
 from llmload.config import parse_config
 from llmload.runtime.locustglue.console import configure_logging
@@ -134,12 +134,24 @@ def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_fu
 
 
 @pytest.mark.slow
-def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
-    config = _config(vllm_sim.url, telemetry={"gpu": "auto"}, conditions={"gpus": 0})
-    done = run_locust(write_config(tmp_path, config), tmp_path / "run")
-    # 3: its one step could not be judged (a generator stretched by a busy machine): the summary still ends it
-    assert ended_whole(done.returncode, tmp_path / "run", codes=(0, 1)), done.stderr[-2000:]
+def test_a_quiet_run_prints_no_warning_and_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
+    """One `llmload run` of a quiet ladder (2 req/s, Poisson) for what every run prints: no warning at all
+    (every line a run prints is true; tests/runtime/test_run_warnings.py has the lines a saturated
+    generator gets), our step table and summary in our style and nothing of Locust's, no GPU line for a
+    config that says there is no GPU, and how long the run will take, said once before the first step."""
+    import subprocess
+    import sys
+
+    config = base_config(vllm_sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
+                                                   "steps": [{"rate": 2, "duration": "4s"}]}},
+                         telemetry={"gpu": "auto"}, conditions={"gpus": 0})
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=180, cwd=REPO)
     output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert re.search(r"^r2\.00 .* pass", output, re.MULTILINE), output[-3000:]
+    # the run directory's path is said too: a test directory's name may hold "warn"
+    assert not re.search(r"warn|invalid", output.replace(str(tmp_path), ""), re.IGNORECASE), output
     assert "Aggregated" not in output and "req/s" not in done.stderr
     assert "GPU" not in output and "NVML" not in output  # gpus: 0: no GPU looked for, nothing said
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
@@ -148,9 +160,9 @@ def test_headless_run_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
     shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
     assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
     assert "is not used" not in output
-    # how long it will take, said once before the first step: 2 s of arrivals, a drain of up to 10 s
-    assert done.stdout.count("llmload: plan: 1 step, about 12 s (steps 2 s, a drain 10 s)") == 1, done.stdout
-    assert done.stdout.index("llmload: plan:") < done.stdout.index("r4.00")
+    # said once before the first step: 1 s of warm-up and 4 s of arrivals, a drain of up to 10 s
+    assert done.stdout.count("llmload: plan: 1 step, about 15 s (steps 5 s, a drain 10 s)") == 1, done.stdout
+    assert done.stdout.index("llmload: plan:") < done.stdout.index("r2.00")
 
 
 def test_a_legacy_key_is_noted_before_the_run_starts(tmp_path):
@@ -186,8 +198,9 @@ def test_plain_locust_prints_our_table_not_locusts_and_gpu_absence_is_one_line(v
     config = _config(vllm_sim.url, telemetry={"gpu": "auto"})
     config["shape"]["ladder"]["steps"].append({"rate": 2, "duration": "3s"})  # 5 s of steps: 2 Locust tables
     config["shape"]["ladder"]["stop_after_failures"] = None
-    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run"), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(_plain_locust(write_config(tmp_path, config), tmp_path / "run",
+                                        "--llmload-no-report"),  # what is printed while it runs is the point
+                          capture_output=True, text=True, timeout=120)
     assert ended_whole(done.returncode, tmp_path / "run", codes=(0, 1)), done.stderr[-2000:]
     output = done.stdout + done.stderr
     assert "Aggregated" not in output and "# reqs" not in output, output[-3000:]  # no Locust table, none at the end

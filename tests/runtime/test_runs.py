@@ -34,7 +34,9 @@ def test_low_load_ladder_matches_ground_truth_and_keeps_the_key_out(sim_factory,
     config["target"]["api_key_env"] = "LLMLOAD_TEST_KEY"
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
     run_dir = tmp_path / "run"
-    done = run_locust(write_config(tmp_path, config), run_dir, env={"LLMLOAD_TEST_KEY": SECRET})
+    # no report.html: that the key reaches none, nor any other output, even from a server that echoes it
+    # back, is tests/redaction/test_echoed_key_run.py's
+    done = run_locust(write_config(tmp_path, config), run_dir, env={"LLMLOAD_TEST_KEY": SECRET}, report=False)
     assert done.returncode == 0, f"{run_said(run_dir)}\n{done.stdout[-2000:]}"
     for name in ("records.parquet", "plan.json", "summary.json", "worksheet.csv", "manifest.json",
                  "telemetry.parquet", "preflight.json"):

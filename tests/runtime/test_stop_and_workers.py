@@ -8,13 +8,11 @@ signal is test_signals.py's."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 
+import psutil
 import pytest
 from runtime_helpers import base_config, plan, records, run_locust, summary, wait_step_running, write_config
-from support import free_port
 
 from llmload.records import read_record_files
 from llmload.runtime.launcher.run import locust_command
@@ -34,21 +32,25 @@ def test_a_killed_worker_loses_no_finished_record(sim_factory, tmp_path):
                                               "steps": [{"rate": 10, "duration": "8s"}]}},
                          client={"max_concurrency": 32})
     config["requests"]["output_tokens"] = {"dist": "fixed", "value": 20}
-    run_dir, port = tmp_path / "run", free_port()
-    config_path = write_config(tmp_path, config)
-    env = {**os.environ, "LLMLOAD_WORKER_TOKEN": "worker-token-for-this-test"}  # workers prove it to join
-    master = subprocess.Popen(locust_command(config_path, run_dir, master=True, expect_workers=2, master_port=port)
+    run_dir = tmp_path / "run"
+    # the master's forked worker processes (`--processes 2`): real processes over the real transport, whose
+    # imports the fork spares (the --master/--worker command lines and the worker token are
+    # tests/runtime/test_worker_token.py's and test_distributed_endings.py's)
+    master = subprocess.Popen(locust_command(write_config(tmp_path, config), run_dir, processes=2)
                               + ["--llmload-no-report"],  # the records, the plan and the summary are the point
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = [subprocess.Popen(locust_command(config_path, None, worker=True, master_port=port), env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: list[psutil.Process] = []
     try:
-        wait_step_running(run_dir, after_s=3.0)
-        os.kill(workers[1].pid, signal.SIGKILL)
+        wait_step_running(run_dir, after_s=3.0, proc=master)
+        workers = psutil.Process(master.pid).children()
+        assert len(workers) == 2, workers
+        workers[1].kill()
         master.wait(timeout=90)
     finally:
-        for proc in (master, *workers):
-            _stop(proc)
+        _stop(master)
+        for worker in workers:
+            if worker.is_running():
+                worker.kill()
     df = records(run_dir).set_index("request_id")
     files = sorted((run_dir / "records").glob("worker-*.jsonl"))
     assert len(files) == 2
