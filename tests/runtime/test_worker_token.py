@@ -78,10 +78,11 @@ def door(tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMLOAD_WORKER_TOKEN")}
     stop = tmp / "stop"
     outs = {client_id: tmp / f"{client_id}.json" for client_id in FORGERS}
-    forged = [subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(outs[client_id]), str(stop),
-                                proof("not-the-token-at-all-000", client_id) if forged_proof else "-", client_id],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-              for client_id, forged_proof in FORGERS.items()]
+    forgers = [arg for client_id, forged_proof in FORGERS.items()
+               for arg in (str(outs[client_id]), proof("not-the-token-at-all-000", client_id) if forged_proof else "-",
+                           client_id)]
+    forged = [subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(stop), *forgers],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
     master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port)
                               + ["--llmload-no-report"],  # what the workers sent is the point
                               env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
