@@ -16,6 +16,9 @@ from llmload.clock import now
 from llmload.records import Record
 
 N = 3
+#: fast engine steps (the default's 24 ms per step is a real server's pace): for tests whose outcome does
+#: not depend on how long a stream takes
+FAST = {"step_base_s": 0.002, "decode_cost_s": 0.0001, "prefill_cost_s": 0.00001, "load_time_s": 0.0}
 
 FAULTS = [
     # (flavor, sim faults, client target options, expected outcome)
@@ -38,7 +41,7 @@ API = {"vllm": "openai-chat", "llamacpp": "openai-completions", "ollama": "ollam
 @pytest.mark.parametrize(("flavor", "faults", "options", "expected"), FAULTS,
                          ids=[f"{fl}-{next(iter(f))}" for fl, f, _, _ in FAULTS])
 def test_fault_lands_in_outcome(sim_factory, flavor: str, faults: dict, options: dict, expected: str) -> None:
-    sim = sim_factory(flavor=flavor, config={"load_time_s": 0.0, "faults": faults})
+    sim = sim_factory(flavor=flavor, config={**FAST, "faults": faults})
     records = send_batch(sim_target(sim.url, API[flavor], flavor, **options), fixed_requests(16, 12), N)
     assert Counter(r.outcome for r in records) == {expected: N}, [r.error for r in records]
     for rec in records:
@@ -58,7 +61,7 @@ def test_mixed_faults_give_right_counts(sim_factory) -> None:
     from llmload.sim.settings import Faults
 
     faults = {"http_429": 0.15, "http_503": 0.1, "oom": 0.1, "disconnect": 0.15}
-    sim = sim_factory(flavor="vllm", seed=3, config={"load_time_s": 0.0, "faults": faults})
+    sim = sim_factory(flavor="vllm", seed=3, config={**FAST, "faults": faults})
     n = 24
     records = send_batch(sim_target(sim.url, "openai-chat", "vllm"), fixed_requests(16, 4), n)
     expected = Counter()

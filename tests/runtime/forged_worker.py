@@ -1,9 +1,10 @@
-"""A forged Locust worker for tests: it speaks Locust's protocol without llmload's worker code.
+"""Forged Locust workers for tests: they speak Locust's protocol without llmload's worker code.
 
-    python forged_worker.py HOST PORT OUT STOP_FILE [PROOF [CLIENT_ID]]
+    python forged_worker.py HOST PORT STOP_FILE OUT PROOF CLIENT_ID [OUT PROOF CLIENT_ID ...]
 
-Connects to the master at HOST:PORT as CLIENT_ID (default `forged_0123456789abcdef`), optionally sends an
-`llmload:hello` with PROOF (a bad one, say; `-`: none),
+Each (OUT, PROOF, CLIENT_ID) is one forged worker, side by side in one process (a greenlet and a
+connection each: one Locust import for all): it connects to the master at HOST:PORT as CLIENT_ID,
+optionally sends an `llmload:hello` with PROOF (a bad one, say; `-`: none),
 then every 0.5 s a `client_ready`, Locust `stats` and an `llmload:results` carrying one forged record
 (request id `forged-000001`, TTFT 1 ms), until STOP_FILE exists or 120 s passed. Every message type it
 received is written to OUT (JSON list), so a test can check what the master gave it.
@@ -25,9 +26,13 @@ from llmload.runtime.wire.messages import RESULTS, pack_record
 
 
 def main() -> None:
-    host, port, out, stop = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-    proof = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
-    client_id = sys.argv[6] if len(sys.argv) > 6 else "forged_0123456789abcdef"
+    host, port, stop, forgers = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+    gevent.joinall([gevent.spawn(forge, host, port, stop, Path(forgers[i]),
+                                 forgers[i + 1] if forgers[i + 1] != "-" else None, forgers[i + 2])
+                    for i in range(0, len(forgers), 3)], raise_error=True)
+
+
+def forge(host: str, port: int, stop: Path, out: Path, proof: str | None, client_id: str) -> None:
     client = zmqrpc.Client(host, port, client_id)
     now = time.time()
     forged = Record(request_id="forged-000001", step="r1", worker="9", scheduled_at=now, outcome="ok",

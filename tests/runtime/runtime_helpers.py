@@ -16,14 +16,14 @@ from llmload.runtime.launcher.run import locust_command
 
 def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_s: float = 120,
                env: dict | None = None, extra: list[str] | None = None,
-               report: bool = True) -> subprocess.CompletedProcess:
+               report: bool = True, locustfile: Path | None = None) -> subprocess.CompletedProcess:
     """Run Locust headless on `config_path` into `run_dir`; returns the finished process. `report=False`:
     no report.html (`--llmload-no-report`), for a test that reads none of it: matplotlib's import and the
-    plots are ~1.5 s of a short run's ~4 s of CPU.
+    plots are ~1.5 s of a short run's ~4 s of CPU. `locustfile`: the user's own, as `llmload run --locustfile`.
 
     Its output is also kept beside the run directory (`<run_dir>.log`) for a failing test to show.
     """
-    cmd = locust_command(config_path, run_dir, processes=processes) + (extra or [])
+    cmd = locust_command(config_path, run_dir, processes=processes, locustfile=locustfile) + (extra or [])
     if not report:
         cmd.append("--llmload-no-report")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,

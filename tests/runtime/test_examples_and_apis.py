@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_config, start_web_run, write_config
-from support import REPO, free_port
+from runtime_helpers import base_config, write_config
+from support import REPO, free_port, start_sim, stop_process
 
 from llmload.apis import api_names
 from llmload.config import load_config
@@ -67,13 +67,33 @@ def _get(url: str) -> bytes:
         return resp.read()
 
 
-@pytest.mark.slow
-def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm")
-    proc, base, run_dir = start_web_run(sim.url, tmp_path, [{"rate": 5, "duration": "4s"},
-                                                            {"rate": 10, "duration": "4s"}],
-                                        autoquit_s=2, stderr=subprocess.PIPE)
-    seen: list[dict] = []
+def _finished_runs(runs: Path, count: int) -> list[Path]:
+    """The finished runs under `runs`, once there are `count` of them (or fewer after a minute)."""
+    deadline = time.time() + 60
+    while True:
+        done = sorted(p for p in runs.glob("*") if (p / "summary.json").exists())
+        if len(done) >= count or time.time() > deadline:
+            return done
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def web_session(tmp_path_factory) -> dict:
+    """One web UI process for this module's two tests (a Locust process is ~3 s of CPU): its LLM tab and
+    pages read while the autostarted run goes, then a second run started from the UI once the first has
+    stopped. Without a report (the web run's report is test_signals' and test_web_finalise's). What it saw is
+    returned, not asserted: each test fails on its own part."""
+    tmp = tmp_path_factory.mktemp("web")
+    sim = start_sim(tmp, flavor="vllm")
+    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
+                                              "steps": [{"rate": 5, "duration": "2s"}, {"rate": 10, "duration": "2s"}]}},
+                         client={"max_concurrency": 16}, output=str(tmp / "runs"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = locust_command(write_config(tmp, config), None, web=True) + ["--web-port", str(port), "--autostart",
+                                                                       "--llmload-no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict = {"rows": []}
     try:
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:
@@ -85,64 +105,24 @@ def test_web_ui_llm_tab_and_live_page(sim_factory, tmp_path):
             tables = {t["key"]: t["data"] for t in stats.get("extended_stats", [])}
             rows = [r for r in tables.get("llm", []) if r.get("verdict") not in ("not_run", None)]
             if rows:
-                seen = rows
+                seen["rows"] = rows
             if any(r.get("offered_rate") is not None for r in rows):
                 break
             time.sleep(0.5)
-        page = _get(base + "/llmload").decode()  # the old live page: now the LLM tab
-        index = _get(base + "/").decode()
-        script = _get(base + "/llmload/tab.js").decode()
-        live = json.loads(_get(base + "/llmload/live.json"))
-        steps_json = json.loads(_get(base + "/llmload/steps.json"))
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert seen and any(r.get("offered_rate") for r in seen)  # live numbers in the LLM tab
-    assert "llmload/tab.js" in page and "llmload/tab.js" in index and '"llm"' in index
-    # the charts are drawn by our script from our own routes: nothing is fetched from elsewhere
-    assert "live.json" in script and [u for u in re.findall(r"https?://[^\s\"']+", script)] == [
-        "http://www.w3.org/2000/svg"]
-    assert {"state", "series", "steps", "slo", "result", "current"} <= set(live)
-    assert [s["label"] for s in steps_json["steps"]] == ["r5.00", "r10.00"]
-    assert (run_dir / "summary.json").exists()
-
-
-@pytest.mark.slow
-def test_web_ui_starts_a_second_run_into_a_new_directory(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm")
-    config = base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "5s",
-                                              "steps": [{"rate": 5, "duration": "2s"}]}},
-                         client={"max_concurrency": 8}, output=str(tmp_path / "runs"))
-    port = free_port()
-    cmd = locust_command(write_config(tmp_path, config), None, web=True) + ["--web-port", str(port), "--autostart",
-                                                                            "--llmload-no-report"]
-    # no report (the web run's report is test_signals' and the LLM tab test's): the two directories are the point
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def finished_runs(count: int) -> list[Path]:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            runs = sorted(p for p in (tmp_path / "runs").glob("*") if (p / "summary.json").exists())
-            if len(runs) >= count:
-                return runs
-            time.sleep(0.3)
-        raise AssertionError(f"fewer than {count} finished runs")
-
-    try:
-        finished_runs(1)
+        seen["page"] = _get(base + "/llmload").decode()  # the old live page: now the LLM tab
+        seen["index"] = _get(base + "/").decode()
+        seen["script"] = _get(base + "/llmload/tab.js").decode()
+        seen["live"] = json.loads(_get(base + "/llmload/live.json"))
+        seen["steps"] = json.loads(_get(base + "/llmload/steps.json"))
+        seen["first"] = _finished_runs(tmp / "runs", 1)
         deadline = time.time() + 30
-        while json.loads(_get(f"http://127.0.0.1:{port}/stats/requests"))["state"] != "stopped":
-            assert time.time() < deadline, "the first run did not stop"
+        while json.loads(_get(base + "/stats/requests"))["state"] != "stopped" and time.time() < deadline:
             time.sleep(0.3)
-        page = _get(f"http://127.0.0.1:{port}/").decode()
-        token = re.search(r'name="llmload-token" content="([^"]+)"', page).group(1)
-        start = urllib.request.Request(f"http://127.0.0.1:{port}/swarm", data=b"",
+        token = re.search(r'name="llmload-token" content="([^"]+)"', _get(base + "/").decode()).group(1)
+        start = urllib.request.Request(base + "/swarm", data=b"",
                                        headers={"X-Llmload-Token": token})  # the UI page's own POST
-        answer = json.loads(urllib.request.urlopen(start, timeout=10).read())
-        assert answer["success"]
-        runs = finished_runs(2)
+        seen["swarm"] = json.loads(urllib.request.urlopen(start, timeout=10).read())
+        seen["runs"] = _finished_runs(tmp / "runs", 2) if seen["swarm"].get("success") else seen["first"]
     finally:
         proc.terminate()
         try:
@@ -150,4 +130,27 @@ def test_web_ui_starts_a_second_run_into_a_new_directory(sim_factory, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        stop_process(sim.proc)
+    return seen
+
+
+@pytest.mark.slow
+def test_web_ui_llm_tab_and_live_page(web_session):
+    seen = web_session
+    assert seen["rows"] and any(r.get("offered_rate") for r in seen["rows"])  # live numbers in the LLM tab
+    page, index, script = seen["page"], seen["index"], seen["script"]
+    assert "llmload/tab.js" in page and "llmload/tab.js" in index and '"llm"' in index
+    # the charts are drawn by our script from our own routes: nothing is fetched from elsewhere
+    assert "live.json" in script and [u for u in re.findall(r"https?://[^\s\"']+", script)] == [
+        "http://www.w3.org/2000/svg"]
+    assert {"state", "series", "steps", "slo", "result", "current"} <= set(seen["live"])
+    assert [s["label"] for s in seen["steps"]["steps"]] == ["r5.00", "r10.00"]
+    assert len(seen["first"]) == 1  # the autostarted run finalised
+
+
+@pytest.mark.slow
+def test_web_ui_starts_a_second_run_into_a_new_directory(web_session):
+    assert web_session["swarm"]["success"]
+    runs = web_session["runs"]
+    assert len(runs) == 2, "fewer than 2 finished runs"
     assert len({p.name for p in runs}) == 2 and all((p / "records.parquet").exists() for p in runs)

@@ -19,75 +19,106 @@ HEAVY = ("pandas", "pyarrow", "matplotlib")
 LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
 
 
-def _loaded_after_import(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
-    """The heavy modules in sys.modules after running `code` in a fresh interpreter."""
-    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {heavy!r} if m in sys.modules]))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+def _chained(stages: list[tuple[str, str, tuple[str, ...]]]) -> dict[str, dict]:
+    """Run `stages` (name, code, heavy modules) one after the other in one fresh interpreter (each probe
+    process costs its imports: the stages of one chain share theirs); per stage, `loaded`: the heavy
+    modules in sys.modules after its code (and the stages before it: a chain's stages each add to what
+    the previous ones loaded, in the order the program they stand for loads them), and `result`: what its
+    code left in `result`."""
+    code = ["import sys, json", "out = {}"]
+    for name, stage, heavy in stages:
+        code += ["result = None", stage,
+                 f"out[{name!r}] = {{'loaded': [m for m in {heavy!r} if m in sys.modules], 'result': result}}"]
+    code.append("print(json.dumps(out))")
+    done = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_launcher_imports_no_pandas():
-    assert _loaded_after_import(
-        "import llmload.runtime.launcher.run\n"
-        "from llmload.config import load_config\n"
-        "from llmload.runtime.master.preflight import check_reachable\n"
-        "from shapes.plan import build_plan\n"
-        "from llmload.envelope import check_plan_against_envelope\n"
-        "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY) == []
-
-
-def test_worker_side_modules_import_no_pandas():
-    """What a Locust worker loads: the locustfile (session, worker runtime, sending, client) and the shape."""
-    assert _loaded_after_import(
-        "import importlib.util\n"
-        "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
-        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-        "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, llmload.records") == []
-
-
-
-def test_the_sim_starts_without_the_run_configs_models():
-    """`llmload sim` (a few hundred starts in the test suite) takes its length distributions and error
-    lines from `llmload.configbase`: building the run config's models cost each start 0.13 s of CPU."""
-    assert _loaded_after_import("import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent")) == []
-
-def test_the_locust_childs_boot_imports_no_pandas():
-    """`llmload run` starts Locust as `python -c BOOT`, which imports our packages first (so a folder
-    named like one of them in the working directory cannot shadow it): that must stay cheap."""
+def _boot() -> str:
     from llmload.runtime.launcher.run import BOOT
 
-    pinned = BOOT.split("; from locust.main")[0]
-    assert "import locust, llmload, shapes, analysis" in pinned
-    assert _loaded_after_import(pinned) == []
+    return BOOT.split("; from locust.main")[0]
 
 
-def test_the_locust_childs_boot_reads_the_entry_points_once():
+#: gevent's plugins' entry points, counted around the Locust child's boot (its first stage)
+_COUNT_ENTRY_POINTS = (
+    "from importlib import metadata\nreads = []\nreal = metadata.PathDistribution.read_text\n"
+    "def counted(self, name):\n    reads.append(name)\n    return real(self, name)\n"
+    "metadata.PathDistribution.read_text = counted\nentry_points = metadata.entry_points")
+_ENTRY_POINTS_READ = (
+    "import gevent.monkey\n"
+    "result = [reads.count('entry_points.txt'), len({d._path for d in metadata.distributions()}),"
+    " metadata.entry_points is entry_points, gevent.monkey.is_module_patched('socket')]\n"
+    "metadata.PathDistribution.read_text = real")
+
+
+@pytest.fixture(scope="module")
+def probes() -> dict[str, dict]:
+    """The import probes of this module, in three fresh interpreters: a Locust child (its boot, then what
+    a worker loads), the launcher then the master (then a run's end without a report), and the sim."""
+    out: dict[str, dict] = {}
+    out.update(_chained([
+        ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY),
+        ("worker", "import importlib.util\n"
+                   "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
+                   "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+                   "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, "
+                   "llmload.records", HEAVY)]))
+    out.update(_chained([
+        ("launcher", "import llmload.runtime.launcher.run\n"
+                     "from llmload.config import load_config\n"
+                     "from llmload.runtime.master.preflight import check_reachable\n"
+                     "from shapes.plan import build_plan\n"
+                     "from llmload.envelope import check_plan_against_envelope\n"
+                     "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY),
+        ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
+                   "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
+                   "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
+                   "from llmload.runtime.master.judging import live_judge", HEAVY),
+        ("answer", "import llmload.report.answer, llmload.rundir.finalise, llmload.report", ("matplotlib",))]))
+    out.update(_chained([("sim", "import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent"))]))
+    return out
+
+
+def test_launcher_imports_no_pandas(probes):
+    assert probes["launcher"]["loaded"] == []
+
+
+def test_worker_side_modules_import_no_pandas(probes):
+    """What a Locust worker loads after its boot: the locustfile (session, worker runtime, sending, client)
+    and the shape."""
+    assert probes["worker"]["loaded"] == []
+
+
+def test_the_sim_starts_without_the_run_configs_models(probes):
+    """`llmload sim` (a few hundred starts in the test suite) takes its length distributions and error
+    lines from `llmload.configbase`: building the run config's models cost each start 0.13 s of CPU."""
+    assert probes["sim"]["loaded"] == []
+
+
+def test_the_locust_childs_boot_imports_no_pandas(probes):
+    """`llmload run` starts Locust as `python -c BOOT`, which imports our packages first (so a folder
+    named like one of them in the working directory cannot shadow it): that must stay cheap."""
+    assert "import locust, llmload, shapes, analysis" in _boot()
+    assert probes["boot"]["loaded"] == []
+
+
+def test_the_locust_childs_boot_reads_the_entry_points_once(probes):
     """gevent's monkey-patching (in `import locust`) asks for its plugins' entry points ~25 times, each a
     read of every installed distribution's entry_points.txt (~0.25 s of CPU per Locust process): the boot
     reads them once (`llmload.runtime.locustglue.boot`), patches the same, and leaves the standard
     library's `entry_points` in place afterwards."""
-    from llmload.runtime.launcher.run import BOOT
-
-    pinned = BOOT.split("; from locust.main")[0]
-    probe = ("import json\nfrom importlib import metadata\nreads = []\nreal = metadata.PathDistribution.read_text\n"
-             "def counted(self, name):\n    reads.append(name)\n    return real(self, name)\n"
-             "metadata.PathDistribution.read_text = counted\nentry_points = metadata.entry_points\n"
-             f"{pinned}\n"
-             "import gevent.monkey\n"
-             "print(json.dumps([reads.count('entry_points.txt'), len({d._path for d in metadata.distributions()}),"
-             " metadata.entry_points is entry_points, gevent.monkey.is_module_patched('socket')]))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    reads, installed, restored, patched = json.loads(done.stdout.strip().splitlines()[-1])
+    reads, installed, restored, patched = probes["boot"]["result"]
     assert patched and restored
     # one reading for gevent's events, one for pydantic's plugins (its own); gevent alone read 25
     assert reads <= 2 * installed, (reads, installed)
 
 
-def test_the_runs_answer_is_made_without_matplotlib():
+def test_the_runs_answer_is_made_without_matplotlib(probes):
     """The summary's answer (`llmload.report.answer`, made at every run's end) needs no plot: a run
     without a report (`--llmload-no-report`, `llmload calibrate`'s steps) never imports matplotlib."""
-    assert _loaded_after_import("import llmload.report.answer, llmload.rundir.finalise, llmload.report",
-                                ("matplotlib",)) == []
+    assert probes["answer"]["loaded"] == []
 
 
 def test_record_schema_still_importable_and_complete():
@@ -166,12 +197,8 @@ def test_record_json_refuses_non_finite_floats(field, value):
         record.to_json()
 
 
-def test_the_masters_pre_run_modules_import_no_pandas():
+def test_the_masters_pre_run_modules_import_no_pandas(probes):
     """What the master runs between the pre-flight and the first arrival (the manifest, the telemetry
     collector, the live judge's set-up) loads no pandas / pyarrow: importing them there put ~0.45 s on
     the path from launch to the first arrival (issue 20)."""
-    assert _loaded_after_import(
-        "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
-        "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
-        "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
-        "from llmload.runtime.master.judging import live_judge") == []
+    assert probes["master"]["loaded"] == []

@@ -8,12 +8,13 @@ from __future__ import annotations
 import itertools
 import json
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runtime_helpers import base_config, plan, records, write_config
-from support import REPO
+from runtime_helpers import base_config, plan, records, run_locust, write_config
+from support import REPO, SimServer, start_sim, stop_process
 
 from llmload.arrivals import Arrival
 from llmload.cli import main
@@ -33,6 +34,15 @@ MULTITURN = REPO / "examples" / "locustfiles" / "multiturn.py"
 FAST = {"step_base_s": 0.005, "decode_cost_s": 0.0001, "prefill_cost_s": 0.00001, "load_time_s": 0}
 
 
+@pytest.fixture(scope="module")
+def fast_sim(tmp_path_factory) -> Iterator[SimServer]:
+    """One fast vLLM sim (prefix caching on) for this module's tests: each sends under request ids of its own
+    (`_job`'s label, a run's step labels) and reads only its own ground-truth rows."""
+    sim = start_sim(tmp_path_factory.mktemp("sim"), flavor="vllm", config={**FAST, "enable_prefix_caching": True})
+    yield sim
+    stop_process(sim.proc)
+
+
 def _runtime(url: str, tmp_path: Path, **requests) -> WorkerRuntime:
     config = base_config(url, {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}})
     config["requests"].update(requests)
@@ -42,9 +52,9 @@ def _runtime(url: str, tmp_path: Path, **requests) -> WorkerRuntime:
     return runtime
 
 
-def _job(index: int) -> Job:
-    return Job(label="s", arrival=Arrival(request_id=f"s-{index:06d}", step="s", index=index,
-                                          scheduled_at=now()), seed=1)
+def _job(index: int, label: str = "s") -> Job:
+    return Job(label=label, arrival=Arrival(request_id=f"{label}-{index:06d}", step=label, index=index,
+                                            scheduled_at=now()), seed=1)
 
 
 class Hooks:
@@ -77,13 +87,13 @@ def test_the_default_hook_builds_the_mix_request(tmp_path):
         assert 5 <= planned.input_tokens <= 500 and planned.output_tokens == 4
 
 
-def test_what_the_hook_builds_is_sent_and_recorded(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config=FAST)
+def test_what_the_hook_builds_is_sent_and_recorded(fast_sim, tmp_path):
+    sim = fast_sim
     runtime = _runtime(sim.url, tmp_path)
     history = [{"role": "user", "content": "alpha beta gamma"}, {"role": "assistant", "content": "delta"}]
     hooks = Hooks(lambda a: RequestSpec(messages=[*history, {"role": "user", "content": a.text(10)}],
                                         max_tokens=6, extra_body={"top_p": 0.5}))
-    record = runtime.run(_job(3), user=hooks)
+    record = runtime.run(_job(3, "built"), user=hooks)
     truth = {r["request_id"]: r for r in sim.ground_truth_rows()}[record.request_id]
     assert record.outcome == "ok" and record.sent_at is not None
     # planned = what was sent (3+1+10 content tokens, 4 per message); served = the server's usage
@@ -101,31 +111,33 @@ def test_what_the_hook_builds_is_sent_and_recorded(sim_factory, tmp_path):
     (lambda a: PreparedRequest("other-id", "openai-chat", b"{}"),
      "Hooks.build_request raised ValueError: a PreparedRequest from build_request must carry the arrival's"),
 ], ids=["raises", "wrong-type", "bad-spec", "foreign-id"])
-def test_a_failing_build_request_is_a_client_error_and_the_worker_goes_on(sim_factory, tmp_path, build, error):
-    sim = sim_factory(flavor="vllm", config=FAST)
+def test_a_failing_build_request_is_a_client_error_and_the_worker_goes_on(fast_sim, tmp_path, request, build,
+                                                                          error):
+    sim, label = fast_sim, f"bad-{request.node.callspec.id}"
     runtime = _runtime(sim.url, tmp_path)
     fired = []
-    bad = runtime.run(_job(1), user=Hooks(build), on_record=fired.append)
+    bad = runtime.run(_job(1, label), user=Hooks(build), on_record=fired.append)
     assert bad.outcome == "client_error" and bad.error.startswith(error)
     assert bad.sent_at is None and bad.http_status is None  # nothing was sent
-    good = runtime.run(_job(2), user=Hooks(lambda a: a.default_request()))
+    good = runtime.run(_job(2, label), user=Hooks(lambda a: a.default_request()))
     assert good.outcome == "ok"
     assert [r["outcome"] for r in _written(tmp_path)] == ["client_error", "ok"] and fired == [bad]
-    assert [r["request_id"] for r in sim.ground_truth_rows() if r["request_id"].startswith("s-")] == ["s-000002"]
+    assert [r["request_id"] for r in sim.ground_truth_rows() if r["request_id"].startswith(f"{label}-")] == [
+        f"{label}-000002"]
 
 
-def test_a_failing_on_result_makes_the_sent_request_a_client_error(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config=FAST)
+def test_a_failing_on_result_makes_the_sent_request_a_client_error(fast_sim, tmp_path):
+    sim = fast_sim
     runtime = _runtime(sim.url, tmp_path)
 
     class Forgetful(Hooks):
         def on_result(self, arrival, request, result):
             raise KeyError("conversation")
 
-    record = runtime.run(_job(1), user=Forgetful(lambda a: a.default_request()))
+    record = runtime.run(_job(1, "forgetful"), user=Forgetful(lambda a: a.default_request()))
     assert record.outcome == "client_error" and record.error == "Forgetful.on_result raised KeyError: 'conversation'"
     assert record.sent_at is not None and record.output_tokens == 4  # it was sent and answered
-    assert "s-000001" in {r["request_id"] for r in sim.ground_truth_rows()}
+    assert "forgetful-000001" in {r["request_id"] for r in sim.ground_truth_rows()}
 
 
 def test_the_pool_runs_the_users_own_classes():
@@ -177,23 +189,29 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
-def _run(tmp_path: Path, url: str, name: str, locustfile: Path | None, *, rate: float = 8, duration_s: int = 6) -> Path:
+#: the runs' requests; the single-turn control sends the same mix in-process
+REQUESTS = {"input_tokens": {"dist": "fixed", "value": 60}, "output_tokens": {"dist": "fixed", "value": 8}, "seed": 5}
+
+
+def _run(tmp_path: Path, url: str, name: str, locustfile: Path, *, rate: float, duration_s: int) -> Path:
+    """A headless run of `locustfile`'s users (as `llmload run --locustfile`, whose command line
+    test_locustfile_option checks), without a report: the records and the summary are the point."""
     config = base_config(url, {"ladder": {"arrival": "poisson", "warmup": "0s", "drain_timeout": "20s",
                                           "steps": [{"rate": rate, "duration": f"{duration_s}s"}]}},
                          client={"max_concurrency": 2, "max_send_lag_p99": "1s"})
-    config["requests"] = {"input_tokens": {"dist": "fixed", "value": 60},
-                          "output_tokens": {"dist": "fixed", "value": 8}, "seed": 5}
+    config["requests"] = dict(REQUESTS)
     run_dir = tmp_path / name
-    args = ["run", str(write_config(tmp_path, config, f"{name}.yaml")), "--out", str(run_dir)]
-    code = main(args + (["--locustfile", str(locustfile)] if locustfile else []))
-    assert code in (0, 1, 3) and (run_dir / "summary.json").exists(), code
+    done = run_locust(write_config(tmp_path, config, f"{name}.yaml"), run_dir, locustfile=locustfile, report=False)
+    assert done.returncode in (0, 1, 3) and (run_dir / "summary.json").exists(), done.stderr[-2000:]
     return run_dir
 
 
 @pytest.mark.slow
 def test_the_multiturn_example_grows_its_prompts_and_hits_the_prefix_cache(sim_factory, tmp_path):
     multi = sim_factory(flavor="vllm", config={**FAST, "enable_prefix_caching": True})
-    run_dir = _run(tmp_path, multi.url, "multi", MULTITURN)
+    # 24 arrivals (the plan's Poisson draw for 4 s at 8/s, seed 5) over 2 users x 4 conversations: at most 8
+    # first turns, so >= 16 later turns (> 24 / 3) and >= 16 - 8 consecutive pairs (>= 5 asserted)
+    run_dir = _run(tmp_path, multi.url, "multi", MULTITURN, rate=8, duration_s=4)
     df = records(run_dir)
     assert set(df["outcome"]) == {"ok"} and len(df) == sum(s["planned_arrivals"] for s in plan(run_dir)["steps"])
     truth = {r["request_id"]: r for r in multi.ground_truth_rows()}
@@ -215,9 +233,16 @@ def test_the_multiturn_example_grows_its_prompts_and_hits_the_prefix_cache(sim_f
     hits, queries = m["vllm:prefix_cache_hits_total"], m["vllm:prefix_cache_queries_total"]
     assert hits == sum(r["cached_tokens"] for r in truth.values()) and hits > 0.3 * queries
 
-    single = sim_factory(flavor="vllm", config={**FAST, "enable_prefix_caching": True})
-    _run(tmp_path, single.url, "single", None)
-    assert _metrics(single.url)["vllm:prefix_cache_hits_total"] == 0  # no two default prompts share a block
+
+def test_single_turn_default_prompts_get_no_prefix_cache_hits(fast_sim, tmp_path):
+    """The multi-turn example's control: the default hook's prompts (the same mix as its run) share no
+    block, so what the example's run hits is its conversations' doing. In-process, in the way a user
+    sends them (the default `build_request`): a whole Locust run cost 3 s of CPU for this."""
+    runtime = _runtime(fast_sim.url, tmp_path, **REQUESTS)
+    sent = [runtime.run(_job(i, "single"), user=Hooks(lambda a: a.default_request())) for i in range(36)]
+    assert {r.outcome for r in sent} == {"ok"} and {r.input_tokens for r in sent} == {60}
+    rows = [r for r in fast_sim.ground_truth_rows() if r["request_id"].startswith("single-")]
+    assert len(rows) == 36 and [r["cached_tokens"] for r in rows] == [0] * 36  # no two share a block
 
 
 FLAKY = '''
@@ -239,8 +264,8 @@ class FlakyUser(LLMUser):
 
 
 @pytest.mark.slow
-def test_a_hook_that_raises_gives_client_errors_and_the_run_ends_cleanly(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm", config=FAST)
+def test_a_hook_that_raises_gives_client_errors_and_the_run_ends_cleanly(fast_sim, tmp_path):
+    sim = fast_sim
     locustfile = tmp_path / "flaky.py"
     locustfile.write_text(FLAKY)
     run_dir = _run(tmp_path, sim.url, "flaky", locustfile, rate=6, duration_s=3)

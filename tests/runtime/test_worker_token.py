@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from runtime_helpers import base_config, records, write_config
-from support import free_port
+from support import free_port, start_sim, stop_process
 
 from llmload.cli import main
 from llmload.runtime.launcher.child_env import TOKEN_ENV
@@ -62,44 +62,71 @@ def test_a_master_without_a_token_or_with_a_shared_secret_does_not_start(tmp_pat
 
 #: two forged workers beside one real one in one run: one that proves nothing, one with a bad proof
 FORGERS = {"forged_0123456789abcdef": None, "forged_fedcba9876543210": "bad"}
+#: two real workers the master refuses before the real one joins: no token, another token
+REFUSED_TOKENS = [None, "another-token-0123456789"]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm")
-    path = _config(tmp_path, sim.url)
-    run_dir, port = tmp_path / "run", free_port()
-    env = {**os.environ, TOKEN_ENV: TOKEN}
-    stop = tmp_path / "stop"
-    outs = {client_id: tmp_path / f"{client_id}.json" for client_id in FORGERS}
-    forged = [subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(outs[client_id]), str(stop),
-                                proof("not-the-token-at-all-000", client_id) if forged_proof else "-", client_id],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-              for client_id, forged_proof in FORGERS.items()]
+@pytest.fixture(scope="module")
+def door(tmp_path_factory) -> dict:
+    """One master (a Locust process is ~3 s of CPU) for this module's door tests: the forged workers and the
+    refused real workers knock first, then one real worker with the token runs the 3 s step. What each saw
+    is returned, not asserted: each test fails on its own part."""
+    tmp = tmp_path_factory.mktemp("door")
+    sim = start_sim(tmp, flavor="vllm")
+    path = _config(tmp, sim.url)
+    run_dir, port = tmp / "run", free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMLOAD_WORKER_TOKEN")}
+    stop = tmp / "stop"
+    outs = {client_id: tmp / f"{client_id}.json" for client_id in FORGERS}
+    forgers = [arg for client_id, forged_proof in FORGERS.items()
+               for arg in (str(outs[client_id]), proof("not-the-token-at-all-000", client_id) if forged_proof else "-",
+                           client_id)]
+    forged = [subprocess.Popen([sys.executable, str(FORGED), "127.0.0.1", str(port), str(stop), *forgers],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
     master = subprocess.Popen(locust_command(path, run_dir, master=True, expect_workers=1, master_port=port)
                               + ["--llmload-no-report"],  # what the workers sent is the point
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    refused: list[subprocess.Popen] = []
     worker = None
+    seen: dict = {"refused": {}}
     try:
-        deadline = time.time() + 60  # the forged workers are refused before the real one joins
+        deadline = time.time() + 60  # the forged workers are refused before the real ones join
         while time.time() < deadline and not all(out.exists() and json.loads(out.read_text() or "[]")
                                                  for out in outs.values()):
             time.sleep(0.2)
-        worker = subprocess.Popen(locust_command(path, None, worker=True, master_port=port), env=env,
+        refused = [subprocess.Popen(locust_command(path, None, worker=True, master_port=port),
+                                    env=env if token is None else {**env, TOKEN_ENV: token},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                   for token in REFUSED_TOKENS]
+        for token, proc in zip(REFUSED_TOKENS, refused, strict=True):
+            _, err = proc.communicate(timeout=90)
+            seen["refused"][token] = (proc.returncode, err)
+        worker = subprocess.Popen(locust_command(path, None, worker=True, master_port=port), env={**env, TOKEN_ENV: TOKEN},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, master_err = master.communicate(timeout=120)
+        _, seen["master_err"] = master.communicate(timeout=120)
     finally:
         stop.touch()
-        for proc in (master, worker, *forged):
+        for proc in (master, worker, *refused, *forged):
             if proc is not None and proc.poll() is None:
                 proc.kill()
             if proc is not None:
                 proc.wait()
-    for client_id, out in outs.items():
-        got = json.loads(out.read_text())
+        stop_process(sim.proc)
+    seen["forged"] = {client_id: json.loads(out.read_text()) if out.exists() else None
+                      for client_id, out in outs.items()}
+    seen["run_dir"] = run_dir
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(door):
+    master_err = door["master_err"]
+    for client_id, got in door["forged"].items():
         assert got and set(got) == {"llmload:refused"}, (client_id, got)  # no ack, no spawn, no step (config, headers)
         assert f"refused worker {client_id}" in master_err
+    run_dir = door["run_dir"]
     df = records(run_dir)
     assert len(df) == 12 and "forged-000001" not in set(df["request_id"])  # the real worker's 3 s at 4/s
     assert "9" not in set(df["worker"])
@@ -107,24 +134,13 @@ def test_a_forged_worker_gets_nothing_and_its_records_are_dropped(sim_factory, t
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("worker_token", [None, "another-token-0123456789"])
-def test_a_worker_without_the_token_is_told_why_in_one_line(tmp_path, worker_token):
-    path = _config(tmp_path)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMLOAD_WORKER_TOKEN")}
-    master = subprocess.Popen(locust_command(path, tmp_path / "run", master=True, master_port=port),
-                              env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        worker_env = env if worker_token is None else {**env, TOKEN_ENV: worker_token}
-        done = subprocess.run(locust_command(path, None, worker=True, master_port=port), env=worker_env,
-                              capture_output=True, text=True, timeout=90)
-    finally:
-        master.kill()
-        master.wait()
-    lines = [line for line in done.stderr.splitlines() if "llmload" in line]
-    assert done.returncode == 2, done.stderr[-2000:]
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("worker_token", REFUSED_TOKENS)
+def test_a_worker_without_the_token_is_told_why_in_one_line(door, worker_token):
+    returncode, stderr = door["refused"][worker_token]
+    lines = [line for line in stderr.splitlines() if "llmload" in line]
+    assert returncode == 2, stderr[-2000:]
     assert lines == ["llmload: error: the master refused this worker: "
                      + ("it gave no worker token: set LLMLOAD_WORKER_TOKEN (or --worker-token-file) on the worker "
                         "to the master's" if worker_token is None else "its worker token is not the master's")]
-    assert TOKEN not in done.stderr
+    assert TOKEN not in stderr
