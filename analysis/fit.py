@@ -14,6 +14,13 @@ engine model (`llmload.sim.engine`) says what each one costs, so each has a figu
   at the gap's middle (the run's requests between first and last token); the median gap per batch is
   fitted by least squares weighted by the gaps per batch, and a bootstrap of the gaps gives the
   standard errors. Another client's traffic on the server would add to the batch unseen.
+- **a step cost per batch size** (`decode_step_s`): when that line's intercept comes out below zero beyond
+  its noise (llama.cpp on a CPU: 28 / 54 / 86 / 72 ms at 1-4 sequences, the 3-sequence step dearer than
+  the 4-sequence one), the step is not a line in the batch size; with every batch size from 1 to the
+  slots seen in `MIN_GAPS_PER_BATCH` gaps, the medians per batch size are the twin's table (each with
+  its bootstrap standard error), and the sim uses it in place of the line (`step_base_s` and
+  `decode_cost_s` are still written, through the origin, and not used: the table wins); with a batch
+  size unseen, the run does not fit the model (`Fit.misfit`).
 - **prefill cost per token** (`prefill_cost_s`): TTFT of requests sent while fewer requests than slots
   (or than the most ever running, when the slot count is not known) were in flight (admitted at once),
   and no other prompt awaited its first token (alone in its prefill step; all when too few were), against their prompt tokens computed (input less prefix-cache hits):
@@ -87,8 +94,9 @@ class Estimate:
     of both, and the evidence it came from."""
 
     key: str
-    value: float | int | bool
-    error: float | None
+    #: a tuple for a table (`decode_step_s`), its errors a tuple of the same length
+    value: float | int | bool | tuple[float, ...]
+    error: float | tuple[float, ...] | None
     unit: str
     basis: str
 
@@ -251,9 +259,10 @@ def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, 
 
 
 def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, Any] | None:
-    """`{step_base_s, step_base_se, decode_cost_s, decode_cost_se, gaps, batch_min, batch_max}` from the
-    median gap per batch size (at least `MIN_GAPS_PER_BATCH` gaps each, two sizes at least); None when
-    the run showed fewer than two batch sizes."""
+    """`{step_base_s, step_base_se, decode_cost_s, decode_cost_se, gaps, batch_min, batch_max, per_batch}`
+    from the median gap per batch size (at least `MIN_GAPS_PER_BATCH` gaps each, two sizes at least;
+    `per_batch`: batch -> (median s, its bootstrap standard error, gaps)); None when the run showed fewer
+    than two batch sizes."""
     batch, gap = gaps["batch"].to_numpy(dtype=int), gaps["gap_s"].to_numpy(dtype=float)
     groups = [(int(b), gap[batch == b]) for b in np.unique(batch) if (batch == b).sum() >= MIN_GAPS_PER_BATCH]
     if len(groups) < 2:
@@ -268,7 +277,9 @@ def fit_step_cost(gaps: pd.DataFrame, *, seed: int = 0) -> dict[str, Any] | None
     line = {"step_base_s": base, "step_base_se": float(fits[:, 0].std(ddof=1)), "decode_cost_s": slope,
             "decode_cost_se": float(fits[:, 1].std(ddof=1)), "gaps": int(w.sum()),
             "batch_min": int(x.min()), "batch_max": int(x.max()), "negative_base_s": None,
-            "negative_base_se": None}
+            "negative_base_se": None,
+            "per_batch": {int(b): (float(v), float(e), int(n))
+                          for b, v, e, n in zip(x, y, boot.std(axis=0, ddof=1), w, strict=True)}}
     if base < 0:
         # a step cannot cost less than nothing (the sim refuses a negative base): the line through the
         # origin, and the intercept kept so that one clearly below zero can say the cost is not linear
@@ -582,6 +593,28 @@ def _fit_slots(fit: Fit, conds: Mapping[str, Any], samples: pd.DataFrame, key: s
     return None
 
 
+def _decode_table(fit: Fit, step: Mapping[str, Any], slots: int | None, below: float) -> Estimate | None:
+    """The step cost per batch size (`decode_step_s`) when the line's intercept is below zero beyond its
+    noise and every batch size from 1 to `slots` was seen in `MIN_GAPS_PER_BATCH` gaps; else None and the
+    misfit said (the run does not fit the line, and cannot give the table)."""
+    line = (f"the step cost is not a line in the batch size: its intercept is {below * 1000:.3g} ms, below zero "
+            "(the twin's decode step costs a base plus a cost per sequence)")
+    seen = step["per_batch"]
+    missing = [b for b in range(1, (slots or 0) + 1) if b not in seen]
+    if not slots or missing:
+        fit.misfit.append(line + "; a cost per batch size (decode_step_s) needs every batch size from 1 to the slots "
+                          f"in {MIN_GAPS_PER_BATCH} decode-only gaps at least: "
+                          + ("the slots are not known" if not slots else
+                             f"batch size {', '.join(map(str, missing))} had fewer"))
+        return None
+    rows = [seen[b] for b in range(1, slots + 1)]
+    return Estimate("decode_step_s", tuple(v for v, _, _ in rows), tuple(e for _, e, _ in rows), "s",
+                    f"median decode-only gap at each batch size 1-{slots} ({', '.join(str(n) for _, _, n in rows)} "
+                    f"gaps; a bootstrap's standard errors): the step is not a line in the batch size (the line's "
+                    f"intercept {below * 1000:.3g} ms, below zero beyond its noise); the sim's step costs this "
+                    "table, and past its end an extrapolation (llmload.sim.settings)")
+
+
 def fit_run(run: Run, *, seed: int = 0) -> Fit:
     """The sim settings a run can show, with their errors, and the ones it cannot (module docstring)."""
     conds = _conditions(run)
@@ -621,15 +654,19 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
         basis = (f"median inter-token gap against batch size {step['batch_min']}-{step['batch_max']} "
                  f"({step['gaps']} decode-only gaps)")
         below = step["negative_base_s"]
+        table = None
         if below is not None:
             basis += f"; its intercept came out below zero ({below * 1000:.3g} ms): the line through the origin"
             if below + 2 * step["negative_base_se"] < 0:  # below zero beyond its noise
-                fit.misfit.append(f"the step cost is not a line in the batch size: its intercept is {below * 1000:.3g} "
-                                  "ms, below zero (the twin's decode step costs a base plus a cost per sequence)")
+                table = _decode_table(fit, step, slots, below)
+        if table is not None:
+            basis += "; not used by the sim: decode_step_s, below, wins"
         fit.estimates += [Estimate("step_base_s", step["step_base_s"], step["step_base_se"], "s",
                                    "intercept of the " + basis),
                           Estimate("decode_cost_s", step["decode_cost_s"], step["decode_cost_se"], "s",
                                    "slope of the " + basis)]
+        if table is not None:
+            fit.estimates.append(table)
     chunks = fit_chunk_cost(records, LLAMACPP_PROMPT_TAIL) if split else None
     prefill = chunks or fit_prefill_cost(records, free_below, whole=flavor == "llamacpp")
     if prefill is None:
@@ -675,6 +712,8 @@ def fit_run(run: Run, *, seed: int = 0) -> Fit:
 
 
 def _yaml_value(e: Estimate) -> str:
+    if isinstance(e.value, tuple):
+        return "[" + ", ".join(f"{v * 1000:.4g}ms" for v in e.value) + "]"
     if isinstance(e.value, bool):
         return "true" if e.value else "false"
     if e.unit == "s":
@@ -683,7 +722,13 @@ def _yaml_value(e: Estimate) -> str:
 
 
 def describe(e: Estimate) -> str:
-    """`value ± error unit`: durations in ms; "(read)" for a figure the server gave."""
+    """`value ± error unit`: durations in ms; "(read)" for a figure the server gave; a table as
+    `[a, b] ms ± [ea, eb] ms` (`llmload.sim.whatif.read_twin` reads the errors back)."""
+    if isinstance(e.value, tuple):
+        errors = e.error if isinstance(e.error, tuple) else ()
+        text = "[" + ", ".join(f"{v * 1000:.3g}" for v in e.value) + "] ms" + \
+            (" ± [" + ", ".join(f"{v * 1000:.2g}" for v in errors) + "] ms" if errors else "")
+        return text
     if e.unit == "s":
         text = f"{e.value * 1000:.3g} ms" + (f" ± {e.error * 1000:.2g} ms" if e.error is not None else "")
     elif isinstance(e.value, bool):

@@ -12,7 +12,9 @@ One step, as vLLM's v1 scheduler does it:
    later recomputes prompt + generated tokens; counted in `preemptions`).
 2. If nothing was preempted, waiting sequences are admitted first come first served while fewer than
    `max_num_seqs` run, budget is left and their first chunk's blocks are free.
-3. Cost = `step_base_s + prefill_cost_s x prefill tokens + decode_cost_s x sequences in the step`.
+3. Cost = `step_base_s + prefill_cost_s x prefill tokens + decode_cost_s x sequences in the step`, or, with
+   a cost per batch size (`decode_step_s`, below), `decode_step_s[n - 1] + prefill_cost_s x prefill tokens`
+   for n sequences in the step.
    A sequence whose computed tokens reach `prompt + generated` samples one token at the step end;
    reaching its output length finishes it and frees its blocks.
 
@@ -22,6 +24,13 @@ sliding-window model such as Gemma 3): a first prefill chunk never crosses the p
 token) in the second. llama.cpp stops a prompt's batch there to save a context checkpoint before it
 (`update_slots`, "create checkpoints that many tokens before the end of the prompt"); each of those
 steps carries the decoding sequences too, so they get a token in each.
+
+A cost per batch size (`decode_step_s`, empty by default): a server whose step is not a line in the batch
+size (llama.cpp on a CPU: 28 / 54 / 86 / 72 ms at 1-4 sequences, the 3-sequence step dearer than the
+4-sequence one) gets a table, entry n - 1 for n sequences, in place of `step_base_s + decode_cost_s x n`.
+Past the table's end it is extrapolated (`decode_part_s`): the line through its last two entries, or,
+where the last entry is the cheaper of those two (or the only one), the line through the origin and the
+last entry (its cost per sequence), so that a step never costs less than a smaller one past the end.
 
 An injected slow leak, for soak tests (both 0 by default, both functions of the engine's age `age_s`, the
 time since it started, passed to `step`, so the same schedule gives the same numbers): every step costs
@@ -61,6 +70,20 @@ class EngineLimits:
     enable_prefix_caching: bool = False
     #: a prompt's last tokens in a step of their own (module docstring); 0: prompts are chunked by budget only
     prompt_tail_tokens: int = 0
+    #: a step's cost without its prefill, per batch size (entry n - 1: n sequences; module docstring);
+    #: empty: `step_base_s + decode_cost_s x n`
+    decode_step_s: tuple[float, ...] = ()
+
+    def decode_part_s(self, n: int) -> float:
+        """What a step of `n` sequences costs besides its prefill tokens (and the injected growth)."""
+        table = self.decode_step_s
+        if not table:
+            return self.step_base_s + self.decode_cost_s * n
+        if n <= len(table):
+            return table[n - 1] if n > 0 else 0.0
+        last = table[-1]
+        rise = last - table[-2] if len(table) > 1 and last >= table[-2] else last / len(table)
+        return last + rise * (n - len(table))
 
 
 @dataclass(slots=True, eq=False)
@@ -227,7 +250,10 @@ class Engine:
         if result.finished:  # one pass, not a list.remove per finished sequence
             self.running = [seq for seq in self.running if seq.state == "running"]
         result.batch = len(scheduled)
-        if scheduled:
+        if scheduled and lim.decode_step_s:
+            result.cost_s = (lim.decode_part_s(result.batch) + lim.prefill_cost_s * result.prefill_tokens
+                             + lim.step_cost_growth_s_per_min * max(0.0, age_s) / 60.0)
+        elif scheduled:
             result.cost_s = (lim.step_base_s + lim.prefill_cost_s * result.prefill_tokens
                              + lim.decode_cost_s * result.batch
                              + lim.step_cost_growth_s_per_min * max(0.0, age_s) / 60.0)
@@ -271,7 +297,9 @@ class Engine:
             k //= 2  # a step would preempt: fewer steps
         if k < 2:
             return 0, 0.0, False
-        cost_s = lim.step_base_s + lim.decode_cost_s * len(running)  # step's sum, bit for bit (no prefill)
+        # step's sum, bit for bit (no prefill: + 0.0 leaves it as it is)
+        cost_s = lim.decode_part_s(len(running)) if lim.decode_step_s else \
+            lim.step_base_s + lim.decode_cost_s * len(running)
         return k, cost_s, slots_free and not waiting
 
     def decode_steps(self, k: int) -> list[Sequence]:

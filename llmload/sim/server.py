@@ -83,7 +83,8 @@ class SimServer:
             decode_cost_s=s.decode_cost_s, step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
             kv_leak_blocks_per_min=s.kv_leak_blocks_per_min,
             enable_prefix_caching=flavor == "vllm" and s.enable_prefix_caching,
-            prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0))
+            prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0,
+            decode_step_s=tuple(s.decode_step_s or ())))
         self.loop = EngineLoop(self.engine, self._on_step)
         self.started_at = now()
         self.ready_at = self.started_at + (s.load_time_s if flavor == "llamacpp" else 0.0)

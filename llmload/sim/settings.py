@@ -13,6 +13,7 @@ number of seconds. Defaults resemble a 7-8B model on one GPU (about 25 ms per de
 | `step_base_s` | 24ms | fixed cost of one engine step |
 | `prefill_cost_s` | 0.2ms | cost per prompt token computed in a step |
 | `decode_cost_s` | 0.25ms | cost per sequence in a step (batch 64: 24 + 16 = 40 ms per step) |
+| `decode_step_s` | null | a step's cost per batch size, a list (`[28ms, 54ms, 86ms, 72ms]`): n sequences cost entry n, plus `prefill_cost_s` x prefill tokens; `step_base_s` and `decode_cost_s` are then not used. Past the list's end an extrapolation: the line through its last two entries, or where the last is the cheaper of them (or the only one) the line through the origin and the last. For a server whose step is not a line in the batch size (llama.cpp on a CPU); `llmload fit` writes it then; null: the line |
 | `max_num_queued_reqs` | null | vLLM `--max-num-queued-reqs`: requests in flight (waiting + running) before 503; null = none |
 | `max_model_len` | 8192 | vLLM and SGLang context: prompt + max_tokens; a longer prompt is a 400, max_tokens is capped |
 | `num_parallel` | 4 | Ollama `OLLAMA_NUM_PARALLEL` / llama.cpp `--parallel`: slots running at once |
@@ -119,6 +120,7 @@ class SimSettings(_Model):
     step_base_s: Seconds = 0.024
     prefill_cost_s: Seconds = 0.0002
     decode_cost_s: Seconds = 0.00025
+    decode_step_s: list[Seconds] | None = Field(default=None, min_length=1)
     max_num_queued_reqs: int | None = Field(default=None, ge=1)
     max_model_len: int = Field(default=8192, ge=2)
     num_parallel: int = Field(default=4, ge=1)

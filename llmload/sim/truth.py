@@ -11,7 +11,8 @@ Driven here the same way with a virtual clock and no sockets:
   E2E = last token's step end - arrival, TPOT = (E2E - TTFT) / (output tokens - 1);
 - the engine is built from the sim settings as `llmload.sim.server.SimServer` builds it (flavour vLLM
   and SGLang: `max_num_seqs` slots, else `num_parallel`; prefix caching never hits: the requests here
-  carry no shared prompt blocks; `prompt_tail_tokens` for the llama.cpp flavour only).
+  carry no shared prompt blocks; `prompt_tail_tokens` for the llama.cpp flavour only; `decode_step_s`, a
+  cost per batch size, for every flavour).
 
 Fed the live sim's own arrival times this gives its TTFT p95 within 20 ms (NOTES.md "The knee and its
 noise"); with many arrivals at a fixed rate it gives the steady state the tool's knee is judged against.
@@ -51,7 +52,8 @@ def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str 
                         prefill_cost_s=s.prefill_cost_s, decode_cost_s=s.decode_cost_s,
                         step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
                         kv_leak_blocks_per_min=s.kv_leak_blocks_per_min, enable_prefix_caching=False,
-                        prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0)
+                        prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0,
+                        decode_step_s=tuple(s.decode_step_s or ()))
 
 
 def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray,

@@ -13,7 +13,8 @@ per rate and seed set its noise and its cost (a tenth of a second per thousand a
 The what-ifs reuse what the fitted knee found: each change and each range end starts from the fitted knee
 scaled by the change's throughput, placed by the fitted knee's slope (about 3 runs each instead of 7). `knee_with_range` adds the knee of the twin at both ends of its parameters' intervals: every
 fitted cost (`step_base_s`, `decode_cost_s`, `prefill_cost_s`) `z` standard errors higher (the slow end)
-and lower (the fast end), and `num_blocks` with them. What the range covers: the fit's parameter
+and lower (the fast end), and `num_blocks` with them; a cost per batch size (`decode_step_s`) moves each
+entry by its own error. What the range covers: the fit's parameter
 uncertainty, and the search's tolerance; not the model's own error (a server whose costs are not
 `base + decode x batch + prefill x tokens`), and not a live search's sampling noise (a live search
 measures the knee within its own interval, `refine.precision`).
@@ -40,7 +41,7 @@ from llmload.config import TWIN_MISFIT_MARK
 from llmload.errors import ConfigError
 from llmload.sim.truth import RequestSizes, _sizes, _unit_arrivals, engine_limits, run_virtual
 
-__all__ = ["COSTS", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "predict_knee", "read_twin", "sizes_from_config",
+__all__ = ["COSTS", "EXTRAPOLATED", "MISFIT_MARK", "RANGE_NOTE", "Twin", "knee_with_range", "predict_knee", "read_twin", "sizes_from_config",
            "sizes_from_records", "twin_prior", "what_if"]
 
 #: what a what-if range covers, as `llmload plan` says it
@@ -55,6 +56,12 @@ _FIGURES = ("ttft", "tpot", "e2e")
 #: the knee search looks no further than this factor from its first rate (1.6^16, as it always did)
 WIDEST = 1.6 ** 16
 _ERROR = re.compile(r"^(?P<key>\w+):[^#]*#\s*[^±;]*±\s*(?P<err>[-+0-9.eE]+)\s*(?P<unit>ms)?")
+#: a table's errors (`decode_step_s: [..]  # [..] ms ± [e1, e2] ms; ...`), in ms
+_TABLE_ERROR = re.compile(r"^decode_step_s:[^#]*#[^±;]*±\s*\[(?P<errs>[^\]]*)\]\s*ms")
+#: what a what-if past a fitted table's end says
+EXTRAPOLATED = ("decode steps of more than {n} sequences extrapolated past the fitted table (decode_step_s: the "
+                "line through its last two entries, or through the origin and its last where that one is the "
+                "cheaper), not measured")
 
 
 @dataclass
@@ -68,6 +75,8 @@ class Twin:
     source: str = ""
     #: the keys the file sets (None: all of `settings`); the others are the sim's defaults
     written: frozenset[str] | None = None
+    #: the standard error of each `decode_step_s` entry (seconds; empty: none given)
+    table_errors: tuple[float, ...] = ()
 
     def unwritten(self, key: str) -> bool:
         """`key` is the sim's default, not the fit's (the run could not observe it)."""
@@ -99,6 +108,9 @@ class Twin:
                 s[key] = max(0.0, float(s[key]) + z * self.errors[key])
         if "num_blocks" in self.errors:
             s["num_blocks"] = max(1, int(round(float(s["num_blocks"]) - z * self.errors["num_blocks"])))
+        if self.table_errors and s.get("decode_step_s") and len(s["decode_step_s"]) == len(self.table_errors):
+            s["decode_step_s"] = [max(0.0, float(v) + z * e) for v, e in zip(s["decode_step_s"], self.table_errors,
+                                                                            strict=True)]
         return s
 
 
@@ -121,13 +133,17 @@ def read_twin(path: str | Path) -> Twin:
     written = frozenset((yaml.safe_load(text) or {}).keys())
     flavor = "vllm"
     errors: dict[str, float] = {}
+    table_errors: tuple[float, ...] = ()
     for line in text.splitlines():
         if (m := re.search(r"--flavor (\w+)", line)) and line.startswith("#"):
             flavor = m.group(1)
-        if (m := _ERROR.match(line)) is not None:
+        if (m := _TABLE_ERROR.match(line)) is not None:
+            table_errors = tuple(float(v) / 1000.0 for v in m.group("errs").split(","))
+        elif (m := _ERROR.match(line)) is not None:
             err = float(m.group("err"))
             errors[m.group("key")] = err / 1000.0 if m.group("unit") == "ms" else err
-    return Twin(settings=settings, errors=errors, flavor=flavor, source=str(p), written=written)
+    return Twin(settings=settings, errors=errors, flavor=flavor, source=str(p), written=written,
+                table_errors=table_errors)
 
 
 def sizes_from_records(records: Any, *, input_scale: float = 1.0) -> RequestSizes:
@@ -180,7 +196,7 @@ def _guess(settings: Mapping[str, Any], sizes: RequestSizes, flavor: str) -> flo
     limits = engine_limits(settings, flavor)
     inputs, outputs = _sizes(sizes, np.random.default_rng(0), 2000)
     slots = max(1, limits.max_num_seqs)
-    per_request = float(np.mean(outputs)) * (limits.step_base_s + limits.decode_cost_s * slots) / slots \
+    per_request = float(np.mean(outputs)) * limits.decode_part_s(slots) / slots \
         + float(np.mean(inputs)) * limits.prefill_cost_s
     return 1.0 / per_request if per_request > 0 else 100.0
 
@@ -314,7 +330,7 @@ def knee_with_range(twin: Twin, sizes: RequestSizes, slo: Any, *, z: float = 1.9
     ends = []
     capacity = _guess(settings, sizes, twin.flavor)
     for sign in (1.0, -1.0):
-        if not any(k in twin.errors for k in (*COSTS, "num_blocks")):
+        if not any(k in twin.errors for k in (*COSTS, "num_blocks")) and not twin.table_errors:
             ends.append(centre["rate"])
             continue
         s = twin.at_end(sign * z)
@@ -354,7 +370,9 @@ def what_if(twin: Twin, sizes_of: Any, slo: Any, *, slots: int | None = None, pr
     rows.append({"what": f"slots {slots}", **knee_with_range(twin, base_sizes, slo, changes=more,
                                                              guess=near(base_sizes, more), slope=base["slope"],
                                                              **options),
-                 "note": f"{twin.slots_key} {now} -> {slots}; KV capacity and step costs as fitted"})
+                 "note": f"{twin.slots_key} {now} -> {slots}; KV capacity and step costs as fitted"
+                 + (f"; {EXTRAPOLATED.format(n=len(table))}" if (table := twin.sim_settings().get("decode_step_s"))
+                    and slots > len(table) else "")})
     longer = sizes_of(prompt_scale)
     rows.append({"what": f"prompts x{prompt_scale:g}", **knee_with_range(twin, longer, slo, guess=near(longer, {}),
                                                                          slope=base["slope"], **options),

@@ -129,7 +129,7 @@ def test_queue_limit_from_rejections_and_the_unobservable_named():
 def test_a_run_that_fits_the_model_has_no_misfit(light_then_full, tmp_path):
     records, telemetry = light_then_full
     fit = fit_run(Run(records=records, telemetry=telemetry, plan={}, manifest={"conditions": {"server": "vllm"}}))
-    assert fit.misfit == []
+    assert fit.misfit == [] and fit.get("decode_step_s") is None  # a line: no table
     assert not twin_yaml(fit).startswith("# NOT A TWIN")
 
 
@@ -214,9 +214,59 @@ def test_llamacpps_prompt_tail_is_seen_and_the_costs_recovered_around_it(tail, t
     assert fit.get("step_base_s").value == pytest.approx(0.014, rel=0.1)
     assert fit.get("decode_cost_s").value == pytest.approx(0.018, rel=0.1)
     assert fit.get("prefill_cost_s").value == pytest.approx(0.005, rel=0.1)
+    assert fit.get("decode_step_s") is None and "decode_step_s" not in twin_yaml(fit)  # a line: no table
     # with the tail, from the steps that carried a prompt's first part (every load); else the whole prefill
     assert ("first part" in fit.get("prefill_cost_s").basis) == bool(tail), fit.get("prefill_cost_s").basis
     path = tmp_path / "twin.yaml"
     path.write_text(twin_yaml(fit))
     twin = read_twin(path)
     assert twin.flavor == "llamacpp" and twin.sim_settings()["prompt_tail_tokens"] == tail
+
+
+#: today's llama.cpp fit ladder (Gemma 3 270M, one CPU thread; bench/README.md): median decode gaps at 1-4
+#: sequences, a line through them with an intercept below zero
+TABLE = (0.018, 0.048, 0.060, 0.113)
+
+
+@pytest.fixture(scope="module")
+def table_run():
+    limits = dataclasses.replace(LIMITS, max_num_seqs=4, decode_step_s=TABLE, prefill_cost_s=0.005,
+                                 prompt_tail_tokens=4)
+    return _virtual_run(limits, [(0.3, 240.0), (0.9, 200.0), (1.6, 120.0)], prompts=(20, 120), outputs=(8, 8),
+                        seed=2)
+
+
+def test_a_step_cost_that_is_not_a_line_is_fitted_as_a_table_the_sim_and_the_twin_take(table_run, tmp_path):
+    """A llama.cpp sim whose step costs a table (no line: its intercept comes out below zero) in virtual time:
+    the fit gives the medians per batch size as `decode_step_s` instead of a misfit, the line through the
+    origin beside it (not used), and the twin it writes loads in `llmload sim` and in the what-if, table,
+    errors and all."""
+    from llmload.sim.settings import load_sim_settings
+    from llmload.sim.truth import engine_limits
+    from llmload.sim.whatif import read_twin
+
+    records, telemetry = table_run
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={},
+                      manifest={"conditions": {"server": "llamacpp", "max_num_seqs": 4}}))
+    assert fit.misfit == [], fit.misfit
+    table = fit.get("decode_step_s")
+    assert table.value == pytest.approx(TABLE, rel=0.01) and len(table.error) == 4
+    assert "batch size 1-4" in table.basis and "below zero" in table.basis
+    assert "decode_step_s, below, wins" in fit.get("step_base_s").basis
+    assert fit.get("prefill_cost_s").value == pytest.approx(0.005, rel=0.1)
+    path = tmp_path / "twin.yaml"
+    path.write_text(twin_yaml(fit))
+    assert load_sim_settings(path).decode_step_s == pytest.approx(TABLE, rel=0.01)
+    twin = read_twin(path)
+    assert engine_limits(twin.sim_settings(), twin.flavor).decode_step_s == pytest.approx(TABLE, rel=0.01)
+    assert len(twin.table_errors) == 4
+
+
+def test_a_table_with_a_batch_size_unseen_stays_a_misfit(table_run):
+    """Declared 5 slots, never more than 4 running: batch size 5 has no gaps, so no table; the misfit stays."""
+    records, telemetry = table_run
+    fit = fit_run(Run(records=records, telemetry=telemetry, plan={},
+                      manifest={"conditions": {"server": "llamacpp", "max_num_seqs": 5}}))
+    assert fit.get("decode_step_s") is None
+    assert len(fit.misfit) == 1 and "not a line in the batch size" in fit.misfit[0], fit.misfit
+    assert "batch size 5 had fewer" in fit.misfit[0]

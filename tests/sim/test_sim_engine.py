@@ -86,6 +86,32 @@ def test_decode_cost_grows_with_batch():
     assert engine.step().cost_s == pytest.approx(0.02 + 8 * 0.001)
 
 
+TABLE = (0.028, 0.054, 0.086, 0.072)  # llama.cpp on a CPU: the 3-sequence step dearer than the 4-sequence one
+
+
+@pytest.mark.parametrize("table, extra", [
+    (TABLE, (0.072 + 0.018, 0.072 + 2 * 0.018)),  # falls at its end: the origin's line through 72 ms at 4
+    ((0.028, 0.054, 0.066, 0.072), (0.078, 0.084)),  # rises: the line through the last two (6 ms a sequence)
+])
+def test_a_cost_per_batch_size_is_what_each_step_costs_and_extrapolated_past_its_end(table, extra):
+    """`decode_step_s`: n sequences cost entry n (the line's `step_base_s` and `decode_cost_s` unused), plus
+    the prefill tokens at `prefill_cost_s`; past the end (5 and 6 sequences) the extrapolation."""
+    lim = EngineLimits(max_num_seqs=8, step_base_s=1.0, decode_cost_s=1.0, prefill_cost_s=0.001,
+                       decode_step_s=table)
+    want = {n: cost for n, cost in enumerate((*table, *extra), start=1)}
+    assert {n: lim.decode_part_s(n) for n in want} == pytest.approx(want, rel=1e-12)
+    for n in range(1, 7):  # n requests at once: their prompts in one step, then decode steps of n
+        engine = Engine(lim)
+        for i in range(n):
+            engine.add(Sequence(seq_id=i, prompt_tokens=10, output_tokens=3))
+        costs = [engine.step().cost_s for _ in range(3)]
+        assert costs[0] == pytest.approx(want[n] + 10 * n * 0.001, rel=1e-12)
+        assert costs[1:] == pytest.approx([want[n], want[n]], rel=1e-12) and engine.idle
+        if n <= len(table):
+            assert costs[1:] == [table[n - 1]] * 2  # decode only: the entry itself, to the bit
+    assert EngineLimits(decode_step_s=(0.03,)).decode_part_s(3) == pytest.approx(0.09)  # one entry: per sequence
+
+
 def test_kv_exhaustion_preempts_the_newest_and_it_recomputes():
     # 8 blocks of 4 tokens = 32 tokens; two requests of 8 prompt + 12 output cannot both stay
     engine = Engine(EngineLimits(num_blocks=8, block_size=4, max_num_batched_tokens=64))
@@ -136,6 +162,8 @@ def _twins(lim: EngineLimits, sizes: list[tuple[int, int]]) -> tuple[Engine, Eng
     (EngineLimits(max_num_seqs=8, num_blocks=12, block_size=4, step_base_s=0.01), [(6, 12), (5, 14), (7, 3)]),
     (EngineLimits(max_num_seqs=2, step_base_s=0.02, decode_cost_s=0.004, prompt_tail_tokens=4),
      [(30, 9), (50, 6), (20, 8), (3, 5)]),
+    (EngineLimits(max_num_seqs=6, step_base_s=0.02, decode_cost_s=0.004, decode_step_s=TABLE),  # past its end too
+     [(30, 9), (50, 6), (20, 8), (3, 5), (9, 12), (4, 7), (11, 20)]),
 ])
 def test_decode_horizon_steps_at_once_leave_what_the_steps_one_by_one_leave(lim, sizes):
     """`decode_horizon` + `decode_steps(k)` against `k` calls of `step`, from every state the run passes:

@@ -65,6 +65,8 @@ def test_true_knee_of_the_demo_sim_is_about_4_6():
     {"max_num_seqs": 16, "max_num_batched_tokens": 256, "step_base_s": 0.03, "prefill_cost_s": 0.0005},  # chunked
     {"num_parallel": 4, "prompt_tail_tokens": 4, "step_base_s": 0.014, "decode_cost_s": 0.018,
      "prefill_cost_s": 0.005},  # llama.cpp: a prompt's tail in a step of its own
+    {"num_parallel": 6, "prompt_tail_tokens": 4, "decode_step_s": [0.028, 0.054, 0.086, 0.072],
+     "prefill_cost_s": 0.004},  # a cost per batch size, and past its end (5 and 6 sequences)
 ])
 def test_the_fast_path_gives_the_step_by_step_result_exactly(settings):
     """`run_virtual` skips runs of identical decode steps (`Engine.decode_horizon`): every request's
@@ -82,3 +84,21 @@ def test_the_fast_path_gives_the_step_by_step_result_exactly(settings):
         times = slow["token_times_s"]  # each request's tokens: its output count, first and last as TTFT, E2E
         assert [len(t) for t in times] == list(np.maximum(outputs, 1))
         np.testing.assert_allclose([t[-1] for t in times], slow["arrival_s"] + slow["e2e_s"], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "sglang", "ollama", "llamacpp"])
+def test_the_live_sim_builds_the_engine_virtual_time_builds(flavor, tmp_path):
+    """`llmload sim` and `engine_limits` give the engine the same limits, a cost per batch size included (the
+    prefix cache aside: virtual time's requests share no prompt blocks)."""
+    import dataclasses
+
+    from llmload.sim.groundtruth import GroundTruthWriter
+    from llmload.sim.server import SimServer
+    from llmload.sim.settings import SimSettings
+
+    settings = SimSettings.model_validate({"num_parallel": 3, "max_num_seqs": 5, "prompt_tail_tokens": 4,
+                                           "decode_step_s": ["28ms", "54ms", "86ms", "72ms"]})
+    server = SimServer(flavor=flavor, settings=settings, seed=0, model="m", ground_truth=GroundTruthWriter(None))
+    live = server.engine.limits
+    assert live.decode_step_s == pytest.approx((0.028, 0.054, 0.086, 0.072))
+    assert dataclasses.replace(live, enable_prefix_caching=False) == engine_limits(settings, flavor)

@@ -126,3 +126,31 @@ def test_a_twin_prior_places_a_virtual_searchs_first_two_refine_steps(tmp_path):
     found = virtual_search(config, SETTINGS, SIZES)
     refine = [r["target_rate"] for r in found.rows if r.get("phase") == "refine"]
     assert refine[:2] == [pytest.approx(prior * 0.95, rel=0.01), pytest.approx(prior * 1.05, rel=0.01)]
+
+
+TABLE_TWIN = """# llmload fit of somewhere: a sim twin (llmload sim --flavor llamacpp --config THIS_FILE)
+num_parallel: 4  # 4 sequences (read from the server); the manifest's conditions.max_num_seqs
+step_base_s: 0ms  # 0 ms ± 0 ms; intercept ...; not used by the sim: decode_step_s, below, wins
+decode_cost_s: 22ms  # 22 ms ± 0.7 ms; slope ...; not used by the sim: decode_step_s, below, wins
+decode_step_s: [18ms, 48ms, 60ms, 113ms]  # [18, 48, 60, 113] ms ± [0.5, 1, 2, 4] ms; median decode-only gap
+prefill_cost_s: 5ms  # 5 ms ± 0.5 ms; slope of the step that carried a prompt's first part
+"""
+
+
+def test_a_twins_table_is_read_with_its_errors_and_twice_the_slots_says_it_extrapolates(tmp_path):
+    """`decode_step_s` from `llmload fit`: each entry's error read back and moved by it at the range's ends;
+    the what-if at twice the slots runs past the table's end, and its note says so."""
+    path = tmp_path / "twin.yaml"
+    path.write_text(TABLE_TWIN)
+    twin = read_twin(path)
+    assert twin.sim_settings()["decode_step_s"] == pytest.approx([0.018, 0.048, 0.060, 0.113])
+    assert twin.table_errors == pytest.approx((0.0005, 0.001, 0.002, 0.004))
+    assert "decode_step_s" not in twin.errors and twin.errors["decode_cost_s"] == pytest.approx(0.0007)
+    assert twin.at_end(2.0)["decode_step_s"] == pytest.approx([0.019, 0.050, 0.064, 0.121])
+    assert twin.at_end(-40.0)["decode_step_s"] == pytest.approx([0.0, 0.008, 0.0, 0.0])  # never below zero
+    rows = {r["what"]: r for r in what_if(twin, lambda scale: (int(40 * scale), 8),
+                                          SLO.model_validate({"ttft_p95": "2s", "min_samples": 5}),
+                                          arrivals=300, seeds=(1,), tol=0.05)}
+    assert "extrapolated past the fitted table" in rows["slots 8"]["note"]
+    assert "extrapolated" not in rows["as fitted"]["note"]
+    assert rows["as fitted"]["low"] < rows["as fitted"]["rate"] < rows["as fitted"]["high"]
