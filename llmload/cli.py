@@ -102,12 +102,15 @@ def run(
     sim: Annotated[Optional[Path], typer.Option(
         help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the "
              "target (default: the demo's server).")] = None,
+    report: Annotated[bool, typer.Option(
+        help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
+             "`llmload report RUN_DIR` draws the report later).")] = True,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     if virtual or sim is not None:
         from llmload.runtime.virtual.run import run_virtual
 
-        raise typer.Exit(run_virtual(config, out=out, sim_path=sim, live_flags={
+        raise typer.Exit(run_virtual(config, out=out, sim_path=sim, report=report, live_flags={
             "--web": web, "--processes": processes, "--master": master, "--worker": worker,
             "--locustfile": locustfile, "--metrics-port": metrics_port}) if virtual else _sim_without_virtual())
     from llmload.runtime.launcher.run import run_config
@@ -116,7 +119,7 @@ def run(
                                 expect_workers=expect_workers, worker=worker, master_host=master_host,
                                 master_port=master_port, locustfile=locustfile, metrics_port=metrics_port,
                                 metrics_host=metrics_host, master_bind_host=master_bind_host,
-                                worker_token_file=worker_token_file))
+                                worker_token_file=worker_token_file, report=report))
 
 
 def _sim_without_virtual() -> int:

@@ -23,9 +23,8 @@ def run_locust(config_path: Path, run_dir: Path, *, processes: int = 0, timeout_
 
     Its output is also kept beside the run directory (`<run_dir>.log`) for a failing test to show.
     """
-    cmd = locust_command(config_path, run_dir, processes=processes, locustfile=locustfile) + (extra or [])
-    if not report:
-        cmd.append("--llmload-no-report")
+    cmd = locust_command(config_path, run_dir, processes=processes, locustfile=locustfile,
+                         report=report) + (extra or [])
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, **(env or {})})
     Path(f"{run_dir}.log").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)

@@ -25,11 +25,13 @@ def test_a_step_held_back_by_the_client_cap_is_named_and_never_passes(tmp_path):
         config["target"]["model"] = "hostile-model"
         out = tmp_path / "run"
         done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                               "--out", str(out)], capture_output=True, text=True, timeout=100)
+                               "--out", str(out), "--no-report"], capture_output=True, text=True, timeout=100)
         posts = [r for r in server.requests(method="POST") if r.path.endswith("/chat/completions")
                  and not (r.request_id or "preflight").startswith("preflight")]
     said = done.stdout + done.stderr
     assert done.returncode == 3, said
+    # `--no-report`: the run ends (not waiting for a report) with its summary and no report.html
+    assert (out / "summary.json").exists() and (out / "worksheet.csv").exists() and not (out / "report.html").exists()
     step = json.loads((out / "summary.json").read_text())["steps"][0]
     assert step["verdict"] == "invalid" and "client_cap" in step["failing"]
     ev = step["limit"]["evidence"]

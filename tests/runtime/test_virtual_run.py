@@ -94,10 +94,12 @@ def test_cli_flags(tmp_path):
     assert result.exit_code == 2 and "max_num_seqs" in result.output
     sim = tmp_path / "small.yaml"
     sim.write_text("max_num_seqs: 2\nstep_base_s: 25ms\ndecode_cost_s: 1ms\n")
-    result = runner.invoke(app, ["run", str(path), "--virtual", "--sim", str(sim), "--out", str(tmp_path / "r")])
+    result = runner.invoke(app, ["run", str(path), "--virtual", "--sim", str(sim), "--out", str(tmp_path / "r"),
+                                 "--no-report"])
     assert result.exit_code in (0, 1), result.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["simulation"]["settings"]["max_num_seqs"] == 2 and summary["simulation"]["server"] == str(sim)
+    assert not (tmp_path / "r" / "report.html").exists()  # --no-report
 
 
 def _strip(summary: dict) -> dict:

@@ -78,11 +78,13 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
                    master: bool = False, expect_workers: int = 1, worker: bool = False,
                    master_host: str = "127.0.0.1", master_port: int | None = None,
                    locustfile: Path | None = None, metrics_port: int | None = None,
-                   metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1") -> list[str]:
+                   metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1",
+                   report: bool = True) -> list[str]:
     """The Locust command line for one run (see the module docstring); `master_port` None: Locust's
     5557 for `master` / `worker`, a free loopback port for `processes`; `locustfile` the user's own
     instead of ours; `metrics_port`: live Prometheus metrics there (`llmload.runtime.locustglue.prom`);
-    `master_bind_host` the interface a `master` listens on (loopback unless told)."""
+    `master_bind_host` the interface a `master` listens on (loopback unless told); `report` False: the
+    run writes summary.json and no report.html (`llmload report RUN_DIR` draws it later)."""
     files = [LOCUSTFILE, SHAPEFILE]
     if locustfile is not None:  # its users replace ours when it imports them (a subclass); else it adds a shape
         own = Path(locustfile).resolve()
@@ -106,6 +108,8 @@ def locust_command(config_path: Path, run_dir: Path | None, *, web: bool = False
                 "--master-bind-port", str(master_port or DEFAULT_PORT)]
     if metrics_port:
         cmd += ["--llmload-metrics-port", str(metrics_port), "--llmload-metrics-host", metrics_host]
+    if not report:
+        cmd.append("--llmload-no-report")
     return cmd
 
 
@@ -154,7 +158,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
                master_host: str = "127.0.0.1", master_port: int | None = None, skip_preflight: bool = False,
                locustfile: Path | None = None, metrics_port: int | None = None,
                metrics_host: str = "127.0.0.1", master_bind_host: str = "127.0.0.1",
-               worker_token_file: Path | None = None) -> int:
+               worker_token_file: Path | None = None, report: bool = True) -> int:
     """Run the load test described by `config_path`; returns the exit code (see the module docstring)."""
     clash = _role_clash(master=master, worker=worker, processes=processes) or _bad_locustfile(locustfile)
     clash = clash or _use_worker_token(worker_token_file, needed=master)
@@ -227,7 +231,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         cmd = locust_command(config_path, run_dir, web=web, processes=processes, master=master,
                              expect_workers=expect_workers, master_port=master_port, locustfile=locustfile,
                              metrics_port=metrics_port, metrics_host=metrics_host,
-                             master_bind_host=master_bind_host)
+                             master_bind_host=master_bind_host, report=report)
         if skip_preflight:
             cmd.append("--llmload-skip-preflight")
         if web:
@@ -338,6 +342,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
     """Run Locust in its own process group and wait for it; the stop signals go to it once
     (`llmload.runtime.launcher.stop_signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`.
     Returns the verdict's exit code, or 128 + the signal when stopped."""
+    report = "--llmload-no-report" not in cmd  # finished: the summary, and the report unless it is off
     from llmload.runtime.launcher.stop_signals import (
         StopSignals,
         end_process_group,
@@ -345,7 +350,7 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         say,
     )
 
-    with StopSignals(finished=lambda: run_dir is not None and _run_finished(run_dir)) as stops:
+    with StopSignals(finished=lambda: run_dir is not None and _run_finished(run_dir, report)) as stops:
         if child is not None:
             stops.child = child.release(cmd)
         else:
@@ -391,10 +396,10 @@ def _why_no_summary(code: int, run_dir: Path) -> str:
     return f"{how} before the run started; nothing was recorded in {run_dir} (exit code 3)"
 
 
-def _run_finished(run_dir: Path) -> bool:
-    """The run in `run_dir` has been finalised (its summary and report written: a `--web` run waits
-    for Ctrl-C after that)."""
-    return (run_dir / "summary.json").exists() and (run_dir / "report.html").exists()
+def _run_finished(run_dir: Path, report: bool = True) -> bool:
+    """The run in `run_dir` has been finalised (its summary and, unless `report` is off, its report
+    written: a `--web` run waits for Ctrl-C after that)."""
+    return (run_dir / "summary.json").exists() and (not report or (run_dir / "report.html").exists())
 
 
 def _output_dir(config, config_path: Path) -> Path:
