@@ -11,6 +11,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from sim_client import FAST, content_of, metrics, post, sse
+from support import start_sim, stop_process
 
 from llmload.sim.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from llmload.tokens import count_tokens
@@ -20,9 +21,13 @@ GT_KEYS = {"request_id", "received_at", "admitted_at", "first_token_at", "token_
            "input_tokens", "output_tokens", "preemptions", "outcome", "queue_s", "flavor"}
 
 
-@pytest.fixture
-def vllm(sim_factory):
-    return sim_factory(flavor="vllm", config=FAST)
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    """One FAST vLLM sim for this module's tests that read only their own requests (one's ground-truth row by
+    its request id, the counters' rise over one's own request): a sim costs ~0.3 s of CPU to start."""
+    sim = start_sim(tmp_path_factory.mktemp("vllm-sim"), flavor="vllm", config=FAST)
+    yield sim
+    stop_process(sim.proc)
 
 
 def test_chat_stream_with_usage_and_request_id(vllm):
@@ -88,6 +93,7 @@ def test_info_endpoints_and_tokenize(vllm):
 
 
 def test_metrics_names_and_buckets(vllm):
+    before = metrics(vllm.url)  # the module's sim: other tests' requests are counted too
     post(vllm.url + "/v1/completions", {"model": "sim-model", "prompt": "hi", "max_tokens": 3})
     text = requests.get(vllm.url + "/metrics", timeout=5).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -108,8 +114,10 @@ def test_metrics_names_and_buckets(vllm):
     assert bounds("vllm:request_queue_time_seconds") == list(REQUEST_LATENCY_BUCKETS)
     assert bounds("vllm:e2e_request_latency_seconds") == list(REQUEST_LATENCY_BUCKETS)
     m = metrics(vllm.url)
-    assert m["vllm:generation_tokens_total"] == 3 and m["vllm:prompt_tokens_total"] == 1
-    assert m["vllm:inter_token_latency_seconds_count"] == 0  # non-streaming: one write
+    rise = {name: m[name] - before[name] for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
+                                                      "vllm:inter_token_latency_seconds_count")}
+    assert rise == {"vllm:generation_tokens_total": 3, "vllm:prompt_tokens_total": 1,
+                    "vllm:inter_token_latency_seconds_count": 0}  # non-streaming: one write, no token gaps
     assert "_created" not in text
 
 
