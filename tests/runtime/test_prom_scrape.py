@@ -80,7 +80,9 @@ def test_prometheus_scrapes_a_live_run_and_agrees_with_its_records(tmp_path: Pat
     run_dir, locust = tmp_path / "run", None
     try:
         wait_http(f"{base}/-/ready", timeout_s=30, proc=prometheus)
-        cmd = locust_command(write_config(tmp_path, config), run_dir, web=True, metrics_port=metrics_port) + [
+        # no report.html: the test reads the records and Prometheus, not the report (~0.5 s of CPU saved)
+        cmd = locust_command(write_config(tmp_path, config), run_dir, web=True, metrics_port=metrics_port,
+                             report=False) + [
             "--web-port", str(web_port), "--autostart", "--autoquit", "6"]
         locust = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         locust.wait(timeout=120)
