@@ -178,7 +178,8 @@ def run_locust(url: str, args: argparse.Namespace, work: Path, sim_pid: int) -> 
     config_path = work / "locust.yaml"
     config_path.write_text(yaml.safe_dump(_config(url, args, work)))
     run_dir = work / "locust"
-    cmd = locust_command(config_path, run_dir) + ["--llmload-skip-preflight"]
+    # no report.html: the figure is the CPU between the step's start and its drain, from the records
+    cmd = locust_command(config_path, run_dir, report=False) + ["--llmload-skip-preflight"]
     with ChildSampler(interval_s=0.2) as sampler:
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     step = json.loads((run_dir / "plan.json").read_text())["steps"][0]

@@ -60,7 +60,7 @@ def run_one(folder: Path, caching: bool, step_s: float, rates: tuple[float, ...]
         cfg = folder / "run.yaml"
         cfg.write_text(yaml.safe_dump(_config(sim.url, step_s, rates)))
         run_dir = folder / "run"
-        subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(run_dir)],
+        subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(run_dir), "--no-report"],
                        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
         hits, queries = _metric(sim.url, "vllm:prefix_cache_hits_total"), \
             _metric(sim.url, "vllm:prefix_cache_queries_total")

@@ -76,7 +76,8 @@ def live_ladder(name: str, work: Path, *, step_s: float, warmup_s: float) -> tup
     try:
         path = folder / "run.yaml"
         path.write_text(yaml.safe_dump(run_config(name, sim.url, step_s=step_s, warmup_s=warmup_s), sort_keys=False))
-        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir)],
+        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir),
+                               "--no-report"],  # the fit reads the records: no report.html to draw
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     finally:
         sim.stop()

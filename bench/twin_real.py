@@ -73,7 +73,8 @@ def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
     try:
         path = folder / "run.yaml"
         path.write_text(yaml.safe_dump(cfg_of(url), sort_keys=False))
-        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir)],
+        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir),
+                               "--no-report"],  # summary.json and the records are read: no report.html
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
                               env={**os.environ})
     finally:

@@ -44,7 +44,8 @@ TINY = {
     # one seed, one budget, in virtual time (the demo's truth is stored)
     "time_to_precision.py": ["--configs", "demo", "--budgets", "2m", "--seeds", "1"],
     "twin_accuracy.py": ["--quick", "--servers", "slot", "--work", "work"],
-    # its own 2-second ladder against the slot-bound sim (as twin_accuracy.py's), then one seed's what-ifs
+    # the 2-second ladder against the slot-bound sim and its twin that twin_accuracy.py leaves in the shared
+    # --work (SHARED_WORK; its own when it runs first), then one seed's what-ifs
     "whatif_speed.py": ["--quick", "--servers", "slot", "--work", "work"],
     # without the engine (eval "$(llmload engine path)") it says so and exits 0; `--other` the same as
     # `--parallel`: the second live search is the first's run directory (`live` reuses it), two
@@ -67,14 +68,28 @@ def _machine(doc: dict) -> dict:
     return doc.get("machine") or doc.get("machine_after") or {}
 
 
-@pytest.mark.parametrize("script", sorted(TINY))
-def test_bench_script_runs_and_writes_its_json(script, tmp_path):
+#: scripts that share one `--work` folder (this xdist worker's, one xdist group): whatif_speed.py's twin is the
+#: one twin_accuracy.py leaves there (the same 2-second ladder against the slot-bound sim, made by whichever
+#: runs first, reused by the other: one live ladder of 26 s wall and 6 s of CPU instead of two)
+SHARED_WORK = {"twin_accuracy.py": "twin-work", "whatif_speed.py": "twin-work"}
+
+
+def _params() -> list:
+    return [pytest.param(s, marks=pytest.mark.xdist_group(f"bench-{SHARED_WORK[s]}")) if s in SHARED_WORK else s
+            for s in sorted(TINY)]
+
+
+@pytest.mark.parametrize("script", _params())
+def test_bench_script_runs_and_writes_its_json(script, tmp_path, tmp_path_factory):
     out = tmp_path / "result.json"
+    args = list(TINY[script])
+    if script in SHARED_WORK:
+        args[args.index("--work") + 1] = str(tmp_path_factory.getbasetemp() / SHARED_WORK[script])
     # a probe of 20,000 loops: its figure is not what this test checks (only that there is one), and the
     # full probe's 0.7 s of CPU per script added 13 s to this file
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "LLMLOAD_BENCH_PROBE_LOOPS": "20000"}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *TINY[script], "--out", str(out)],
+    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *args, "--out", str(out)],
                           capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     doc = json.loads(out.read_text())
