@@ -54,9 +54,14 @@ _ENTRY_POINTS_READ = (
 
 
 @pytest.fixture(scope="module")
-def probes() -> dict[str, dict]:
+def probes(tmp_path_factory) -> dict[str, dict]:
     """The import probes of this module, in three fresh interpreters: a Locust child (its boot, then what
-    a worker loads), the launcher then the master (then a run's end without a report), and the sim."""
+    a worker loads), the launcher then the master (then a run's end without a report: its modules, then
+    the finalisation of `test_finalize_unchanged`'s four-step run), and the sim."""
+    from test_finalize_unchanged import CONFIG, write_run
+
+    run_dir = tmp_path_factory.mktemp("no-report-run")
+    write_run(run_dir)
     out: dict[str, dict] = {}
     out.update(_chained([
         ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY),
@@ -76,7 +81,12 @@ def probes() -> dict[str, dict]:
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
                    "from llmload.runtime.master.judging import live_judge", HEAVY),
-        ("answer", "import llmload.report.answer, llmload.rundir.finalise, llmload.report", ("matplotlib",))]))
+        ("answer", "import llmload.report.answer, llmload.rundir.finalise, llmload.report", ("matplotlib",)),
+        ("finalise", "from pathlib import Path\nfrom llmload.config import parse_config\n"
+                     "from llmload.rundir.finalise import finalise_run\n"
+                     f"run, outcome = Path({str(run_dir)!r}), {{}}\n"  # the outcome: as the master asks, the answer made
+                     f"result = [finalise_run(run, parse_config({CONFIG!r}), report=False, outcome=outcome), "
+                     "(run / 'summary.json').exists(), (run / 'report.html').exists(), outcome]", ("matplotlib",))]))
     out.update(_chained([("sim", "import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent"))]))
     return out
 
@@ -119,6 +129,16 @@ def test_the_runs_answer_is_made_without_matplotlib(probes):
     """The summary's answer (`llmload.report.answer`, made at every run's end) needs no plot: a run
     without a report (`--llmload-no-report`, `llmload calibrate`'s steps) never imports matplotlib."""
     assert probes["answer"]["loaded"] == []
+
+
+def test_a_run_without_a_report_finalises_without_matplotlib(probes):
+    """The end of a run without a report (`--no-report`: the analysis, the answer with its limits and burst
+    lines, summary.json, the worksheet) draws nothing: importing matplotlib there cost each such run
+    ~0.2 s of CPU (issue 42; `llmload.report.limits_view` imports its plotting helpers where it draws)."""
+    code, summary_written, report_written, outcome = probes["finalise"]["result"]
+    assert code in (0, 1, 3) and summary_written and not report_written
+    assert outcome["sentences"], outcome  # the answer (`answer_sentences`, `limits_view.answer_lines`) was made
+    assert probes["finalise"]["loaded"] == []
 
 
 def test_record_schema_still_importable_and_complete():
