@@ -17,6 +17,8 @@ from llmload.runtime.locustglue import session as session_mod
 HEAVY = ("pandas", "pyarrow", "matplotlib")
 #: also kept out of the launcher: it only validates, checks reachability and starts Locust
 LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
+#: also kept out of the Locust child until a config needs it: a `json_schema` answer check (issue 42)
+WORKER_LAZY = ("jsonschema",)
 
 
 def _chained(stages: list[tuple[str, str, tuple[str, ...]]]) -> dict[str, dict]:
@@ -69,7 +71,8 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                    "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
                    "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, "
-                   "llmload.records", HEAVY)]))
+                   "llmload.records", HEAVY + WORKER_LAZY),
+        ("expect", "from llmload.config import Expect\nExpect(json_schema={'type': 'object'})", WORKER_LAZY)]))
     out.update(_chained([
         ("launcher", "import llmload.runtime.launcher.run\n"
                      "from llmload.config import load_config\n"
@@ -99,6 +102,14 @@ def test_worker_side_modules_import_no_pandas(probes):
     """What a Locust worker loads after its boot: the locustfile (session, worker runtime, sending, client)
     and the shape."""
     assert probes["worker"]["loaded"] == []
+
+
+def test_jsonschema_is_loaded_only_for_a_json_schema_check(probes):
+    """The answer checks (`llmload.client.checks`, imported by every Locust child) load jsonschema (~0.08 s
+    of CPU) only for a `json_schema` check, and then when the config is validated: not mid-load, in a
+    greenlet, at the first answer checked."""
+    assert probes["worker"]["loaded"] == []
+    assert probes["expect"]["loaded"] == ["jsonschema"]
 
 
 def test_the_sim_starts_without_the_run_configs_models(probes):
