@@ -55,6 +55,11 @@ _ENTRY_POINTS_READ = (
     "metadata.PathDistribution.read_text = real")
 
 
+#: the launcher's probe builds this config's plan (two ladder steps, each with its own seed)
+_LADDER = base_config("http://127.0.0.1:1", {"ladder": {"steps": [{"rate": 1, "duration": "1s"},
+                                                                  {"rate": 2, "duration": "1s"}]}})
+
+
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> dict[str, dict]:
     """The import probes of this module, in three fresh interpreters: a Locust child (its boot, then what
@@ -79,7 +84,10 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      "from llmload.runtime.master.preflight import check_reachable\n"
                      "from shapes.plan import build_plan\n"
                      "from llmload.envelope import check_plan_against_envelope\n"
-                     "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY),
+                     "from llmload.client.auth import Credentials\n"
+                     "from pathlib import Path\nfrom llmload.config import parse_config\n"
+                     f"result = len(build_plan(parse_config({_LADDER!r}), base_dir=Path('.')))",
+         HEAVY + LAUNCHER_ONLY + ("numpy",)),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
@@ -95,6 +103,9 @@ def probes(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_launcher_imports_no_pandas(probes):
+    """Nor numpy, building the plan: the steps' seeds (`shapes.steps.derive_seed`) are numpy's
+    `SeedSequence` computed without it (~0.09 s of the launcher's CPU; issue 42)."""
+    assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
 
 
