@@ -102,8 +102,11 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      "from llmload.envelope import check_plan_against_envelope\n"
                      "from llmload.client.auth import Credentials\n"
                      "from pathlib import Path\nfrom llmload.config import parse_config\n"
-                     f"result = len(build_plan(parse_config({_LADDER!r}), base_dir=Path('.')))",
-         HEAVY + LAUNCHER_ONLY + ("numpy",)),
+                     f"result = len(build_plan(parse_config({_LADDER!r}), base_dir=Path('.')))\n"
+                     "from llmload.runtime.launcher.stop_signals import end_process_group\n"
+                     "import subprocess\nchild = subprocess.Popen([sys.executable, '-c', ''], start_new_session=True)\n"
+                     "child.wait()\nend_process_group(child.pid)",
+         HEAVY + LAUNCHER_ONLY + ("numpy", "psutil")),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
@@ -120,7 +123,8 @@ def probes(tmp_path_factory) -> dict[str, dict]:
 
 def test_launcher_imports_no_pandas(probes):
     """Nor numpy, building the plan: the steps' seeds (`shapes.steps.derive_seed`) are numpy's
-    `SeedSequence` computed without it (~0.09 s of the launcher's CPU; issue 42)."""
+    `SeedSequence` computed without it (~0.09 s of the launcher's CPU; issue 42); nor psutil, ending
+    the Locust child's process group when nothing is left in it."""
     assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
 
