@@ -615,6 +615,8 @@ class Expect(Model):
     @model_validator(mode="after")
     def _one(self) -> Expect:
         _one_of(self, "contains", "regex", "exact", "json_schema")
+        if self.json_schema is not None:  # `client.checks` needs it: loaded here, not mid-load at the first check
+            import jsonschema  # noqa: F401
         if self.regex is not None:
             try:
                 re.compile(self.regex)

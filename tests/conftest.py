@@ -106,14 +106,14 @@ def sim_factory(tmp_path: Path) -> Iterator:
 @pytest.fixture
 def unrendered_plots(monkeypatch) -> None:
     """Every report plot built as usual (its data, axes and lines) but not drawn: a placeholder SVG. For a
-    test that reads a report's text, not its plots: matplotlib's savefig is most of a report's CPU."""
-    from llmload.report import limits_view, plots
+    test that reads a report's text, not its plots: matplotlib's savefig is most of a report's CPU.
+    (`limits_view` imports `plots._svg` where it draws, so it draws this placeholder too.)"""
+    from llmload.report import plots
 
     def placeholder(fig, salt: str) -> str:
         return f'<svg id="unrendered-{salt}"></svg>'
 
     monkeypatch.setattr(plots, "_svg", placeholder)
-    monkeypatch.setattr(limits_view, "_svg", placeholder)
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 
-import jsonschema
-
 from llmload.config import Expect
 
 __all__ = ["check_answer", "excerpt"]
@@ -46,6 +44,8 @@ def check_answer(text: str, expect: Expect) -> tuple[bool, str]:
         value = json.loads(fenced.group(1) if fenced else text)
     except ValueError:
         return False, "answer is not JSON"
+    import jsonschema  # ~0.08 s of imports: only for a `json_schema` check (`Expect` loads it when it has one)
+
     try:
         jsonschema.validate(value, schema)
     except jsonschema.ValidationError as exc:

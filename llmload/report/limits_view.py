@@ -27,7 +27,6 @@ from analysis.limits import (
     limit_sentence,
 )
 from llmload.report.html import as_number, esc, figure, is_blank, table
-from llmload.report.plots import _figure, _svg
 
 __all__ = ["SINGLE_RATE_NOTE", "answer_lines", "burst_knee_plot", "bursts_html", "burstiness_sentences", "limits_html", "limits_plot"]
 
@@ -75,6 +74,8 @@ def limits_plot(steps: pd.DataFrame) -> str | None:
     values = np.array([[_prefill_share(ev) if key == "prefill_share" else _num(ev.get(key)) for key, _, _ in _BARS]
                        for ev in evidence], dtype=float)
     width = max(6.5, 0.9 * len(data) + 2.5)
+    from llmload.report.plots import _figure, _svg  # matplotlib: only to draw (answer_lines draws nothing)
+
     fig, axes = _figure(width, 3.4, margins=(0.7, 0.2, 0.75, 0.45))
     ax = axes[0][0]
     xs = np.arange(len(data))
@@ -170,6 +171,8 @@ def burst_knee_plot(summary: dict) -> str | None:
     steps = pd.DataFrame(summary.get("steps") or [])
     if steps.empty or not {"phase", "offered_rate", column} <= set(steps.columns):
         return None
+    from llmload.report.plots import _figure, _svg  # matplotlib: only when a report is drawn
+
     fig, axes = _figure(7.5, 3.4, margins=(0.8, 0.2, 0.55, 0.2))
     ax = axes[0][0]
     drew = False

@@ -37,11 +37,15 @@ RATES = (2.0, 4.0, 8.0, 16.0)
 STEP_S = 15.0
 
 
+#: the golden run's config (also finalised without a report by `test_lean_start`)
+CONFIG = {"target": {"url": "http://127.0.0.1:1", "api": "openai-chat", "model": "m"},
+          "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
+          "slo": {"ttft_p95": "600ms", "tpot_p95": "60ms", "e2e_p95": "2s", "min_samples": 20},
+          "telemetry": {"gpu": "off", "metrics_url": "off"}}
+
+
 def _config():
-    return parse_config({"target": {"url": "http://127.0.0.1:1", "api": "openai-chat", "model": "m"},
-                         "shape": {"ladder": {"steps": [{"rate": 1, "duration": "1s"}]}},
-                         "slo": {"ttft_p95": "600ms", "tpot_p95": "60ms", "e2e_p95": "2s", "min_samples": 20},
-                         "telemetry": {"gpu": "off", "metrics_url": "off"}})
+    return parse_config(CONFIG)
 
 
 def _record(rng: random.Random, rid: str, step: str, at: float, load: float) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -17,6 +18,8 @@ from llmload.runtime.locustglue import session as session_mod
 HEAVY = ("pandas", "pyarrow", "matplotlib")
 #: also kept out of the launcher: it only validates, checks reachability and starts Locust
 LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
+#: also kept out of the Locust child until a config needs it: a `json_schema` answer check (issue 42)
+WORKER_LAZY = ("jsonschema",)
 
 
 def _chained(stages: list[tuple[str, str, tuple[str, ...]]]) -> dict[str, dict]:
@@ -53,10 +56,34 @@ _ENTRY_POINTS_READ = (
     "metadata.PathDistribution.read_text = real")
 
 
+#: the launcher's probe builds this config's plan (two ladder steps, each with its own seed)
+_LADDER = base_config("http://127.0.0.1:1", {"ladder": {"steps": [{"rate": 1, "duration": "1s"},
+                                                                  {"rate": 2, "duration": "1s"}]}})
+
+
+#: a local runner set up by our session, then stopped: the `inspect.stack()` calls and Locust's DEBUG line
+_STOP_CALLER = (
+    "import inspect, logging\nfrom locust.env import Environment\nfrom locust.runners import STATE_RUNNING\n"
+    "from llmload.runtime.locustglue.session import Session\n"
+    "env = Environment(user_classes=[])\nrunner = env.create_local_runner()\nSession(env).setup()\n"
+    "runner.state = STATE_RUNNING\nlines, stacks, real = [], [], inspect.stack\n"
+    "handler = logging.Handler()\nhandler.emit = lambda record: lines.append(record.getMessage())\n"
+    "runners_log = logging.getLogger('locust.runners')\nrunners_log.addHandler(handler)\n"
+    "runners_log.setLevel(logging.DEBUG)\n"
+    "inspect.stack = lambda *a, **kw: stacks.append(1) or real(*a, **kw)\n"
+    "runner.stop()\ninspect.stack = real\n"
+    "result = [len(stacks), [line for line in lines if line.startswith('Stopping all users')]]")
+
+
 @pytest.fixture(scope="module")
-def probes() -> dict[str, dict]:
+def probes(tmp_path_factory) -> dict[str, dict]:
     """The import probes of this module, in three fresh interpreters: a Locust child (its boot, then what
-    a worker loads), the launcher then the master (then a run's end without a report), and the sim."""
+    a worker loads), the launcher then the master (then a run's end without a report: its modules, then
+    the finalisation of `test_finalize_unchanged`'s four-step run), and the sim."""
+    from test_finalize_unchanged import CONFIG, write_run
+
+    run_dir = tmp_path_factory.mktemp("no-report-run")
+    write_run(run_dir)
     out: dict[str, dict] = {}
     out.update(_chained([
         ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY),
@@ -64,24 +91,41 @@ def probes() -> dict[str, dict]:
                    "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
                    "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, "
-                   "llmload.records", HEAVY)]))
+                   "llmload.records", HEAVY + WORKER_LAZY),
+        ("expect", "from llmload.config import Expect\nExpect(json_schema={'type': 'object'})", WORKER_LAZY),
+        ("stop", _STOP_CALLER, ())]))
     out.update(_chained([
         ("launcher", "import llmload.runtime.launcher.run\n"
                      "from llmload.config import load_config\n"
                      "from llmload.runtime.master.preflight import check_reachable\n"
                      "from shapes.plan import build_plan\n"
                      "from llmload.envelope import check_plan_against_envelope\n"
-                     "from llmload.client.auth import Credentials", HEAVY + LAUNCHER_ONLY),
+                     "from llmload.client.auth import Credentials\n"
+                     "from pathlib import Path\nfrom llmload.config import parse_config\n"
+                     f"result = len(build_plan(parse_config({_LADDER!r}), base_dir=Path('.')))\n"
+                     "from llmload.runtime.launcher.stop_signals import end_process_group\n"
+                     "import subprocess\nchild = subprocess.Popen([sys.executable, '-c', ''], start_new_session=True)\n"
+                     "child.wait()\nend_process_group(child.pid)",
+         HEAVY + LAUNCHER_ONLY + ("numpy", "psutil")),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
                    "from llmload.runtime.master.judging import live_judge", HEAVY),
-        ("answer", "import llmload.report.answer, llmload.rundir.finalise, llmload.report", ("matplotlib",))]))
+        ("answer", "import llmload.report.answer, llmload.rundir.finalise, llmload.report", ("matplotlib",)),
+        ("finalise", "from pathlib import Path\nfrom llmload.config import parse_config\n"
+                     "from llmload.rundir.finalise import finalise_run\n"
+                     f"run, outcome = Path({str(run_dir)!r}), {{}}\n"  # the outcome: as the master asks, the answer made
+                     f"result = [finalise_run(run, parse_config({CONFIG!r}), report=False, outcome=outcome), "
+                     "(run / 'summary.json').exists(), (run / 'report.html').exists(), outcome]", ("matplotlib",))]))
     out.update(_chained([("sim", "import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent"))]))
     return out
 
 
 def test_launcher_imports_no_pandas(probes):
+    """Nor numpy, building the plan: the steps' seeds (`shapes.steps.derive_seed`) are numpy's
+    `SeedSequence` computed without it (~0.09 s of the launcher's CPU; issue 42); nor psutil, ending
+    the Locust child's process group when nothing is left in it."""
+    assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
 
 
@@ -89,6 +133,23 @@ def test_worker_side_modules_import_no_pandas(probes):
     """What a Locust worker loads after its boot: the locustfile (session, worker runtime, sending, client)
     and the shape."""
     assert probes["worker"]["loaded"] == []
+
+
+def test_jsonschema_is_loaded_only_for_a_json_schema_check(probes):
+    """The answer checks (`llmload.client.checks`, imported by every Locust child) load jsonschema (~0.08 s
+    of CPU) only for a `json_schema` check, and then when the config is validated: not mid-load, in a
+    greenlet, at the first answer checked."""
+    assert probes["worker"]["loaded"] == []
+    assert probes["expect"]["loaded"] == ["jsonschema"]
+
+
+def test_the_locust_runners_stop_names_its_caller_without_inspecting_the_stack(probes):
+    """`Runner.stop` logs its caller's file and line (DEBUG) from `inspect.stack()`, which reads every frame's
+    source and scans the ~1,300 loaded modules: ~0.04 s of CPU per Locust process. Our session swaps in
+    `seams.cheap_stop_caller`: the same line, from the frame alone."""
+    stacks, lines = probes["stop"]["result"]
+    assert stacks == 0
+    assert len(lines) == 1 and re.fullmatch(r"Stopping all users \(called from .*locust/runners\.py:\d+\)", lines[0])
 
 
 def test_the_sim_starts_without_the_run_configs_models(probes):
@@ -119,6 +180,16 @@ def test_the_runs_answer_is_made_without_matplotlib(probes):
     """The summary's answer (`llmload.report.answer`, made at every run's end) needs no plot: a run
     without a report (`--llmload-no-report`, `llmload calibrate`'s steps) never imports matplotlib."""
     assert probes["answer"]["loaded"] == []
+
+
+def test_a_run_without_a_report_finalises_without_matplotlib(probes):
+    """The end of a run without a report (`--no-report`: the analysis, the answer with its limits and burst
+    lines, summary.json, the worksheet) draws nothing: importing matplotlib there cost each such run
+    ~0.2 s of CPU (issue 42; `llmload.report.limits_view` imports its plotting helpers where it draws)."""
+    code, summary_written, report_written, outcome = probes["finalise"]["result"]
+    assert code in (0, 1, 3) and summary_written and not report_written
+    assert outcome["sentences"], outcome  # the answer (`answer_sentences`, `limits_view.answer_lines`) was made
+    assert probes["finalise"]["loaded"] == []
 
 
 def test_record_schema_still_importable_and_complete():

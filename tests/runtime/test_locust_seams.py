@@ -160,6 +160,27 @@ def test_the_user_stop_seam() -> None:
     assert runner_stop.index("self.update_state(STATE_CLEANUP)") < runner_stop.index("self.stop_users(")
 
 
+def test_the_stop_caller_seam() -> None:
+    """`cheap_stop_caller`: `locust.runners` uses `inspect` only for `Runner.stop`'s caller (its `filename`
+    and `lineno`), and the replacement gives what `inspect` gives for them."""
+    import inspect
+
+    runners_py = (_locust() / "runners.py").read_text()
+    assert re.findall(r"\binspect\.\w+", runners_py) == ["inspect.getframeinfo", "inspect.stack"]
+    runner_stop = ast.unparse(_method(_classes(_locust() / "runners.py")["Runner"], "stop"))
+    assert "caller = inspect.getframeinfo(inspect.stack()[1][0])" in runner_stop
+    assert set(re.findall(r"caller\.(\w+)", runner_stop)) == {"filename", "lineno"}
+
+    def stop(using):  # as `Runner.stop` asks, one frame below its caller
+        return using.getframeinfo(using.stack()[1][0])
+
+    def caller(using):
+        return stop(using)
+
+    ours, real = caller(seams._FrameCaller), caller(inspect)
+    assert (ours.filename, ours.lineno) == (real.filename, real.lineno) == (__file__, caller.__code__.co_firstlineno + 1)
+
+
 def test_locusts_main_ends_with_sys_exit_of_its_code() -> None:
     """`run_without_teardown` relies on it: the end of `main()` is `sys.exit(code)` (its shutdown)."""
     source = (_locust() / "main.py").read_text()

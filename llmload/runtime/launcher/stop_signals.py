@@ -185,6 +185,12 @@ def end_process_group(pgid: int, *, grace_s: float = 5.0, term_s: float = 5.0) -
 def _group_members(pgid: int) -> list[int]:
     """The live processes of group `pgid` other than its (gone) leader; zombies, which only wait to
     be reaped, do not count."""
+    try:  # signal 0 sends nothing: whether any process is left in the group, without psutil (~0.015 s of CPU)
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except OSError:
+        pass
     import psutil  # a dependency of Locust
 
     members = []

@@ -50,6 +50,7 @@ from llmload.runtime.locustglue.seams import (
     SESSION_ATTR,
     WorkerLink,
     attach_session,
+    cheap_stop_caller,
     is_master,
     is_worker,
     quiet_spawn_warning,
@@ -225,6 +226,7 @@ class Session:
             self.worker_ready.set()
         install_console_redaction()  # the key, once read, never reaches the terminal or Locust's log
         quiet_spawn_warning()
+        cheap_stop_caller()
         if worker is not None:
             runner.register_message(STEP, lambda environment, msg, **kw: worker.on_step(msg.data))
             runner.register_message(CANCEL, lambda environment, msg, **kw: worker.on_cancel(msg.data),
