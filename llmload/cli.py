@@ -144,6 +144,9 @@ def find(
     output: Annotated[Path, typer.Option(help="Folder for the run directory (and the config it ran).")] = Path("runs"),
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: a new one under --output).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of the arrivals and request draws.")] = 1,
+    report: Annotated[bool, typer.Option(
+        help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
+             "`llmload report RUN_DIR` draws the report later).")] = True,
 ) -> None:
     """Find the knee from a URL and targets alone: a short probe of the server's range, then steps placed
     across it and a knee search, within --budget (`shape: auto`; docs/FIND.md)."""
@@ -151,7 +154,7 @@ def find(
 
     raise typer.Exit(run_find(url, slo, model=model, api=api, input_tokens=input_tokens,
                               output_tokens=output_tokens, budget=budget, precision=precision, output=output,
-                              seed=seed, out=out))
+                              seed=seed, out=out, report=report))
 
 
 @app.command()

@@ -308,11 +308,16 @@ def test_the_point_over_few_exceedances_is_median_unbiased(monkeypatch):
 
     rng = np.random.default_rng(7)
     level = math.log(0.05 / 0.95)
-    draws = [[_wilson_row(x, rng.binomial(30, 1 / (1 + math.exp(-(level + 6.0 * (x - 3.5))))) / 30, 30)
-              for x in (3.3, 3.5, 3.7)] for _ in range(150)]
+    rates = (3.3, 3.5, 3.7)
+    draws = [tuple(int(rng.binomial(30, 1 / (1 + math.exp(-(level + 6.0 * (x - 3.5)))))) for x in rates)
+             for _ in range(150)]
 
     def median_point() -> float:
-        points = [knee._local_fit(rows, "ttft_p95", 0.05, 3.5, 0.9) for rows in draws]
+        # a draw's fit depends on its three counts alone: each distinct triple is fitted once (the same
+        # 150 points, a third of the fits)
+        fits = {counts: knee._local_fit([_wilson_row(x, k / 30, 30) for x, k in zip(rates, counts, strict=True)],
+                                        "ttft_p95", 0.05, 3.5, 0.9) for counts in set(draws)}
+        points = [fits[counts] for counts in draws]
         return float(np.median([p.rate for p in points if p is not None]))
 
     with_prior = median_point()

@@ -77,6 +77,20 @@ def test_mistakes_answer_in_one_line_with_exit_2_within_seconds(tmp_path, args, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*-auto"))
 
 
+@pytest.mark.parametrize(("flags", "report"), [([], True), (["--no-report"], False)])
+def test_no_report_reaches_the_run_as_it_does_for_run(monkeypatch, flags, report):
+    from typer.testing import CliRunner
+
+    import llmload.runtime.launcher.find as find_module
+    from llmload.cli import app
+
+    calls: list[dict] = []
+    monkeypatch.setattr(find_module, "run_find", lambda *args, **kwargs: calls.append(kwargs) or 0)
+    result = CliRunner().invoke(app, ["find", "http://127.0.0.1:9", "--slo", "ttft_p95=1s", *flags])
+    assert result.exit_code == 0, result.output
+    assert [c["report"] for c in calls] == [report]
+
+
 #: a fast sim (the bench's `auto-mid` compressed 4x: knee about 22 req/s, TPOT binds)
 FAST_SIM = {"max_num_seqs": 16, "step_base_s": "6.25ms", "decode_cost_s": "0.25ms", "prefill_cost_s": "0.025ms",
             "load_time_s": "0.2s"}
@@ -87,7 +101,7 @@ def test_find_runs_the_probe_placement_and_search_into_one_run_directory(tmp_pat
     sim = start_sim(tmp_path, config=FAST_SIM)
     try:
         done = find(sim.url, "--slo", "ttft_p95=250ms", "--slo", "tpot_p95=9.5ms", "--input-tokens", "64",
-                    "--output-tokens", "32", "--budget", "90s", "--out", str(tmp_path / "run"), cwd=tmp_path,
+                    "--output-tokens", "32", "--budget", "60s", "--no-report", "--out", str(tmp_path / "run"), cwd=tmp_path,
                     timeout_s=280)
     finally:
         sim.proc.terminate()
@@ -101,7 +115,7 @@ def test_find_runs_the_probe_placement_and_search_into_one_run_directory(tmp_pat
     assert phases.index("ladder") > max(i for i, p in enumerate(phases) if p == "probe")
     auto = plan["search"]["auto"]
     assert auto["range"]["saturation_rps"] > 5 and auto["probe_steps"] == phases.count("probe")
-    assert "knee" in summary
+    assert "knee" in summary and not (run / "report.html").exists()  # --no-report, as for `llmload run`
     ladder = [s for s in plan["steps"] if s["phase"] == "ladder"]
     assert all(s["drain"] for s in ladder) and all(not s["drain"] for s in plan["steps"] if s["phase"] == "refine")
     assert "llmload: knee" in done.stdout + done.stderr

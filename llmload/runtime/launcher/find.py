@@ -94,8 +94,9 @@ def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S) -> str | No
 
 def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: str = "openai-chat",
              input_tokens: int = 256, output_tokens: int = 128, budget: str = "8m", precision: float = 0.05,
-             output: Path = Path("runs"), seed: int = 1, out: Path | None = None) -> int:
-    """Build the `shape: auto` config, check it and the target, run it (`run_config`); the exit code."""
+             output: Path = Path("runs"), seed: int = 1, out: Path | None = None, report: bool = True) -> int:
+    """Build the `shape: auto` config, check it and the target, run it (`run_config`); the exit code.
+    `report` False: no report.html, as `llmload run --no-report`."""
     import yaml
 
     from llmload.config import parse_config
@@ -126,4 +127,4 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
         return 2
     print(f"llmload find: {model} at {url}, targets {', '.join(f'{k}={v}' for k, v in slo.items())}; "
           f"budget {budget} (config: {path})", flush=True)
-    return run_config(path, out=out)
+    return run_config(path, out=out, report=report)
