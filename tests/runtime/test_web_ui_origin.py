@@ -31,17 +31,24 @@ def _request(port: int, method: str, path: str, headers: dict) -> tuple[int, dic
 @pytest.fixture(scope="module")
 def web_ui(tmp_path_factory):
     """A web UI waiting for Start (nothing is ever sent: the target is a closed port)."""
-    tmp = tmp_path_factory.mktemp("web")
-    proc, url, _ = start_web_run("http://127.0.0.1:9", tmp, [{"rate": 1, "duration": "2s"}], autostart=False)
-    port = int(url.rsplit(":", 1)[1])
-    deadline = time.time() + 60
-    while True:
-        assert proc.poll() is None and time.time() < deadline, "the web UI did not come up"
-        try:
-            if _request(port, "GET", "/", {})[0] == 200:
-                break
-        except OSError:
-            time.sleep(0.3)
+    for attempt in (1, 2):  # a free port taken by a neighbour test before Locust bound it: once more
+        tmp = tmp_path_factory.mktemp("web")
+        proc, url, _ = start_web_run("http://127.0.0.1:9", tmp, [{"rate": 1, "duration": "2s"}], autostart=False,
+                                     stderr=subprocess.PIPE)
+        port = int(url.rsplit(":", 1)[1])
+        deadline = time.time() + 60
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                if _request(port, "GET", "/", {})[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.3)
+        if proc.poll() is None and time.time() < deadline:
+            break
+        if proc.poll() is None:  # not answering after 60 s
+            proc.kill()
+        said = proc.communicate(timeout=30)[1]
+        assert attempt == 1 and "in use" in said, f"the web UI did not come up (exit {proc.poll()}): {said[-2000:]}"
     yield port
     proc.terminate()
     try:
