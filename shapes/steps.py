@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from shapes.phases import PHASES as _PHASES
 
 __all__ = [
@@ -137,53 +139,8 @@ class StepSpec:
 
 
 def derive_seed(run_seed: int, index: int) -> int:
-    """A step's own seed from the run seed and the step index (independent streams per step): the first
-    word of `numpy.random.SeedSequence([run_seed & 0xFFFFFFFF, index]).generate_state(1)`, computed here
-    without numpy (`llmload run`'s launcher builds the plan and imports no numpy: ~0.09 s of CPU)."""
-    return _seed_sequence_word([int(run_seed) & 0xFFFFFFFF, int(index)])
-
-
-_MASK32 = 0xFFFFFFFF
-
-
-def _seed_sequence_word(entropy: Sequence[int]) -> int:
-    """`numpy.random.SeedSequence(entropy).generate_state(1)[0]` for non-negative ints (numpy's
-    `bit_generator.pyx`: each int as its 32-bit words, least significant first, mixed into a pool of 4
-    words by O'Neill's `seed_seq_fe` hash, then the first word drawn from the pool)."""
-    words: list[int] = []
-    for value in entropy:
-        if value < 0:
-            raise ValueError("expected non-negative integer")
-        words.append(value & _MASK32)
-        value >>= 32
-        while value:
-            words.append(value & _MASK32)
-            value >>= 32
-    hash_const = 0x43B0D7E5
-
-    def hashmix(value: int) -> int:
-        nonlocal hash_const
-        value = (value ^ hash_const) & _MASK32
-        hash_const = (hash_const * 0x931E8875) & _MASK32
-        value = (value * hash_const) & _MASK32
-        return value ^ (value >> 16)
-
-    def mix(x: int, y: int) -> int:
-        result = (0xCA01F9DD * x - 0x4973F715 * y) & _MASK32
-        return result ^ (result >> 16)
-
-    pool = [hashmix(words[i] if i < len(words) else 0) for i in range(4)]
-    for i_src in range(4):
-        for i_dst in range(4):
-            if i_src != i_dst:
-                pool[i_dst] = mix(pool[i_dst], hashmix(pool[i_src]))
-    for word in words[4:]:
-        for i_dst in range(4):
-            pool[i_dst] = mix(pool[i_dst], hashmix(word))
-    hash_b = 0x8B51F9DD
-    value = (pool[0] ^ hash_b) & _MASK32
-    value = (value * ((hash_b * 0x58F38DED) & _MASK32)) & _MASK32
-    return value ^ (value >> 16)
+    """A step's own seed from the run seed and the step index (independent streams per step)."""
+    return int(np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, int(index)]).generate_state(1)[0])
 
 
 @dataclass(frozen=True, slots=True)

