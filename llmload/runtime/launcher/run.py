@@ -243,7 +243,7 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         claim.release()
         raise
     try:
-        return _wait_locust(cmd, run_dir, made=made, child=child)
+        return _wait_locust(cmd, run_dir, made=made, child=child, report=report)
     finally:
         claim.release()
 
@@ -338,11 +338,12 @@ def _start_gated() -> Any:
     return GatedChild(BOOT, _child_env())
 
 
-def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, child: Any = None) -> int:
+def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, child: Any = None,
+                 report: bool = True) -> int:
     """Run Locust in its own process group and wait for it; the stop signals go to it once
-    (`llmload.runtime.launcher.stop_signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`.
+    (`llmload.runtime.launcher.stop_signals`). `child`: a `GatedChild` started earlier, released here to run `cmd`;
+    `report`: whether the run writes report.html (finished: its summary, and its report unless off).
     Returns the verdict's exit code, or 128 + the signal when stopped."""
-    report = "--llmload-no-report" not in cmd  # finished: the summary, and the report unless it is off
     from llmload.runtime.launcher.stop_signals import (
         StopSignals,
         end_process_group,

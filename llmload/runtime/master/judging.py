@@ -43,9 +43,9 @@ def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Pat
     # per-event lists stay Arrow-backed, as the final analysis reads them) or a list of summaries; only
     # the columns the step's figures read, as the analysis reads a step
     skip = UNREAD_COLUMNS + KEPT_ONLY_COLUMNS
-    table = records_table(rows, skip, chunk_rows=JUDGE_CHUNK_ROWS)
-    records = records_from_table(table.drop_columns(["request_id"]), skip, consume=True)
-    del table
+    table = records_table(rows, skip, chunk_rows=JUDGE_CHUNK_ROWS).drop_columns(["request_id"])
+    records = records_from_table(table, skip, consume=True)
+    del table  # its buffers, consumed, free as the frame is made
     pyarrow.default_memory_pool().release_unused()  # the conversion's freed buffers back to the OS
     return judge_step(records, step, config.slo, config.client, telemetry)
 
