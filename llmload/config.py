@@ -260,6 +260,16 @@ def _check_tools(tools: list[dict] | None) -> list[dict] | None:
     return tools
 
 
+def _whole_seed(value: object) -> object:
+    """A seed is an integer as written: `10000000000000.0` (a YAML float) is refused, not rounded."""
+    if isinstance(value, float):
+        raise ValueError("a seed is a whole number written without a decimal point or exponent")
+    return value
+
+
+Seed = Annotated[int, BeforeValidator(_whole_seed), Field(ge=-MAX_SEED, le=MAX_SEED)]
+
+
 class Requests(Model):
     """The request mix: lengths, shared prefixes, dataset, seed."""
 
@@ -269,7 +279,7 @@ class Requests(Model):
     shared_prefix: SharedPrefix = Field(default_factory=SharedPrefix)
     dataset: str | None = None
     temperature: float = Field(default=0.0, ge=0, le=100)
-    seed: int = Field(default=1, ge=-MAX_SEED, le=MAX_SEED)
+    seed: Seed = 1
     #: server tokens per synthesised prompt word; null = measured by the pre-flight with the server's
     #: `/tokenize` (vLLM, llama.cpp, SGLang), else 1.0 (the sim's rule)
     tokens_per_word: float | None = Field(default=None, gt=0, le=1000)
@@ -371,7 +381,7 @@ class TraceShape(Model):
     use_sizes: bool = True
     warmup: Duration = 0.0
     drain_timeout: Duration = 60.0
-    seed: int | None = Field(default=None, ge=-MAX_SEED, le=MAX_SEED)
+    seed: Seed | None = None
     #: mean rates (req/s) to replay the same trace at, time-scaled, each with its uniform twin (the
     #: trace's own knee: summary.json `burst_knee`); None: the trace once at its own rate
     scales: list[Rate] | None = Field(default=None, max_length=MAX_TRACE_SCALES)

@@ -72,6 +72,16 @@ def test_wrong_type_in_a_list_item(tmp_path):
     assert '"lots"' in str(err.value)
 
 
+def test_a_float_seed_is_refused_not_rounded(tmp_path):
+    # the config fuzzer's find: pydantic's lax int took 10000000000000.0 as a seed
+    path = write(tmp_path, BASE + "requests:\n  seed: 10000000000000.0\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}:13 requests.seed: a seed is a whole number written without a decimal "
+                              "point or exponent")
+    assert load_config(write(tmp_path, BASE + "requests:\n  seed: 10000000000000\n")).requests.seed == 10**13
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "nope.yaml")
