@@ -40,7 +40,9 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    In a run with a closed-loop probe (`shape: auto`), a drained step shorter than its queue's relaxation
    time at the probe's saturation throughput read an idle start's transient (`shapes.probe.cold_transient`,
    `_transients`): under the threshold it leaves the fits (a queue started empty sits under its steady
-   state: no exceedance there says nothing), over it its share bounds the curve from below only.
+   state: no exceedance there says nothing), over it its share bounds the curve from below only, and
+   the point's (central) fit takes it at its interval's high end: a reading just over the level would
+   put the chord's crossing at the transient's own rate (bench/knee_accuracy.py auto-slow, +20%).
    A share curve that pooled a failure away (a step wholly over the level, yet the fitted curve never
    crosses it: a later step at a higher rate read under it) takes the binomial fit over every step
    instead, so a failing step is weighed, never dropped.
@@ -247,14 +249,17 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
         low = f if low is None else min(low, f)
         high = f if high is None else max(high, f)
         p_low, p_high = _num(row.get(f"{figure}_low")), _num(row.get(f"{figure}_high"))
-        if row.get(TRANSIENT):  # an idle start's transient over the level bounds the share from below only
-            high, p_high = 1.0, None
+        point = f
+        if row.get(TRANSIENT):  # an idle start's transient over the level bounds the share from below only;
+            # its reading is low by an amount its window cannot tell: the point's fit takes the highest
+            # share the window allows (its interval's high end), not a reading that puts the crossing at it
+            point, high, p_high = high, 1.0, None
         if p_high is not None and p_high <= threshold_s and f <= level:
             high = min(high, level)
         if p_low is not None and p_low > threshold_s and f > level:
             low = max(low, float(np.nextafter(level, 1.0)))
         xs.append(x)
-        fs.append(f)
+        fs.append(point)
         lows.append(max(0.0, f - scale * (f - low)))
         highs.append(min(1.0, f + scale * (high - f)))
     if not xs:

@@ -356,3 +356,25 @@ def test_an_idle_started_pass_shorter_than_its_queues_relaxation_does_not_bound_
     assert 0.486 < knee.rate < 0.625  # between the steady pass and the failure, the transient pass left out
     # a step that lasted longer than its queue's relaxation time (0.486 req/s: 58 s) keeps bounding it
     assert knee.low >= 0.48
+
+
+def test_an_idle_started_step_over_the_level_places_the_point_at_its_intervals_high_end():
+    """bench/knee_accuracy.py auto-slow, seeds 4 and 6 (true knee 0.509 req/s): a 57 s placement step at
+    0.625 req/s, started on an idle server, read 2 of 36 TTFTs over 3.75 s (share 0.056, just over the
+    5% level; its steady state about 0.4), and the chord from the pass at 0.486 to that reading put the
+    point at 0.611, +20%. The reading is a lower bound only: the point's fit takes the highest share its
+    window allows (its interval's high end), so the chord no longer crosses at the transient's own rate.
+    The interval is the same; a step in its steady state (no probe in the rows: no transient) keeps its
+    reading."""
+    slo = SLO(ttft_p95=3.75, tpot_p95=0.15)
+    steps = [_slow_step(0.486, (0.0, 0.0, 0.111), (0.9, 0.4, 2.5), "pass"),
+             _slow_step(0.625, (0.0556, 0.0074, 0.327), (3.9, 1.5, 8.0), "inconclusive"),
+             _slow_step(0.7465, (0.605, 0.605, 0.891), (12.0, 6.0, 20.0), "fail")]
+    probe = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
+             "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
+    steady = estimate_knee(steps, slo)
+    assert steady.rate > 0.6  # a steady reading of 0.056 at 0.625: the chord crosses just under it
+    knee = estimate_knee([probe, *steps], slo)
+    assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
+    # the chord to (0.625, 0.327): 0.486 + 0.139 x 0.05 / 0.327
+    assert knee.rate == pytest.approx(0.486 + 0.139 * 0.05 / 0.327, rel=1e-3)
