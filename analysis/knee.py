@@ -33,9 +33,12 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    trials, `_neutral`: a share near the knee is a few queue episodes, a count whose median lies under
    its mean, and without it the point leaned high, +5% median on bench/user_config_case.py).
    An end of that interval its steps cannot bound (the profile reaches past them) takes the end of the
-   same binomial fit over every step instead (`_bounded`), so the interval is open only where no step
-   bounds it; once two refine steps ran, that fit over every step also places the crossing when the
-   steps within `LOCAL_SPAN` do not lie on both sides of the first estimate.
+   same binomial fit over every step instead (`_bounded`), and an end that one leaves open too (one
+   slope cannot follow a share from 0 far under the knee to 0.9 far over it: the dispersion widens its
+   profile past every step) the monotone fits' end, so the interval is open only where no step bounds
+   it (bench/user_config_case.py seed 9: a pass at 3.69 and a failure at 5.0, and the answer said "not
+   bounded by the steps run"); once two refine steps ran, that fit over every step also places the
+   crossing when the steps within `LOCAL_SPAN` do not lie on both sides of the first estimate.
    Ladder steps (started on an idle server) inside the refine steps' range are left out.
    In a run with a closed-loop probe (`shape: auto`), a drained step shorter than its queue's relaxation
    time at the probe's saturation throughput read an idle start's transient (`shapes.probe.cold_transient`,
@@ -345,14 +348,19 @@ def _fit_share(rows: list[Mapping], key: str, percentile: float, scale: float, f
             if wide is not None:
                 local = _bounded(local, wide)
         if local is not None:
-            crossing = local
+            # an end even the fit over every step leaves open (one slope cannot follow the share from far
+            # under the knee to far over it: its dispersion widens the profile past every step) is closed
+            # where the steps themselves close it: the monotone fits' end (a step whose interval lies
+            # wholly on that side of the level), so an interval is open only where no step bounds it
+            crossing = _bounded(local, crossing)
     return crossing, where
 
 
 def _bounded(local: Crossing, wide: Crossing) -> Crossing:
     """The local fit's crossing, an end its steps leave open (the profile interval reaches past the
-    steps near the knee: too few, too close together or too noisy to bound it there) closed by the
-    same fit over every step's end. The point stays the local fit's."""
+    steps near the knee: too few, too close together or too noisy to bound it there) closed by
+    `wide`'s end: the same fit over every step, or the monotone fits' crossing (`_crossings`: open
+    only where no step's interval lies wholly on that side of the level). The point stays the local fit's."""
     if local.rate is None:  # a local fit always places its point; nothing to bound without one
         return local
     low = local.low if local.low is not None else wide.low

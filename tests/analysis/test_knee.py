@@ -235,14 +235,18 @@ def _share_row(rate: float, share: float, low: float, high: float, completed: in
 
 def test_an_end_the_steps_near_the_knee_leave_open_is_closed_by_the_fit_over_every_step():
     """Three noisy steps near the knee cannot bound it (the local fit's profile reaches past them at both
-    ends: open); steps far under it (no value over the target) and far over it (60% over) can: the same
+    ends: only their verdicts bound it, the pass at 4.45 and the failure at 4.75); steps far under it (no value over the target) and far over it (60% over) can: the same
     binomial fit over every step closes both ends, around the local fit's point."""
     near = [_share_row(4.45, 0.02, 0.0, 0.12, 270), _share_row(4.6, 0.06, 0.01, 0.2, 280),
             _share_row(4.75, 0.09, 0.02, 0.25, 290)]
     far = [_share_row(2.0, 0.0, 0.0, 0.01, 120), _share_row(3.0, 0.0, 0.0, 0.015, 180),
            _share_row(6.5, 0.6, 0.5, 0.7, 400)]
     alone = estimate_knee(near, SLO2).targets["ttft_p95"]
-    assert alone.low is None and alone.high is None and 4.45 < alone.rate < 4.75
+    assert 4.45 < alone.rate < 4.75
+    # the fit leaves both ends open; the steps themselves close them (the monotone fits' ends): the pass at
+    # 4.45 (its TTFT p95 interval wholly under 1 s) and the failure at 4.75 (wholly over)
+    assert [s["verdict"] for s in near] == ["pass", "inconclusive", "fail"]
+    assert 4.45 <= alone.low < alone.rate < alone.high <= 4.75
     t = estimate_knee(near + far, SLO2).targets["ttft_p95"]
     assert t.rate == pytest.approx(alone.rate)
     assert 3.0 < t.low < 4.45 and 4.75 < t.high < 6.5
@@ -378,3 +382,39 @@ def test_an_idle_started_step_over_the_level_places_the_point_at_its_intervals_h
     assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
     # the chord to (0.625, 0.327): 0.486 + 0.139 x 0.05 / 0.327
     assert knee.rate == pytest.approx(0.486 + 0.139 * 0.05 / 0.327, rel=1e-3)
+
+
+#: bench/user_config_case.py seed 9 (issue 41; true knee 3.47 req/s): TTFT p95 and TPOT p95 with their
+#: intervals, then the share of TTFT over 800 ms with its interval
+_SEED9 = [("r1.00", "ladder", "pass", 1.0, 30, (0.0694, 0.0606, 0.0696), (0.0, 0.0, 0.1469)),
+          ("r2.00", "ladder", "pass", 2.0, 60, (0.0743, 0.0672, 0.0754), (0.0, 0.0, 0.0492)),
+          ("r3.00", "ladder", "pass", 3.0, 90, (0.2916, 0.076, 0.511), (0.0, 0.0, 0.0704)),
+          ("r4.00", "ladder", "inconclusive", 4.0, 120, (0.839, 0.4498, 0.9219), (0.0667, 0.0162, 0.2364)),
+          ("r5.00", "ladder", "fail", 5.0, 150, (3.5138, 3.5138, 3.7801), (0.8733, 0.8733, 0.9824)),
+          ("r4.00-2", "refine", "inconclusive", 4.0, 320, (0.8042, 0.5941, 1.1242), (0.0531, 0.0189, 0.1403)),
+          ("r4.00-3", "refine", "inconclusive", 4.0, 320, (0.7808, 0.5009, 0.9932), (0.0437, 0.0126, 0.1411)),
+          ("r3.69", "refine", "pass", 3.6875, 295, (0.516, 0.3809, 0.6211), (0.0034, 0.0003, 0.0425)),
+          ("r3.77", "refine", "inconclusive", 3.775, 302, (0.7961, 0.5944, 0.9057), (0.0497, 0.0207, 0.1144))]
+
+
+def test_an_answer_never_says_unbounded_where_a_pass_and_a_failure_bound_it():
+    """Issue 41, the user's config, seed 9: passes up to 3.69 req/s, a failure at 5.0 (TTFT p95 3.5 s, its
+    share wholly over 5%), inconclusive steps at 3.77 and 4.0. The binomial fit over every step cannot
+    follow the share from 0 to 0.87 with one slope, and its dispersion widened its profile past every
+    step: the answer read `knee 4.0 req/s (not bounded by the steps run, 90%)`. An end is open only
+    where no step bounds it: here the steps' own (monotone) bounds close both."""
+    steps = []
+    for label, phase, verdict, rate, n, ttft, share in _SEED9:
+        steps.append({"label": label, "phase": phase, "verdict": verdict, "offered_rate": rate, "completed": n,
+                      "ttft_p95_s": ttft[0], "ttft_p95_s_low": ttft[1], "ttft_p95_s_high": ttft[2],
+                      "ttft_p95_over": share[0], "ttft_p95_over_low": share[1], "ttft_p95_over_high": share[2],
+                      "tpot_p95_s": 0.038, "tpot_p95_s_low": 0.037, "tpot_p95_s_high": 0.039,
+                      "tpot_p95_over": 0.0, "tpot_p95_over_low": 0.0, "tpot_p95_over_high": 0.07,
+                      "failing": ["ttft_p95"] if verdict == "fail" else []})
+    knee = estimate_knee(steps, SLO(ttft_p95=0.8, tpot_p95=0.1))
+    text = knee_sentence(knee)
+    assert knee.binding == "ttft_p95" and knee.failed_at == 5.0
+    assert knee.low is not None and knee.high is not None, text
+    # the pass at 3.69 (its share's interval under 5%) and the failure at 5.0 bound the knee
+    assert 3.6875 <= knee.low <= knee.rate <= knee.high < 5.0
+    assert "not bounded" not in text and "at least" not in text and "at most" not in text, text
