@@ -602,6 +602,26 @@ def _decimals(knee: Knee) -> int:
     return 1
 
 
+def _bound(value: float, decimals: int, *, up: bool) -> str:
+    """A one-sided bound in words: at least 2 significant figures, rounded away from the side it bounds
+    (a lower bound down, an upper bound up), so the figure never claims more than the steps do: a knee
+    above 0.486 req/s is "above 0.48", never "above 0.5".
+
+    >>> _bound(0.486, 1, up=False), _bound(4.41, 1, up=True), _bound(29.2, 1, up=False), _bound(2.0, 1, up=True)
+    ('0.48', '4.5', '29.2', '2.0')
+    """
+    if value > 0:
+        decimals = min(6, max(decimals, 1 - math.floor(math.log10(value))))
+    scale = 10.0**decimals
+    scaled = value * scale
+    near = round(scaled)
+    if abs(scaled - near) < 1e-6:  # already on the grid: no float crumbs pushed a step over
+        rounded = near / scale
+    else:
+        rounded = (math.ceil(scaled) if up else math.floor(scaled)) / scale
+    return f"{rounded:.{decimals}f}"
+
+
 def _label(key: str) -> str:
     parsed = slo_dims.parse_threshold_key(key)
     if parsed is None:
@@ -627,27 +647,31 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.{d}f}"
 
+    # every claim is one the steps make: a one-sided bound is rounded away from its side (`_bound`), and
+    # a sentence says only what its branch establishes (no step failed; no fit crossed; an end no step
+    # bounds): "every target held" was said over inconclusive steps (a slow server's transients)
     if knee.rate is None:
         if knee.binding is not None:  # crossed at or below the lowest rate run
-            bound = f"below {fmt(knee.high)} req/s ({conf})" if knee.high is not None else "below the rates run"
+            bound = (f"below {_bound(knee.high, d, up=True)} req/s ({conf})" if knee.high is not None
+                     else "below the rates run")
             return f"knee {bound}: {_label(knee.binding)} is over its target at the lowest rate run"
         if knee.failed_at is not None:  # no percentile target crossed, yet a step failed: never "held"
             dims = ", ".join(_label(d) for d in knee.failed_on) or "a target"
             latency = any(slo_dims.parse_threshold_key(d) for d in knee.failed_on)
-            why = ("a step at a higher rate held: near the knee one step is a noisy draw; longer steps "
-                   "there place it" if latency else "the latency targets held at every rate run")
-            return f"knee below {knee.failed_at:.{d}f} req/s: {dims} failed there ({why})"
+            why = ("a step at a higher rate read under it: near the knee one step is a noisy draw; longer "
+                   "steps there place it" if latency else "no latency target crossed its threshold at the rates run")
+            return f"knee below {_bound(knee.failed_at, d, up=True)} req/s: {dims} failed there ({why})"
         if knee.low is not None:
-            return f"knee above {fmt(knee.low)} req/s ({conf}): every target held at every rate run"
-        return "knee not reached: every target held at every rate run"
-    # an open end: the steps run do not bound the knee on that side (crossed at the lowest rate, never
-    # crossed, or the steps near the crossing too few or too noisy to close it): said as such, no number
+            return f"knee above {_bound(knee.low, d, up=False)} req/s ({conf}): no step failed a target"
+        return "knee not reached: no step failed a target"
+    # an open end: no step bounds the knee on that side (crossed at the lowest rate, or never crossed:
+    # `_fit_share` closes every end a step's interval bounds): said as such, no number
     if knee.low is not None and knee.high is not None:
         interval = f"{fmt(knee.low)} to {fmt(knee.high)}"
     elif knee.low is not None:
-        interval = f"at least {fmt(knee.low)}"
+        interval = f"at least {_bound(knee.low, d, up=False)}"
     elif knee.high is not None:
-        interval = f"at most {fmt(knee.high)}"
+        interval = f"at most {_bound(knee.high, d, up=True)}"
     else:
         interval = "not bounded by the steps run"
     text = f"knee {fmt(knee.rate)} req/s ({interval}, {conf}): {_label(knee.binding or '')} binds"
