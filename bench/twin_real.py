@@ -57,18 +57,47 @@ def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) 
             "conditions": {"instances": 1, "notes": "llama-server --threads 1 --ctx-size 4096, Gemma 3 270M"}}
 
 
-def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
-    """A run against a fresh llama-server with `parallel` slots (reused when it finished before)."""
-    from llmload.llama_server import start_llama_server, stop_llama_server
+class Servers:
+    """The llama-servers of the live runs: a fresh one for each run (each run meets an engine just started), or,
+    with `keep` (`--quick`), one per `--parallel` kept for every run at it and stopped by `close` (a start is a
+    second of CPU: the model's load and warm-up)."""
 
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self.running: dict[int, tuple[str, subprocess.Popen]] = {}
+
+    def start(self, parallel: int, log_path: Path) -> str:
+        from llmload.llama_server import start_llama_server
+
+        if parallel not in self.running:
+            self.running[parallel] = start_llama_server(port=0, parallel=parallel, threads=1, ctx_size=4096,
+                                                        log_path=log_path)
+        return self.running[parallel][0]
+
+    def done(self, parallel: int) -> None:
+        if not self.keep:
+            self._stop(parallel)
+
+    def close(self) -> None:
+        for parallel in list(self.running):
+            self._stop(parallel)
+
+    def _stop(self, parallel: int) -> None:
+        from llmload.llama_server import stop_llama_server
+
+        if parallel in self.running:
+            stop_llama_server(self.running.pop(parallel)[1])
+
+
+def live(name: str, work: Path, parallel: int, cfg_of, servers: Servers) -> Path:
+    """A run against a llama-server with `parallel` slots (`servers`'; reused when it finished before)."""
     folder = work / name
     run_dir = folder / "run"
     if (run_dir / "summary.json").exists():
         return run_dir
     folder.mkdir(parents=True, exist_ok=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    url, proc = start_llama_server(port=0, parallel=parallel, threads=1, ctx_size=4096,
-                                   log_path=folder / "llama-server.log")
+    url = servers.start(parallel, folder / "llama-server.log")
     started = time.monotonic()
     try:
         path = folder / "run.yaml"
@@ -78,7 +107,7 @@ def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
                               env={**os.environ})
     finally:
-        stop_llama_server(proc)
+        servers.done(parallel)
     (folder / "run.log").write_text(done.stdout)
     (folder / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - started, "load_before": load_before,
                                                   "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -263,36 +292,40 @@ def main(argv: list[str] | None = None) -> int:
                      "self_fit": {}, "replay": {}, "load": {}}
     sizes = None
     last_fit = None
-    for name, parallel, cfg_of in order:
-        knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
-        if cfg_of is search_of and args.search_around_twin and knee:
-            rates = [round(knee * f, 3) for f in args.search_around_twin]
-            results.setdefault("search_rates_used", {})[name] = rates
-            cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
-        run_dir = live(name, args.work, parallel, cfg_of)
-        wall = json.loads((run_dir.parent / "wall.json").read_text())
-        results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
-        if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
-            twin_path = args.work / f"twin-{name}.yaml"
-            results["fits"][name] = fit_twin(run_dir, twin_path)
-            if sizes is None:
-                sizes = sizes_from_records(analysis.load_run(run_dir).records)
-            results["predicted"][name] = predict(twin_path, sizes, parallels, quick=args.quick)
-            last_fit = name
-            continue
-        measured = {**measured_knee(run_dir), "wall_s": wall["wall_s"]}
-        results["measured"][parallel] = measured
-        print(f"  live --parallel {parallel}: {measured}", flush=True)
-        got = results["predicted"].get(last_fit, {}).get(parallel) or {}
-        results["paired"][parallel] = {
-            "fit": last_fit, "predicted": got.get("rate"), "measured": measured["rate"],
-            "error": (None if got.get("rate") is None or measured["rate"] is None
-                      else (got["rate"] - measured["rate"]) / measured["rate"])}
-        own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
-        results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
-                                                                                         quick=args.quick)}
-        results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
-                                   [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}
+    servers = Servers(keep=args.quick)
+    try:
+        for name, parallel, cfg_of in order:
+            knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
+            if cfg_of is search_of and args.search_around_twin and knee:
+                rates = [round(knee * f, 3) for f in args.search_around_twin]
+                results.setdefault("search_rates_used", {})[name] = rates
+                cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
+            run_dir = live(name, args.work, parallel, cfg_of, servers)
+            wall = json.loads((run_dir.parent / "wall.json").read_text())
+            results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
+            if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
+                twin_path = args.work / f"twin-{name}.yaml"
+                results["fits"][name] = fit_twin(run_dir, twin_path)
+                if sizes is None:
+                    sizes = sizes_from_records(analysis.load_run(run_dir).records)
+                results["predicted"][name] = predict(twin_path, sizes, parallels, quick=args.quick)
+                last_fit = name
+                continue
+            measured = {**measured_knee(run_dir), "wall_s": wall["wall_s"]}
+            results["measured"][parallel] = measured
+            print(f"  live --parallel {parallel}: {measured}", flush=True)
+            got = results["predicted"].get(last_fit, {}).get(parallel) or {}
+            results["paired"][parallel] = {
+                "fit": last_fit, "predicted": got.get("rate"), "measured": measured["rate"],
+                "error": (None if got.get("rate") is None or measured["rate"] is None
+                          else (got["rate"] - measured["rate"]) / measured["rate"])}
+            own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
+            results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
+                                                                                             quick=args.quick)}
+            results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
+                                       [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}
+    finally:
+        servers.close()
     results["error"] = {p: v["error"] for p, v in results["paired"].items()}
     print("  relative error (twin - live) / live, each from the fit just before it:", results["error"], flush=True)
     write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, step_s=step_s,
