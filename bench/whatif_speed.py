@@ -33,13 +33,13 @@ RESULT = REPO / "bench" / "results" / "whatif_speed.json"
 
 def ensure_twin(work: Path, name: str, *, quick: bool) -> None:
     """The run directory and twin `bench/twin_accuracy.py` leaves in `work`: made (a live ladder against
-    the sim, then `llmload fit`) when missing; `quick`: its 2-second steps."""
+    the sim, then `llmload fit`) when missing; `quick`: its quick ladder (`twin_accuracy.QUICK_LADDER`)."""
     if (work / name / "twin.yaml").exists():
         return
     import analysis
     from analysis.fit import fit_run, twin_yaml
 
-    run_dir, _ = live_ladder(name, work, step_s=2.0 if quick else 25.0, warmup_s=0.5 if quick else 3.0)
+    run_dir, _ = live_ladder(name, work, quick=quick)
     (work / name / "twin.yaml").write_text(twin_yaml(fit_run(analysis.load_run(run_dir)), source=str(run_dir)))
 
 
