@@ -40,8 +40,16 @@ RESULT = REPO / "bench" / "results" / "twin_real.json"
 SLO = {"ttft_p95": "5s", "tpot_p95": "1s", "min_samples": 5}
 
 
-def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) -> dict:
-    ladder = {"arrival": "poisson_exact", "warmup": "3s", "drain_timeout": "30s", "stop_after_failures": 1,
+#: the request mix: prompt tokens (uniform, min and max), answer tokens, and the ladder's warm-up (s); `--quick`'s
+#: are smaller (its figures mean nothing): one thread serves a request of 16-96 + 8 tokens in about 0.3 s of CPU,
+#: 8-24 + 4 in about half that, and a 1-s warm-up sends fewer (the engine's 4.5 s of the smoke test -> 2.7 s)
+MIX = ((16, 96), 8, 3.0)
+QUICK_MIX = ((8, 24), 4, 1.0)
+
+
+def config(url: str, *, rates: list[float], step_s: float, refine: dict | None, quick: bool = False) -> dict:
+    (low, high), output, warmup_s = QUICK_MIX if quick else MIX
+    ladder = {"arrival": "poisson_exact", "warmup": f"{warmup_s:g}s", "drain_timeout": "30s", "stop_after_failures": 1,
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates]}
     if refine is not None:
         ladder["refine"] = refine
@@ -49,8 +57,8 @@ def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) 
         ladder["stop_after_failures"] = None  # the fit's ladder: every step, the overload too
     return {"target": {"url": url, "api": "openai-chat", "model": "gemma3-270m", "server": "llamacpp",
                        "timeout": "300s", "idle_timeout": "300s"},  # queued past the slots: no headers yet
-            "requests": {"input_tokens": {"dist": "uniform", "min": 16, "max": 96},
-                         "output_tokens": {"dist": "fixed", "value": 8}, "ignore_eos": True, "seed": 1},
+            "requests": {"input_tokens": {"dist": "uniform", "min": low, "max": high},
+                         "output_tokens": {"dist": "fixed", "value": output}, "ignore_eos": True, "seed": 1},
             "client": {"max_concurrency": 64, "max_send_lag_p99": "200ms", "max_worker_cpu": 1.0},
             "slo": dict(SLO), "shape": {"ladder": ladder},
             "telemetry": {"interval": "500ms", "gpu": "off"},
@@ -280,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
     parallels = (args.parallel, args.other)
-    fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None)  # noqa: E731
-    search_of = lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine)  # noqa: E731
+    fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None, quick=args.quick)  # noqa: E731
+    search_of = lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine, quick=args.quick)  # noqa: E731
     # the live runs in order: (name, --parallel, config); a search is predicted by the last fit before it
     order = [(f"ladder-p{args.parallel}", args.parallel, fit_of), (f"search-p{args.parallel}", args.parallel, search_of)]
     if args.interleave:
@@ -299,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             if cfg_of is search_of and args.search_around_twin and knee:
                 rates = [round(knee * f, 3) for f in args.search_around_twin]
                 results.setdefault("search_rates_used", {})[name] = rates
-                cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
+                cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine,  # noqa: E731
+                                                         quick=args.quick)
             run_dir = live(name, args.work, parallel, cfg_of, servers)
             wall = json.loads((run_dir.parent / "wall.json").read_text())
             results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
@@ -328,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         servers.close()
     results["error"] = {p: v["error"] for p, v in results["paired"].items()}
     print("  relative error (twin - live) / live, each from the fit just before it:", results["error"], flush=True)
-    write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, step_s=step_s,
+    write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, quick=args.quick,
+                 mix=dict(zip(("input_tokens", "output_tokens", "warmup_s"), QUICK_MIX if args.quick else MIX,
+                              strict=True)),
+                 step_s=step_s,
                  fit_rates=fit_rates, search_rates=search_rates, refine=refine, slo=SLO, interleave=args.interleave,
                  **results)
     return 0
