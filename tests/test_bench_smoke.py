@@ -87,8 +87,9 @@ def _params() -> list:
 
 
 #: scripts run in a process of their own: sim_timing.py pins its process to a core (`os.sched_setaffinity(0,
-#: ...)`), which would pin this test's process and every test after it on this xdist worker
-OWN_PROCESS = {"sim_timing.py"}
+#: ...)`), which would pin this test's process and every test after it on this xdist worker; with a GPU,
+#: gpu_telemetry_check.py imports torch and asks CUDA for its devices (0.1 s without one)
+OWN_PROCESS = {"sim_timing.py", "gpu_telemetry_check.py"}
 
 #: a probe of 20,000 loops: its figure is not what this test checks (only that there is one), and the full
 #: probe's 0.7 s of CPU per script added 13 s to this file
