@@ -50,7 +50,14 @@ SERVERS = {
 FITTED = ("max_num_seqs", "step_base_s", "decode_cost_s", "prefill_cost_s", "num_blocks")
 
 
-def run_config(name: str, url: str, *, step_s: float, warmup_s: float) -> dict:
+#: (step_s, warmup_s, telemetry_s) of the live ladder; `--quick`'s (the smoke test): 2-s steps and the telemetry
+#: at the default 1 s (4 polls a second of the Locust process and the sim were a fifth of the quick run's CPU;
+#: its steps are too short for the slots' plateau at either interval)
+LADDER = (25.0, 3.0, 0.25)
+QUICK_LADDER = (2.0, 0.5, 1.0)
+
+
+def run_config(name: str, url: str, *, step_s: float, warmup_s: float, telemetry_s: float) -> dict:
     c = SERVERS[name]
     return {"target": {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"},
             "requests": {"input_tokens": {"dist": "uniform", "min": c["input"][0], "max": c["input"][1]},
@@ -60,10 +67,10 @@ def run_config(name: str, url: str, *, step_s: float, warmup_s: float) -> dict:
             "shape": {"ladder": {"arrival": "poisson", "warmup": f"{warmup_s:g}s", "drain_timeout": "30s",
                                  "stop_after_failures": None,
                                  "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in c["rates"]]}},
-            "telemetry": {"gpu": "off", "interval": "250ms"}, "conditions": {"gpus": 0}}
+            "telemetry": {"gpu": "off", "interval": f"{telemetry_s * 1000:g}ms"}, "conditions": {"gpus": 0}}
 
 
-def live_ladder(name: str, work: Path, *, step_s: float, warmup_s: float) -> tuple[Path, float]:
+def live_ladder(name: str, work: Path, *, quick: bool) -> tuple[Path, float]:
     """The run directory of a live ladder against the true sim (reused when it finished before)."""
     folder = work / name
     run_dir = folder / "run"
@@ -75,7 +82,9 @@ def live_ladder(name: str, work: Path, *, step_s: float, warmup_s: float) -> tup
     started = time.monotonic()
     try:
         path = folder / "run.yaml"
-        path.write_text(yaml.safe_dump(run_config(name, sim.url, step_s=step_s, warmup_s=warmup_s), sort_keys=False))
+        step_s, warmup_s, telemetry_s = QUICK_LADDER if quick else LADDER
+        path.write_text(yaml.safe_dump(run_config(name, sim.url, step_s=step_s, warmup_s=warmup_s,
+                                                  telemetry_s=telemetry_s), sort_keys=False))
         done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir),
                                "--no-report"],  # the fit reads the records: no report.html to draw
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
@@ -132,16 +141,17 @@ def evaluate(name: str, run_dir: Path, *, arrivals: int, seeds: tuple[int, ...])
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", nargs="+", choices=sorted(SERVERS), default=["slot", "kv", "prefill"])
-    parser.add_argument("--quick", action="store_true", help="2 s steps, few arrivals (the smoke test)")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 s steps, telemetry every second, few arrivals (the smoke test)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/twin_work"))
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
     before = machine()
-    step_s, warmup_s = (2.0, 0.5) if args.quick else (25.0, 3.0)
+    step_s, warmup_s, telemetry_s = QUICK_LADDER if args.quick else LADDER
     arrivals, seeds = (400, (1,)) if args.quick else (4000, (1, 2))
     results = {}
     for name in args.servers:
-        run_dir, wall_s = live_ladder(name, args.work, step_s=step_s, warmup_s=warmup_s)
+        run_dir, wall_s = live_ladder(name, args.work, quick=args.quick)
         results[name] = {"ladder_wall_s": round(wall_s, 1), **evaluate(name, run_dir, arrivals=arrivals, seeds=seeds)}
         r = results[name]
         for why in r.get("misfit", []):
@@ -152,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, k in r["knees"].items():
             print(f"  knee {label}: twin {k['twin']} true {k['true']}" +
                   (f" ({k['rel_error']:.1%})" if k["rel_error"] is not None else ""), flush=True)
-    write_result(args.out, "twin_accuracy", argv, before, step_s=step_s, warmup_s=warmup_s, arrivals=arrivals,
-                 seeds=list(seeds), servers=results)
+    write_result(args.out, "twin_accuracy", argv, before, step_s=step_s, warmup_s=warmup_s, telemetry_s=telemetry_s,
+                 arrivals=arrivals, seeds=list(seeds), servers=results)
     return 0
 
 

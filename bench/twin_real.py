@@ -40,8 +40,16 @@ RESULT = REPO / "bench" / "results" / "twin_real.json"
 SLO = {"ttft_p95": "5s", "tpot_p95": "1s", "min_samples": 5}
 
 
-def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) -> dict:
-    ladder = {"arrival": "poisson_exact", "warmup": "3s", "drain_timeout": "30s", "stop_after_failures": 1,
+#: the request mix: prompt tokens (uniform, min and max), answer tokens, and the ladder's warm-up (s); `--quick`'s
+#: are smaller (its figures mean nothing): one thread serves a request of 16-96 + 8 tokens in about 0.3 s of CPU,
+#: 8-24 + 4 in about half that, and a 1-s warm-up sends fewer (the engine's 4.5 s of the smoke test -> 2.7 s)
+MIX = ((16, 96), 8, 3.0)
+QUICK_MIX = ((8, 24), 4, 1.0)
+
+
+def config(url: str, *, rates: list[float], step_s: float, refine: dict | None, quick: bool = False) -> dict:
+    (low, high), output, warmup_s = QUICK_MIX if quick else MIX
+    ladder = {"arrival": "poisson_exact", "warmup": f"{warmup_s:g}s", "drain_timeout": "30s", "stop_after_failures": 1,
               "steps": [{"rate": r, "duration": f"{step_s:g}s"} for r in rates]}
     if refine is not None:
         ladder["refine"] = refine
@@ -49,26 +57,55 @@ def config(url: str, *, rates: list[float], step_s: float, refine: dict | None) 
         ladder["stop_after_failures"] = None  # the fit's ladder: every step, the overload too
     return {"target": {"url": url, "api": "openai-chat", "model": "gemma3-270m", "server": "llamacpp",
                        "timeout": "300s", "idle_timeout": "300s"},  # queued past the slots: no headers yet
-            "requests": {"input_tokens": {"dist": "uniform", "min": 16, "max": 96},
-                         "output_tokens": {"dist": "fixed", "value": 8}, "ignore_eos": True, "seed": 1},
+            "requests": {"input_tokens": {"dist": "uniform", "min": low, "max": high},
+                         "output_tokens": {"dist": "fixed", "value": output}, "ignore_eos": True, "seed": 1},
             "client": {"max_concurrency": 64, "max_send_lag_p99": "200ms", "max_worker_cpu": 1.0},
             "slo": dict(SLO), "shape": {"ladder": ladder},
             "telemetry": {"interval": "500ms", "gpu": "off"},
             "conditions": {"instances": 1, "notes": "llama-server --threads 1 --ctx-size 4096, Gemma 3 270M"}}
 
 
-def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
-    """A run against a fresh llama-server with `parallel` slots (reused when it finished before)."""
-    from llmload.llama_server import start_llama_server, stop_llama_server
+class Servers:
+    """The llama-servers of the live runs: a fresh one for each run (each run meets an engine just started), or,
+    with `keep` (`--quick`), one per `--parallel` kept for every run at it and stopped by `close` (a start is a
+    second of CPU: the model's load and warm-up)."""
 
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self.running: dict[int, tuple[str, subprocess.Popen]] = {}
+
+    def start(self, parallel: int, log_path: Path) -> str:
+        from llmload.llama_server import start_llama_server
+
+        if parallel not in self.running:
+            self.running[parallel] = start_llama_server(port=0, parallel=parallel, threads=1, ctx_size=4096,
+                                                        log_path=log_path)
+        return self.running[parallel][0]
+
+    def done(self, parallel: int) -> None:
+        if not self.keep:
+            self._stop(parallel)
+
+    def close(self) -> None:
+        for parallel in list(self.running):
+            self._stop(parallel)
+
+    def _stop(self, parallel: int) -> None:
+        from llmload.llama_server import stop_llama_server
+
+        if parallel in self.running:
+            stop_llama_server(self.running.pop(parallel)[1])
+
+
+def live(name: str, work: Path, parallel: int, cfg_of, servers: Servers) -> Path:
+    """A run against a llama-server with `parallel` slots (`servers`'; reused when it finished before)."""
     folder = work / name
     run_dir = folder / "run"
     if (run_dir / "summary.json").exists():
         return run_dir
     folder.mkdir(parents=True, exist_ok=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    url, proc = start_llama_server(port=0, parallel=parallel, threads=1, ctx_size=4096,
-                                   log_path=folder / "llama-server.log")
+    url = servers.start(parallel, folder / "llama-server.log")
     started = time.monotonic()
     try:
         path = folder / "run.yaml"
@@ -78,7 +115,7 @@ def live(name: str, work: Path, parallel: int, cfg_of) -> Path:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
                               env={**os.environ})
     finally:
-        stop_llama_server(proc)
+        servers.done(parallel)
     (folder / "run.log").write_text(done.stdout)
     (folder / "wall.json").write_text(json.dumps({"wall_s": time.monotonic() - started, "load_before": load_before,
                                                   "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -251,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
     parallels = (args.parallel, args.other)
-    fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None)  # noqa: E731
-    search_of = lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine)  # noqa: E731
+    fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None, quick=args.quick)  # noqa: E731
+    search_of = lambda url: config(url, rates=search_rates, step_s=step_s, refine=refine, quick=args.quick)  # noqa: E731
     # the live runs in order: (name, --parallel, config); a search is predicted by the last fit before it
     order = [(f"ladder-p{args.parallel}", args.parallel, fit_of), (f"search-p{args.parallel}", args.parallel, search_of)]
     if args.interleave:
@@ -263,39 +300,47 @@ def main(argv: list[str] | None = None) -> int:
                      "self_fit": {}, "replay": {}, "load": {}}
     sizes = None
     last_fit = None
-    for name, parallel, cfg_of in order:
-        knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
-        if cfg_of is search_of and args.search_around_twin and knee:
-            rates = [round(knee * f, 3) for f in args.search_around_twin]
-            results.setdefault("search_rates_used", {})[name] = rates
-            cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine)  # noqa: E731
-        run_dir = live(name, args.work, parallel, cfg_of)
-        wall = json.loads((run_dir.parent / "wall.json").read_text())
-        results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
-        if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
-            twin_path = args.work / f"twin-{name}.yaml"
-            results["fits"][name] = fit_twin(run_dir, twin_path)
-            if sizes is None:
-                sizes = sizes_from_records(analysis.load_run(run_dir).records)
-            results["predicted"][name] = predict(twin_path, sizes, parallels, quick=args.quick)
-            last_fit = name
-            continue
-        measured = {**measured_knee(run_dir), "wall_s": wall["wall_s"]}
-        results["measured"][parallel] = measured
-        print(f"  live --parallel {parallel}: {measured}", flush=True)
-        got = results["predicted"].get(last_fit, {}).get(parallel) or {}
-        results["paired"][parallel] = {
-            "fit": last_fit, "predicted": got.get("rate"), "measured": measured["rate"],
-            "error": (None if got.get("rate") is None or measured["rate"] is None
-                      else (got["rate"] - measured["rate"]) / measured["rate"])}
-        own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
-        results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
-                                                                                         quick=args.quick)}
-        results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
-                                   [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}
+    servers = Servers(keep=args.quick)
+    try:
+        for name, parallel, cfg_of in order:
+            knee = (results["predicted"].get(last_fit) or {}).get(parallel, {}).get("rate") if last_fit else None
+            if cfg_of is search_of and args.search_around_twin and knee:
+                rates = [round(knee * f, 3) for f in args.search_around_twin]
+                results.setdefault("search_rates_used", {})[name] = rates
+                cfg_of = lambda url, rates=rates: config(url, rates=rates, step_s=step_s, refine=refine,  # noqa: E731
+                                                         quick=args.quick)
+            run_dir = live(name, args.work, parallel, cfg_of, servers)
+            wall = json.loads((run_dir.parent / "wall.json").read_text())
+            results["load"][name] = {k: wall.get(k) for k in ("load_before", "load_after", "ended_at", "wall_s")}
+            if cfg_of is fit_of:  # (a search's cfg_of may be its own ladder around the twin's knee, never fit_of)
+                twin_path = args.work / f"twin-{name}.yaml"
+                results["fits"][name] = fit_twin(run_dir, twin_path)
+                if sizes is None:
+                    sizes = sizes_from_records(analysis.load_run(run_dir).records)
+                results["predicted"][name] = predict(twin_path, sizes, parallels, quick=args.quick)
+                last_fit = name
+                continue
+            measured = {**measured_knee(run_dir), "wall_s": wall["wall_s"]}
+            results["measured"][parallel] = measured
+            print(f"  live --parallel {parallel}: {measured}", flush=True)
+            got = results["predicted"].get(last_fit, {}).get(parallel) or {}
+            results["paired"][parallel] = {
+                "fit": last_fit, "predicted": got.get("rate"), "measured": measured["rate"],
+                "error": (None if got.get("rate") is None or measured["rate"] is None
+                          else (got["rate"] - measured["rate"]) / measured["rate"])}
+            own = args.work / f"twin-{name}-itself.yaml"  # diagnostic: the fit of the search's own records
+            results["self_fit"][parallel] = {**fit_twin(run_dir, own), "predicted": predict(own, sizes, parallels,
+                                                                                             quick=args.quick)}
+            results["replay"][name] = {twin.stem: replay(twin, run_dir) for twin in
+                                       [args.work / f"twin-{f}.yaml" for f in results["fits"]] + [own]}
+    finally:
+        servers.close()
     results["error"] = {p: v["error"] for p, v in results["paired"].items()}
     print("  relative error (twin - live) / live, each from the fit just before it:", results["error"], flush=True)
-    write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, step_s=step_s,
+    write_result(args.out, "twin_real", argv, before, parallel=args.parallel, other=args.other, quick=args.quick,
+                 mix=dict(zip(("input_tokens", "output_tokens", "warmup_s"), QUICK_MIX if args.quick else MIX,
+                              strict=True)),
+                 step_s=step_s,
                  fit_rates=fit_rates, search_rates=search_rates, refine=refine, slo=SLO, interleave=args.interleave,
                  **results)
     return 0

@@ -33,13 +33,13 @@ RESULT = REPO / "bench" / "results" / "whatif_speed.json"
 
 def ensure_twin(work: Path, name: str, *, quick: bool) -> None:
     """The run directory and twin `bench/twin_accuracy.py` leaves in `work`: made (a live ladder against
-    the sim, then `llmload fit`) when missing; `quick`: its 2-second steps."""
+    the sim, then `llmload fit`) when missing; `quick`: its quick ladder (`twin_accuracy.QUICK_LADDER`)."""
     if (work / name / "twin.yaml").exists():
         return
     import analysis
     from analysis.fit import fit_run, twin_yaml
 
-    run_dir, _ = live_ladder(name, work, step_s=2.0 if quick else 25.0, warmup_s=0.5 if quick else 3.0)
+    run_dir, _ = live_ladder(name, work, quick=quick)
     (work / name / "twin.yaml").write_text(twin_yaml(fit_run(analysis.load_run(run_dir)), source=str(run_dir)))
 
 
@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/twin_work"))
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.seeds, args.arrivals, args.truth_arrivals = args.seeds[:1], 400, 1000
+    truth_seeds = (1, 2, 3)
+    if args.quick:  # the truth from one seed too (its three seeds were half of the quick run's CPU)
+        args.seeds, args.arrivals, args.truth_arrivals, truth_seeds = args.seeds[:1], 400, 1000, (1,)
     before = machine()
     import llmload
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in earlier:
             truth = earlier[name]["truth"]
         else:
-            truth = None if args.no_truth else truth_rows(args.work, name, arrivals=args.truth_arrivals, seeds=(1, 2, 3))
+            truth = None if args.no_truth else truth_rows(args.work, name, arrivals=args.truth_arrivals, seeds=truth_seeds)
         results[name] = {"runs": runs, "truth": truth, "summary": summary(runs, truth),
                          "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
                          "median_wall_s": statistics.median(r["wall_s"] for r in runs)}
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["seed1_vs_before"] = (row["seed1"] - was["seed1"]) / was["seed1"]
                     row["before_sd_rel"] = None if was["sd"] is None else was["sd"] / was["mean"]
     write_result(args.out, "whatif_speed", argv, before, code=str(Path(llmload.__file__).parents[1]),
-                 arrivals=args.arrivals, seeds=args.seeds, truth_arrivals=args.truth_arrivals, servers=results)
+                 arrivals=args.arrivals, seeds=args.seeds, truth_arrivals=args.truth_arrivals,
+                 truth_seeds=list(truth_seeds), servers=results)
     return 0
 
 
