@@ -29,7 +29,7 @@ def test_an_exception_in_our_client_code_is_client_error_and_never_the_servers(s
                                               "steps": [{"rate": 8, "duration": "3s"}]}},
                          client={"max_concurrency": 16}, slo={"ttft_p95": "2s", "min_samples": 5})
     run_dir = tmp_path / "run"
-    cmd = locust_command(write_config(tmp_path, config), run_dir) + ["--llmload-skip-preflight"]
+    cmd = locust_command(write_config(tmp_path, config), run_dir, report=False) + ["--llmload-skip-preflight"]
     at = cmd.index("-f") + 1
     cmd[at] += f",{FAULTS}"
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)

@@ -20,6 +20,8 @@ HEAVY = ("pandas", "pyarrow", "matplotlib")
 LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
 #: also kept out of the Locust child until a config needs it: a `json_schema` answer check (issue 42)
 WORKER_LAZY = ("jsonschema",)
+#: Locust's web UI (`locust.web`: Flask and its kin), kept out of a Locust process until it makes a web UI
+WEB_UI = ("flask", "jinja2", "werkzeug")
 
 
 def _chained(stages: list[tuple[str, str, tuple[str, ...]]]) -> dict[str, dict]:
@@ -75,6 +77,12 @@ _STOP_CALLER = (
     "result = [len(stacks), [line for line in lines if line.startswith('Stopping all users')]]")
 
 
+#: a web UI made after a headless session's stop (the stage before): Locust's own class, from its real module
+_WEB_UI_MADE = (
+    "import locust.env, locust.web\nui = env.create_web_ui('127.0.0.1', 0)\n"
+    "result = [type(ui).__module__, type(ui) is locust.web.WebUI, locust.env.WebUI is locust.web.WebUI]")
+
+
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> dict[str, dict]:
     """The import probes of this module, in three fresh interpreters: a Locust child (its boot, then what
@@ -86,14 +94,15 @@ def probes(tmp_path_factory) -> dict[str, dict]:
     write_run(run_dir)
     out: dict[str, dict] = {}
     out.update(_chained([
-        ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY),
+        ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY + WEB_UI),
         ("worker", "import importlib.util\n"
                    "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
                    "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, "
-                   "llmload.records", HEAVY + WORKER_LAZY),
+                   "llmload.records", HEAVY + WORKER_LAZY + WEB_UI),
         ("expect", "from llmload.config import Expect\nExpect(json_schema={'type': 'object'})", WORKER_LAZY),
-        ("stop", _STOP_CALLER, ())]))
+        ("stop", _STOP_CALLER, WEB_UI),
+        ("web", _WEB_UI_MADE, WEB_UI)]))
     out.update(_chained([
         ("launcher", "import llmload.runtime.launcher.run\n"
                      "from llmload.config import load_config\n"
@@ -162,6 +171,16 @@ def test_the_locust_childs_boot_imports_no_pandas(probes):
     named like one of them in the working directory cannot shadow it): that must stay cheap."""
     assert "import locust, llmload, shapes, analysis" in _boot()
     assert probes["boot"]["loaded"] == []
+
+
+def test_a_locust_process_imports_its_web_ui_only_when_it_makes_one(probes):
+    """A headless master and every worker never start Locust's web UI, whose module (Flask, Werkzeug,
+    Jinja2: ~0.06 s of CPU per Locust process) `locust.env` imports: the boot defers it
+    (`boot.defer_web_ui`) through the child's imports, a worker's modules and a session's stop, and a web
+    UI made afterwards is Locust's own, from the real module."""
+    assert probes["boot"]["loaded"] == [] and probes["worker"]["loaded"] == [] and probes["stop"]["loaded"] == []
+    assert sorted(probes["web"]["loaded"]) == sorted(WEB_UI)
+    assert probes["web"]["result"] == ["locust.web", True, True]
 
 
 def test_the_locust_childs_boot_reads_the_entry_points_once(probes):

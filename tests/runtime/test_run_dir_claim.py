@@ -43,7 +43,7 @@ def test_two_launches_into_one_out_one_runs_and_the_other_is_refused(sim_factory
     config = write_config(tmp_path, base_config(sim.url, {"ladder": {"arrival": "constant", "warmup": "0s",
                                                                      "steps": [{"rate": 4, "duration": "3s"}]}}))
     out = tmp_path / "shared"
-    cmd = [sys.executable, "-m", "llmload.cli", "run", str(config), "--out", str(out)]
+    cmd = [sys.executable, "-m", "llmload.cli", "run", str(config), "--out", str(out), "--no-report"]  # records read
     runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     done = [(p.wait(timeout=100), *p.communicate()) for p in runs]
     codes = sorted(code for code, _, _ in done)

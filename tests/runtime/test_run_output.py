@@ -165,19 +165,31 @@ def test_a_quiet_run_prints_no_warning_and_ends_with_our_summary_in_our_style(vl
     assert done.stdout.index("llmload: plan:") < done.stdout.index("r2.00")
 
 
-def test_a_legacy_key_is_noted_before_the_run_starts(tmp_path):
-    import subprocess
-    import sys
+class _HeldChild:
+    """The Locust child `llmload run` starts during its checks, never started here (`discard` only)."""
 
+    def discard(self) -> None:
+        pass
+
+
+def test_a_legacy_key_is_noted_before_the_run_starts(tmp_path, monkeypatch, capsys):
+    """The command's entry in this process: the note is said by the launcher, before its pre-flight (the
+    target: nothing listens, the run stops there), with the Locust child's start stubbed."""
     from support import free_port
 
-    config = _config(f"http://127.0.0.1:{free_port()}")  # nothing listens: the run stops at its pre-flight
+    from llmload.cli import main
+    from llmload.runtime.launcher import run
+
+    monkeypatch.setattr(run, "_SAID", set())  # notes this process said already (`say_once`)
+    monkeypatch.setattr(run, "_start_gated", _HeldChild)
+    config = _config(f"http://127.0.0.1:{free_port()}")
     config["shape"]["ladder"]["refine"] = {"resolution": 0.5}
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 3, done.stderr
-    notes = [line for line in done.stderr.splitlines() if line.startswith("llmload: note:") and "resolution" in line]
-    assert len(notes) == 1 and "refine.budget" in notes[0], done.stderr
+    capsys.readouterr()
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    notes = [line for line in err.splitlines() if line.startswith("llmload: note:") and "resolution" in line]
+    assert len(notes) == 1 and "refine.budget" in notes[0], err
 
 
 def _plain_locust(config_path, run_dir, *extra: str) -> list[str]:

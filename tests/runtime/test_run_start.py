@@ -1,6 +1,7 @@
 """`llmload run` refuses what cannot work before anything starts (issue 19 item 8): a run directory that
 cannot be written (`--out` or `output:`), and `--master` with `--worker`. One line, exit 2, no traceback,
-within seconds (the old code hung)."""
+within seconds (the old code hung). Those refusals run the command's entry in this process, with the
+Locust child's start patched to fail; an unreachable target and Locust's own command line run as processes."""
 
 from __future__ import annotations
 
@@ -28,6 +29,19 @@ def _llmload(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
                           timeout=timeout_s)
 
 
+def _refused_in_process(monkeypatch, capsys, *args: str) -> subprocess.CompletedProcess:
+    """`llmload run ...` through its entry (`llmload.cli.main`) in this process, for a mistake refused
+    before anything starts: starting the Locust child fails the test (a refusal after it had started
+    would have thrown its ~1 s of imports away)."""
+    from llmload.cli import main
+
+    monkeypatch.setattr("llmload.runtime.launcher.run._start_gated", lambda: pytest.fail("Locust was started"))
+    capsys.readouterr()
+    code = main(["run", *args])
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["llmload", "run", *args], code, said.out, said.err)
+
+
 def _one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
@@ -40,25 +54,25 @@ def _one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
 
 
 @pytest.mark.parametrize("out", ["/proc/llmload-x", "file"])
-def test_an_out_that_cannot_be_written_is_one_line_before_anything_starts(tmp_path, out):
+def test_an_out_that_cannot_be_written_is_one_line_before_anything_starts(tmp_path, out, monkeypatch, capsys):
     if out == "file":
         out = str(tmp_path / "a-file")
         Path(out).write_text("not a directory")
-    done = _llmload("run", str(_config(tmp_path)), "--out", out)
+    done = _refused_in_process(monkeypatch, capsys, str(_config(tmp_path)), "--out", out)
     _one_line_error(done, "--out", "cannot write the run directory")
 
 
-def test_an_output_key_naming_a_file_is_one_line_naming_the_key(tmp_path):
+def test_an_output_key_naming_a_file_is_one_line_naming_the_key(tmp_path, monkeypatch, capsys):
     (tmp_path / "runs").write_text("a file, not a folder")
     config = _config(tmp_path, output=str(tmp_path / "runs"))
-    done = _llmload("run", str(config))
+    done = _refused_in_process(monkeypatch, capsys, str(config))
     _one_line_error(done, str(config), "output", "cannot write the run directory")
 
 
 @pytest.mark.parametrize("flags", [["--master", "--worker"], ["--processes", "2", "--master"],
                                    ["--processes", "2", "--worker"]])
-def test_roles_that_exclude_each_other_are_one_line(tmp_path, flags):
-    done = _llmload("run", str(_config(tmp_path)), *flags, timeout_s=30)
+def test_roles_that_exclude_each_other_are_one_line(tmp_path, flags, monkeypatch, capsys):
+    done = _refused_in_process(monkeypatch, capsys, str(_config(tmp_path)), *flags)
     _one_line_error(done, "--")
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from runtime_helpers import base_config, write_config
+from support import SimServer, start_sim, stop_process
 
 from llmload.client.quality import QualityResult
 from llmload.config import Config
@@ -31,6 +33,22 @@ def _config(url: str = "http://127.0.0.1:9", **target) -> Config:
     config = base_config(url, SHAPE)
     config["target"].update(target)
     return Config.model_validate(config)
+
+
+@pytest.fixture(scope="module")
+def flavour_sim(tmp_path_factory) -> Iterator[Callable[[str], SimServer]]:
+    """`flavour_sim(flavor)`: one sim of that flavour for this module, started when first asked for (the
+    tests here only ask it for its models and send one pre-flight request: four sims, not seven)."""
+    sims: dict[str, SimServer] = {}
+
+    def sim(flavor: str) -> SimServer:
+        if flavor not in sims:
+            sims[flavor] = start_sim(tmp_path_factory.mktemp(f"sim-{flavor}"), flavor=flavor)
+        return sims[flavor]
+
+    yield sim
+    for server in sims.values():
+        stop_process(server.proc)
 
 
 def _listing(*names: str, status: int = 200, ignores_model: bool = False) -> dict:
@@ -80,8 +98,8 @@ def test_a_server_that_lists_no_models_is_a_warning_not_a_refusal(listing):
 @pytest.mark.parametrize(("flavor", "api", "wrong", "right"), [
     ("vllm", "openai-chat", "llama3", "sim-model"), ("ollama", "ollama-chat", "llama3", "sim-model:latest"),
     ("ollama", "openai-chat", "llama3", "sim-model")])
-def test_the_real_model_lists_of_each_flavour(sim_factory, flavor, api, wrong, right):
-    sim = sim_factory(flavor=flavor)
+def test_the_real_model_lists_of_each_flavour(flavour_sim, flavor, api, wrong, right):
+    sim = flavour_sim(flavor)
     with pytest.raises(ModelNotServed, match="sim-model") as caught:
         check_model_served(_config(sim.url, api=api, model=wrong, server=flavor),
                            check_reachable(_config(sim.url, api=api, model=wrong, server=flavor)))
@@ -92,8 +110,8 @@ def test_the_real_model_lists_of_each_flavour(sim_factory, flavor, api, wrong, r
 
 @pytest.mark.parametrize(("flavor", "api"), [("llamacpp", "openai-chat"), ("sglang", "openai-completions"),
                                              ("sglang", "sglang-generate")])
-def test_servers_that_answer_any_name_are_not_refused_without_a_server_hint(sim_factory, flavor, api):
-    sim = sim_factory(flavor=flavor)  # each answers a request for any model with the one it loaded
+def test_servers_that_answer_any_name_are_not_refused_without_a_server_hint(flavour_sim, flavor, api):
+    sim = flavour_sim(flavor)  # each answers a request for any model with the one it loaded
     config = _config(sim.url, api=api, model="not-its-name", server="generic")
     endpoints = check_reachable(config)
     assert endpoints[sim.url]["ignores_model"] is True
@@ -101,8 +119,8 @@ def test_servers_that_answer_any_name_are_not_refused_without_a_server_hint(sim_
 
 
 @pytest.mark.slow
-def test_llmload_run_with_a_wrong_model_is_one_line_exit_2_and_leaves_no_run_directory(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm")
+def test_llmload_run_with_a_wrong_model_is_one_line_exit_2_and_leaves_no_run_directory(flavour_sim, tmp_path):
+    sim = flavour_sim("vllm")
     config = base_config(sim.url, SHAPE, output=str(tmp_path / "runs"))
     config["target"]["model"] = "llama3"
     path = write_config(tmp_path, config)

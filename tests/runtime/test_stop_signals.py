@@ -4,7 +4,7 @@ SIGHUP as SIGHUP), and the run's exit code is 128 + the first signal's number.
 
 This is the part of `test_signals.py`'s real-process runs that differs between the three signals; the
 real runs keep one case per signal the Locust child receives (SIGHUP, SIGTERM), and SIGINT's exit code
-(130) through `test_three_quick_sigints_never_break_finalisation`.
+(130) through `test_a_signal_stops_a_web_ui_run_and_frees_its_port`.
 """
 
 from __future__ import annotations

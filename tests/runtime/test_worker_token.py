@@ -1,8 +1,12 @@
 """The master's door (issue 33 item 15): it listens on loopback unless told, a worker proves the shared
-worker token before it gets anything, and a forged worker's records are never accepted.
+worker token before it gets anything, and a forged worker's records are never accepted. Against frames no
+worker sends (issue 44 item 3): the master decodes nothing of a peer that has not proven the worker token
+but its hello (or the `client_ready` it refuses), a frame it cannot read drops that peer and never
+Locust's receiving greenlet, and the run goes on with the real worker.
 
 The ground truth is what a forged worker (`forged_worker.py`: Locust's protocol, none of llmload's
-worker code) received, and the run's records."""
+worker code) received, and the run's records. The bad frames come from real ZeroMQ sockets (pyzmq) to the
+same real master on 127.0.0.1: one run for every knock on the door."""
 
 from __future__ import annotations
 
@@ -13,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
+import zmq
 from runtime_helpers import base_config, records, write_config
 from support import free_port, start_sim, stop_process
 
@@ -66,11 +72,42 @@ FORGERS = {"forged_0123456789abcdef": None, "forged_fedcba9876543210": "bad"}
 REFUSED_TOKENS = [None, "another-token-0123456789"]
 
 
+#: (identity, frame): not msgpack at all; msgpack whose datetime Locust's decoder cannot parse (a ValueError,
+#: which Locust's listener does not catch); a frame too big to be a hello. `_send_bad_frames` adds a peer
+#: that proves the token first and then sends both bad kinds (read as Locust reads, each dropped alone)
+BAD_FRAMES = [
+    (b"junk_peer", b"\xc1\xc1 this is not msgpack"),
+    (b"date_peer", msgpack.packb(["client_ready", {"__datetime__": True, "as_str": "not a date"}, "date_peer"])),
+    (b"big_peer", msgpack.packb(["client_ready", "x" * 100_000, "big_peer"])),
+]
+
+
+def _send_bad_frames(port: int) -> list[zmq.Socket]:
+    """Connect one DEALER per bad frame and queue it (ZeroMQ delivers it once the master listens)."""
+    context = zmq.Context.instance()
+    sockets = []
+    for identity, frame in BAD_FRAMES:
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, identity)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(f"tcp://127.0.0.1:{port}")
+        sock.send(frame)
+        sockets.append(sock)
+    proven = context.socket(zmq.DEALER)
+    proven.setsockopt(zmq.IDENTITY, b"proven_peer")
+    proven.setsockopt(zmq.LINGER, 0)
+    proven.connect(f"tcp://127.0.0.1:{port}")
+    proven.send(msgpack.packb(["llmload:hello", {"proof": proof(TOKEN, "proven_peer")}, "proven_peer"]))
+    proven.send(msgpack.packb(["stats", {"__datetime__": True, "as_str": "not a date"}, "proven_peer"]))
+    proven.send(b"\xc1 not msgpack from a proven peer")
+    return [*sockets, proven]
+
+
 @pytest.fixture(scope="module")
 def door(tmp_path_factory) -> dict:
-    """One master (a Locust process is ~3 s of CPU) for this module's door tests: the forged workers and the
-    refused real workers knock first, then one real worker with the token runs the 3 s step. What each saw
-    is returned, not asserted: each test fails on its own part."""
+    """One master (a Locust process is ~3 s of CPU) for this module's door tests: the bad frames are queued
+    before it listens, the forged workers and the refused real workers knock next, then one real worker with
+    the token runs the 3 s step. What each saw is returned, not asserted: each test fails on its own part."""
     tmp = tmp_path_factory.mktemp("door")
     sim = start_sim(tmp, flavor="vllm")
     path = _config(tmp, sim.url)
@@ -87,6 +124,7 @@ def door(tmp_path_factory) -> dict:
                               + ["--llmload-no-report"],  # what the workers sent is the point
                               env={**env, TOKEN_ENV: TOKEN}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
+    sockets = _send_bad_frames(port)  # queued before the master binds: they reach it before any worker
     refused: list[subprocess.Popen] = []
     worker = None
     seen: dict = {"refused": {}}
@@ -106,6 +144,8 @@ def door(tmp_path_factory) -> dict:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _, seen["master_err"] = master.communicate(timeout=120)
     finally:
+        for sock in sockets:
+            sock.close()
         stop.touch()
         for proc in (master, worker, *refused, *forged):
             if proc is not None and proc.poll() is None:
@@ -144,3 +184,16 @@ def test_a_worker_without_the_token_is_told_why_in_one_line(door, worker_token):
                      + ("it gave no worker token: set LLMLOAD_WORKER_TOKEN (or --worker-token-file) on the worker "
                         "to the master's" if worker_token is None else "its worker token is not the master's")]
     assert TOKEN not in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_bad_frames_on_the_master_port_leave_the_run_going(door):
+    master_err, run_dir = door["master_err"], door["run_dir"]
+    assert (run_dir / "summary.json").exists(), master_err[-3000:]
+    assert len(records(run_dir)) == 12  # the real worker's 3 s at 4/s, all of them
+    for identity in ("junk_peer", "big_peer"):  # never read again
+        assert f"dropped peer {identity} on the master port" in master_err, master_err[-3000:]
+    assert "refused worker date_peer" in master_err  # its type read, its data (the bad datetime) never
+    assert master_err.count("corrupted message") == 2  # the proven peer's two bad frames, dropped alone
+    assert "Traceback" not in master_err, master_err[-3000:]

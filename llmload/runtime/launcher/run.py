@@ -22,8 +22,8 @@ refused; a port the run would listen on (the master's, the web UI's, the live me
 already listens on is refused before anything is made (`llmload.runtime.launcher.ports`); the default
 `<output>/<UTC time>-<shape>` is made with an exclusive `mkdir`, so two runs
 started in the same second get two directories (`-2`, `-3`, ...); an unreachable target gives one line and exit 3, a model the server does not list one line and exit 2 (`llmload.runtime.master.served_model`). Once the config
-has validated, the Locust child is started and held before it reads its command line while the other
-checks run (`llmload.runtime.launcher.gated_child`: its ~1 s of imports no longer follow them); it gets the command
+has validated and the run directory is claimed, the Locust child is started and held before it reads its
+command line while the other checks run (`llmload.runtime.launcher.gated_child`: its ~1 s of imports no longer follow them); it gets the command
 line above when they pass, and is ended, having said nothing, when one fails. With
 `--processes N` the master and its local workers talk over a free loopback port (not Locust's fixed
 5557, so two runs on one machine do not collide) unless a port is asked for. The exit code afterwards
@@ -188,11 +188,8 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
         check_ports_free(run_listeners(master=master, master_bind_host=master_bind_host, master_port=master_port,
                                        default_master_port=DEFAULT_PORT, processes=processes, web=web,
                                        metrics_port=metrics_port, metrics_host=metrics_host))
-        child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
-        from llmload.runtime.master.preflight import check_model_served, check_reachable
-        from shapes.plan import build_plan
-
-        build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
+        # the run directory first: one that cannot be written, or that another run holds, refuses the run
+        # before the Locust child is started (its imports are ~1 s of CPU thrown away)
         where = ("--out", None) if out is not None else ("output", str(config_path))
         if out is not None:
             run_dir = Path(out)
@@ -203,6 +200,11 @@ def run_config(config_path: Path, *, out: Path | None = None, web: bool = False,
             run_dir = new_run_dir(config, base=base)
             made = prepare_run_dir(run_dir, where=where) or _empty_dir(run_dir)
         claim = claim_run_dir(run_dir, where=where)
+        child = _start_gated()  # Locust's imports go on while the checks below run (`llmload.runtime.launcher.gated_child`)
+        from llmload.runtime.master.preflight import check_model_served, check_reachable
+        from shapes.plan import build_plan
+
+        build_plan(config, base_dir=Path(config_path).resolve().parent)  # trace files, shape errors
         if not skip_preflight:  # the master's pre-flight prints the warnings; a refusal is one line here
             check_model_served(config, check_reachable(config))
     except LLMLoadError as exc:

@@ -9,17 +9,27 @@ file reads with 171 distributions: about 0.25 s of CPU in every Locust process, 
 `import_locust` answers those asks from one reading. Nothing can install a distribution in the middle
 of an import, so gevent finds the same plugins (none, unless one is installed) and patches the same
 modules; once Locust is imported, `importlib.metadata.entry_points` is the standard library's again.
+
+`import locust` also imports its web UI (`locust.env` imports `locust.web` for `create_web_ui` alone:
+Flask, Werkzeug, Jinja2, about 0.06 s of CPU), which a headless master and every worker never start.
+`import_locust` puts a stand-in for `locust.web` in its place (`defer_web_ui`): its `WebUI` imports the
+real module when a web UI is made (`llmload run --web`), and any other name is the real module's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
+import types
 from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
-__all__ = ["entry_points_read_once", "import_locust"]
+__all__ = ["WEB_MODULE", "defer_web_ui", "entry_points_read_once", "import_locust"]
+
+#: Locust's web UI module (Flask and its kin), imported by `locust.env` for `Environment.create_web_ui` only
+WEB_MODULE = "locust.web"
 
 
 @contextlib.contextmanager
@@ -39,7 +49,43 @@ def entry_points_read_once() -> Iterator[None]:
         metadata.entry_points = real
 
 
+def defer_web_ui() -> None:
+    """Put a stand-in for `locust.web` in `sys.modules` (before `import locust`): Locust's environment
+    module binds its `WebUI` at import and calls it only in `create_web_ui`; the stand-in's `WebUI` imports
+    the real module then (and puts the real class where Locust looks), and any other name read from the
+    stand-in is the real module's. Nothing happens when Locust is imported already."""
+    if "locust" in sys.modules or WEB_MODULE in sys.modules:
+        return
+    stand_in = types.ModuleType(WEB_MODULE, "Locust's web UI, imported when a web UI is made (llmload boot)")
+
+    def real() -> types.ModuleType:
+        if sys.modules.get(WEB_MODULE) is stand_in:
+            del sys.modules[WEB_MODULE]
+        module = importlib.import_module(WEB_MODULE)
+        env = sys.modules.get("locust.env")
+        if env is not None and getattr(env, "WebUI", None) is WebUI:
+            env.WebUI = module.WebUI  # type: ignore[attr-defined]
+        return module
+
+    class WebUI:
+        """Locust's `WebUI`, made from the real module on first use."""
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            return real().WebUI(*args, **kwargs)
+
+    def getattr_(name: str) -> Any:
+        if name.startswith("__"):  # the import system's questions (`__path__`, `__file__`): a plain module's
+            raise AttributeError(name)
+        return getattr(real(), name)
+
+    stand_in.WebUI = WebUI  # type: ignore[attr-defined]
+    stand_in.__getattr__ = getattr_  # type: ignore[method-assign]
+    sys.modules[WEB_MODULE] = stand_in
+
+
 def import_locust() -> None:
-    """`import locust` (gevent's monkey-patching included), reading the entry points once."""
+    """`import locust` (gevent's monkey-patching included), reading the entry points once, its web UI
+    imported only when one is made (`defer_web_ui`)."""
+    defer_web_ui()
     with entry_points_read_once():
         importlib.import_module("locust")

@@ -23,6 +23,9 @@
 - The stop's caller: `cheap_stop_caller` (`Runner.stop` finds its caller's file and line for a DEBUG line with
   `inspect.stack()`, which reads the source of every frame and scans every loaded module: ~0.05 s of CPU
   per Locust process; `locust.runners`' `inspect` replaced by one that reads the frame's own file and line).
+- The web UI's import: `locust.env` binds `WebUI` from `locust.web` at import and calls it in `create_web_ui`
+  alone; `boot.defer_web_ui` (before `import locust`, so not here) stands in for `locust.web` until a web UI is
+  made, then puts the real class at `locust.env.WebUI` (pinned by test_lean_start's web probe).
 - The end of the process: `run_without_teardown` runs Locust's `main()`, which ends with `sys.exit(code)`,
   and then ends the process with that code without the interpreter's teardown.
 """
