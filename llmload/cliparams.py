@@ -59,11 +59,27 @@ class FlagsGroup(TyperGroup):
 
 
 class FlagsApp(typer.Typer):
-    """`typer.Typer` whose commands are `FlagsCommand`s unless told otherwise."""
+    """`typer.Typer` whose commands are `FlagsCommand`s unless told otherwise, and whose click command is
+    built once."""
+
+    _built: tuple[tuple, Any] | None = None
 
     def command(self, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("cls", FlagsCommand)
         return super().command(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the app as `typer.Typer` does, with the click command built on the first call and kept
+        (built again if a command is registered later). Building it reads every command's signature and
+        type hints: ~13 ms, which the `llmload` process pays once and a caller that runs the app many
+        times in one process (`llmload.cli.main` in the tests) paid at every call. With Typer's pretty
+        tracebacks on, Typer's own call (which marks an escaping exception for them)."""
+        if self.pretty_exceptions_enable:
+            return super().__call__(*args, **kwargs)
+        registered = (tuple(self.registered_commands), tuple(self.registered_groups), self.registered_callback)
+        if self._built is None or self._built[0] != registered:
+            self._built = (registered, typer.main.get_command(self))
+        return self._built[1](*args, **kwargs)
 
 
 def check_target_url(value: str | None) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
@@ -724,20 +725,23 @@ class Config(Model):
 
 # --------------------------------------------------------------------------- loading with line numbers
 
-def parse_config(data: Any, *, file: str = "<config>", text: str = "") -> Config:
-    """Validate an already-loaded mapping. `text` (the YAML source) gives line numbers to errors."""
+def parse_config(data: Any, *, file: str = "<config>", text: str = "",
+                 lines: Mapping[tuple, int] | None = None) -> Config:
+    """Validate an already-loaded mapping. `text` (the YAML source) or `lines` (its `LineIndex`) gives
+    line numbers to errors."""
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping with at least target: and shape:", file=file, line=1)
+    lines = _line_index(text) if lines is None else lines  # parsed at its first lookup: only on an error
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        _raise_first(exc, file=file, lines=_line_index(text))
-    _check_refine_budget(config, file=file, lines=_line_index(text) if text else {})
-    _check_auto_targets(config, file=file, lines=_line_index(text) if text else {})
+        _raise_first(exc, file=file, lines=lines)
+    _check_refine_budget(config, file=file, lines=lines)
+    _check_auto_targets(config, file=file, lines=lines)
     return config
 
 
-def _check_auto_targets(config: Config, *, file: str, lines: dict[tuple, int]) -> None:
+def _check_auto_targets(config: Config, *, file: str, lines: Mapping[tuple, int]) -> None:
     """`shape.auto` searches for the rate where a percentile target is crossed: it needs one."""
     if config.shape.auto is None or config.slo.thresholds:
         return
@@ -752,7 +756,7 @@ def refine_step_s(ladder: LadderShape) -> float:
     return float(ladder.warmup) + float(window)
 
 
-def _check_refine_budget(config: Config, *, file: str, lines: dict[tuple, int]) -> None:
+def _check_refine_budget(config: Config, *, file: str, lines: Mapping[tuple, int]) -> None:
     """`shape.ladder.refine.budget` must hold one refine step (else the search could never run one)."""
     ladder = config.shape.ladder
     if ladder is None or ladder.refine is None:
@@ -796,14 +800,14 @@ def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
     exist, relative to the config's folder, so a typo stops the run before it starts rather than in its
     first request. `target.api_key_file` comes back as an absolute path, so every reader of the key (the
     pre-flight, telemetry, the load's workers) reads the same file whatever their current folder."""
-    text, data = _read_yaml(path)
-    config = parse_config(data, file=str(path), text=text)
+    text, data, lines = _read_yaml(path)
+    config = parse_config(data, file=str(path), lines=lines)
     base_dir = Path(path).resolve().parent
     if config.target.api_key_file:  # one key file for the pre-flight, telemetry and the load alike
         key_file = str(base_dir / Path(config.target.api_key_file).expanduser())
         config = config.model_copy(update={"target": config.target.model_copy(update={"api_key_file": key_file})})
-    _check_files(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
-    config = _resolve_prior(config, base_dir=base_dir, file=str(path), lines=_line_index(text))
+    _check_files(config, base_dir=base_dir, file=str(path), lines=lines)
+    config = _resolve_prior(config, base_dir=base_dir, file=str(path), lines=lines)
     if notes is not None:
         notes.extend(config_notes(config, file=str(path), text=text))
     return config
@@ -813,7 +817,7 @@ def load_config(path: str | Path, *, notes: list[str] | None = None) -> Config:
 TWIN_MISFIT_MARK = "# NOT A TWIN"
 
 
-def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> Config:
+def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: Mapping[tuple, int]) -> Config:
     """A `refine.prior` naming a twin: an absolute path, checked now (a missing file, or a fit that said
     the run does not fit its model, stops the run before it starts; its settings are read when the
     search starts, `llmload.sim.whatif.twin_prior`)."""
@@ -839,7 +843,7 @@ def _resolve_prior(config: Config, *, base_dir: Path, file: str, lines: dict[tup
         update={"ladder": ladder.model_copy(update={"refine": refine})})})
 
 
-def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple, int]) -> None:
+def _check_files(config: Config, *, base_dir: Path, file: str, lines: Mapping[tuple, int]) -> None:
     named: list[tuple[tuple[str, ...], str | None]] = [
         (("requests", "dataset"), config.requests.dataset), (("target", "api_key_file"), config.target.api_key_file)]
     for key in ("input_tokens", "output_tokens"):
@@ -858,7 +862,7 @@ def _check_files(config: Config, *, base_dir: Path, file: str, lines: dict[tuple
 
 def load_slo(path: str | Path) -> SLO:
     """An SLO file: the `slo:` keys at the top level, or a whole config whose `slo:` section is used."""
-    text, data = _read_yaml(path)
+    _, data, lines = _read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping of SLO keys", file=str(path), line=1)
     prefix: tuple = ()
@@ -867,5 +871,5 @@ def load_slo(path: str | Path) -> SLO:
     try:
         return SLO.model_validate(data)
     except ValidationError as exc:
-        _raise_first(exc, file=str(path), lines=_line_index(text), prefix=prefix)
+        _raise_first(exc, file=str(path), lines=lines, prefix=prefix)
     raise AssertionError("unreachable")

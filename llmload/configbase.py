@@ -161,7 +161,7 @@ def _shown(value: object) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def _raise_first(exc: ValidationError, *, file: str, lines: dict[tuple, int], prefix: tuple = ()) -> None:
+def _raise_first(exc: ValidationError, *, file: str, lines: Mapping[tuple, int], prefix: tuple = ()) -> None:
     err = exc.errors()[0]
     path = prefix + _key_path(err["loc"])
     message = _message(err)

@@ -6,11 +6,14 @@ given twice in one mapping at any depth (PyYAML keeps the last silently, so a se
 drop the first one's targets), a file over `MAX_FILE_BYTES` (1 MiB: parsing it would take minutes), and
 a document whose aliases expand to more than `MAX_NODES` nodes (an alias bomb: nine levels of nine
 aliases is 387 million nodes from 100 lines). Every walk visits each
-node once, however often it is aliased. `line_index(text)` maps key paths to lines for validation errors.
+node once, however often it is aliased. `line_index(text)` maps key paths to lines for validation errors,
+at its first lookup (a file that validates never needs it); `read_yaml` gives the file's index built from
+the nodes it parsed, so a file's YAML is parsed once however many checks ask for a line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import yaml
 
 from llmload.errors import ConfigError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "line_index", "read_yaml"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "LineIndex", "line_index", "read_yaml"]
 
 #: the most nodes a document may hold once its aliases are expanded (a 10,000-step ladder is ~60,000)
 MAX_NODES = 1_000_000
@@ -35,10 +38,11 @@ def _format_path(path: tuple) -> str:
     return text
 
 
-def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_nodes: set[int] | None = None) -> None:
-    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted), and at a
-    key or value that is not valid Unicode (`"\\ud800"`: a lone surrogate, which YAML's escapes allow and
-    no server can be sent as UTF-8).
+def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_nodes: set[int] | None = None,
+                      merges: list[tuple] | None = None) -> None:
+    """ConfigError at the second occurrence of a key in any mapping (merge keys `<<` excepted: their paths
+    are added to `merges`), and at a key or value that is not valid Unicode (`"\\ud800"`: a lone
+    surrogate, which YAML's escapes allow and no server can be sent as UTF-8).
 
     An aliased node is checked once, at its first path."""
     seen_nodes = set() if seen_nodes is None else seen_nodes
@@ -49,6 +53,8 @@ def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_node
         seen: dict[object, int] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
+                if merges is not None:
+                    merges.append(path)
                 continue
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
             line = key_node.start_mark.line + 1
@@ -57,10 +63,10 @@ def _check_duplicates(node: yaml.Node, *, file: str, path: tuple = (), seen_node
                 raise ConfigError(f"key given twice (first at line {seen[key]}); remove one",
                                   file=file, line=line, key=_format_path(path + (key,)))
             seen[key] = line
-            _check_duplicates(value_node, file=file, path=path + (key,), seen_nodes=seen_nodes)
+            _check_duplicates(value_node, file=file, path=path + (key,), seen_nodes=seen_nodes, merges=merges)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicates(item, file=file, path=path + (i,), seen_nodes=seen_nodes)
+            _check_duplicates(item, file=file, path=path + (i,), seen_nodes=seen_nodes, merges=merges)
     else:
         _check_text(node, file=file, path=path)
 
@@ -113,17 +119,26 @@ def _line_of(exc: yaml.YAMLError, text: str) -> int | None:
 
 def parse_yaml(text: str, *, file: str) -> Any:
     """The data of one YAML document in `text` (see the module docstring for what is refused)."""
+    return _parse(text, file=file)[0]
+
+
+def _parse(text: str, *, file: str) -> tuple[Any, Any]:
+    """`parse_yaml`'s data and the document's root node as the text has it (None for an empty document,
+    `LineIndex._NOT_PARSED` for one whose nodes building its data changed)."""
     loader = None
     try:
         loader = yaml.SafeLoader(text)  # checks for characters YAML does not allow (ReaderError)
         node = loader.get_single_node()
         if node is None:
-            return None
-        _check_duplicates(node, file=file)
+            return None, None
+        merges: list[tuple] = []
+        _check_duplicates(node, file=file, merges=merges)
         if expanded_size(node) > MAX_NODES:
             raise ConfigError(f"the YAML expands to more than {MAX_NODES:,} values, counting each use of an "
                               "alias; make it smaller", file=file, line=1)
-        return loader.construct_document(node)
+        # building the data rewrites a mapping with merge keys in place (PyYAML's `flatten_mapping`): its
+        # nodes then no longer say where the text put each key
+        return loader.construct_document(node), (LineIndex._NOT_PARSED if merges else node)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
         raise ConfigError(f"invalid YAML: {problem}", file=file, line=_line_of(exc, text)) from None
@@ -136,8 +151,9 @@ def parse_yaml(text: str, *, file: str) -> Any:
             loader.dispose()
 
 
-def read_yaml(path: str | Path) -> tuple[str, Any]:
-    """`(text, data)` of a YAML file; ConfigError (file:line) for anything but readable UTF-8 YAML."""
+def read_yaml(path: str | Path) -> tuple[str, Any, LineIndex]:
+    """`(text, data, lines)` of a YAML file (`lines`: its `LineIndex`, from the nodes parsed here);
+    ConfigError (file:line) for anything but readable UTF-8 YAML."""
     p, file = Path(path), str(path)
     if not p.exists():
         raise ConfigError("file not found", file=file)
@@ -153,17 +169,51 @@ def read_yaml(path: str | Path) -> tuple[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
     text = _decode(raw, file)
-    return text, parse_yaml(text, file=file)
+    data, root = _parse(text, file=file)
+    return text, data, LineIndex(text, root=root)
 
 
-def line_index(text: str) -> dict[tuple, int]:
-    """Map each key path (a tuple of keys / list indexes) to its 1-based line in the YAML text."""
+class LineIndex(Mapping[tuple, int]):
+    """Each key path (a tuple of keys / list indexes) of a YAML text to its 1-based line, worked out at the
+    first lookup: from the document's root node when the caller parsed it already, else by parsing the
+    text (empty when it is not YAML). A config that validates looks up no line, and one that does not
+    looks up a few; parsing the text again cost as much as reading it (seconds for a 10,000-step ladder)."""
+
+    _NOT_PARSED: Any = object()
+
+    def __init__(self, text: str, *, root: Any = _NOT_PARSED) -> None:
+        self._text, self._root = text, root
+        self._index: dict[tuple, int] | None = None
+
+    def _lines(self) -> dict[tuple, int]:
+        if self._index is None:
+            root = self._root
+            if root is LineIndex._NOT_PARSED:
+                try:
+                    root = yaml.compose(self._text, Loader=yaml.SafeLoader)
+                except (yaml.YAMLError, RecursionError):
+                    root = None
+            self._index, self._root = _index_of(root), None
+        return self._index
+
+    def __getitem__(self, path: tuple) -> int:
+        return self._lines()[path]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._lines())
+
+    def __len__(self) -> int:
+        return len(self._lines())
+
+
+def line_index(text: str) -> LineIndex:
+    """Map each key path (a tuple of keys / list indexes) to its 1-based line in the YAML text (parsed at
+    the first lookup)."""
+    return LineIndex(text)
+
+
+def _index_of(root: yaml.Node | None) -> dict[tuple, int]:
     index: dict[tuple, int] = {}
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, RecursionError):
-        return index
-
     visited: set[int] = set()
 
     def walk(node: yaml.Node, path: tuple) -> None:

@@ -77,12 +77,33 @@ print("\\nHEAVY=" + json.dumps(heavy))
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["sim", "--help"], ["report", "--help"]])
-def test_help_imports_no_heavy_module(args):
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
-    heavy = json.loads(done.stdout.rsplit("HEAVY=", 1)[1])
-    assert heavy == [], f"`llmload {' '.join(args)}` imported {heavy}"
-    assert "Usage" in done.stdout
+#: runs each command line given as a JSON list in turn, in one process, and after each prints what it
+#: had loaded of the heavy modules: a module loaded by one help shows from that help on
+PROBE_EACH = """
+import json, sys
+from llmload.cli import main
+for args in json.loads(sys.argv[1]):
+    try:
+        main(args)
+    except SystemExit:
+        pass
+    heavy = [m for m in ("pandas", "pyarrow", "numpy", "locust", "gevent", "matplotlib") if m in sys.modules]
+    print("\\nHEAVY=" + json.dumps(heavy), flush=True)
+"""
+
+
+def test_help_imports_no_heavy_module():
+    """One process for the four helps (a process each cost 0.2 s of CPU to start the same imports): the
+    first help to load a heavy module is named."""
+    helps = [["--help"], ["run", "--help"], ["sim", "--help"], ["report", "--help"]]
+    done = subprocess.run([sys.executable, "-c", PROBE_EACH, json.dumps(helps)], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    outputs = done.stdout.split("\nHEAVY=")
+    assert len(outputs) == len(helps) + 1, done.stdout + done.stderr
+    for args, output, after in zip(helps, outputs[:-1], outputs[1:], strict=True):
+        heavy = json.loads(after.splitlines()[0])
+        assert heavy == [], f"`llmload {' '.join(args)}` imported {heavy}"
+        assert "Usage" in output, f"llmload {' '.join(args)}: {output}"
 
 
 def _cpu_seconds(args: list[str], cwd) -> float:
@@ -100,7 +121,12 @@ def test_help_and_config_errors_answer_within_half_a_second_of_cpu(tmp_path, arg
     bad = tmp_path / "bad.yaml"
     bad.write_text(CONFIG + "shape: {}\n")  # a duplicate key
     argv = [a.replace("{bad}", str(bad)) for a in args]
-    best = min(_cpu_seconds(argv, REPO) for _ in range(3))  # CPU time, not wall: a busy machine adds little
+    # the best of up to three tries (CPU time, not wall: a busy machine adds little); the first under the
+    # limit answers, so a healthy command starts once rather than three times
+    tries = []
+    while len(tries) < 3 and (not tries or min(tries) >= 0.75):
+        tries.append(_cpu_seconds(argv, REPO))
+    best = min(tries)
     assert best < 0.75, f"llmload {' '.join(args)} took {best:.2f} s of CPU (target 0.5 s on a quiet machine)"
 
 
@@ -160,3 +186,32 @@ def test_more_workers_than_the_pools_users_is_one_line_exit_2(tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("llmload: error: ") and key in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_app_builds_its_command_once_and_again_for_a_command_added_later(capsys):
+    """`FlagsApp` keeps the click command it built on its first call; a command registered afterwards
+    still runs."""
+    from llmload.cliparams import FlagsApp
+
+    app = FlagsApp(pretty_exceptions_enable=False)
+
+    @app.command()
+    def first() -> None:
+        print("first ran")
+
+    @app.command()
+    def second() -> None:
+        print("second ran")
+
+    app(["first"], standalone_mode=False)
+    built = app._built
+    app(["second"], standalone_mode=False)
+    assert app._built is built  # not built again
+
+    @app.command()
+    def third() -> None:
+        print("third ran")
+
+    app(["third"], standalone_mode=False)
+    assert capsys.readouterr().out.split() == ["first", "ran", "second", "ran", "third", "ran"]
+

@@ -60,6 +60,18 @@ def test_aliases_that_stay_small_are_fine(tmp_path):
     assert len(load_config(path).shape.ladder.steps) == 2
 
 
+def test_a_bad_value_merged_in_is_reported_at_the_mapping_that_merges_it(tmp_path):
+    """Building the data rewrites a mapping with `<<` in place; the line index is of the text as written."""
+    from llmload.config import load_config
+    from llmload.errors import ConfigError
+
+    path = tmp_path / "merge.yaml"
+    path.write_text(TARGET + "conditions:\n  extra: {base: &b {rate: fast, duration: 10s}}\n"
+                    "shape:\n  ladder:\n    steps:\n      - <<: *b\n        duration: 5s\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"merge\.yaml:8 shape\.ladder\.steps\[0\]\.rate: input should be a valid"):
+        load_config(path)
+
+
 # ------------------------------------------------------------------ 20: traces bounded
 
 TRACE_HEAD = "timestamp,input_tokens,output_tokens\n0,10,10\n"

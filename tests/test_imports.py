@@ -23,6 +23,7 @@ The rules (docs/ARCHITECTURE.md "Import rules"):
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -258,8 +259,10 @@ def _resolves(graph: ImportGraph, name: str) -> bool:
     return not rest or rest in defined_names(graph.files[module])
 
 
-def defined_names(path: Path) -> set[str]:
-    """The names a module defines or imports at its top level (TYPE_CHECKING imports and `__all__` too)."""
+@functools.lru_cache(maxsize=1024)
+def defined_names(path: Path) -> frozenset[str]:
+    """The names a module defines or imports at its top level (TYPE_CHECKING imports and `__all__` too);
+    read once per file (each import and module string naming a module asks again)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -272,7 +275,7 @@ def defined_names(path: Path) -> set[str]:
                 names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
                 if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, ast.List):
                     names.update(e.value for e in node.value.elts if isinstance(e, ast.Constant))
-    return names
+    return frozenset(names)
 
 
 #: a string ending in one of these is a file's name, not a module's
@@ -289,6 +292,16 @@ def _imports_in(code: str) -> list[str]:
     return names
 
 
+def _callee_name(func: ast.expr) -> str:
+    """How a call's callee ends, as `ast.unparse` would write it (`logging.getLogger` -> its last name):
+    an attribute's or a name's name; anything else ends in a bracket or the like."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ast.unparse(func)
+
+
 def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS) -> list[str]:
     """`file:line: string` for each string constant naming a project module path that does not resolve: a
     whole string (`"llmload.x.y"`, a mock.patch target) or an import inside a string (code for `python -c`)."""
@@ -298,12 +311,17 @@ def stale_module_strings(graph: ImportGraph, dirs: tuple[str, ...] = STRING_DIRS
             if path.resolve() == Path(__file__).resolve():  # this file: its examples of what is found
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-            calls = [call for call in ast.walk(tree) if isinstance(call, ast.Call)]
-            # logger names (`getLogger("llmload.worker")`, `caplog.at_level(..., logger=...)`) are not modules
-            loggers = {id(arg) for call in calls if ast.unparse(call.func).endswith("getLogger") for arg in call.args}
-            loggers |= {id(kw.value) for call in calls for kw in call.keywords if kw.arg == "logger"}
+            calls, strings = [], []  # one walk of the tree for both
             for node in ast.walk(tree):
-                if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in loggers:
+                if isinstance(node, ast.Call):
+                    calls.append(node)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    strings.append(node)
+            # logger names (`getLogger("llmload.worker")`, `caplog.at_level(..., logger=...)`) are not modules
+            loggers = {id(arg) for call in calls if _callee_name(call.func).endswith("getLogger") for arg in call.args}
+            loggers |= {id(kw.value) for call in calls for kw in call.keywords if kw.arg == "logger"}
+            for node in strings:
+                if id(node) in loggers:
                     continue
                 if node.value.rpartition(".")[2] in FILE_SUFFIXES:  # a file name: llmload.log, analysis.json
                     continue

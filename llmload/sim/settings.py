@@ -57,7 +57,6 @@ from pydantic import (
 from llmload.configbase import Dist, _raise_first  # the project's file:line machinery, not the run config's
 from llmload.errors import ConfigError
 from llmload.units import parse_duration
-from llmload.yamlfile import line_index as _line_index
 from llmload.yamlfile import read_yaml as _read_yaml
 
 __all__ = ["FAULT_NAMES", "FLAVORS", "FaultWindow", "Faults", "SimSettings", "load_sim_settings"]
@@ -147,7 +146,7 @@ def load_sim_settings(path: str | Path | None) -> SimSettings:
     """Read a sim YAML (None: the defaults). Raises ConfigError `file:line key: reason` on any mistake."""
     if path is None:
         return SimSettings()
-    text, data = _read_yaml(path)
+    _, data, lines = _read_yaml(path)
     if data is None:
         return SimSettings()
     if not isinstance(data, dict):
@@ -155,5 +154,5 @@ def load_sim_settings(path: str | Path | None) -> SimSettings:
     try:
         return SimSettings.model_validate(data)
     except ValidationError as exc:
-        _raise_first(exc, file=str(path), lines=_line_index(text))
+        _raise_first(exc, file=str(path), lines=lines)
     raise AssertionError("unreachable")

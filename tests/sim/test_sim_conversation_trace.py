@@ -26,7 +26,7 @@ def test_a_conversation_trace_replays_its_sessions_in_turn_order(sim_factory, tm
     config = base_config(sim.url, {"trace": {"file": str(trace), "drain_timeout": "20s"}},
                          client={"max_concurrency": 16, "max_send_lag_p99": "1s"})
     run_dir = tmp_path / "run"
-    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
+    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir), "--no-report"])
     records = pd.read_parquet(run_dir / "records.parquet")
     truth = {r["request_id"]: r for r in sim.ground_truth_rows()}
     recorded = pd.DataFrame(rows)

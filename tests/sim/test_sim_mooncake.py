@@ -28,7 +28,7 @@ def _replay(sim_factory, tmp_path, *, unique: bool) -> tuple[dict, list[dict], d
                          client={"max_concurrency": 32, "max_send_lag_p99": "1s"})
     config["requests"] = {"seed": 3}
     run_dir = tmp_path / name
-    main(["run", str(write_config(tmp_path, config, name=f"{name}.yaml")), "--out", str(run_dir)])
+    main(["run", str(write_config(tmp_path, config, name=f"{name}.yaml")), "--out", str(run_dir), "--no-report"])
     records = pd.read_parquet(run_dir / "records.parquet")
     blocks = {json.dumps(r["hash_ids"]): r["hash_ids"] for r in map(json.loads, trace.read_text().splitlines())}
     order = [b for b in blocks.values()]

@@ -163,7 +163,7 @@ def test_a_shared_prefix_run_hits_exactly_the_planned_prefix_blocks(sim_factory,
                           "output_tokens": {"dist": "fixed", "value": 4},
                           "shared_prefix": {"ratio": 0.6, "prefixes": 2, "tokens": 100}, "seed": 3}
     run_dir = tmp_path / "run"
-    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])  # 3 (invalid) when busy is fine
+    main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir), "--no-report"])  # 3 (invalid) when busy is fine
     records = pd.read_parquet(run_dir / "records.parquet")
     prefix_of = dict(zip(records["request_id"], records["prefix_id"], strict=True))
     rows = sorted((r for r in sim.ground_truth_rows() if r["request_id"] in prefix_of and r["admitted_at"]),
