@@ -48,9 +48,12 @@ def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> LlamaServer:
     return LlamaServer(url=url, proc=proc, log=log, parallel=PARALLEL, ctx_size=CTX_SIZE)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """One llama-server per test module (4 slots, 1 thread, 4096 context), killed by PID at the end."""
+    """One llama-server for the real-engine tests that share one (4 slots, 1 thread, 4096 context),
+    killed by PID after the last of them: a start is 2 s of a quiet part whose longest worker is these
+    tests'. Each of them leaves it idle (every request answered or cancelled) and measures only its own
+    requests (counter deltas, its own records), so they do not depend on their order."""
     server = _start(tmp_path_factory, "llama")
     try:
         yield server
