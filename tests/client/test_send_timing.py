@@ -43,9 +43,7 @@ def test_times_match_ground_truth(sim_factory, flavor: str, api: str) -> None:
     # warm the two connections first: a new connection's accept costs the sim a few ms before it stamps
     # `received_at`, which is the sim's cost, not the client's error (the runtime keeps connections alive)
     send_batch(target, fixed_requests(4, 1), 2, concurrency=2, prefix="warm", transport=transport)
-    # 6 streams of 20 tokens, two at a time (each 0.5 s: the sim's ~25 ms a token is what tells a token matched
-    # to its neighbour): 120 events, 114 gaps
-    records = send_batch(target, fixed_requests(24, 20), 6, concurrency=2, transport=transport)
+    records = send_batch(target, fixed_requests(24, 20), 10, concurrency=2, transport=transport)
     transport.close()
     truth = {row["request_id"]: row for row in sim.ground_truth_rows()}
 
