@@ -20,7 +20,7 @@ def test_step_numbers_match_the_sims_ground_truth(sim_factory, tmp_path) -> None
     sim = sim_factory(flavor="vllm")
     config = truth_step_config(sim.url)
     run_dir = tmp_path / "run"
-    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir), "--no-report"])  # the records
     assert code == 0, run_said(run_dir)
 
     result = analyze(load_run(run_dir), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5}))

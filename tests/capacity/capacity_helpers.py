@@ -36,12 +36,15 @@ def sim_target(urls: list[str], **extra) -> dict:
     return target
 
 
-def run_config(tmp_path: Path, name: str, config: dict, *, timeout_s: float = 150) -> tuple[Path, int, str]:
-    """`llmload run CONFIG --out DIR` as a user types it; returns (run dir, exit code, output tail)."""
+def run_config(tmp_path: Path, name: str, config: dict, *, timeout_s: float = 150,
+               report: bool = True) -> tuple[Path, int, str]:
+    """`llmload run CONFIG --out DIR` as a user types it (`--no-report` unless `report`); returns (run dir,
+    exit code, output tail)."""
     cfg = tmp_path / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
     out = tmp_path / name
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(cfg), "--out", str(out),
+                           *([] if report else ["--no-report"])],
                           capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return out, done.returncode, (done.stdout + done.stderr)[-3000:]

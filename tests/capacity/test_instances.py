@@ -70,7 +70,7 @@ def test_least_outstanding_sends_fewer_requests_to_a_slowed_instance(sim_factory
               "shape": {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
                                    "steps": [{"rate": 8, "duration": "5s"}]}},
               "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
-    run_dir, code, out = run_config(tmp_path, "least", config)
+    run_dir, code, out = run_config(tmp_path, "least", config, report=False)  # its records and plan are checked
     assert (run_dir / "records.parquet").exists(), out
     records, _ = window_requests(run_dir)
     counts = records["instance"].value_counts()
