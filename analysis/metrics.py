@@ -79,6 +79,7 @@ from analysis.telemetry_stats import (
     TelemetryIndex,
     histogram_queue_quantiles,
     histogram_queue_ranges,
+    queue_buckets,
     served_period,
 )
 from llmload import slo as slo_dims
@@ -292,10 +293,11 @@ def _server_queue(row: dict, fin: _Rows, tel: TelemetryIndex, step: dict) -> Non
     elif tel.has("queue_time_seconds_bucket"):
         t0, t1 = served_period(step, tel)
         row.update(served_start=t0, served_end=t1)
-        values, widths, problem = histogram_queue_quantiles(tel.frame, t0, t1, QUANTILES)
+        buckets = queue_buckets(tel.frame, t0, t1)  # read once for the percentiles and the range
+        values, widths, problem = histogram_queue_quantiles(tel.frame, t0, t1, QUANTILES, buckets=buckets)
         row.update(_pct_columns("server_queue", {**values, "max": math.nan}))
         row.update({f"server_queue_p{q:g}_resolution_s": widths[q] for q in QUANTILES})
-        row["server_queue_p95_range_s"] = histogram_queue_ranges(tel.frame, t0, t1, (95.0,))[95.0]
+        row["server_queue_p95_range_s"] = histogram_queue_ranges(tel.frame, t0, t1, (95.0,), buckets=buckets)[95.0]
         row["server_queue_note"] = problem
         row["server_queue_mean_s"] = tel.histogram_mean(t0, float(np.nextafter(t1, math.inf)))
         row["server_queue_basis"] = "histogram"
