@@ -185,6 +185,7 @@ class Engine:
         block_size = lim.block_size
         plain = self.cache is None  # no prefix cache: a reservation that fits is plain arithmetic
         tail = lim.prompt_tail_tokens
+        free = self.free_blocks  # kept here, written back around `_reserve` (the hot loop)
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
@@ -195,38 +196,59 @@ class Engine:
                 n = self._before_tail(seq, seq.computed, n)
             # _reserve's common case inlined: no prefix cache and the blocks are free (no preemption)
             extra = -(-(seq.computed + n) // block_size) - seq.blocks
-            if plain and extra <= self.free_blocks:
+            if plain and extra <= free:
                 seq.blocks += extra
-                self.free_blocks -= extra
-            elif not self._reserve(seq, n, result):
-                break  # seq itself was preempted (it was the newest)
-            running = self.running  # a preemption removes from the list (same object)
+                free -= extra
+            else:
+                self.free_blocks = free
+                reserved = self._reserve(seq, n, result)  # a preemption removes from `running` in place
+                free = self.free_blocks
+                if not reserved:
+                    break  # seq itself was preempted (it was the newest)
             scheduled.append((seq, n))
             budget -= n
             i += 1
+        self.free_blocks = free
         if not result.preempted:
-            while self.waiting and len(self.running) < lim.max_num_seqs and budget > 0:
-                seq = self.waiting[0]
-                hits, reclaim = self._lookup(seq, result)
-                computed = len(hits) * lim.block_size
-                n = min(seq.prompt_tokens + seq.generated - computed, budget)
-                if tail and seq.generated == 0:
-                    n = self._before_tail(seq, computed, n)
-                extra = self._blocks_for(computed + n) - len(hits)
-                if extra > self.free_blocks - reclaim:
-                    break
-                self.waiting.popleft()
-                seq.state = "running"
-                self.running.append(seq)
-                if self.cache is not None:
-                    self.free_blocks -= reclaim
-                    self.cache.acquire(seq, hits)
-                    seq.computed = computed
-                    if seq.cached_tokens < 0:
-                        seq.cached_tokens = computed
-                seq.blocks = len(hits) + extra
-                self._take(extra)
-                self._register(seq, n)
+            waiting = self.waiting
+            slots = lim.max_num_seqs
+            while waiting and len(self.running) < slots and budget > 0:
+                seq = waiting[0]
+                if plain:  # no prefix cache: no hits, nothing to reclaim or register
+                    n = seq.prompt_tokens + seq.generated
+                    if n > budget:
+                        n = budget
+                    if tail and seq.generated == 0:
+                        n = self._before_tail(seq, 0, n)
+                    extra = -(-n // block_size)
+                    if extra > self.free_blocks:
+                        break
+                    waiting.popleft()
+                    seq.state = "running"
+                    self.running.append(seq)
+                    seq.blocks = extra
+                    self.free_blocks -= extra
+                else:
+                    hits, reclaim = self._lookup(seq, result)
+                    computed = len(hits) * block_size
+                    n = min(seq.prompt_tokens + seq.generated - computed, budget)
+                    if tail and seq.generated == 0:
+                        n = self._before_tail(seq, computed, n)
+                    extra = self._blocks_for(computed + n) - len(hits)
+                    if extra > self.free_blocks - reclaim:
+                        break
+                    waiting.popleft()
+                    seq.state = "running"
+                    self.running.append(seq)
+                    if self.cache is not None:
+                        self.free_blocks -= reclaim
+                        self.cache.acquire(seq, hits)
+                        seq.computed = computed
+                        if seq.cached_tokens < 0:
+                            seq.cached_tokens = computed
+                    seq.blocks = len(hits) + extra
+                    self._take(extra)
+                    self._register(seq, n)
                 if not seq.admitted:
                     seq.admitted = True
                     result.admitted.append(seq)
@@ -308,20 +330,21 @@ class Engine:
         those that reached their output length are finished and their blocks freed)."""
         block_size = self.limits.block_size
         ran = self.running
-        taken = 0
+        free = self.free_blocks
         finished = False
         for seq in ran:
             seq.computed += k
             seq.generated += k
             blocks = -(-seq.computed // block_size)
-            taken += blocks - seq.blocks
-            seq.blocks = blocks
-        self.free_blocks -= taken
-        for seq in ran:
-            if seq.generated >= seq.output_tokens:
+            if seq.generated >= seq.output_tokens:  # its blocks taken for the last steps, then freed
                 seq.state = "finished"
-                self._free(seq)
+                free += seq.blocks  # `_free` without a prefix cache (`decode_horizon` answers 0 with one)
+                seq.blocks = 0
                 finished = True
+            else:
+                free -= blocks - seq.blocks
+                seq.blocks = blocks
+        self.free_blocks = free
         if finished:
             self.running = [seq for seq in ran if seq.state == "running"]
         return ran

@@ -74,18 +74,19 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
     times: list[list[float]] | None = [[] for _ in range(n)] if tokens else None
     seqs = [EngineSequence(seq_id=i, prompt_tokens=int(inputs[i]), output_tokens=max(1, int(outputs[i])))
             for i in range(n)]
+    at = arrivals.tolist()  # Python floats: indexed once or twice per step
     t, nxt = 0.0, 0
-    while nxt < n or not engine.idle:
-        if engine.idle:
-            t = max(t, arrivals[nxt])
-        while nxt < n and arrivals[nxt] <= t:
+    while nxt < n or engine.waiting or engine.running:
+        if not engine.waiting and not engine.running:  # idle
+            t = max(t, at[nxt])
+        while nxt < n and at[nxt] <= t:
             engine.add(seqs[nxt])
             nxt += 1
         if fast:
             k, cost_s, admits = engine.decode_horizon()
             if k > 1:  # k identical decode steps at once: their ends by the same additions as one by one
                 done, end = 1, t + cost_s
-                bound = arrivals[nxt] if admits and nxt < n else math.inf
+                bound = at[nxt] if admits and nxt < n else math.inf
                 while done < k and end < bound:  # step `done` starts at `end`, before the next arrival
                     done += 1
                     end += cost_s
@@ -102,7 +103,7 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
         if not result.batch:  # nothing schedulable: the live loop waits for the next submit
             if nxt >= n:
                 break
-            t = max(t, arrivals[nxt])
+            t = max(t, at[nxt])
             continue
         t += result.cost_s
         for seq in result.emitted:
