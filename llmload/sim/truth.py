@@ -186,17 +186,22 @@ def true_knee(sim_settings: SimSettings | Mapping[str, Any] | None, request_size
     `slo`: an `llmload.config.SLO` (its thresholds of ttft, tpot or e2e are used)."""
     limits = engine_limits(sim_settings, flavor)
     targets: dict[str, float | None] = {}
-    for t in slo.thresholds:
-        if t.metric not in ("ttft", "tpot", "e2e"):
-            continue
-        key = slo_dims.threshold_key(t.metric, t.percentile)
-        wanted = [(t.metric, float(t.percentile))]
-        column = f"{t.metric}_p{t.percentile:g}_s"
+    chosen = [t for t in slo.thresholds if t.metric in ("ttft", "tpot", "e2e")]
+    wanted = list(dict.fromkeys((t.metric, float(t.percentile)) for t in chosen))
+    runs: dict[tuple[float, int], dict] = {}  # (rate, seed) -> every target's percentile: one run for them all
 
-        def value(rate: float, column: str = column, wanted: list = wanted) -> float:
-            got = [_percentiles(limits, request_sizes, rate, wanted=wanted, arrivals=arrivals, seed=s,
-                                arrival=arrival)[column] for s in seeds]
-            return float(np.mean(got))
+    def percentiles(rate: float, seed: int) -> dict:
+        if (rate, seed) not in runs:
+            runs[(rate, seed)] = _percentiles(limits, request_sizes, rate, wanted=wanted, arrivals=arrivals,
+                                              seed=seed, arrival=arrival)
+        return runs[(rate, seed)]
+
+    for t in chosen:
+        key = slo_dims.threshold_key(t.metric, t.percentile)
+        column = f"{t.metric}_p{float(t.percentile):g}_s"
+
+        def value(rate: float, column: str = column) -> float:
+            return float(np.mean([percentiles(rate, s)[column] for s in seeds]))
 
         if value(hi) <= t.value_s:
             targets[key] = None
