@@ -140,6 +140,9 @@ class Engine:
         #: KV blocks lost to the injected leak (never returned)
         self.leaked_blocks = 0
         self.cache = PrefixCache(limits.block_size) if limits.enable_prefix_caching else None
+        #: `decode_horizon` cannot tell what the next steps do (prefix cache, injected leak or cost growth)
+        self._no_horizon = (self.cache is not None or limits.kv_leak_blocks_per_min > 0
+                            or limits.step_cost_growth_s_per_min > 0)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -290,8 +293,7 @@ class Engine:
         at once with `decode_steps`."""
         lim = self.limits
         running = self.running
-        if (not running or self.cache is not None or lim.kv_leak_blocks_per_min > 0
-                or lim.step_cost_growth_s_per_min > 0 or len(running) > lim.max_num_batched_tokens):
+        if not running or self._no_horizon or len(running) > lim.max_num_batched_tokens:
             return 0, 0.0, False
         block_size = lim.block_size
         budget = lim.max_num_batched_tokens - len(running)
@@ -315,8 +317,12 @@ class Engine:
             head = waiting[0]
             if -(-self._first_chunk(head, budget) // block_size) <= self.free_blocks - first_extra:
                 return 0, 0.0, False
-        while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) > self.free_blocks:
-            k //= 2  # a step would preempt: fewer steps
+        # a sequence's k more tokens take at most ceil(k / block_size) more blocks: when that many each are
+        # free, none is short (the sum below is only needed under KV pressure)
+        if len(running) * -(-k // block_size) > self.free_blocks:
+            while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) \
+                    > self.free_blocks:
+                k //= 2  # a step would preempt: fewer steps
         if k < 2:
             return 0, 0.0, False
         # step's sum, bit for bit (no prefill: + 0.0 leaves it as it is)
