@@ -67,13 +67,15 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
     on the arrivals' clock), as the live records' `token_times`."""
     n = len(arrivals_s)
     arrivals = np.asarray(arrivals_s, dtype=float)
-    first = np.full(n, math.nan)
-    last = np.full(n, math.nan)
-    admitted = np.full(n, math.nan)
+    # lists while stepping (an item set per token written), arrays at the end
+    first = [math.nan] * n
+    last = [math.nan] * n
+    admitted = [math.nan] * n
     engine = Engine(limits)
     times: list[list[float]] | None = [[] for _ in range(n)] if tokens else None
-    seqs = [EngineSequence(seq_id=i, prompt_tokens=int(inputs[i]), output_tokens=max(1, int(outputs[i])))
-            for i in range(n)]
+    seqs = [EngineSequence(seq_id=i, prompt_tokens=int(p), output_tokens=max(1, int(o)))
+            for i, (p, o) in enumerate(zip(np.asarray(inputs)[:n].tolist(), np.asarray(outputs)[:n].tolist(),
+                                           strict=True))]
     at = arrivals.tolist()  # Python floats: indexed once or twice per step
     t, nxt = 0.0, 0
     while nxt < n or engine.waiting or engine.running:
@@ -113,11 +115,11 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
             last[i] = t
             if times is not None:
                 times[i].append(t)
-    ttft, e2e = first - arrivals, last - arrivals
+    ttft, e2e = np.array(first, dtype=float) - arrivals, np.array(last, dtype=float) - arrivals
     out = np.maximum(np.asarray(outputs, dtype=float), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), math.nan)
-    frame = pd.DataFrame({"arrival_s": arrivals, "admitted_s": admitted, "ttft_s": ttft, "tpot_s": tpot,
+    frame = pd.DataFrame({"arrival_s": arrivals, "admitted_s": np.array(admitted, dtype=float), "ttft_s": ttft, "tpot_s": tpot,
                           "e2e_s": e2e})
     if times is not None:
         frame["token_times_s"] = times
