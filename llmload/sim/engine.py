@@ -189,9 +189,10 @@ class Engine:
         plain = self.cache is None  # no prefix cache: a reservation that fits is plain arithmetic
         tail = lim.prompt_tail_tokens
         free = self.free_blocks  # kept here, written back around `_reserve` (the hot loop)
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
+        # a preemption removes the newest sequences (the list's end) in place: iterating stops before them
+        for seq in running:
+            if budget <= 0:
+                break
             n = seq.prompt_tokens + seq.generated - seq.computed  # seq.needed, inlined (the hot loop)
             if n > budget:
                 n = budget
@@ -210,7 +211,6 @@ class Engine:
                     break  # seq itself was preempted (it was the newest)
             scheduled.append((seq, n))
             budget -= n
-            i += 1
         self.free_blocks = free
         if not result.preempted:
             waiting = self.waiting
