@@ -377,27 +377,28 @@ LOCAL_SPAN = 0.2
 _GRID = 241
 
 
-def _deviance(b: float, d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> float:
-    eta = np.clip(c + b * d, -30, 30)
-    p = 1.0 / (1.0 + np.exp(-eta))
-    return float(-2.0 * np.sum(k * np.log(p) + (n - k) * np.log1p(-p)))
-
-
-def _profile(d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> tuple[float, float]:
-    """(deviance, slope): the best slope b >= 0 of logit p = c + b d (Newton steps on b)."""
-    b = 1.0
+def _profiles(d: np.ndarray, k: np.ndarray, n: np.ndarray, c: float) -> tuple[np.ndarray, np.ndarray]:
+    """(deviance, slope) per row of `d` (a candidate crossing a row): the best slope b >= 0 of logit p =
+    c + b d by Newton steps (from b = 1, at most 30, stopping where the Hessian is not positive or a step
+    is under 1e-8), every row at once with the arithmetic of one row alone (the same floats)."""
+    b = np.ones(len(d))
+    active = np.arange(len(d))
     for _ in range(30):
-        eta = np.clip(c + b * d, -30, 30)
+        if not active.size:
+            break
+        da, ba = d[active], b[active]
+        eta = np.clip(c + ba[:, np.newaxis] * da, -30, 30)
         p = 1.0 / (1.0 + np.exp(-eta))
-        grad = float(np.sum((k - n * p) * d))
-        hess = float(np.sum(n * p * (1 - p) * d * d))
-        if hess <= 0:
-            break
-        step = grad / hess
-        b = max(b + step, 1e-6)
-        if abs(step) < 1e-8:
-            break
-    return _deviance(b, d, k, n, c), b
+        grad = np.sum((k - n * p) * da, axis=1)
+        hess = np.sum(n * p * (1 - p) * da * da, axis=1)
+        go = ~(hess <= 0)  # NaN goes on, as `hess <= 0` is False for it
+        step = grad[go] / hess[go]
+        moved = active[go]
+        b[moved] = np.maximum(ba[go] + step, 1e-6)
+        active = moved[~(np.abs(step) < 1e-8)]
+    eta = np.clip(c + b[:, np.newaxis] * d, -30, 30)
+    p = 1.0 / (1.0 + np.exp(-eta))
+    return -2.0 * np.sum(k * np.log(p) + (n - k) * np.log1p(-p), axis=1), b
 
 
 def _neutral(ks: list[float], ns: list[float], trials: float) -> tuple[list[float], list[float]]:
@@ -459,10 +460,9 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
         return None
     c = math.log(level / (1.0 - level))
     grid = np.linspace(xa.min(), xa.max(), _GRID)
-    fits = [_profile(xa - g, k, n_eff, c) for g in grid]
-    dev = np.array([f[0] for f in fits])
+    dev, slopes = _profiles(xa[np.newaxis, :] - grid[:, np.newaxis], k, n_eff, c)
     best = int(np.argmin(dev))
-    b = fits[best][1]
+    b = float(slopes[best])
     eta = np.clip(c + b * (xa - grid[best]), -30, 30)
     p = 1.0 / (1.0 + np.exp(-eta))
     pearson = float(np.sum((k - n_eff * p) ** 2 / np.maximum(n_eff * p * (1 - p), 1e-12)))

@@ -53,12 +53,11 @@ def plateau_floor(slots: float) -> float:
 def server_samples(tel: TelemetryIndex, t0: float = -math.inf, t1: float = math.inf) -> pd.DataFrame:
     """One row per scrape in [t0, t1) (time and source): `running`, `waiting`, `kv_usage` (0-1 share of
     KV blocks), NaN where that scrape lacked one. Empty when the server gave neither gauge."""
-    frames = []
-    for metric in ("running", "waiting", "kv_usage"):
-        t, value, source = tel.samples(metric, t0, t1)
-        frames.append(pd.DataFrame({"t": t, "source": source, metric: value}).set_index(["t", "source"]))
-    if frames[0].empty and frames[1].empty:
+    got = {metric: tel.samples(metric, t0, t1) for metric in ("running", "waiting", "kv_usage")}
+    if not len(got["running"][0]) and not len(got["waiting"][0]):  # no frames built for nothing (a run without telemetry)
         return pd.DataFrame(columns=_COLUMNS)
+    frames = [pd.DataFrame({"t": t, "source": source, metric: value}).set_index(["t", "source"])
+              for metric, (t, value, source) in got.items()]
     joined = frames[0].join(frames[1], how="outer").join(frames[2], how="left")
     return joined.reset_index()[_COLUMNS]
 

@@ -79,6 +79,7 @@ from analysis.telemetry_stats import (
     TelemetryIndex,
     histogram_queue_quantiles,
     histogram_queue_ranges,
+    queue_buckets,
     served_period,
 )
 from llmload import slo as slo_dims
@@ -217,7 +218,7 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     fin = _Rows(req, finished, [c for c in req.columns if c in wanted])
     for name, column in LATENCIES.items():
         if column is not None:
-            row.update(_pct_columns(name, quantiles(fin[column].to_numpy(dtype=float))))
+            row.update(_pct_columns(name, quantiles(fin.floats(column))))
     lag = req["send_lag_s"].to_numpy(dtype=float)[in_win]
     row.update(_pct_columns("send_lag", quantiles(lag)))
     row["tpot_excluded"] = int(fin["tpot_s"].isna().sum())
@@ -257,7 +258,8 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
 
 class _Rows:
     """The rows `mask` of some of a frame's `columns`, each column copied when it is read (a step's
-    completed requests are never copied with every column at once): `fin[name]`, `name in fin`, `len(fin)`."""
+    completed requests are never copied with every column at once): `fin[name]`, `fin.floats(name)`,
+    `name in fin`, `len(fin)`."""
 
     def __init__(self, frame: pd.DataFrame, mask: np.ndarray, columns: list[str]) -> None:
         self._frame, self._mask, self._columns = frame, mask, set(columns)
@@ -274,6 +276,15 @@ class _Rows:
             raise KeyError(name)
         return self._frame[name][self._mask]
 
+    def floats(self, name: str) -> np.ndarray:
+        """`self[name]` as floats (not a number: NaN), a float column's array masked without a Series between."""
+        if name not in self._columns:
+            raise KeyError(name)
+        column = self._frame[name]
+        if column.dtype == np.float64:
+            return column.to_numpy()[self._mask]
+        return pd.to_numeric(column[self._mask], errors="coerce").to_numpy(dtype=float)
+
 
 def _strings(values: pd.Series) -> np.ndarray:
     """`values.to_numpy()` (object), each distinct string one object (not one per request)."""
@@ -282,7 +293,7 @@ def _strings(values: pd.Series) -> np.ndarray:
 
 
 def _server_queue(row: dict, fin: _Rows, tel: TelemetryIndex, step: dict) -> None:
-    per_request = fin["server_queue_s"].to_numpy(dtype=float)
+    per_request = fin.floats("server_queue_s")
     if (~np.isnan(per_request)).any():
         row.update(_pct_columns("server_queue", quantiles(per_request)))
         row["server_queue_mean_s"] = float(np.nanmean(per_request))
@@ -292,10 +303,11 @@ def _server_queue(row: dict, fin: _Rows, tel: TelemetryIndex, step: dict) -> Non
     elif tel.has("queue_time_seconds_bucket"):
         t0, t1 = served_period(step, tel)
         row.update(served_start=t0, served_end=t1)
-        values, widths, problem = histogram_queue_quantiles(tel.frame, t0, t1, QUANTILES)
+        buckets = queue_buckets(tel.frame, t0, t1)  # read once for the percentiles and the range
+        values, widths, problem = histogram_queue_quantiles(tel.frame, t0, t1, QUANTILES, buckets=buckets)
         row.update(_pct_columns("server_queue", {**values, "max": math.nan}))
         row.update({f"server_queue_p{q:g}_resolution_s": widths[q] for q in QUANTILES})
-        row["server_queue_p95_range_s"] = histogram_queue_ranges(tel.frame, t0, t1, (95.0,))[95.0]
+        row["server_queue_p95_range_s"] = histogram_queue_ranges(tel.frame, t0, t1, (95.0,), buckets=buckets)[95.0]
         row["server_queue_note"] = problem
         row["server_queue_mean_s"] = tel.histogram_mean(t0, float(np.nextafter(t1, math.inf)))
         row["server_queue_basis"] = "histogram"
@@ -306,7 +318,10 @@ def _token_rates(row: dict, req: pd.DataFrame, finished_in_window: np.ndarray, p
     def counts(name: str) -> np.ndarray:
         if name not in req:
             return np.zeros(len(req))
-        return pd.to_numeric(req[name], errors="coerce").astype(float).to_numpy()
+        column = req[name]
+        if column.dtype == np.float64:
+            return column.to_numpy()
+        return pd.to_numeric(column, errors="coerce").astype(float).to_numpy()
 
     out, inp = counts("output_tokens"), counts("input_tokens")
     good = req["good"].to_numpy(dtype=bool)
@@ -338,7 +353,7 @@ def _split(row: dict, req: pd.DataFrame, step: dict) -> None:
     if step.get("drain") is False:
         done = done & req["in_window"].to_numpy(dtype=bool)  # not in place: pandas' arrays are read-only
     hist = row["server_queue_mean_s"] if row["server_queue_basis"] == "histogram" else math.nan
-    fin = req.loc[done, [c for c in req.columns if c in SPLIT_COLUMNS]]
+    fin = _Rows(req, done, [c for c in req.columns if c in SPLIT_COLUMNS])
     row["split"] = step_split(fin, histogram_mean_s=hist) if done.any() else empty_split()
 
 
@@ -348,11 +363,13 @@ def _usage_mismatch(row: dict, req: pd.DataFrame, in_win: np.ndarray, arrivals: 
     the worst of each kind, for the step's warning."""
     if "usage_mismatched" not in req:
         return
-    hit = req[req["usage_mismatched"].to_numpy(dtype=bool) & in_win]
-    row["usage_mismatch"] = len(hit)
-    row["usage_mismatch_ratio"] = len(hit) / arrivals if arrivals else math.nan
-    if hit.empty:
+    mask = req["usage_mismatched"].to_numpy(dtype=bool) & in_win
+    count = int(np.count_nonzero(mask))
+    row["usage_mismatch"] = count
+    row["usage_mismatch_ratio"] = count / arrivals if arrivals else math.nan
+    if not count:  # the usual case: no frame of the hits
         return
+    hit = req[mask]
     parts = []
     out, planned_out = (pd.to_numeric(hit.get(c), errors="coerce") for c in ("output_tokens", "planned_output_tokens"))
     over = (out / planned_out).where(out > OUTPUT_OVER_FACTOR * planned_out)
@@ -375,13 +392,13 @@ def _usage_mismatch(row: dict, req: pd.DataFrame, in_win: np.ndarray, arrivals: 
 
 def _tokens(row: dict, fin: _Rows) -> None:
     for name in ("input_tokens", "output_tokens"):
-        values = fin[name].to_numpy(dtype=float) if name in fin else np.array([])
+        values = fin.floats(name) if name in fin else np.array([])
         q = quantiles(values, (50.0, 95.0))
         row[f"{name}_mean"] = float(np.nanmean(values)) if (~np.isnan(values)).any() else math.nan
         row[f"{name}_p50"], row[f"{name}_p95"] = q[50.0], q[95.0]
     if "planned_output_tokens" in fin:
-        planned = fin["planned_output_tokens"].to_numpy(dtype=float)
-        served = fin["output_tokens"].to_numpy(dtype=float)
+        planned = fin.floats("planned_output_tokens")
+        served = fin.floats("output_tokens")
         known = ~np.isnan(planned) & ~np.isnan(served)
         mismatch = (planned[known] != served[known]).mean() if known.any() else math.nan
         row["output_mismatch_ratio"] = float(mismatch)
@@ -436,10 +453,10 @@ def _threshold_values(row: dict, t, fin: _Rows, itl: np.ndarray) -> np.ndarray |
         return itl
     if t.metric == "server_queue":
         if row["server_queue_basis"] == "per-request":
-            return fin["server_queue_s"].to_numpy(dtype=float)
+            return fin.floats("server_queue_s")
         return None
     if column is not None:
-        return fin[column].to_numpy(dtype=float)
+        return fin.floats(column)
     return None
 
 
@@ -448,7 +465,7 @@ def _threshold_percentiles(row: dict, slo: SLO, fin: _Rows, itl: np.ndarray) -> 
     every threshold's interval `<figure>_low` / `<figure>_high` at `slo.confidence`
     (`analysis.intervals`: the values in `scheduled_at` order; NaN when not per request)."""
     # the completed requests in `scheduled_at` order: only the values judged are reordered (not every column)
-    order = (np.argsort(fin["scheduled_at"].to_numpy(dtype=float), kind="stable")
+    order = (np.argsort(fin.floats("scheduled_at"), kind="stable")
              if "scheduled_at" in fin and len(fin) else None)
     for t in slo.thresholds:
         key = f"{t.key}_s"

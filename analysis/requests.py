@@ -82,58 +82,80 @@ FLOAT32_GAPS_ABOVE = 16_000_000
 PER_REQUEST_COLUMNS = {d.name: d.request_column for d in slo_dims.LATENCY if d.request_column}
 
 
-def _float(df: pd.DataFrame, name: str) -> pd.Series:
+def _float(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Column `name` as float64 (NaN where missing or not a number; all NaN without the column), a new array."""
     if name not in df:
-        return pd.Series(np.nan, index=df.index, dtype=float)
-    return pd.to_numeric(df[name], errors="coerce").astype(float)
+        return np.full(len(df), np.nan)
+    column = df[name]
+    if column.dtype == np.float64:  # already floats: no conversion (a step's few rows: pandas' cost was the call)
+        return column.to_numpy(dtype=float, copy=True)
+    return pd.to_numeric(column, errors="coerce").astype(float).to_numpy(copy=True)
+
+
+def _flags(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Boolean column `name` (missing or null: False)."""
+    if name not in df:
+        return np.zeros(len(df), dtype=bool)
+    return df[name].fillna(False).astype(bool).to_numpy()
+
+
+def _filled(values: np.ndarray, *fallbacks: np.ndarray) -> np.ndarray:
+    """`values` with each NaN taken from the first fallback that has a number there (`fillna` chained)."""
+    out = values.copy()
+    for fallback in fallbacks:
+        gap = np.isnan(out)
+        out[gap] = fallback[gap]
+    return out
 
 
 def derive_requests(records: pd.DataFrame, windows: dict[str, tuple[float, float]], slo: SLO) -> pd.DataFrame:
-    """Records plus the derived columns above; `windows` maps a step label to its window."""
+    """Records plus the derived columns above; `windows` maps a step label to its window. (Computed on
+    NumPy arrays: a step of a few dozen requests paid pandas' cost per operation, not per row.)"""
+    nan = np.nan
     sched, sent = _float(records, "scheduled_at"), _float(records, "sent_at")
     first, last = _float(records, "first_token_at"), _float(records, "last_token_at")
     out_tokens = _float(records, "output_tokens")
     outcome = records["outcome"].astype(str) if "outcome" in records else pd.Series("ok", index=records.index)
-    capped = records["capped"].fillna(False).astype(bool) if "capped" in records else \
-        pd.Series(False, index=records.index)
-    ttft, tpot, e2e = latencies(sent.to_numpy(), first.to_numpy(), last.to_numpy(), out_tokens.to_numpy())
+    ok = (outcome == "ok").to_numpy(dtype=bool)
+    finished = outcome.isin(FINISHED).to_numpy(dtype=bool)
+    capped = _flags(records, "capped")
+    ttft, tpot, e2e = latencies(sent, first, last, out_tokens)
     wait = sent - sched
-    end = _float(records, "closed_at").fillna(last).fillna(first).fillna(sent)
+    end = _filled(_float(records, "closed_at"), last, first, sent)
     codes, labels = pd.factorize(records["step"].astype(str)) if "step" in records else (
         np.zeros(len(records), dtype=np.int64), pd.Index([""]))
     known = [windows.get(str(k), (np.nan, np.nan)) for k in labels]
     bounds = np.array(known or [(np.nan, np.nan)], dtype=float)
     w0, w1 = bounds[codes, 0], bounds[codes, 1]
-    in_window = pd.Series((sched.to_numpy() >= w0) & (sched.to_numpy() < w1), index=records.index)
+    in_window = (sched >= w0) & (sched < w1)
     answer_at = _float(records, "first_answer_at")
-    reasoning = _float(records, "reasoning_tokens").fillna(0.0)
+    reasoning = _float(records, "reasoning_tokens")
+    reasoning[np.isnan(reasoning)] = 0.0
     answer_tokens = out_tokens - reasoning
     with np.errstate(divide="ignore", invalid="ignore"):
         reasoning_span, answer_span = answer_at - first, last - answer_at
-        reasoning_rate = (reasoning / reasoning_span).where((reasoning > 0) & (reasoning_span > 0))
-        answer_rate = ((answer_tokens - 1) / answer_span).where((answer_tokens >= 2) & (answer_span > 0))
+        reasoning_rate = np.where((reasoning > 0) & (reasoning_span > 0), reasoning / reasoning_span, nan)
+        answer_rate = np.where((answer_tokens >= 2) & (answer_span > 0), (answer_tokens - 1) / answer_span, nan)
     new = pd.DataFrame(dict(
         ttft_s=ttft, user_ttft_s=first - sched, e2e_s=e2e, user_e2e_s=last - sched, tpot_s=tpot,
-        client_wait_s=wait, send_lag_s=wait.where(~capped), end_at=end, in_window=in_window,
-        finished=outcome.isin(FINISHED), server_queue_s=_float(records, "server_queue_s"),
+        client_wait_s=wait, send_lag_s=np.where(capped, nan, wait), end_at=end, in_window=in_window,
+        finished=finished, server_queue_s=_float(records, "server_queue_s"),
         ttfa_s=answer_at - sent, user_ttfa_s=answer_at - sched, answer_tokens=answer_tokens,
         reasoning_rate=reasoning_rate, answer_rate=answer_rate,
-        usage_mismatched=outcome.isin(FINISHED) & _usage_off(records, out_tokens),
+        usage_mismatched=finished & _usage_off(records, out_tokens),
     ), index=records.index, copy=False)  # joined once (column by column fragments the frame), not copied
     derived = pd.concat([records.drop(columns=[c for c in new if c in records]), new], axis=1)
-    return derived.assign(good=meets_thresholds(derived, slo) & (outcome == "ok") & in_window)
+    return derived.assign(good=meets_thresholds(derived, slo).to_numpy(dtype=bool) & ok & in_window)
 
 
-def _usage_off(records: pd.DataFrame, out_tokens: pd.Series) -> pd.Series:
+def _usage_off(records: pd.DataFrame, out_tokens: np.ndarray) -> np.ndarray:
     """Per record: its usage disagrees with the request (the module docstring's `usage_mismatched`)."""
     planned_out, planned_in = _float(records, "planned_output_tokens"), _float(records, "planned_input_tokens")
     in_tokens = _float(records, "input_tokens")
     over = (planned_out > 0) & (out_tokens > OUTPUT_OVER_FACTOR * planned_out)  # NaN compares False
     off_in = (planned_in > 0) & ((in_tokens > INPUT_OVER_FACTOR * planned_in + INPUT_SLACK_TOKENS)
                                  | (in_tokens < planned_in / 2))
-    disbelieved = (records["usage_mismatch"].fillna(False).astype(bool) if "usage_mismatch" in records
-                   else pd.Series(False, index=records.index))
-    return over | off_in | disbelieved
+    return over | off_in | _flags(records, "usage_mismatch")
 
 
 def meets_thresholds(requests: pd.DataFrame, slo: SLO) -> pd.Series:

@@ -226,7 +226,7 @@ class ParquetRecords(RecordSource):
         del chunk, token
         table = pa.Table.from_batches(scalars, schema=pa.schema([f for f in schema if f.name not in lists]))
         del scalars
-        frame = records_from_table(table, skip, consume=True).drop(columns=list(LIST_COLUMNS))
+        frame = records_from_table(table, (*skip, *LIST_COLUMNS), consume=True)  # the lists: read as gaps
         del table
         pa.default_memory_pool().release_unused()
         return frame, gaps
@@ -253,7 +253,7 @@ class ParquetRecords(RecordSource):
         names = [name for name in self._file.schema_arrow.names if name not in LIST_COLUMNS]
         schema = pa.schema([self._file.schema_arrow.field(name) for name in names])
         table = pa.Table.from_batches(list(self._batches(positions, tuple(names))), schema=schema)
-        frame = records_from_table(table).drop(columns=list(LIST_COLUMNS))
+        frame = records_from_table(table, LIST_COLUMNS)
         del table
         pa.default_memory_pool().release_unused()
         return frame
@@ -380,8 +380,9 @@ def records_from_table(table: pa.Table, skip: tuple[str, ...] = (), *, consume: 
     """Records as a DataFrame: list columns Arrow-backed, every schema column present but those in `skip`.
     `consume`: the caller lets `table` go: each column's Arrow memory is freed as it is converted, and
     the columns are not joined into 2-D blocks (a step's records are then never in memory twice)."""
+    present = set(table.column_names)
     for name in RECORD_SCHEMA.names:
-        if name not in table.column_names and name not in skip:
+        if name not in present and name not in skip:
             table = table.append_column(name, pa.nulls(table.num_rows, RECORD_SCHEMA.field(name).type))
     if consume:
         return table.to_pandas(types_mapper=_arrow_lists, split_blocks=True, self_destruct=True)

@@ -23,6 +23,7 @@ so per-request and histogram components describe the same requests.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,9 +51,12 @@ _NOTES = {
 }
 
 
-def _col(fin: pd.DataFrame, name: str) -> np.ndarray:
-    return pd.to_numeric(fin[name], errors="coerce").to_numpy(dtype=float) if name in fin else \
-        np.full(len(fin), np.nan)
+def _col(fin: Any, name: str) -> np.ndarray:
+    if name not in fin:
+        return np.full(len(fin), np.nan)
+    if hasattr(fin, "floats"):  # `analysis.metrics`' rows of a frame: the column's array, no Series between
+        return fin.floats(name)
+    return pd.to_numeric(fin[name], errors="coerce").to_numpy(dtype=float)
 
 
 def _mean(values: np.ndarray) -> float:
@@ -66,8 +70,9 @@ def empty_split() -> dict:
             "requests": 0, "p50_s": {}, "p95_s": {}}
 
 
-def step_split(fin: pd.DataFrame, *, histogram_mean_s: float = math.nan) -> dict:
-    """The split of one step's completed requests `fin` (derived columns of `derive_requests`);
+def step_split(fin: Any, *, histogram_mean_s: float = math.nan) -> dict:
+    """The split of one step's completed requests `fin` (derived columns of `derive_requests`: a frame, or
+    `analysis.metrics`' rows of one);
     `histogram_mean_s`: the server queue mean from the histogram over the served period (NaN: none)."""
     wait, ttft, e2e = _col(fin, "client_wait_s"), _col(fin, "ttft_s"), _col(fin, "e2e_s")
     keep = ~np.isnan(wait) & ~np.isnan(ttft) & ~np.isnan(e2e)

@@ -12,8 +12,8 @@ edges: basis `counter`), else the trapezoid of `gpu_power_watts` (linear at the 
 summed over the GPUs; NaN unless every GPU that reported either has samples at or around both edges
 (a sum missing a GPU would understate). Both are exact for a power constant between samples.
 
-The server queue percentiles from the vLLM histogram come from
-`llmload.telemetry.histogram.queue_time_quantile` (imported when needed; NaN if it is not there).
+The server queue percentiles from the vLLM histogram are `llmload.telemetry.histogram.queue_time_quantile`'s
+(its bucket deltas read once per window, imported when needed; NaN if it is not there).
 
 `served_period(step, tel)` is the period a step's server evidence is read over: its requests are
 admitted, queued and served from the step's start until its drain ends (an overloaded step admits
@@ -35,7 +35,7 @@ import pandas as pd
 
 from analysis.stats import counter_increase
 
-__all__ = ["TelemetryIndex", "histogram_queue_quantiles", "histogram_queue_ranges", "served_period"]
+__all__ = ["TelemetryIndex", "histogram_queue_quantiles", "histogram_queue_ranges", "queue_buckets", "served_period"]
 
 _SUMMED = ("running", "waiting", "deferred", "processing")
 
@@ -237,13 +237,27 @@ def served_period(step: dict, tel: TelemetryIndex, metric: str = "queue_time_sec
     return t0, drained if math.isnan(t1) else t1
 
 
-def histogram_queue_ranges(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...]
+def queue_buckets(telemetry: pd.DataFrame, t0: float, t1: float) -> tuple[list[float], list[float]] | None:
+    """The queue-time histogram's cumulative bucket counts observed over `[t0, t1]` (`(bounds, counts)`),
+    read once for a step's percentiles and ranges; None when the reader fails (the percentiles say why)."""
+    from llmload.telemetry.histogram import histogram_buckets_between
+
+    try:
+        return histogram_buckets_between(telemetry, "queue_time_seconds", t0, t1)
+    except Exception:  # histogram_queue_quantiles reads again and names the failure
+        return None
+
+
+def histogram_queue_ranges(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...], *,
+                           buckets: tuple[list[float], list[float]] | None = None
                            ) -> dict[float, list[float] | None]:
     """Per percentile (in percent) the `[low, high]` bucket of the queue-time histogram it lies in over
-    `[t0, t1]` (high `inf` past the last finite bound); None where nothing was observed."""
+    `[t0, t1]` (high `inf` past the last finite bound); None where nothing was observed. `buckets`: that
+    histogram's `queue_buckets`, when read already."""
     from llmload.telemetry.histogram import histogram_bucket_range, histogram_buckets_between
 
-    bounds, counts = histogram_buckets_between(telemetry, "queue_time_seconds", t0, t1)
+    bounds, counts = buckets if buckets is not None else histogram_buckets_between(
+        telemetry, "queue_time_seconds", t0, t1)
     out: dict[float, list[float] | None] = {}
     for q in qs:
         found = histogram_bucket_range(bounds, counts, q / 100.0)
@@ -251,22 +265,26 @@ def histogram_queue_ranges(telemetry: pd.DataFrame, t0: float, t1: float, qs: tu
     return out
 
 
-def histogram_queue_quantiles(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...]
+def histogram_queue_quantiles(telemetry: pd.DataFrame, t0: float, t1: float, qs: tuple[float, ...], *,
+                              buckets: tuple[list[float], list[float]] | None = None
                               ) -> tuple[dict[float, float], dict[float, float], str | None]:
     """Server queue percentiles (qs in percent) from the vLLM histogram and the width of the bucket each
     fell in (inf: beyond the last finite bound, the value is a lower bound); NaN with the reason when
-    the histogram cannot be read."""
+    the histogram cannot be read. The buckets are read once for every percentile (`buckets`: already
+    read, `queue_buckets`)."""
     nan = {q: math.nan for q in qs}
     try:
-        from llmload.telemetry.histogram import queue_time_quantile
+        from llmload.telemetry.histogram import histogram_buckets_between, histogram_quantile
     except ImportError:
         return nan, dict(nan), "server queue histogram reader not available"
     values, widths = {}, {}
-    for q in qs:
-        try:
-            value, resolution = queue_time_quantile(telemetry, t0, t1, q / 100.0)
-        except Exception as exc:  # a reader failure must not lose the rest of the analysis
-            return nan, dict(nan), f"server queue histogram unreadable: {exc}"
-        values[q] = float(value) if value is not None else math.nan
-        widths[q] = float(resolution) if resolution is not None else math.nan
+    try:
+        bounds, counts = buckets if buckets is not None else histogram_buckets_between(
+            telemetry, "queue_time_seconds", t0, t1)
+        for q in qs:
+            value, resolution = histogram_quantile(bounds, counts, q / 100.0)
+            values[q] = float(value) if value is not None else math.nan
+            widths[q] = float(resolution) if resolution is not None else math.nan
+    except Exception as exc:  # a reader failure must not lose the rest of the analysis
+        return nan, dict(nan), f"server queue histogram unreadable: {exc}"
     return values, widths, None

@@ -47,6 +47,10 @@ def test_analysis_live_table_and_itl_use_the_same_numbers() -> None:
     gaps = event_gaps(frame["token_times"])
     chunk, _ = gaps.select(np.array([0]))
     np.testing.assert_array_equal(chunk[~np.isnan(chunk)], itl_gaps(RECORDS[0]["token_times"]))
+    # a request ends when it closed, else at its last token, its first, its send (the timeout: sent at 2.0)
+    closed = frame.assign(closed_at=[2.0, None, None], last_token_at=[1.75, None, None])
+    ends = derive_requests(closed, {"s": (0.0, 10.0)}, SLO.model_validate({"min_samples": 1}))["end_at"]
+    assert ends.tolist() == [2.0, 1.5, 2.0]
 
 
 def test_the_scalar_path_is_the_array_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:

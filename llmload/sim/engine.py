@@ -140,6 +140,9 @@ class Engine:
         #: KV blocks lost to the injected leak (never returned)
         self.leaked_blocks = 0
         self.cache = PrefixCache(limits.block_size) if limits.enable_prefix_caching else None
+        #: `decode_horizon` cannot tell what the next steps do (prefix cache, injected leak or cost growth)
+        self._no_horizon = (self.cache is not None or limits.kv_leak_blocks_per_min > 0
+                            or limits.step_cost_growth_s_per_min > 0)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -185,9 +188,11 @@ class Engine:
         block_size = lim.block_size
         plain = self.cache is None  # no prefix cache: a reservation that fits is plain arithmetic
         tail = lim.prompt_tail_tokens
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
+        free = self.free_blocks  # kept here, written back around `_reserve` (the hot loop)
+        # a preemption removes the newest sequences (the list's end) in place: iterating stops before them
+        for seq in running:
+            if budget <= 0:
+                break
             n = seq.prompt_tokens + seq.generated - seq.computed  # seq.needed, inlined (the hot loop)
             if n > budget:
                 n = budget
@@ -195,38 +200,58 @@ class Engine:
                 n = self._before_tail(seq, seq.computed, n)
             # _reserve's common case inlined: no prefix cache and the blocks are free (no preemption)
             extra = -(-(seq.computed + n) // block_size) - seq.blocks
-            if plain and extra <= self.free_blocks:
+            if plain and extra <= free:
                 seq.blocks += extra
-                self.free_blocks -= extra
-            elif not self._reserve(seq, n, result):
-                break  # seq itself was preempted (it was the newest)
-            running = self.running  # a preemption removes from the list (same object)
+                free -= extra
+            else:
+                self.free_blocks = free
+                reserved = self._reserve(seq, n, result)  # a preemption removes from `running` in place
+                free = self.free_blocks
+                if not reserved:
+                    break  # seq itself was preempted (it was the newest)
             scheduled.append((seq, n))
             budget -= n
-            i += 1
+        self.free_blocks = free
         if not result.preempted:
-            while self.waiting and len(self.running) < lim.max_num_seqs and budget > 0:
-                seq = self.waiting[0]
-                hits, reclaim = self._lookup(seq, result)
-                computed = len(hits) * lim.block_size
-                n = min(seq.prompt_tokens + seq.generated - computed, budget)
-                if tail and seq.generated == 0:
-                    n = self._before_tail(seq, computed, n)
-                extra = self._blocks_for(computed + n) - len(hits)
-                if extra > self.free_blocks - reclaim:
-                    break
-                self.waiting.popleft()
-                seq.state = "running"
-                self.running.append(seq)
-                if self.cache is not None:
-                    self.free_blocks -= reclaim
-                    self.cache.acquire(seq, hits)
-                    seq.computed = computed
-                    if seq.cached_tokens < 0:
-                        seq.cached_tokens = computed
-                seq.blocks = len(hits) + extra
-                self._take(extra)
-                self._register(seq, n)
+            waiting = self.waiting
+            slots = lim.max_num_seqs
+            while waiting and len(self.running) < slots and budget > 0:
+                seq = waiting[0]
+                if plain:  # no prefix cache: no hits, nothing to reclaim or register
+                    n = seq.prompt_tokens + seq.generated
+                    if n > budget:
+                        n = budget
+                    if tail and seq.generated == 0:
+                        n = self._before_tail(seq, 0, n)
+                    extra = -(-n // block_size)
+                    if extra > self.free_blocks:
+                        break
+                    waiting.popleft()
+                    seq.state = "running"
+                    self.running.append(seq)
+                    seq.blocks = extra
+                    self.free_blocks -= extra
+                else:
+                    hits, reclaim = self._lookup(seq, result)
+                    computed = len(hits) * block_size
+                    n = min(seq.prompt_tokens + seq.generated - computed, budget)
+                    if tail and seq.generated == 0:
+                        n = self._before_tail(seq, computed, n)
+                    extra = self._blocks_for(computed + n) - len(hits)
+                    if extra > self.free_blocks - reclaim:
+                        break
+                    waiting.popleft()
+                    seq.state = "running"
+                    self.running.append(seq)
+                    if self.cache is not None:
+                        self.free_blocks -= reclaim
+                        self.cache.acquire(seq, hits)
+                        seq.computed = computed
+                        if seq.cached_tokens < 0:
+                            seq.cached_tokens = computed
+                    seq.blocks = len(hits) + extra
+                    self._take(extra)
+                    self._register(seq, n)
                 if not seq.admitted:
                     seq.admitted = True
                     result.admitted.append(seq)
@@ -268,8 +293,7 @@ class Engine:
         at once with `decode_steps`."""
         lim = self.limits
         running = self.running
-        if (not running or self.cache is not None or lim.kv_leak_blocks_per_min > 0
-                or lim.step_cost_growth_s_per_min > 0 or len(running) > lim.max_num_batched_tokens):
+        if not running or self._no_horizon or len(running) > lim.max_num_batched_tokens:
             return 0, 0.0, False
         block_size = lim.block_size
         budget = lim.max_num_batched_tokens - len(running)
@@ -293,8 +317,12 @@ class Engine:
             head = waiting[0]
             if -(-self._first_chunk(head, budget) // block_size) <= self.free_blocks - first_extra:
                 return 0, 0.0, False
-        while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) > self.free_blocks:
-            k //= 2  # a step would preempt: fewer steps
+        # a sequence's k more tokens take at most ceil(k / block_size) more blocks: when that many each are
+        # free, none is short (the sum below is only needed under KV pressure)
+        if len(running) * -(-k // block_size) > self.free_blocks:
+            while k > 1 and sum(-(-(seq.computed + k) // block_size) - seq.blocks for seq in running) \
+                    > self.free_blocks:
+                k //= 2  # a step would preempt: fewer steps
         if k < 2:
             return 0, 0.0, False
         # step's sum, bit for bit (no prefill: + 0.0 leaves it as it is)
@@ -308,20 +336,21 @@ class Engine:
         those that reached their output length are finished and their blocks freed)."""
         block_size = self.limits.block_size
         ran = self.running
-        taken = 0
+        free = self.free_blocks
         finished = False
         for seq in ran:
             seq.computed += k
             seq.generated += k
             blocks = -(-seq.computed // block_size)
-            taken += blocks - seq.blocks
-            seq.blocks = blocks
-        self.free_blocks -= taken
-        for seq in ran:
-            if seq.generated >= seq.output_tokens:
+            if seq.generated >= seq.output_tokens:  # its blocks taken for the last steps, then freed
                 seq.state = "finished"
-                self._free(seq)
+                free += seq.blocks  # `_free` without a prefix cache (`decode_horizon` answers 0 with one)
+                seq.blocks = 0
                 finished = True
+            else:
+                free -= blocks - seq.blocks
+                seq.blocks = blocks
+        self.free_blocks = free
         if finished:
             self.running = [seq for seq in ran if seq.state == "running"]
         return ran

@@ -67,25 +67,28 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
     on the arrivals' clock), as the live records' `token_times`."""
     n = len(arrivals_s)
     arrivals = np.asarray(arrivals_s, dtype=float)
-    first = np.full(n, math.nan)
-    last = np.full(n, math.nan)
-    admitted = np.full(n, math.nan)
+    # lists while stepping (an item set per token written), arrays at the end
+    first = [math.nan] * n
+    last = [math.nan] * n
+    admitted = [math.nan] * n
     engine = Engine(limits)
     times: list[list[float]] | None = [[] for _ in range(n)] if tokens else None
-    seqs = [EngineSequence(seq_id=i, prompt_tokens=int(inputs[i]), output_tokens=max(1, int(outputs[i])))
-            for i in range(n)]
+    seqs = [EngineSequence(seq_id=i, prompt_tokens=int(p), output_tokens=max(1, int(o)))
+            for i, (p, o) in enumerate(zip(np.asarray(inputs)[:n].tolist(), np.asarray(outputs)[:n].tolist(),
+                                           strict=True))]
+    at = arrivals.tolist()  # Python floats: indexed once or twice per step
     t, nxt = 0.0, 0
-    while nxt < n or not engine.idle:
-        if engine.idle:
-            t = max(t, arrivals[nxt])
-        while nxt < n and arrivals[nxt] <= t:
+    while nxt < n or engine.waiting or engine.running:
+        if not engine.waiting and not engine.running:  # idle
+            t = max(t, at[nxt])
+        while nxt < n and at[nxt] <= t:
             engine.add(seqs[nxt])
             nxt += 1
         if fast:
             k, cost_s, admits = engine.decode_horizon()
             if k > 1:  # k identical decode steps at once: their ends by the same additions as one by one
                 done, end = 1, t + cost_s
-                bound = arrivals[nxt] if admits and nxt < n else math.inf
+                bound = at[nxt] if admits and nxt < n else math.inf
                 while done < k and end < bound:  # step `done` starts at `end`, before the next arrival
                     done += 1
                     end += cost_s
@@ -102,7 +105,7 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
         if not result.batch:  # nothing schedulable: the live loop waits for the next submit
             if nxt >= n:
                 break
-            t = max(t, arrivals[nxt])
+            t = max(t, at[nxt])
             continue
         t += result.cost_s
         for seq in result.emitted:
@@ -112,11 +115,11 @@ def run_virtual(limits: EngineLimits, arrivals_s: np.ndarray, inputs: np.ndarray
             last[i] = t
             if times is not None:
                 times[i].append(t)
-    ttft, e2e = first - arrivals, last - arrivals
+    ttft, e2e = np.array(first, dtype=float) - arrivals, np.array(last, dtype=float) - arrivals
     out = np.maximum(np.asarray(outputs, dtype=float), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), math.nan)
-    frame = pd.DataFrame({"arrival_s": arrivals, "admitted_s": admitted, "ttft_s": ttft, "tpot_s": tpot,
+    frame = pd.DataFrame({"arrival_s": arrivals, "admitted_s": np.array(admitted, dtype=float), "ttft_s": ttft, "tpot_s": tpot,
                           "e2e_s": e2e})
     if times is not None:
         frame["token_times_s"] = times
@@ -185,17 +188,22 @@ def true_knee(sim_settings: SimSettings | Mapping[str, Any] | None, request_size
     `slo`: an `llmload.config.SLO` (its thresholds of ttft, tpot or e2e are used)."""
     limits = engine_limits(sim_settings, flavor)
     targets: dict[str, float | None] = {}
-    for t in slo.thresholds:
-        if t.metric not in ("ttft", "tpot", "e2e"):
-            continue
-        key = slo_dims.threshold_key(t.metric, t.percentile)
-        wanted = [(t.metric, float(t.percentile))]
-        column = f"{t.metric}_p{t.percentile:g}_s"
+    chosen = [t for t in slo.thresholds if t.metric in ("ttft", "tpot", "e2e")]
+    wanted = list(dict.fromkeys((t.metric, float(t.percentile)) for t in chosen))
+    runs: dict[tuple[float, int], dict] = {}  # (rate, seed) -> every target's percentile: one run for them all
 
-        def value(rate: float, column: str = column, wanted: list = wanted) -> float:
-            got = [_percentiles(limits, request_sizes, rate, wanted=wanted, arrivals=arrivals, seed=s,
-                                arrival=arrival)[column] for s in seeds]
-            return float(np.mean(got))
+    def percentiles(rate: float, seed: int) -> dict:
+        if (rate, seed) not in runs:
+            runs[(rate, seed)] = _percentiles(limits, request_sizes, rate, wanted=wanted, arrivals=arrivals,
+                                              seed=seed, arrival=arrival)
+        return runs[(rate, seed)]
+
+    for t in chosen:
+        key = slo_dims.threshold_key(t.metric, t.percentile)
+        column = f"{t.metric}_p{float(t.percentile):g}_s"
+
+        def value(rate: float, column: str = column) -> float:
+            return float(np.mean([percentiles(rate, s)[column] for s in seeds]))
 
         if value(hi) <= t.value_s:
             targets[key] = None

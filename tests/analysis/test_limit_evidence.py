@@ -125,6 +125,10 @@ def test_server_samples_align_one_scrape_and_kv_head_of_line_reads_them():
     assert out["kv_blocked_share"] == 0.5 and out["kv_head_blocks"] == 10 and out["kv_free_blocks_min"] == 5
     unknown = kv_head_of_line(samples, num_blocks=None, block_size=16, prompt_tokens=160)
     assert np.isnan(unknown["kv_blocked_share"])
+    # a server that gives one of the two gauges still has its scrapes; one that gives neither has none
+    waiting_only = server_samples(TelemetryIndex(frame[frame["metric"] != "running"]))
+    assert list(waiting_only["waiting"]) == [0, 5, 5] and waiting_only["running"].isna().all()
+    assert server_samples(TelemetryIndex(frame[frame["metric"] == "kv_usage"])).empty
 
 
 def test_infer_slots_needs_a_plateau_with_requests_waiting():
