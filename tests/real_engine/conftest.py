@@ -54,7 +54,7 @@ def _start(tmp_path_factory: pytest.TempPathFactory, name: str) -> LlamaServer:
     require_engine()
     log = tmp_path_factory.mktemp(name) / "llama-server.log"
     url, proc = start_llama_server(port=0, parallel=PARALLEL, threads=1, ctx_size=CTX_SIZE, log_path=log)
-    with contextlib.suppress(PermissionError):  # not root: the server keeps the suite's priority
+    with contextlib.suppress(PermissionError, ProcessLookupError):  # not root: the server keeps the suite's priority
         for task in Path(f"/proc/{proc.pid}/task").iterdir():  # each of its threads (Linux: nice is per thread)
             os.setpriority(os.PRIO_PROCESS, int(task.name), SERVER_NICE)
     return LlamaServer(url=url, proc=proc, log=log, parallel=PARALLEL, ctx_size=CTX_SIZE)
