@@ -33,7 +33,8 @@ def _start(tmp_path: Path, config: dict) -> tuple[subprocess.Popen, Path, Path]:
     path, run_dir, log = tmp_path / "run.yaml", tmp_path / "run", tmp_path / "llmload.log"
     path.write_text(yaml.safe_dump(config))
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir)],
+        proc = subprocess.Popen([sys.executable, "-m", "llmload.cli", "run", str(path), "--out", str(run_dir),
+                                 "--no-report"],
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
     return proc, run_dir, log
 

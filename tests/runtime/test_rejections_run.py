@@ -41,7 +41,7 @@ def test_a_step_where_most_requests_were_rejected_fails_on_reject_ratio(tmp_path
                              slo={"ttft_p95": "1s", "min_samples": 2})
         out = tmp_path / "run"
         done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                               "--out", str(out)], capture_output=True, text=True, timeout=100)
+                               "--out", str(out), "--no-report"], capture_output=True, text=True, timeout=100)
         received = [r for r in server.requests(method="POST") if _load(r)]
     assert done.returncode == 1, done.stdout + done.stderr
     step = json.loads((out / "summary.json").read_text())["steps"][0]
