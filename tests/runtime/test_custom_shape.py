@@ -24,7 +24,7 @@ def _sawtooth_plan(seed: int) -> list[StepSpec]:
     """The example shape's plan as its class declares it (2, 4, 6 req/s, twice; evenly spaced; a 1 s warm-up
     and a 3 s window; a 20 s drain; each step's seed from the run's), written out here: the class itself
     imports Locust, which a test worker must not (it patches the standard library with gevent), and a
-    process of its own to import it costs more CPU than the run's master. The master planning with the
+    process of its own to import it was 1.3 of this test's 4.2 s of CPU. That the master plans with the
     class is what the run shows (`plan.json`, the manifest, the note)."""
     steps: list[StepSpec] = []
     for i, rate in enumerate([2.0, 4.0, 6.0] * 2):
