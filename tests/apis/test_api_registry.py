@@ -27,14 +27,19 @@ def test_registry_names_and_specs() -> None:
     assert [s.chat for s in all_apis()] == [True, False, True, False, False]
 
 
-def test_unknown_api_is_one_line_naming_target_api(tmp_path) -> None:
+def test_unknown_api_is_one_line_naming_target_api(tmp_path, capfd, monkeypatch) -> None:
+    """The command's entry in this process: the config is checked before anything starts."""
+    from llmload.cli import main
+
     config = {"target": {"url": "http://127.0.0.1:9", "api": "tgi-generate", "model": "m"},
               "shape": {"ladder": {"steps": [{"rate": 1, "duration": "2s"}]}}}
     path = write_config(tmp_path, config)
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path)], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
-    said = (done.stdout + done.stderr).strip()
-    assert done.returncode == 2 and len(said.splitlines()) == 1 and "Traceback" not in said, said
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    code = main(["run", str(path)])
+    done = capfd.readouterr()
+    said = (done.out + done.err).strip()
+    assert code == 2 and len(said.splitlines()) == 1 and "Traceback" not in said, said
     assert f"{path}:3 target.api:" in said and 'unknown api "tgi-generate"' in said
     assert all(name in said for name in NAMES)
     with pytest.raises(UnknownApi, match="expected one of ollama-chat"):

@@ -53,14 +53,23 @@ def test_echoed_key_is_in_no_output(tmp_path, echo_server):
     assert "<redacted>" in (run_dir / "telemetry.jsonl").read_text()
 
 
-def test_a_model_refused_against_a_list_that_echoes_the_key_quotes_it_redacted(tmp_path, echo_server):
+def test_a_model_refused_against_a_list_that_echoes_the_key_quotes_it_redacted(tmp_path, echo_server, capfd,
+                                                                              monkeypatch):
+    """The command's entry in this process (its pre-flight refuses the model before any load), with a
+    secrets registry of its own: only what this run registers redacts, and nothing stays registered after."""
+    from llmload import redaction
+    from llmload.cli import main
+
+    monkeypatch.setattr(redaction, "_secrets", [])
+
     config = base_config(echo_server.url, {"ladder": {"arrival": "constant", "warmup": "0s",
                                                       "steps": [{"rate": 1, "duration": "1s"}]}})
     config["target"].update(api_key_env="LLMLOAD_ECHO_TEST_KEY", model="not-listed")
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=60, cwd=REPO,
-                          env={**os.environ, "LLMLOAD_ECHO_TEST_KEY": KEY})
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "does not serve model 'not-listed'" in done.stderr and "<redacted>" in done.stderr
-    assert KEY not in done.stdout + done.stderr
+    monkeypatch.setenv("LLMLOAD_ECHO_TEST_KEY", KEY)
+    capfd.readouterr()
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "run")])
+    done = capfd.readouterr()
+    assert code == 2, done.out + done.err
+    assert "does not serve model 'not-listed'" in done.err and "<redacted>" in done.err
+    assert KEY not in done.out + done.err
     assert not (tmp_path / "run").exists()
