@@ -25,7 +25,8 @@ def _sawtooth_plan(seed: int) -> list[StepSpec]:
     and a 3 s window; a 20 s drain; each step's seed from the run's), written out here: the class itself
     imports Locust, which a test worker must not (it patches the standard library with gevent), and a
     process of its own to import it was 1.3 of this test's 4.2 s of CPU. That the master plans with the
-    class is what the run shows (`plan.json`, the manifest, the note)."""
+    class is what the run shows (`plan.json`, the manifest, the note); that the class plans this is
+    tests/shapes/loadshape_checks.py's (in its Locust process)."""
     steps: list[StepSpec] = []
     for i, rate in enumerate([2.0, 4.0, 6.0] * 2):
         steps.append(StepSpec(label=unique_label(rate_label(rate), (s.label for s in steps)), index=i,
