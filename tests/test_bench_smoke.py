@@ -115,8 +115,34 @@ def _in_process(path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch) ->
     return 0
 
 
+def _check_quick_calibration(out: Path, said: str) -> None:
+    """calibration.py --quick is `llmload calibrate --quick`'s run (`run_calibrate(processes=1, target=None,
+    quick=True)`, as the command calls it: tests/test_calibrate.py checks that it does) against the built-in
+    sim: its envelope is checked here, on this one live run, not on a second one of the command's own."""
+    from llmload.calibrate import RULE, load_envelope
+
+    envelope = load_envelope(out)
+    assert envelope is not None
+    assert envelope["quick"] is True and envelope["ttft_error_known"] is True
+    assert envelope["rule"] == RULE
+    labels = [s["label"] for s in envelope["steps"]]
+    # the ramp stops at the first step that does not hold (the steps above it cannot count)
+    assert labels == ["r10.00", "r50.00"] or (labels == ["r10.00"] and not envelope["steps"][0]["holds"]), labels
+    for step in envelope["steps"]:
+        assert step["requests"] > 0 and step["failed"] == 0
+        assert step["send_lag_p99_s"] is not None and step["ttft_error_p99_s"] is not None
+        assert step["achieved_rate"] > 0 and step["events_per_s"] > 0
+    for key in ("max_rate_per_process", "max_streams_per_process"):
+        assert envelope[key] is None or envelope[key] > 0
+    assert "safe envelope" in said or "no step held" in said
+
+
+#: what a script's run must show beyond its JSON and machine block: check(out, its stdout)
+CHECKS = {"calibration.py": _check_quick_calibration}
+
+
 @pytest.mark.parametrize("script", _params())
-def test_bench_script_runs_and_writes_its_json(script, tmp_path, tmp_path_factory, monkeypatch):
+def test_bench_script_runs_and_writes_its_json(script, tmp_path, tmp_path_factory, monkeypatch, capsys):
     out = tmp_path / "result.json"
     path = REPO / "bench" / script
     args = list(TINY[script])
@@ -129,10 +155,14 @@ def test_bench_script_runs_and_writes_its_json(script, tmp_path, tmp_path_factor
         done = subprocess.run([sys.executable, str(path), *args, "--out", str(out)],
                               capture_output=True, text=True, timeout=280, cwd=tmp_path)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        said = done.stdout
     else:
         monkeypatch.chdir(tmp_path)
         assert _in_process(path, [*args, "--out", str(out)], monkeypatch) == 0
+        said = capsys.readouterr().out
     doc = json.loads(out.read_text())
     machine = _machine(doc)
     assert len(machine["loadavg"]) == 3
     assert machine["cpu_probe_s"] > 0 and machine["cpu_probe_loops"] == int(PROBE_LOOPS)
+    if script in CHECKS:
+        CHECKS[script](out, said)

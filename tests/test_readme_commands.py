@@ -14,8 +14,9 @@ checks what a fresh clone would trip on first, that a command or a flag is not t
 
 What runs for real elsewhere: `llmload demo` (tests/runtime/test_demo.py), `llmload run` with every example
 config's API (tests/runtime/test_examples_and_apis.py), plain Locust (tests/runtime/test_run_output.py,
-test_custom_shape.py), `engine serve` (tests/real_engine/), `calibrate --quick` (tests/test_calibrate.py),
-`docker compose` (tests/test_compose_live.py), and `.ci/run` runs the README's test command as written.
+test_custom_shape.py), `engine serve` (tests/real_engine/), `calibrate --quick` (its run: bench/calibration.py
+--quick's in tests/test_bench_smoke.py; interrupted: tests/test_calibrate.py), `docker compose`
+(tests/test_compose_live.py), and `.ci/run` runs the README's test command as written.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def _true_burst_knee(offsets: np.ndarray) -> float:
     return (lo + hi) / 2
 
 
-def test_trace_scales_run_writes_the_burst_knee(tmp_path):
+def test_trace_scales_run_writes_the_burst_knee(tmp_path, unrendered_plots):
+    # the report's text is read (its sentence, the plot's figure and the table), not its drawn plots
     sim = tmp_path / "sim.yaml"
     sim.write_text(yaml.safe_dump(SIM), encoding="utf-8")
     # 24 arrivals over 12 s: one a second, and 12 more packed into 1.5 s from 5 s

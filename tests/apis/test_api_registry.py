@@ -4,11 +4,9 @@ Locust user; an unknown `target.api` is one config line that lists the known nam
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from support import REPO, write_config
+from support import write_config
 
 from llmload.apis import UnknownApi, all_apis, api_names, get_api
 from llmload.client.bodies import build_body
@@ -27,14 +25,19 @@ def test_registry_names_and_specs() -> None:
     assert [s.chat for s in all_apis()] == [True, False, True, False, False]
 
 
-def test_unknown_api_is_one_line_naming_target_api(tmp_path) -> None:
+def test_unknown_api_is_one_line_naming_target_api(tmp_path, capfd, monkeypatch) -> None:
+    """The command's entry in this process: the config is checked before anything starts."""
+    from llmload.cli import main
+
     config = {"target": {"url": "http://127.0.0.1:9", "api": "tgi-generate", "model": "m"},
               "shape": {"ladder": {"steps": [{"rate": 1, "duration": "2s"}]}}}
     path = write_config(tmp_path, config)
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(path)], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
-    said = (done.stdout + done.stderr).strip()
-    assert done.returncode == 2 and len(said.splitlines()) == 1 and "Traceback" not in said, said
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    code = main(["run", str(path)])
+    done = capfd.readouterr()
+    said = (done.out + done.err).strip()
+    assert code == 2 and len(said.splitlines()) == 1 and "Traceback" not in said, said
     assert f"{path}:3 target.api:" in said and 'unknown api "tgi-generate"' in said
     assert all(name in said for name in NAMES)
     with pytest.raises(UnknownApi, match="expected one of ollama-chat"):
@@ -83,15 +86,3 @@ def test_preflight_probe_and_tokenize_come_from_the_spec(sim_factory) -> None:
     assert _tokens_per_word(config) == pytest.approx(1.0, abs=0.2)        # the sim's /tokenize
     ollama = config.model_copy(update={"target": Target(url=sim.url, api="ollama-chat", server="sglang")})
     assert _tokens_per_word(ollama) is None  # the spec has no tokenize path: nothing is asked
-
-
-def test_one_user_class_for_every_api() -> None:
-    code = ("from types import SimpleNamespace\nimport locust\n"
-            "from locustfiles.llm import LLMUser\nfrom llmload.runtime.locustglue import session\n"
-            "from llmload.apis import api_names\n"
-            "env = SimpleNamespace(user_classes=[LLMUser], runner=None, parsed_options=None)\n"
-            "s = session.Session(env)\n"
-            "assert all(s.user_classes(n) == [LLMUser] for n in api_names())\n"
-            "assert not LLMUser.abstract\nprint('ok')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -21,7 +21,7 @@ def test_sglang_generate_step_matches_the_sims_ground_truth(sim_factory, tmp_pat
     config["target"].update(api="sglang-generate", server="sglang")
     config["requests"]["ignore_eos"] = True
     run_dir = tmp_path / "run"
-    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir)])
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir), "--no-report"])
     assert ended_whole(code, run_dir), run_said(run_dir)  # 3 only for a step a busy machine left unjudged
 
     result = analyze(load_run(run_dir), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5}))

@@ -85,13 +85,28 @@ def _realistic_run(root: Path) -> Path:
     return root
 
 
+def _plot_boxes(monkeypatch) -> None:
+    """Every report plot built (its data, axes, size) but drawn as an empty SVG of the size the drawn one has
+    (matplotlib writes the figure's size in points, no tight box): the page lays out as with the plots
+    drawn, at a fraction of the CPU. For a test of the page's layout, not of its plots (the test above)."""
+    from llmload.report import plots
+
+    def box(fig, salt: str) -> str:
+        width, height = fig.get_size_inches() * 72
+        return f'<svg id="unrendered-{salt}" width="{width:g}pt" height="{height:g}pt"></svg>'
+
+    monkeypatch.setattr(plots, "_svg", box)
+
+
 @pytest.mark.timeout(180)
-def test_verdicts_are_seen_without_scrolling_at_1280_px(browser, tmp_path):
+def test_verdicts_are_seen_without_scrolling_at_1280_px(browser, tmp_path, monkeypatch):
     """Issue 32: in "Steps at a glance" (and the compare page) the verdict was the 18th of 19 columns, off
     screen at 1280 px behind a horizontal scroll. It comes first now, the table fits, the detail is folded,
     and the page is shorter (7,900 px before for this run: the worksheet, decision record, manifest and
     definitions are folded)."""
     import analysis
+
+    _plot_boxes(monkeypatch)
     from llmload.config import SLO
     from llmload.report.compare import load_figures, render_comparison
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 from runtime_helpers import base_config, plan, records, write_config
@@ -14,22 +13,26 @@ from support import REPO, ended_whole, run_said
 from llmload.arrivals import step_offsets
 from llmload.config import load_config
 from llmload.runtime.launcher.run import locust_command
-from shapes.steps import StepSpec
+from shapes.plan import rate_label, unique_label
+from shapes.steps import StepSpec, derive_seed
 
 EXAMPLE = REPO / "examples" / "locustfiles" / "custom_shape.py"
 USERS = REPO / "locustfiles" / "llm.py"
 
 
-def _custom_plan(config_path) -> list[dict]:
-    """The example shape's own plan for this config (its class, imported in a process with Locust)."""
-    code = ("import locust, json, sys, importlib.util\n"
-            f"spec = importlib.util.spec_from_file_location('custom_shape', {str(EXAMPLE)!r})\n"
-            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-            "from llmload.config import load_config\n"
-            f"steps = mod.SawtoothShape().plan(load_config({str(config_path)!r}))\n"
-            "print(json.dumps([s.to_dict() for s in steps]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _sawtooth_plan(seed: int) -> list[StepSpec]:
+    """The example shape's plan as its class declares it (2, 4, 6 req/s, twice; evenly spaced; a 1 s warm-up
+    and a 3 s window; a 20 s drain; each step's seed from the run's), written out here: the class itself
+    imports Locust, which a test worker must not (it patches the standard library with gevent), and a
+    process of its own to import it was 1.3 of this test's 4.2 s of CPU. That the master plans with the
+    class is what the run shows (`plan.json`, the manifest, the note); that the class plans this is
+    tests/shapes/loadshape_checks.py's (in its Locust process)."""
+    steps: list[StepSpec] = []
+    for i, rate in enumerate([2.0, 4.0, 6.0] * 2):
+        steps.append(StepSpec(label=unique_label(rate_label(rate), (s.label for s in steps)), index=i,
+                              phase="ladder", arrival="constant", target_rate=rate, warmup_s=1.0, duration_s=3.0,
+                              drain_timeout_s=20.0, seed=derive_seed(seed, i)))
+    return steps
 
 
 def test_the_custom_shape_example_runs_its_own_plan_against_the_sim(vllm_sim, tmp_path):
@@ -44,11 +47,12 @@ def test_the_custom_shape_example_runs_its_own_plan_against_the_sim(vllm_sim, tm
     # 3 only for a step a busy machine left unjudged (its generator behind: `invalid`); the plan is the point
     assert ended_whole(done.returncode, run_dir), done.stdout[-2000:] + done.stderr[-2000:] + run_said(run_dir)
 
-    expected = _custom_plan(path)
+    expected = _sawtooth_plan(load_config(path).requests.seed)
     ran = plan(run_dir)
     assert ran["shape"] == "SawtoothShape"
-    assert [(s["label"], s["phase"], s["target_rate"], s["status"]) for s in ran["steps"]] == [
-        (s["label"], s["phase"], s["target_rate"], "run") for s in expected]
+    fields = ("label", "phase", "arrival", "target_rate", "warmup_s", "duration_s", "drain_timeout_s", "seed")
+    assert [tuple(s[f] for f in fields) + (s["status"],) for s in ran["steps"]] == [
+        tuple(getattr(s, f) for f in fields) + ("run",) for s in expected]
     assert [s["target_rate"] for s in ran["steps"]] == [2.0, 4.0, 6.0, 2.0, 4.0, 6.0]
 
     recs = records(run_dir)
@@ -58,7 +62,7 @@ def test_the_custom_shape_example_runs_its_own_plan_against_the_sim(vllm_sim, tm
     assert (recs["outcome"] == "ok").all(), recs["outcome"].value_counts().to_dict()
     for step, row in zip(expected, ran["steps"], strict=True):
         mine = recs[recs["step"] == row["label"]].sort_values("scheduled_at")
-        planned = step_offsets(StepSpec.from_dict(step))
+        planned = step_offsets(step)
         # each arrival at its planned time from the step's start: the custom plan, released exactly
         assert np.allclose(mine["scheduled_at"].to_numpy() - row["start_at"], planned, atol=1e-6), row["label"]
         assert (mine["sent_at"] >= mine["scheduled_at"] - 1e-3).all()

@@ -118,11 +118,13 @@ def test_prometheus_scrapes_a_live_run_and_agrees_with_its_records(tmp_path: Pat
         stop_process(sim.proc)
 
 
-def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
+def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path, capfd, monkeypatch):
+    """The command's entry in this process (the port is the launcher's check, before the Locust child runs)."""
     import socket
-    import sys
 
     from support import base_config
+
+    from llmload.cli import main
 
     holder = socket.socket()
     try:
@@ -133,14 +135,16 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
         # instead of the port's line fails this test too)
         config = base_config("http://127.0.0.1:9", {"ladder": {"arrival": "constant", "warmup": "0s",
                                                               "steps": [{"rate": 2, "duration": "2s"}]}})
-        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                               "--out", str(tmp_path / "run"), "--metrics-port", str(port)],
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        monkeypatch.chdir(tmp_path)
+        capfd.readouterr()
+        code = main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "run"),
+                     "--metrics-port", str(port)])
+        said = capfd.readouterr()
     finally:
         holder.close()
-    assert done.returncode == 2, done.stdout + done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("llmload: error:")]
+    assert code == 2, said.out + said.err
+    errors = [line for line in said.err.splitlines() if line.startswith("llmload: error:")]
     assert errors == [f"llmload: error: --metrics-port {port}: cannot listen on 127.0.0.1:{port}: "
-                      "Address already in use"], done.stderr
-    assert "Traceback" not in done.stderr
+                      "Address already in use"], said.err
+    assert "Traceback" not in said.err
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -6,8 +6,6 @@ hostile server; its log of every request received is the ground truth. One live 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -34,16 +32,19 @@ def _rejecting(share_in_ten: int):
 
 
 @pytest.mark.parametrize("share_in_ten", [9])
-def test_a_step_where_most_requests_were_rejected_fails_on_reject_ratio(tmp_path, share_in_ten):
+def test_a_step_where_most_requests_were_rejected_fails_on_reject_ratio(tmp_path, capfd, share_in_ten):
+    from llmload.cli import main
+
     with hostile_server(_rejecting(share_in_ten)) as server:
         config = base_config(server.url, {"ladder": {"arrival": "constant", "warmup": "0s",
                                                      "steps": [{"rate": 4, "duration": "5s"}]}},
                              slo={"ttft_p95": "1s", "min_samples": 2})
         out = tmp_path / "run"
-        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                               "--out", str(out)], capture_output=True, text=True, timeout=100)
+        # the command's entry in this process (the launcher's own process is tests/runtime/test_signals.py's)
+        code = main(["run", str(write_config(tmp_path, config)), "--out", str(out), "--no-report"])
         received = [r for r in server.requests(method="POST") if _load(r)]
-    assert done.returncode == 1, done.stdout + done.stderr
+    said = capfd.readouterr()
+    assert code == 1, said.out + said.err
     step = json.loads((out / "summary.json").read_text())["steps"][0]
     assert step["verdict"] == "fail" and step["failing"][0] == "reject_ratio", step
     records = pq.read_table(out / "records.parquet", columns=["request_id", "outcome"]).to_pylist()

@@ -79,14 +79,37 @@ s = session.on_init(env)
 s.config = parse_config(CONFIG)
 users, rate, classes = shape_of(env).tick()
 other = shape_of(SimpleNamespace(runner=None, user_classes=[LLMUser])).tick()
-print(json.dumps([before, users, rate, [c.__name__ for c in classes], other]))
+from llmload.apis import api_names
+one = session.Session(SimpleNamespace(user_classes=[LLMUser], runner=None, parsed_options=None))
+try:
+    per_api = {n: [c.__name__ for c in one.user_classes(n)] for n in api_names()}
+except Exception as exc:  # noqa: BLE001  (said to the test that reads it, not to the others)
+    per_api = repr(exc)
+print(json.dumps({"ticks": [before, users, rate, [c.__name__ for c in classes], other], "per_api": per_api,
+                  "abstract": LLMUser.abstract}))
 """
 
 
-def test_the_locust_shape_ticks_through_its_environment():
+@pytest.fixture(scope="module")
+def in_locust() -> dict:
+    """What _SHAPE_SCRIPT saw in a process that imported Locust first (one for this module's tests: an
+    interpreter with Locust is ~0.7 s of CPU)."""
     done = subprocess.run([sys.executable, "-c", f"CONFIG = {CONFIG!r}\n" + _SHAPE_SCRIPT], capture_output=True,
                           text=True, timeout=120, check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [None, 8, 8.0, ["LLMUser"], None]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_locust_shape_ticks_through_its_environment(in_locust):
+    assert in_locust["ticks"] == [None, 8, 8.0, ["LLMUser"], None]
+
+
+def test_one_user_class_serves_every_api(in_locust):
+    """The locustfile's one user class is the one the session picks for every API of the registry (it was
+    tests/apis/test_api_registry.py's, in a Locust process of its own)."""
+    from llmload.apis import api_names
+
+    assert in_locust["per_api"] == {name: ["LLMUser"] for name in api_names()}
+    assert in_locust["abstract"] is False
 
 
 def test_each_environment_has_its_own_session():

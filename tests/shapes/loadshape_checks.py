@@ -28,7 +28,7 @@ from shapes.loadshapes import (
     shape_for_config,
 )
 from shapes.plan import STEP_BUILDERS, build_plan
-from shapes.steps import StepSpec
+from shapes.steps import StepSpec, derive_seed
 
 REPO = Path(__file__).resolve().parents[2]
 USERS, LLM_SHAPE, EXAMPLE = (str(REPO / "locustfiles" / "llm.py"), str(REPO / "shapes" / "llm.py"),
@@ -100,6 +100,10 @@ def test_a_users_own_shape_plans_the_run_even_when_locust_picked_the_configs():
     steps = own.plan(cfg)
     assert [s.target_rate for s in steps] == [2.0, 4.0, 6.0, 2.0, 4.0, 6.0]
     assert [s.label for s in steps] == ["r2.00", "r4.00", "r6.00", "r2.00-2", "r4.00-2", "r6.00-2"]
+    # the rest of each step as tests/runtime/test_custom_shape.py writes the example's plan out (that live run
+    # checks its plan against it, without importing the class: Locust)
+    assert [(s.phase, s.arrival, s.warmup_s, s.duration_s, s.drain_timeout_s, s.seed) for s in steps] == [
+        ("ladder", "constant", 1.0, 3.0, 20.0, derive_seed(cfg.requests.seed, i)) for i in range(6)]
     # without a shape of one's own, the config's kind plans (through LLMShape)
     _, loaded, _, picked = merge_locustfiles_content([USERS, LLM_SHAPE])
     env = SimpleNamespace(shape_class=picked, available_shape_classes=loaded)
