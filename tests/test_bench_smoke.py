@@ -102,6 +102,7 @@ def _in_process(path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch) ->
     the next script imports its own (and `_common` reads the probe's loops again)."""
     monkeypatch.setattr(sys, "argv", [str(path), *args])
     saved = list(sys.path)
+    _forget_bench_modules(path.parent)  # another test here may have imported `_common` with the full probe
     sys.path.insert(0, str(path.parent))  # as `python PATH` puts the script's folder first
     try:
         runpy.run_path(str(path), run_name="__main__")
@@ -109,10 +110,16 @@ def _in_process(path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch) ->
         return exc.code or 0
     finally:
         sys.path[:] = saved
-        for name, module in list(sys.modules.items()):
-            if Path(getattr(module, "__file__", None) or "/").parent == path.parent:
-                del sys.modules[name]
+        _forget_bench_modules(path.parent)
     return 0
+
+
+def _forget_bench_modules(folder: Path) -> None:
+    """Take the modules imported from `folder` out of `sys.modules` (tests/telemetry/test_gpu_telemetry_check.py
+    imports bench/gpu_telemetry_check.py, whose `_common` read the probe's loops before this test set them)."""
+    for name, module in list(sys.modules.items()):
+        if Path(getattr(module, "__file__", None) or "/").resolve().parent == folder.resolve():
+            del sys.modules[name]
 
 
 def _check_quick_calibration(out: Path, said: str) -> None:
