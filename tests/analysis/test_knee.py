@@ -347,6 +347,11 @@ def _slow_step(rate: float, share: tuple[float, float, float], ttft: tuple[float
             "ttft_p95_over_high": share[2], "failing": ["ttft_p95"] if verdict == "fail" else []}
 
 
+#: the slow sim's closed-loop probe level (bench/knee_accuracy.py auto-slow: saturation 0.687 req/s)
+SLOW_PROBE = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
+              "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
+
+
 def test_an_idle_started_pass_shorter_than_its_queues_relaxation_does_not_bound_the_knee_from_above():
     """bench/knee_accuracy.py auto-slow, seed 5 (true knee 0.509 req/s, probe saturation 0.687 req/s): a
     57 s placement step at 0.625 req/s started on an idle server read no TTFT over 3.75 s (its steady
@@ -357,11 +362,9 @@ def test_an_idle_started_pass_shorter_than_its_queues_relaxation_does_not_bound_
     steps = [_slow_step(0.486, (0.0, 0.0, 0.088), (0.9, 0.4, 2.5), "pass"),
              _slow_step(0.625, (0.0, 0.0, 0.116), (1.5, 0.6, 3.2), "pass"),
              _slow_step(0.694, (0.125, 0.125, 0.384), (4.4, 2.0, 9.0), "fail")]
-    probe = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
-             "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
     blind = estimate_knee(steps, slo)
     assert blind.low >= 0.62  # the transient pass at 0.625 bounds it: the truth (0.509) is out
-    knee = estimate_knee([probe, *steps], slo)
+    knee = estimate_knee([SLOW_PROBE, *steps], slo)
     assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
     assert 0.486 < knee.rate < 0.625  # between the steady pass and the failure, the transient pass left out
     # a step that lasted longer than its queue's relaxation time (0.486 req/s: 58 s) keeps bounding it
@@ -380,11 +383,9 @@ def test_an_idle_started_step_over_the_level_places_the_point_at_its_intervals_h
     steps = [_slow_step(0.486, (0.0, 0.0, 0.111), (0.9, 0.4, 2.5), "pass"),
              _slow_step(0.625, (0.0556, 0.0074, 0.327), (3.9, 1.5, 8.0), "inconclusive"),
              _slow_step(0.7465, (0.605, 0.605, 0.891), (12.0, 6.0, 20.0), "fail")]
-    probe = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
-             "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
     steady = estimate_knee(steps, slo)
     assert steady.rate > 0.6  # a steady reading of 0.056 at 0.625: the chord crosses just under it
-    knee = estimate_knee([probe, *steps], slo)
+    knee = estimate_knee([SLOW_PROBE, *steps], slo)
     assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
     # the chord to (0.625, 0.327): 0.486 + 0.139 x 0.05 / 0.327
     assert knee.rate == pytest.approx(0.486 + 0.139 * 0.05 / 0.327, rel=1e-3)
@@ -433,12 +434,10 @@ def test_a_slow_servers_transients_are_not_said_to_have_held():
     target held at every rate run`: a step had not held (inconclusive), and 0.5 is more than the steps
     say (0.486)."""
     slo = SLO(ttft_p95=3.75, tpot_p95=0.15)
-    probe = {"label": "probe-c16", "phase": "probe", "verdict": "pass", "concurrency": 16,
-             "completion_throughput": 0.687, "e2e_p50_s": 23.0, "ttft_p50_s": 0.07}
     steps = [_slow_step(0.4861, (0.0, 0.0, 0.1221), (0.9, 0.4, 2.5), "pass"),
              _slow_step(0.625, (0.0, 0.0, 0.3134), (1.5, 0.6, 3.2), "pass"),
              _slow_step(0.7465, (0.0233, 0.0022, 0.2071), (2.0, 0.8, 5.0), "inconclusive")]
-    knee = estimate_knee([probe, *steps], slo)
+    knee = estimate_knee([SLOW_PROBE, *steps], slo)
     assert knee.rate is None and knee.failed_at is None and knee.low == pytest.approx(0.4861)
     text = knee_sentence(knee)
     assert text == "knee above 0.48 req/s (90%): no step failed a target", text
