@@ -28,10 +28,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from llmload.sim.text import prompt_token_list
+
 if TYPE_CHECKING:
     from llmload.sim.engine import Sequence
 
-__all__ = ["PrefixCache", "block_hashes"]
+__all__ = ["PrefixCache", "block_hashes", "request_block_hashes"]
 
 
 def block_hashes(tokens: list, block_size: int) -> tuple[int, ...]:
@@ -42,6 +44,14 @@ def block_hashes(tokens: list, block_size: int) -> tuple[int, ...]:
         h = hash((h, tuple(tokens[i * block_size:(i + 1) * block_size])))
         out.append(h)
     return tuple(out)
+
+
+def request_block_hashes(body: dict, messages: list | None, n_prompt: int, block_size: int) -> tuple[int, ...]:
+    """A generation request's prompt blocks as the prefix cache knows them: the tokens of its body's
+    `messages` (a chat; None: its `prompt`) by the sim's rule (`prompt_token_list`), cut to the `n_prompt`
+    tokens the engine holds. `llmload sim` and a virtual run (`llmload.runtime.virtual.engine`) both call it."""
+    tokens = prompt_token_list(body.get("prompt", ""), messages)[:n_prompt]
+    return block_hashes(tokens, block_size)
 
 
 class PrefixCache:

@@ -40,10 +40,10 @@ from llmload.sim.params import (
     sglang_as_common,
     stop_strings,
 )
-from llmload.sim.prefix import block_hashes
+from llmload.sim.prefix import request_block_hashes
 from llmload.sim.residency import ModelResidency, QueueFull, is_load_only, load_only_answer
 from llmload.sim.settings import FLAVORS, SimSettings, load_sim_settings
-from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_token_list, prompt_tokens
+from llmload.sim.text import AnswerText, chat_prompt_tokens, prompt_text, prompt_tokens
 from llmload.sim.wire import Exchange, renderer_for
 from llmload.units import parse_duration
 
@@ -378,8 +378,7 @@ class SimServer:
         """The prompt's full-block hashes for the prefix cache (vLLM flavour with caching on)."""
         if self.engine.cache is None:
             return ()
-        tokens = prompt_token_list(body.get("prompt", ""), messages)[:n_prompt]
-        return block_hashes(tokens, self.engine.limits.block_size)
+        return request_block_hashes(body, messages, n_prompt, self.engine.limits.block_size)
 
     def _on_done(self, job: Job, outcome: str, keep_alive: object) -> None:
         self.in_flight -= 1

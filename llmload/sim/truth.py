@@ -43,15 +43,21 @@ RequestSizes = tuple[int, int] | Callable[[np.random.Generator, int], tuple[np.n
 WARMUP_SHARE = 0.05
 
 
-def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str = "vllm") -> EngineLimits:
-    """The engine limits `llmload sim` builds for `settings` (a SimSettings, or its YAML mapping)."""
+def engine_limits(settings: SimSettings | Mapping[str, Any] | None, flavor: str = "vllm", *,
+                  prefix_caching: bool = False) -> EngineLimits:
+    """The engine limits `llmload sim` builds for `settings` (a SimSettings, or its YAML mapping).
+    `prefix_caching`: with the settings' `enable_prefix_caching` (vLLM flavour), as `llmload sim` has it,
+    for a caller that gives each sequence its prompt's block hashes (a virtual run); off by default, for the
+    callers that know only request sizes (a prefix cache without hashes finds nothing, and costs the
+    engine its `decode_horizon`)."""
     s = settings if isinstance(settings, SimSettings) else SimSettings.model_validate(dict(settings or {}))
     slots = s.max_num_seqs if flavor in ("vllm", "sglang") else s.num_parallel
     return EngineLimits(max_num_seqs=slots, max_num_batched_tokens=s.max_num_batched_tokens,
                         num_blocks=s.num_blocks, block_size=s.block_size, step_base_s=s.step_base_s,
                         prefill_cost_s=s.prefill_cost_s, decode_cost_s=s.decode_cost_s,
                         step_cost_growth_s_per_min=s.step_cost_growth_s_per_min,
-                        kv_leak_blocks_per_min=s.kv_leak_blocks_per_min, enable_prefix_caching=False,
+                        kv_leak_blocks_per_min=s.kv_leak_blocks_per_min,
+                        enable_prefix_caching=prefix_caching and flavor == "vllm" and s.enable_prefix_caching,
                         prompt_tail_tokens=s.prompt_tail_tokens if flavor == "llamacpp" else 0,
                         decode_step_s=tuple(s.decode_step_s or ()))
 

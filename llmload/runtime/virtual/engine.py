@@ -11,7 +11,13 @@ worker of a run, as one server serves every Locust worker.
 record filled from the engine's token times (outcome `ok`, usage as a server reports it). Not simulated:
 the HTTP layer (faults, cold load, context-length rules), quality cases, sessions and user hooks
 (`unsupported` says which a config asks for). Admission is: vLLM's `max_num_queued_reqs` refuses a
-request with 503 (`rejected`) while that many are in flight, as `llmload sim` does.
+request with 503 (`rejected`) while that many are in flight, as `llmload sim` does. The engine has the
+sim's prefix cache (vLLM flavour, `enable_prefix_caching`, on by default): each request's prompt blocks
+are hashed as `llmload sim` hashes them, from the body the live client would send
+(`llmload.sim.prefix.request_block_hashes`, cut to the planned prompt tokens), so shared prefixes and
+Mooncake `hash_ids` hit it as they would live; what hit shows where the live sim shows it (the
+ground-truth log's `cached_tokens`, `vllm:prefix_cache_hits_total`), not in the records (vLLM's usage
+has no `prompt_tokens_details` unless asked for, and the sim sends none).
 
 What `llmload sim` tells besides its answers, the engine tells too, on the run's clock: its ground-truth
 log (`llmload.sim.groundtruth`: one row per generation request, written as the request ends, its
@@ -30,6 +36,7 @@ error it would have read: `disconnect`, `connect_error`).
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +56,7 @@ from llmload.sim.engine import Sequence as EngineSequence
 from llmload.sim.groundtruth import GroundTruthRow, GroundTruthWriter
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages
 from llmload.sim.metrics import LlamaCppMetrics, VllmMetrics
+from llmload.sim.prefix import request_block_hashes
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import engine_limits
 
@@ -80,7 +88,8 @@ class EngineServer:
     def __init__(self, settings: SimSettings, clock: Clock, *, flavor: str = "vllm", model: str = "sim-model",
                  truth: GroundTruthWriter | None = None) -> None:
         self.settings, self.flavor, self.model = settings, flavor, model
-        self.engine = Engine(engine_limits(settings, flavor))
+        #: `llmload sim`'s engine, its prefix cache included (vLLM flavour, `enable_prefix_caching`)
+        self.engine = Engine(engine_limits(settings, flavor, prefix_caching=True))
         self.clock = clock
         self.started_at = clock.now()
         self.truth = truth or GroundTruthWriter(None)
@@ -106,13 +115,21 @@ class EngineServer:
     def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
         return self.engine.fits(prompt_tokens, output_tokens)
 
-    def submit(self, prompt_tokens: int, output_tokens: int, *, request_id: str = "", endpoint: str = "") -> Served:
-        """Queue one request (it must fit the KV cache: `fits`), received now."""
+    @property
+    def prefix_caching(self) -> bool:
+        """Whether the engine has a prefix cache (then `submit` wants each prompt's block hashes)."""
+        return self.engine.cache is not None
+
+    def submit(self, prompt_tokens: int, output_tokens: int, *, request_id: str = "", endpoint: str = "",
+               block_hashes: tuple[int, ...] = ()) -> Served:
+        """Queue one request (it must fit the KV cache: `fits`), received now. `block_hashes`: its prompt's
+        (`llmload.sim.prefix.request_block_hashes`), for the prefix cache."""
         self._ids += 1
         row = GroundTruthRow(request_id=request_id or f"virtual-{self._ids}", flavor=self.flavor,
                              endpoint=endpoint, received_at=self.clock.now(), input_tokens=prompt_tokens)
         served = Served(EngineSequence(seq_id=self._ids, prompt_tokens=prompt_tokens,
-                                       output_tokens=max(1, output_tokens)), row, max_tokens=max(1, output_tokens))
+                                       output_tokens=max(1, output_tokens), block_hashes=block_hashes),
+                        row, max_tokens=max(1, output_tokens))
         self.engine.add(served.seq)
         self._serving[served.seq.seq_id] = served
         self.loaded, self.expires_at = True, None
@@ -318,7 +335,12 @@ class EngineSender:
             record.error = (f"HTTP 503: The server is at capacity (max_num_queued_reqs={self.max_in_flight}): "
                             "too many requests in flight, please retry later.")
             return
-        served = self.server.submit(n_in, n_out, request_id=rid, endpoint=path)
+        hashes: tuple[int, ...] = ()
+        if self.server.prefix_caching:  # the blocks `llmload sim` hashes, from the body it would be sent
+            body = json.loads(request.body)
+            hashes = request_block_hashes(body, body.get("messages") if self.mix.chat else None, n_in,
+                                          self.server.engine.limits.block_size)
+        served = self.server.submit(n_in, n_out, request_id=rid, endpoint=path, block_hashes=hashes)
         try:
             served.done.wait()
         finally:
