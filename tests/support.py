@@ -221,3 +221,29 @@ def run_virtual_demo(folder: Path) -> dict[str, int]:
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         codes[name] = run_virtual(path, out=folder / name)
     return codes
+
+
+def make_mooncake():
+    """examples/traces/make_mooncake.py, loaded as a module (it is a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_mooncake", REPO / "examples/traces/make_mooncake.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mooncake_expected_hits(hashes: dict, rows: list[dict]) -> list[int]:
+    """512 tokens per leading hash id that an earlier admitted request already had (the trie of the
+    earlier prompts): what a Mooncake trace's hash_ids imply for each ground-truth row (`hashes`: its
+    request's hash_ids by request id; `rows` in admission order)."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for row in rows:
+        ids = hashes[row["request_id"]]
+        depth = 0
+        while depth < len(ids) and tuple(ids[:depth + 1]) in seen:
+            depth += 1
+        out.append(512 * depth)
+        seen.update(tuple(ids[:k]) for k in range(1, len(ids)))  # full blocks only (the last is cut)
+    return out

@@ -10,6 +10,8 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from support import make_mooncake as load_make_mooncake
+from support import mooncake_expected_hits
 
 from llmload.runtime.launcher.demo import demo_sim
 from llmload.runtime.virtual.run import GROUND_TRUTH, run_virtual
@@ -59,3 +61,30 @@ def test_a_shared_prefix_hits_exactly_the_planned_prefix_blocks(tmp_path, cachin
     hits = [s["value"] for s in telemetry if s["metric"] == "vllm:prefix_cache_hits_total"]
     assert hits[-1] == sum(r["cached_tokens"] for r in rows) == (sum(map(sum, cached.values())) if caching else 0)
     assert (hits[-1] > 0) == caching
+
+
+@pytest.mark.parametrize("unique", [False, True])
+def test_mooncake_hash_ids_hit_as_they_do_live(tmp_path, unique):
+    """The virtual twin of tests/sim/test_sim_mooncake.py: prompts built from a Mooncake trace's `hash_ids`
+    find the blocks the trace shares (within one block per request); with every hash id unique, none."""
+    make_mooncake = load_make_mooncake()
+    trace = make_mooncake.write_trace(tmp_path / "trace.jsonl",
+                                      make_mooncake.mooncake_rows(requests=20, rate=8.0, unique=unique))
+    config = {"target": {"url": CLOSED, "api": "openai-chat", "model": "m", "server": "vllm"},
+              "requests": {"seed": 3}, "slo": {"ttft_p95": "1s", "min_samples": 5},
+              "shape": {"trace": {"file": str(trace), "format": "mooncake", "drain_timeout": "30s"}}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    assert run_virtual(path, out=tmp_path / "run", report=False) in (0, 1)  # the demo's server: caching on
+    records = pd.read_parquet(tmp_path / "run" / "records.parquet")
+    order = list({json.dumps(r["hash_ids"]): r["hash_ids"]
+                  for r in map(json.loads, trace.read_text().splitlines())}.values())
+    hashes = dict(zip(records.sort_values("scheduled_at")["request_id"], order, strict=True))
+    rows = sorted((json.loads(line) for line in (tmp_path / "run" / GROUND_TRUTH).read_text().splitlines()),
+                  key=lambda r: r["admitted_at"])
+    assert len(rows) == 20 and all(r["outcome"] == "ok" for r in rows)
+    expected = mooncake_expected_hits(hashes, rows)
+    cached = [r["cached_tokens"] for r in rows]
+    assert (sum(expected) == 0) == unique
+    assert all(abs(c - e) <= BLOCK for c, e in zip(cached, expected, strict=True)), (cached, expected)
+    assert (sum(cached) > 0) != unique

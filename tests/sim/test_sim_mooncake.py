@@ -4,19 +4,17 @@ every hash id made unique finds none, and its TTFT p95 is higher (it computes ev
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pandas as pd
 import pytest
-from support import REPO, base_config, write_config
+from support import base_config, mooncake_expected_hits, write_config
+from support import make_mooncake as load_make_mooncake
 from test_sim_prefix_cache import FAST, metrics
 
 from llmload.cli import main
 
-_spec = importlib.util.spec_from_file_location("make_mooncake", REPO / "examples/traces/make_mooncake.py")
-make_mooncake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_mooncake)
+make_mooncake = load_make_mooncake()
 
 
 def _replay(sim_factory, tmp_path, *, unique: bool) -> tuple[dict, list[dict], dict, float]:
@@ -39,32 +37,17 @@ def _replay(sim_factory, tmp_path, *, unique: bool) -> tuple[dict, list[dict], d
     return hashes, rows, metrics(sim.url), steps[0]["ttft_p95_s"]
 
 
-def _expected_hits(hashes: dict, rows: list[dict]) -> list[int]:
-    """512 tokens per leading hash id that an earlier admitted request already had (the trie of the
-    earlier prompts): what the trace's hash_ids imply."""
-    seen: set[tuple[int, ...]] = set()
-    out = []
-    for row in rows:
-        ids = hashes[row["request_id"]]
-        depth = 0
-        while depth < len(ids) and tuple(ids[:depth + 1]) in seen:
-            depth += 1
-        out.append(512 * depth)
-        seen.update(tuple(ids[:k]) for k in range(1, len(ids)))  # full blocks only (the last is cut)
-    return out
-
-
 @pytest.mark.slow
 def test_shared_hash_ids_hit_the_cache_and_unique_ones_do_not(sim_factory, tmp_path):
     hashes, rows, m, shared_p95 = _replay(sim_factory, tmp_path, unique=False)
-    expected = _expected_hits(hashes, rows)
+    expected = mooncake_expected_hits(hashes, rows)
     cached = [r["cached_tokens"] for r in rows]
     assert sum(expected) > 0 and len(rows) == 20
     assert all(abs(c - e) <= 16 for c, e in zip(cached, expected, strict=True)), (cached, expected)
     assert m["vllm:prefix_cache_hits_total"] == sum(cached) > 0
 
     hashes_u, rows_u, m_u, unique_p95 = _replay(sim_factory, tmp_path, unique=True)
-    assert _expected_hits(hashes_u, rows_u) == [0] * len(rows_u)
+    assert mooncake_expected_hits(hashes_u, rows_u) == [0] * len(rows_u)
     assert m_u["vllm:prefix_cache_hits_total"] == 0 and all(r["cached_tokens"] == 0 for r in rows_u)
     print(f"TTFT p95: shared hash_ids {shared_p95 * 1000:.0f} ms, unique {unique_p95 * 1000:.0f} ms; "
           f"hits {m['vllm:prefix_cache_hits_total']:.0f} of {m['vllm:prefix_cache_queries_total']:.0f} queried")
