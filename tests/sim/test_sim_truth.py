@@ -89,7 +89,8 @@ def test_the_fast_path_gives_the_step_by_step_result_exactly(settings):
 @pytest.mark.parametrize("flavor", ["vllm", "sglang", "ollama", "llamacpp"])
 def test_the_live_sim_builds_the_engine_virtual_time_builds(flavor, tmp_path):
     """`llmload sim` and `engine_limits` give the engine the same limits, a cost per batch size included (the
-    prefix cache aside: virtual time's requests share no prompt blocks)."""
+    prefix cache aside, unless asked for: `run_virtual`'s requests are sizes, without prompt blocks; a virtual
+    `llmload run` hashes its prompts and asks for it)."""
     import dataclasses
 
     from llmload.sim.groundtruth import GroundTruthWriter
@@ -102,3 +103,7 @@ def test_the_live_sim_builds_the_engine_virtual_time_builds(flavor, tmp_path):
     live = server.engine.limits
     assert live.decode_step_s == pytest.approx((0.028, 0.054, 0.086, 0.072))
     assert dataclasses.replace(live, enable_prefix_caching=False) == engine_limits(settings, flavor)
+    assert live == engine_limits(settings, flavor, prefix_caching=True)
+    assert live.enable_prefix_caching == (flavor == "vllm")
+    off = settings.model_copy(update={"enable_prefix_caching": False})
+    assert not engine_limits(off, flavor, prefix_caching=True).enable_prefix_caching
