@@ -13,6 +13,7 @@ received is written to OUT (JSON list), so a test can check what the master gave
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,10 +55,18 @@ def forge(host: str, port: int, stop: Path, out: Path, proof: str | None, client
                                       "user_classes_count": {}}, client_id))
         client.send(Message(RESULTS, {"worker": "9", "rows": [pack_record(forged)], "cpu": 0.0}, client_id))
         gevent.sleep(0.5)
-        out.write_text(json.dumps(received))
+        write_atomically(out, received)
     listener.kill()
-    out.write_text(json.dumps(received))
+    write_atomically(out, received)
     client.close()
+
+
+def write_atomically(out: Path, received: list[str]) -> None:
+    """OUT whole or not at all: the test kills this process once its stop file is there, and a kill in the
+    middle of a plain write left OUT empty (a CI-like run beside two CPU hogs read '' as JSON)."""
+    part = out.with_name(out.name + ".part")
+    part.write_text(json.dumps(received))
+    os.replace(part, out)
 
 
 if __name__ == "__main__":
