@@ -22,7 +22,6 @@ import json
 import math
 import threading
 from collections.abc import Iterable
-from json.encoder import encode_basestring_ascii as _quote  # json.dumps' own, for ensure_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -112,7 +111,8 @@ class TelemetrySink:
                     if self._last.get(key) == value:
                         continue
                     self._last[key] = value
-                out.append(_line(t, p.source, p.metric, value, step, p.labels))
+                out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
+                                       "step": step, "labels": p.labels}, separators=(",", ":")))
             if out and self.stopped_at is None and not self._file.closed:
                 free = free_bytes(self.path.parent)
                 if free is not None and free < self.reserve_bytes:
@@ -154,18 +154,6 @@ class TelemetrySink:
                     from llmload.diskfull import warn_unwritable
 
                     warn_unwritable(self.path, exc, "the last telemetry lines are lost")
-
-
-def _line(t: float, source: str, metric: str, value: float, step: str | None, labels: str | None) -> str:
-    """`json.dumps` of the line's object with `separators=(",", ":")`, byte for byte, written out for the usual
-    types (a finite float time and value, text or None): one call per sample was the sink's cost."""
-    if (type(t) is float and math.isfinite(t) and type(source) is str and type(metric) is str
-            and (step is None or type(step) is str) and (labels is None or type(labels) is str)):
-        return (f'{{"t":{float.__repr__(t)},"source":{_quote(source)},"metric":{_quote(metric)},'
-                f'"value":{float.__repr__(value)},"step":{"null" if step is None else _quote(step)},'
-                f'"labels":{"null" if labels is None else _quote(labels)}}}')
-    return json.dumps({"t": t, "source": source, "metric": metric, "value": value, "step": step, "labels": labels},
-                      separators=(",", ":"))
 
 
 def _valid(row: object) -> bool:
