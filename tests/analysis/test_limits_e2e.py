@@ -85,11 +85,29 @@ def _check_few_batch_slots(steps, run_dir, truth_rows, preemptions_scraped):
     received = np.array([r["received_at"] for r in truth])
     running = time_average(admitted, finished, np.array([ws, we]))[0]
     waiting = time_average(received, admitted, np.array([ws, we]))[0]
-    assert ev["running_mean"] == pytest.approx(running, abs=0.3) and running == pytest.approx(2.0, abs=0.3)
+    assert running == pytest.approx(2.0, abs=0.3)
+    # the scraped gauge against the gauge the sim set (from its log), not against the log's time-average: the
+    # gauge is the batch after the last step, so a slot freed in one step reads empty until the next step ends
+    # (vLLM's SchedulerStats alike); here that is ~1/8 of the time (1.86). A CI run compared with the log's
+    # 2.00 read 1.688: 5 of 16 scrapes in such a gap (the fixed-length requests free slots periodically, and
+    # the 250 ms scrapes alias with that period: 1.75 to 2.00 in runs beside CPU hogs)
+    assert ev["running_mean"] == pytest.approx(_running_gauge_mean(truth, ws, we), abs=0.3)
     assert ev["waiting_mean"] == pytest.approx(waiting, rel=0.25, abs=1.0) and waiting > 1.0
     step_truth = [r for r in truth if high["window_start"] - 1.5 <= r["received_at"] < high["window_end"] + 1]
     assert ev["server_queue_mean_s"] == pytest.approx(np.mean([r["queue_s"] for r in step_truth]), rel=0.35)
     assert preemptions_scraped == 0
+
+
+def _running_gauge_mean(truth, ws, we):
+    """Time-average over [ws, we) of the running gauge the sim set, rebuilt from its log: after each engine
+    step (its end is a `planned_times` entry) the gauge is the count of requests admitted before that end
+    whose last token comes later."""
+    ends = np.unique(np.concatenate([r["planned_times"] for r in truth if r.get("planned_times")]))
+    admitted = np.array([r["admitted_at"] for r in truth if r.get("planned_times")])
+    last = np.array([r["planned_times"][-1] for r in truth if r.get("planned_times")])
+    gauge = ((admitted[None, :] < ends[:, None]) & (last[None, :] > ends[:, None])).sum(axis=1)
+    edges = np.clip(np.append(ends, np.inf), ws, we)
+    return float(np.sum(gauge * np.diff(edges)) / (we - ws))
 
 
 FEW_SLOTS = {"max_num_seqs": 2, "step_base_s": "20ms"}
