@@ -147,14 +147,22 @@ def find(
     report: Annotated[bool, typer.Option(
         help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
              "`llmload report RUN_DIR` draws the report later).")] = True,
+    virtual: Annotated[bool, typer.Option(
+        help="Rehearse the whole search in seconds against the simulated server in virtual time (a "
+             "SIMULATION: the URL is never contacted).")] = False,
+    sim: Annotated[Optional[Path], typer.Option(
+        help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the "
+             "server (default: the demo's server).")] = None,
 ) -> None:
     """Find the knee from a URL and targets alone: a short probe of the server's range, then steps placed
     across it and a knee search, within --budget (`shape: auto`; docs/FIND.md)."""
+    if sim is not None and not virtual:
+        raise typer.Exit(_sim_without_virtual())
     from llmload.runtime.launcher.find import run_find
 
     raise typer.Exit(run_find(url, slo, model=model, api=api, input_tokens=input_tokens,
                               output_tokens=output_tokens, budget=budget, precision=precision, output=output,
-                              seed=seed, out=out, report=report))
+                              seed=seed, out=out, report=report, virtual=virtual, sim_path=sim))
 
 
 @app.command()

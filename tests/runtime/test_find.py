@@ -127,3 +127,40 @@ def test_find_runs_the_probe_placement_and_search_into_one_run_directory(tmp_pat
     # no --model: the first model the server lists (the sim lists one)
     assert f"llmload find: sim-model at {sim.url}," in done.stdout, done.stdout[-2000:]
     assert list(tmp_path.glob("runs/find-*.yaml")) or list(Path(tmp_path).glob("**/find-*.yaml"))
+
+
+def test_find_virtual_runs_the_same_search_against_the_sim_without_contacting_the_url(tmp_path, capsys):
+    """`--virtual --sim`: the whole search in this process against FAST_SIM's engine in virtual time; the URL is
+    a port nothing listens on (a live find would stop there: exit 2, "is unreachable"), the model is `sim-model`,
+    and the run directory holds what the live run's test above asks of it, marked a simulation."""
+    import yaml
+
+    from llmload.runtime.launcher.find import run_find
+
+    sim_yaml = tmp_path / "sim.yaml"
+    sim_yaml.write_text(yaml.safe_dump(FAST_SIM))
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    code = run_find(url, ["ttft_p95=500ms", "tpot_p95=19ms"], input_tokens=64, output_tokens=32, budget="4m",
+                    output=tmp_path / "runs", out=tmp_path / "run", report=False, virtual=True, sim_path=sim_yaml)
+    out = capsys.readouterr().out
+    assert code in (0, 1), out[-2000:]
+    run = tmp_path / "run"
+    plan = json.loads((run / "plan.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    phases = [s["phase"] for s in plan["steps"]]
+    assert phases[0] == "probe" and phases.count("probe") >= 2 and "ladder" in phases and "refine" in phases
+    assert plan["search"]["auto"]["range"]["saturation_rps"] > 5
+    assert summary["simulation"]["server"] == str(sim_yaml) and summary["warnings"][0].startswith("SIMULATION:")
+    assert summary["knee"]["rate"] is not None and not (run / "report.html").exists()
+    assert f"llmload find: sim-model at {url}," in out and "llmload: SIMULATION summary" in out
+    written = yaml.safe_load(next((tmp_path / "runs").glob("find-*.yaml")).read_text())
+    assert written["target"] == {"url": url, "api": "openai-chat", "model": "sim-model"}
+
+
+def test_find_sim_without_virtual_is_refused():
+    from typer.testing import CliRunner
+
+    from llmload.cli import app
+
+    result = CliRunner().invoke(app, ["find", "http://127.0.0.1:9", "--slo", "ttft_p95=1s", "--sim", "x.yaml"])
+    assert result.exit_code == 2 and "--sim goes with --virtual" in result.output

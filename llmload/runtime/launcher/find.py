@@ -21,8 +21,10 @@ from typing import Any
 
 from llmload.errors import ConfigError, LLMLoadError
 
-__all__ = ["REACH_TIMEOUT_S", "find_config", "parse_slo_flags", "run_find", "served_model"]
+__all__ = ["REACH_TIMEOUT_S", "VIRTUAL_MODEL", "find_config", "parse_slo_flags", "run_find", "served_model"]
 
+#: the model a virtual find names when `--model` is not given (the simulated server serves any name)
+VIRTUAL_MODEL = "sim-model"
 #: seconds the server has to answer `GET /v1/models` (or `/api/tags`) before `find` gives up
 REACH_TIMEOUT_S = 5.0
 #: the smallest number of completions a step is judged on (the windows are sized for a judgement;
@@ -94,13 +96,15 @@ def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S) -> str | No
 
 def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: str = "openai-chat",
              input_tokens: int = 256, output_tokens: int = 128, budget: str = "8m", precision: float = 0.05,
-             output: Path = Path("runs"), seed: int = 1, out: Path | None = None, report: bool = True) -> int:
+             output: Path = Path("runs"), seed: int = 1, out: Path | None = None, report: bool = True,
+             virtual: bool = False, sim_path: Path | None = None) -> int:
     """Build the `shape: auto` config, check it and the target, run it (`run_config`); the exit code.
-    `report` False: no report.html, as `llmload run --no-report`."""
+    `report` False: no report.html, as `llmload run --no-report`. `virtual`: the run in virtual time
+    against the simulated server of `sim_path` (`llmload run --virtual --sim`); the URL is not contacted,
+    and the model is `--model` or `VIRTUAL_MODEL`."""
     import yaml
 
     from llmload.config import parse_config
-    from llmload.runtime.launcher.run import run_config
 
     output_dir = Path(output).expanduser().resolve()
     try:
@@ -109,7 +113,10 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
                            output_tokens=output_tokens, budget=budget, precision=precision,
                            output=str(output_dir), seed=seed)
         config = parse_config(data, file="llmload find")
-        if model is None:
+        if virtual:
+            model = model or VIRTUAL_MODEL
+            data["target"]["model"] = model
+        elif model is None:
             model = served_model(config)
             if model is None:
                 raise ConfigError(f"{url} lists no model: name one with --model", key="--model")
@@ -127,4 +134,10 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
         return 2
     print(f"llmload find: {model} at {url}, targets {', '.join(f'{k}={v}' for k, v in slo.items())}; "
           f"budget {budget} (config: {path})", flush=True)
+    if virtual:
+        from llmload.runtime.virtual.run import run_virtual
+
+        return run_virtual(path, out=out, sim_path=sim_path, report=report)
+    from llmload.runtime.launcher.run import run_config
+
     return run_config(path, out=out, report=report)
