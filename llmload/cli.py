@@ -160,9 +160,16 @@ def find(
         raise typer.Exit(_sim_without_virtual())
     from llmload.runtime.launcher.find import run_find
 
+    rehearse = None
+    if virtual:
+        from llmload.runtime.virtual.run import run_virtual
+
+        def rehearse(path: Path) -> int:
+            return run_virtual(path, out=out, sim_path=sim, report=report)
+
     raise typer.Exit(run_find(url, slo, model=model, api=api, input_tokens=input_tokens,
                               output_tokens=output_tokens, budget=budget, precision=precision, output=output,
-                              seed=seed, out=out, report=report, virtual=virtual, sim_path=sim))
+                              seed=seed, out=out, report=report, virtual=rehearse))
 
 
 @app.command()

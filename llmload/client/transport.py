@@ -145,19 +145,26 @@ class SocketTiming:
 
 class IdleTimer:
     """One request's idle timeout: a libev timer that throws `TimeoutError` into the greenlet that
-    made it unless `touch()`ed within `seconds` (made and touched by that greenlet; `close()` at the end)."""
+    made it unless `touch()`ed within `seconds` (made and touched by that greenlet; `close()` at the end).
+    It throws once: firing stops it (a greenlet that went on without `close()` is not thrown at again
+    every `seconds`; a later `touch()` restarts it)."""
 
-    __slots__ = ("seconds", "_timer", "_throw", "_exc")
+    __slots__ = ("seconds", "_timer", "_throw", "_fire_cb", "_exc")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._timer = gevent.get_hub().loop.timer(seconds, seconds)
         self._throw = gevent.getcurrent().throw
+        self._fire_cb = self._fire
         self._exc = TimeoutError("timed out")
+
+    def _fire(self) -> None:
+        self._timer.stop()
+        self._throw(self._exc)
 
     def touch(self) -> None:
         """(Re)start: the next `seconds` may pass in silence."""
-        self._timer.again(self._throw, self._exc)
+        self._timer.again(self._fire_cb)
 
     def close(self) -> None:
         self._timer.stop()

@@ -47,22 +47,28 @@ def test_every_read_yields_to_the_hub_while_bytes_keep_coming() -> None:
     with hostile_server("endless_line") as server:
         transport = Transport([server.url], concurrency=1)
         idle = IdleTimer(10.0)
-        body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
-        resp = transport.post(server.url, "/v1/chat/completions", body, {"Content-Type": "application/json"},
-                              SocketTiming(), idle)
-        gevent.sleep(0.2)  # let the server fill the socket buffers: every read below finds bytes waiting
-        other = gevent.spawn(ticker)
-        gevent.sleep(0)
-        resp.read_some()  # what came with the headers (no socket read)
-        without_a_switch = 0
-        for _ in range(200):
-            before = ticks
-            assert resp.read_some()
-            without_a_switch += ticks == before
-        other.kill()
-        idle.close()
-        resp.release()
-        transport.close()
+        other = resp = None
+        try:  # closed whatever happens: a timer or a ticker left behind breaks the worker's later tests
+            body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+            resp = transport.post(server.url, "/v1/chat/completions", body, {"Content-Type": "application/json"},
+                                  SocketTiming(), idle)
+            gevent.sleep(0.2)  # let the server fill the socket buffers: every read below finds bytes waiting
+            other = gevent.spawn(ticker)
+            gevent.sleep(0)
+            resp.read_some()  # what came with the headers (no socket read)
+            without_a_switch = 0
+            for _ in range(200):
+                before = ticks
+                idle.touch()  # as the client does on each line: 200 reads on a loaded machine may take 10 s
+                assert resp.read_some()
+                without_a_switch += ticks == before
+        finally:
+            if other is not None:
+                other.kill()
+            idle.close()
+            if resp is not None:
+                resp.release()
+            transport.close()
     assert without_a_switch == 0
 
 

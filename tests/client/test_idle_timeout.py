@@ -58,3 +58,30 @@ def test_silence_between_events_is_an_idle_timeout_with_the_times_seen() -> None
         server.stop()
     assert rec.outcome == "timeout" and rec.error.startswith("idle timeout"), rec.error
     assert len(rec.token_times) == 1 and 0.25 < ended - rec.token_times[0] < 0.75  # the timer, not the server
+
+
+def test_a_fired_timer_throws_once_and_a_touch_restarts_it() -> None:
+    """Fired, the timer stops: a greenlet that caught its TimeoutError and went on without `close()` is not
+    thrown at again every `seconds` (it was: a test that failed mid-read left one behind, and its worker's next
+    ten tests failed with `TimeoutError: timed out`). A `touch()` after the throw arms it again."""
+    from llmload.client.transport import IdleTimer
+
+    def caught(wait_s: float) -> int:
+        throws, until = 0, now() + wait_s
+        while now() < until:
+            try:
+                gevent.sleep(until - now())
+            except TimeoutError:
+                throws += 1
+        return throws
+
+    def body() -> tuple[int, int]:
+        idle = IdleTimer(0.05)
+        idle.touch()
+        first = caught(0.4)  # 8 periods: one throw
+        idle.touch()
+        second = caught(0.3)
+        idle.close()
+        return first, second
+
+    assert gevent.spawn(body).get(timeout=10) == (1, 1)

@@ -129,21 +129,24 @@ def test_find_runs_the_probe_placement_and_search_into_one_run_directory(tmp_pat
     assert list(tmp_path.glob("runs/find-*.yaml")) or list(Path(tmp_path).glob("**/find-*.yaml"))
 
 
-def test_find_virtual_runs_the_same_search_against_the_sim_without_contacting_the_url(tmp_path, capsys):
-    """`--virtual --sim`: the whole search in this process against FAST_SIM's engine in virtual time; the URL is
+def test_find_virtual_runs_the_same_search_against_the_sim_without_contacting_the_url(tmp_path):
+    """`find --virtual --sim`: the whole search in this process against FAST_SIM's engine in virtual time; the URL is
     a port nothing listens on (a live find would stop there: exit 2, "is unreachable"), the model is `sim-model`,
     and the run directory holds what the live run's test above asks of it, marked a simulation."""
     import yaml
+    from typer.testing import CliRunner
 
-    from llmload.runtime.launcher.find import run_find
+    from llmload.cli import app
 
     sim_yaml = tmp_path / "sim.yaml"
     sim_yaml.write_text(yaml.safe_dump(FAST_SIM))
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    code = run_find(url, ["ttft_p95=500ms", "tpot_p95=19ms"], input_tokens=64, output_tokens=32, budget="4m",
-                    output=tmp_path / "runs", out=tmp_path / "run", report=False, virtual=True, sim_path=sim_yaml)
-    out = capsys.readouterr().out
-    assert code in (0, 1), out[-2000:]
+    result = CliRunner().invoke(app, ["find", url, "--slo", "ttft_p95=500ms", "--slo", "tpot_p95=19ms",
+                                      "--input-tokens", "64", "--output-tokens", "32", "--budget", "4m",
+                                      "--output", str(tmp_path / "runs"), "--out", str(tmp_path / "run"),
+                                      "--no-report", "--virtual", "--sim", str(sim_yaml)])
+    out = result.output
+    assert result.exit_code in (0, 1), out[-2000:]
     run = tmp_path / "run"
     plan = json.loads((run / "plan.json").read_text())
     summary = json.loads((run / "summary.json").read_text())

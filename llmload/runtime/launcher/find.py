@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,11 @@ def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S) -> str | No
 def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: str = "openai-chat",
              input_tokens: int = 256, output_tokens: int = 128, budget: str = "8m", precision: float = 0.05,
              output: Path = Path("runs"), seed: int = 1, out: Path | None = None, report: bool = True,
-             virtual: bool = False, sim_path: Path | None = None) -> int:
+             virtual: Callable[[Path], int] | None = None) -> int:
     """Build the `shape: auto` config, check it and the target, run it (`run_config`); the exit code.
-    `report` False: no report.html, as `llmload run --no-report`. `virtual`: the run in virtual time
-    against the simulated server of `sim_path` (`llmload run --virtual --sim`); the URL is not contacted,
-    and the model is `--model` or `VIRTUAL_MODEL`."""
+    `report` False: no report.html, as `llmload run --no-report`. `virtual`: runs the written config in
+    virtual time instead (the CLI's `llmload run --virtual` call: this room does not load the virtual
+    runtime); the URL is not contacted, and the model is `--model` or `VIRTUAL_MODEL`."""
     import yaml
 
     from llmload.config import parse_config
@@ -113,7 +114,7 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
                            output_tokens=output_tokens, budget=budget, precision=precision,
                            output=str(output_dir), seed=seed)
         config = parse_config(data, file="llmload find")
-        if virtual:
+        if virtual is not None:
             model = model or VIRTUAL_MODEL
             data["target"]["model"] = model
         elif model is None:
@@ -134,10 +135,8 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
         return 2
     print(f"llmload find: {model} at {url}, targets {', '.join(f'{k}={v}' for k, v in slo.items())}; "
           f"budget {budget} (config: {path})", flush=True)
-    if virtual:
-        from llmload.runtime.virtual.run import run_virtual
-
-        return run_virtual(path, out=out, sim_path=sim_path, report=report)
+    if virtual is not None:
+        return virtual(path)
     from llmload.runtime.launcher.run import run_config
 
     return run_config(path, out=out, report=report)
