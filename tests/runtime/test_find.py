@@ -77,6 +77,40 @@ def test_mistakes_answer_in_one_line_with_exit_2_within_seconds(tmp_path, capsys
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*-auto"))
 
 
+def test_a_model_the_server_does_not_list_is_one_line_naming_the_flag(tmp_path, capsys):
+    """`--model` against a vLLM-like model list without it: exit 2 before any load and before the config is
+    written, the line names `--model` and what the server serves (the run's pre-flight would say
+    `target.model`, which a find user never wrote)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from llmload.runtime.launcher.find import run_find
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = json.dumps({"object": "list", "data": [{"id": "served-a", "owned_by": "vllm"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code = run_find(url, ["ttft_p95=1s"], model="wrong-model", output=tmp_path / "runs")
+    finally:
+        server.shutdown()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "does not serve model 'wrong-model'; it serves served-a: give --model one of them" in lines[0]
+    assert not list((tmp_path / "runs").glob("*"))
+
+
 @pytest.mark.parametrize(("flags", "report"), [([], True), (["--no-report"], False)])
 def test_no_report_reaches_the_run_as_it_does_for_run(monkeypatch, flags, report):
     from typer.testing import CliRunner

@@ -9,7 +9,8 @@ parent as it is run (`find-<UTC time>.yaml`), so the run can be repeated with `l
 
 Mistakes answer with one line and exit code 2 within seconds, before any load: an `--slo` whose name is
 not an SLO key, a latency target without a unit (`800` is not `800ms`), a URL that does not answer HTTP
-within `REACH_TIMEOUT_S`, a server that lists no model when `--model` is not given.
+within `REACH_TIMEOUT_S`, a server that lists no model when `--model` is not given, a `--model` the server
+does not list (a server that serves any name, as llama.cpp's, takes any).
 """
 
 from __future__ import annotations
@@ -80,15 +81,21 @@ def find_config(url: str, slo: dict[str, Any], *, model: str, api: str = "openai
             "output": output}
 
 
-def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
+def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S, given: bool = False) -> str | None:
     """The first model the target lists (None when it lists none). A target that does not answer
-    HTTP within `timeout_s`: ConfigError (exit 2: the URL is the user's to fix)."""
-    from llmload.runtime.master.preflight import PreflightFailed, check_reachable
+    HTTP within `timeout_s`: ConfigError (exit 2: the URL is the user's to fix). `given`: the config's
+    model came from `--model`; a server that lists its models without it is a ConfigError naming the
+    flag (the run's pre-flight would refuse it the same way, naming `target.model`)."""
+    from llmload.runtime.master.preflight import PreflightFailed, check_reachable, served_model_check
 
     try:
         found = check_reachable(config, timeout_s=timeout_s)
     except PreflightFailed as exc:
         raise ConfigError(str(exc), key="URL") from None
+    if given:
+        refusal, _ = served_model_check(config, found)
+        if refusal:
+            raise ConfigError(refusal.replace("set target.model to", "give --model"), key="--model")
     for info in found.values():
         if info["models"]:
             return str(info["models"][0])
@@ -123,7 +130,7 @@ def run_find(url: str, slo_flags: list[str], *, model: str | None = None, api: s
                 raise ConfigError(f"{url} lists no model: name one with --model", key="--model")
             data["target"]["model"] = model
         else:
-            served_model(config)  # the URL answers (its list may omit the name: llama.cpp serves any)
+            served_model(config, given=True)  # the URL answers and serves it (llama.cpp serves any name)
         output_dir.mkdir(parents=True, exist_ok=True)
         path = output_dir / f"find-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
