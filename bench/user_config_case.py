@@ -1,7 +1,8 @@
 """A config a user writes for a slow server (issue 41), against a sim whose true knee is known, in virtual time.
 
     PYTHONPATH=. python bench/user_config_case.py [--seeds 20] [--first-seed 1] [--min-samples N]
-        [--refine-duration 90s] [--truth-arrivals 30000] [--out bench/results/user_config_case.json]
+        [--refine-duration 90s] [--truth-arrivals 30000] [--control-variate [poisson|exact]]
+        [--out bench/results/user_config_case.json]
 
 A ladder of 1, 2, 3, 4, 5 req/s of 30 s steps, `slo: {ttft_p95: 800ms, tpot_p95: 100ms}`, a 6 minute refine
 budget, no `min_samples` unless given; the sim: 6 slots, 30 ms + 1.2 ms per sequence per step, 64-in / 32-out
@@ -54,6 +55,9 @@ def main() -> None:
     ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
     ap.add_argument("--truth-arrivals", type=int, default=30_000,
                     help="arrivals per rate of the true knee's steady state (fewer: a rougher truth, e.g. the smoke test)")
+    ap.add_argument("--control-variate", nargs="?", const="poisson", choices=("poisson", "exact"), default=None,
+                    help="the knee from TTFT shares read with an arrival-only control variate, its replays "
+                         "`poisson` (default) or `exact` (bench/_share_control_variate.py, an experiment)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
     args = ap.parse_args()
     before = machine()
@@ -62,9 +66,16 @@ def main() -> None:
     t = float(truth["rate"] if isinstance(truth, dict) else truth)
     print(f"true knee {t:.3f} req/s")
     errors, held, runs = [], 0, []
+    options = {}
+    if args.control_variate:
+        import _share_control_variate
+
+        _share_control_variate.install()
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        found = virtual_search(user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration),
-                               SIM, SIZES)
+        config = user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration)
+        if args.control_variate:
+            options["estimate"] = _share_control_variate.estimate(config.slo, replay=args.control_variate)
+        found = virtual_search(config, SIM, SIZES, **options)
         k = found.knee
         ok = (k is not None and k.rate is not None and (k.low is None or k.low <= t)
               and (k.high is None or t <= k.high))
@@ -80,6 +91,7 @@ def main() -> None:
         print(f"answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
               f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
     write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
+                 control_variate=args.control_variate,
                  runs=runs, held=held,
                  median_error=statistics.median(errors) if errors else None,
                  worst_error=max(errors) if errors else None)
