@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--first-seed 1] [--configs demo,tpot] [--compress 4]
         [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick] [--virtual]
+        [--control-variate [poisson|exact]]
 
 For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
 `llmload sim`, and the knee it writes (summary.json `knee`: rate, interval, binding target) against the
@@ -190,8 +191,10 @@ def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool, budge
             "wall_s": round(wall_s, 1)}
 
 
-def virtual_searches(name: str, seeds: range, true_rate: float) -> dict:
-    """The configuration's searches in virtual time (`llmload.sim.virtual_search`), scored."""
+def virtual_searches(name: str, seeds: range, true_rate: float, *, control_variate: str | None = None) -> dict:
+    """The configuration's searches in virtual time (`llmload.sim.virtual_search`), scored. `control_variate`:
+    the knee from TTFT shares read with an arrival-only control variate, its replays `poisson` or `exact`
+    (bench/_share_control_variate.py, an experiment)."""
     from llmload.config import parse_config
     from llmload.sim.virtual_search import knee_accuracy
 
@@ -203,8 +206,15 @@ def virtual_searches(name: str, seeds: range, true_rate: float) -> dict:
             return run_config(name, "http://127.0.0.1:9", seed, 1.0, quick=False)
     if c.get("auto"):
         from llmload.sim.virtual_auto import auto_accuracy as knee_accuracy  # noqa: F811 (the auto run's)
+    options = {}
+    if control_variate is not None:
+        import _share_control_variate
+
+        _share_control_variate.install()
+        slo = parse_config(config_of(seeds[0])).slo
+        options["estimate"] = _share_control_variate.estimate(slo, replay=control_variate)
     found = knee_accuracy(lambda seed: parse_config(config_of(seed)), c["sim"], (c["input"], c["output"]),
-                          true_rate, seeds)
+                          true_rate, seeds, **options)
     runs = [{**r, "wall_s": round(r["run_s"], 1)} for r in found.pop("runs")]
     return {"runs": runs, "score": score(runs, true_rate), "virtual": found}
 
@@ -244,6 +254,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="compute the configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
+    ap.add_argument("--control-variate", nargs="?", const="poisson", choices=("poisson", "exact"), default=None,
+                    help="with --virtual: the knee from TTFT shares read with an arrival-only control variate, its "
+                         "replays `poisson` (default) or `exact` (bench/_share_control_variate.py, an experiment)")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
     if "demo-itself" in names and not args.virtual:
@@ -255,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         if args.virtual:
-            found = virtual_searches(name, seeds, true["rate"])
+            found = virtual_searches(name, seeds, true["rate"], control_variate=args.control_variate)
             results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
                              "config": CONFIGS[name]}
             print(f"  {name} (virtual time): {found['score']}", flush=True)

@@ -1,7 +1,9 @@
 """A config a user writes for a slow server (issue 41), against a sim whose true knee is known, in virtual time.
 
     PYTHONPATH=. python bench/user_config_case.py [--seeds 20] [--first-seed 1] [--min-samples N]
-        [--refine-duration 90s] [--truth-arrivals 30000] [--out bench/results/user_config_case.json]
+        [--refine-duration 90s] [--truth-arrivals 30000] [--control-variate [poisson|exact]]
+        [--outputs fixed|uniform|exponential]
+        [--out bench/results/user_config_case.json]
 
 A ladder of 1, 2, 3, 4, 5 req/s of 30 s steps, `slo: {ttft_p95: 800ms, tpot_p95: 100ms}`, a 6 minute refine
 budget, no `min_samples` unless given; the sim: 6 slots, 30 ms + 1.2 ms per sequence per step, 64-in / 32-out
@@ -17,17 +19,31 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 from _common import machine, write_result
 
 from analysis.knee import knee_sentence
 from llmload.config import SLO, Config
 from llmload.sim.settings import SimSettings
-from llmload.sim.truth import true_knee
+from llmload.sim.truth import RequestSizes, true_knee
 from llmload.sim.virtual_search import step_table, virtual_search
 
 SIM = {"max_num_seqs": 6, "step_base_s": "30ms", "decode_cost_s": "1.2ms", "prefill_cost_s": "0.1ms"}
 SIZES = (64, 32)
 TARGETS = {"ttft_p95": "800ms", "tpot_p95": "100ms"}
+
+
+def output_sizes(kind: str) -> RequestSizes:
+    """The sim's request sizes: 64 in, and 32 out (`fixed`), uniform on 8-56 or exponential with mean 32
+    (at least 1): a server whose requests take different times (the truth is measured with the same)."""
+    if kind == "fixed":
+        return SIZES
+
+    def draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        out = rng.integers(8, 57, n) if kind == "uniform" else np.maximum(1, np.round(rng.exponential(32.0, n)))
+        return np.full(n, SIZES[0]), out.astype(int)
+
+    return draw
 
 
 def user_config(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> Config:
@@ -54,17 +70,30 @@ def main() -> None:
     ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
     ap.add_argument("--truth-arrivals", type=int, default=30_000,
                     help="arrivals per rate of the true knee's steady state (fewer: a rougher truth, e.g. the smoke test)")
+    ap.add_argument("--control-variate", nargs="?", const="poisson", choices=("poisson", "exact"), default=None,
+                    help="the knee from TTFT shares read with an arrival-only control variate, its replays "
+                         "`poisson` (default) or `exact` (bench/_share_control_variate.py, an experiment)")
+    ap.add_argument("--outputs", choices=("fixed", "uniform", "exponential"), default="fixed",
+                    help="output lengths the sim's requests draw (default: 32 each, as the config writes)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
     args = ap.parse_args()
     before = machine()
-    truth = true_knee(SimSettings.model_validate(SIM), SIZES, SLO(ttft_p95=0.8, tpot_p95=0.1), lo=1, hi=8,
+    sizes = output_sizes(args.outputs)
+    truth = true_knee(SimSettings.model_validate(SIM), sizes, SLO(ttft_p95=0.8, tpot_p95=0.1), lo=1, hi=8,
                       tol=0.005, arrivals=args.truth_arrivals, seeds=(1,))
     t = float(truth["rate"] if isinstance(truth, dict) else truth)
     print(f"true knee {t:.3f} req/s")
     errors, held, runs = [], 0, []
+    options = {}
+    if args.control_variate:
+        import _share_control_variate
+
+        _share_control_variate.install()
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        found = virtual_search(user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration),
-                               SIM, SIZES)
+        config = user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration)
+        if args.control_variate:
+            options["estimate"] = _share_control_variate.estimate(config.slo, replay=args.control_variate)
+        found = virtual_search(config, SIM, sizes, **options)
         k = found.knee
         ok = (k is not None and k.rate is not None and (k.low is None or k.low <= t)
               and (k.high is None or t <= k.high))
@@ -80,6 +109,7 @@ def main() -> None:
         print(f"answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
               f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
     write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
+                 control_variate=args.control_variate, outputs=args.outputs,
                  runs=runs, held=held,
                  median_error=statistics.median(errors) if errors else None,
                  worst_error=max(errors) if errors else None)
