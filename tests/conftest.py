@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO, SimServer, free_port, start_sim, stop_process, wait_http
+from support import (
+    REPO,
+    TRUTH_STEP_SECRET,
+    SimServer,
+    TruthStepRun,
+    free_port,
+    start_sim,
+    stop_process,
+    truth_step_config,
+    wait_http,
+    write_config,
+)
 
 # re-exported for modules that import them from here; prefer `from support import ...`
-__all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim", "stop_process", "unrendered_plots",
-           "vllm_sim", "wait_http"]
+__all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim",
+           "stop_process", "truth_step_run", "unrendered_plots", "vllm_sim", "wait_http"]
 
 # A suite started with SIGINT ignored (`nohup`, or a background job of a non-interactive shell) would pass
 # that on to every process it starts, and the tests that stop a command with Ctrl-C would see it ignored.
@@ -152,3 +165,25 @@ def unrendered_plots(monkeypatch) -> None:
 @pytest.fixture
 def vllm_sim(sim_factory) -> SimServer:
     return sim_factory(flavor="vllm")
+
+
+@pytest.fixture(scope="session")
+def truth_step_run(tmp_path_factory) -> Iterator[TruthStepRun]:
+    """One `support.truth_step_config` step through Locust against a vLLM sim, the target's key read from
+    an environment variable, no report.html: the run that tests/runtime/test_runs.py (the client's times
+    and the key) and tests/analysis/test_sim_ground_truth.py (the step's numbers) check against the sim's
+    log. One run for both (they ran the same step each: 9 s of a quiet worker); its tests share a worker."""
+    from llmload.runtime.launcher.run import locust_command
+
+    tmp = tmp_path_factory.mktemp("truth-step")
+    sim = start_sim(tmp, flavor="vllm")
+    try:
+        config = truth_step_config(sim.url)
+        config["target"]["api_key_env"] = "LLMLOAD_TEST_KEY"
+        run_dir = tmp / "run"
+        done = subprocess.run(locust_command(write_config(tmp, config), run_dir, report=False), capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "LLMLOAD_TEST_KEY": TRUTH_STEP_SECRET})
+        yield TruthStepRun(sim=sim, run_dir=run_dir, returncode=done.returncode,
+                           output=(done.stdout + done.stderr)[-3000:])
+    finally:
+        stop_process(sim.proc)

@@ -129,6 +129,21 @@ def base_config(url: str, shape: dict, **sections: dict) -> dict:
     return config
 
 
+@dataclass
+class TruthStepRun:
+    """tests/conftest.py's shared truth step (`truth_step_run`): its sim, run directory, exit code and output."""
+
+    sim: SimServer
+    run_dir: Path
+    returncode: int
+    output: str
+
+
+#: the API key of tests/conftest.py's shared truth step (`truth_step_run`), from an environment variable:
+#: no file of its run directory may hold it
+TRUTH_STEP_SECRET = "sk-llmload-test-secret-4f9a1c"
+
+
 def truth_step_config(url: str) -> dict:
     """One 5 s Poisson step at 4 req/s of 8-token answers, for tests that compare a step's numbers with
     the sim's ground truth. What they test is the numbers against the sim's log, not the generator: a

@@ -1,27 +1,25 @@
 """End to end: a short `llmload run` against the simulated server, analysed, checked against the sim's
-ground-truth log (server-side times of every request). Bounded: one 5 s step at 4 req/s on 127.0.0.1."""
+ground-truth log (server-side times of every request). Bounded: one 5 s step at 4 req/s on 127.0.0.1
+(tests/conftest.py's `truth_step_run`, a run shared with tests/runtime/test_runs.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import run_said, truth_step_config, write_config
+from support import run_said
 
 from analysis import analyze, load_run
 from analysis.stats import time_average
-from llmload.cli import main
 from llmload.config import SLO
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.quiet  # client TTFT within 10 ms of the server's: few neighbours
-def test_step_numbers_match_the_sims_ground_truth(sim_factory, tmp_path) -> None:
-    sim = sim_factory(flavor="vllm")
-    config = truth_step_config(sim.url)
-    run_dir = tmp_path / "run"
-    code = main(["run", str(write_config(tmp_path, config)), "--out", str(run_dir), "--no-report"])  # the records
-    assert code == 0, run_said(run_dir)
+def test_step_numbers_match_the_sims_ground_truth(truth_step_run) -> None:
+    # tests/conftest.py's truth step, shared with tests/runtime/test_runs.py's low-load test
+    sim, run_dir = truth_step_run.sim, truth_step_run.run_dir
+    assert truth_step_run.returncode == 0, f"{run_said(run_dir)}\n{truth_step_run.output}"
 
     result = analyze(load_run(run_dir), SLO.model_validate({"ttft_p95": "1s", "min_samples": 5}))
     step = result.steps.iloc[0]

@@ -68,7 +68,8 @@ def test_least_outstanding_sends_fewer_requests_to_a_slowed_instance(sim_factory
               "requests": {"input_tokens": {"dist": "fixed", "value": 16},
                            "output_tokens": {"dist": "fixed", "value": 8}},
               "shape": {"ladder": {"arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
-                                   "steps": [{"rate": 8, "duration": "5s"}]}},
+                                   # 3 s (was 5): 24 arrivals, about 3 of them to the slow one
+                                   "steps": [{"rate": 8, "duration": "3s"}]}},
               "slo": {"min_samples": 5}, "telemetry": {"gpu": "off"}}
     run_dir, code, out = run_config(tmp_path, "least", config, report=False)  # its records and plan are checked
     assert (run_dir / "records.parquet").exists(), out

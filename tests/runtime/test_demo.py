@@ -97,9 +97,10 @@ def test_demo_runs_live_end_to_end(tmp_path, capfd):
     """`llmload demo`'s live processes once, with short steps: the sim started and stopped, both runs
     through Locust with their reports, the answer printed, each step's split against the sim's log. Its
     decisions (the knee, the search, the bursts' cost) are the tests above, on the same configs."""
-    # the demo's own ladder and search with 1 s windows (4x compressed, as it runs them) and a short
-    # trace slice; what they decide is judged in virtual time above
-    assert run_demo(out=tmp_path, step_s=4.0, trace_s=4.0) == 0
+    # the demo's own ladder and search with 1 s windows (4x compressed, as it runs them), the search cut
+    # to two refine steps (one chained onto the other: its budget allowed four, 8 s more of this test) and
+    # a short trace slice; what they decide is judged in virtual time above
+    assert run_demo(out=tmp_path, step_s=4.0, trace_s=4.0, refine_steps=2) == 0
     out, err = capfd.readouterr()  # the Locust children write to the inherited descriptors
     for name in ("ladder", "burst"):
         assert (tmp_path / name / "report.html").exists()

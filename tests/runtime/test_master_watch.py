@@ -62,7 +62,7 @@ def test_a_silent_master_whose_port_refuses_is_lost_and_the_worker_stops_in_one_
 
 
 def test_a_master_behind_a_cut_link_is_lost_only_after_locusts_own_timeout(monkeypatch):
-    # a port that does not answer (a cut link: tests/runtime/test_netns.py cuts one for 10 s) may come
+    # a port that does not answer (a cut link: tests/runtime/test_netns.py cuts one for 6 s) may come
     # back; a refused one is a master that is gone
     port = _closed_port()
     watch = _watch(port, silent_s=SILENT_S + 7, exits=[])

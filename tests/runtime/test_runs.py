@@ -14,30 +14,22 @@ import json
 import numpy as np
 import pytest
 from runtime_helpers import base_config, plan, records, run_locust, write_config
-from support import free_port, run_said
+from support import TRUTH_STEP_SECRET, free_port, run_said
 
 from llmload.cli import main
 
 pytestmark = pytest.mark.slow
 
-SECRET = "sk-llmload-test-secret-4f9a1c"
-
 
 @pytest.mark.quiet  # client TTFT within milliseconds of the sim's: few neighbours (six workers moved its p90)
-def test_low_load_ladder_matches_ground_truth_and_keeps_the_key_out(sim_factory, tmp_path):
-    sim = sim_factory(flavor="vllm")
-    config = base_config(sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
-                                              "steps": [{"rate": 4, "duration": "5s"}]}},
-                         # what is tested is the timing against the sim's log and the key: a busy
-                         # machine's send lag moves when a request leaves, not what the server did
-                         client={"max_concurrency": 16, "max_send_lag_p99": "500ms"})
-    config["target"]["api_key_env"] = "LLMLOAD_TEST_KEY"
-    config["requests"]["output_tokens"] = {"dist": "fixed", "value": 8}
-    run_dir = tmp_path / "run"
-    # no report.html: that the key reaches none, nor any other output, even from a server that echoes it
+def test_low_load_ladder_matches_ground_truth_and_keeps_the_key_out(truth_step_run):
+    # tests/conftest.py's truth step (one 5 s Poisson step at 4 req/s, the key from an environment variable),
+    # shared with tests/analysis/test_sim_ground_truth.py. What is tested is the timing against the sim's
+    # log and the key: a busy machine's send lag moves when a request leaves, not what the server did.
+    # No report.html: that the key reaches none, nor any other output, even from a server that echoes it
     # back, is tests/redaction/test_echoed_key_run.py's
-    done = run_locust(write_config(tmp_path, config), run_dir, env={"LLMLOAD_TEST_KEY": SECRET}, report=False)
-    assert done.returncode == 0, f"{run_said(run_dir)}\n{done.stdout[-2000:]}"
+    sim, run_dir = truth_step_run.sim, truth_step_run.run_dir
+    assert truth_step_run.returncode == 0, f"{run_said(run_dir)}\n{truth_step_run.output}"
     for name in ("records.parquet", "plan.json", "summary.json", "worksheet.csv", "manifest.json",
                  "telemetry.parquet", "preflight.json"):
         assert (run_dir / name).exists(), name
@@ -46,7 +38,7 @@ def test_low_load_ladder_matches_ground_truth_and_keeps_the_key_out(sim_factory,
     # the key went to the server only: no file of the run directory holds it
     for path in run_dir.rglob("*"):
         if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+            assert TRUTH_STEP_SECRET.encode() not in path.read_bytes(), path
     truth = {row["request_id"]: row for row in sim.ground_truth_rows()}
     ttft_err, e2e_err = [], []
     for row in df.itertuples():

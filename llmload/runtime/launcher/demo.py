@@ -69,14 +69,15 @@ def demo_sim(scale: float = DEMO_SCALE) -> dict:
     return {k: (f"{parse_duration(v) / scale * 1000:g}ms" if k in _COSTS else v) for k, v in DEMO_SIM.items()}
 
 
-def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0,
+def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0, refine_steps: int = 6,
                  scale: float = DEMO_SCALE) -> dict[str, dict]:
     """The two run configurations of the demo (ladder + knee search, burst-vs-uniform) for a sim at `url`
     whose engine is `demo_sim(scale)`.
 
     `step_s` is each ladder step's window in the reference engine's seconds (refine steps run three times
-    as long, within a budget of 15 windows), `trace_s` the replayed slice of the trace (shorter values
-    make a quick demo for tests); the demo runs them `scale` times faster, at `scale` times the rates.
+    as long, within a budget of 15 windows), `trace_s` the replayed slice of the trace, `refine_steps`
+    the knee search's most steps (smaller values make a quick demo for tests); the demo runs them `scale`
+    times faster, at `scale` times the rates.
     """
     target = {"url": url, "api": "openai-chat", "model": "sim-model", "server": "vllm"}
     # the generator limits are the step rule's defaults (analysis.validity): with a 1 s TTFT target and
@@ -94,7 +95,7 @@ def demo_configs(url: str, *, step_s: float = 20.0, trace_s: float = 25.0,
     ladder = {"warmup": f"{3 / scale:g}s", "drain_timeout": "20s",
               "steps": [{"rate": r * scale, "duration": f"{step_s / scale:g}s"} for r in DEMO_RATES],
               "refine": {"duration": f"{3 * step_s / scale:g}s", "precision": 0.05,
-                         "budget": f"{15 * step_s / scale:g}s", "max_steps": 6, "max_extensions": 2}}
+                         "budget": f"{15 * step_s / scale:g}s", "max_steps": refine_steps, "max_extensions": 2}}
     trace = {"file": str(DEMO_TRACE), "format": "azure", "window": ["80s", f"{80 + trace_s:g}s"],
              "speedup": scale, "uniform_twin": True, "use_sizes": False, "drain_timeout": "20s"}
     return {"ladder": {**common, "shape": {"ladder": ladder}},
@@ -141,7 +142,7 @@ def answer_lines(folder: Path) -> list[str]:
     return lines
 
 
-def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 25.0) -> int:
+def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 25.0, refine_steps: int = 6) -> int:
     """Run the demo (see the module docstring); returns 0 when both runs were carried out."""
     from llmload.runtime.launcher.child_env import run_in_demo
     from llmload.runtime.launcher.run import run_config
@@ -154,7 +155,7 @@ def run_demo(*, out: Path | None = None, step_s: float = 20.0, trace_s: float = 
     proc, url = start_demo_sim(folder)
     codes = {}
     try:
-        for name, config in demo_configs(url, step_s=step_s, trace_s=trace_s).items():
+        for name, config in demo_configs(url, step_s=step_s, trace_s=trace_s, refine_steps=refine_steps).items():
             path = folder / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
             print(f"\nllmload demo: {name} run ({path})", flush=True)

@@ -9,7 +9,7 @@ run answers late, and a worker that left it then would be wrong), so the master'
 a master whose process is gone refuses the connection, while a busy one still accepts it (ZeroMQ's I/O
 thread listens for it). Any other failure (no answer within `PROBE_TIMEOUT_S`, no route to the host: a
 link cut, a host down) is not taken as proof that the master died: a network partition may heal, and the worker then
-goes on (tests/runtime/test_netns.py cuts a worker's link for 10 s). Only `UNREACHABLE_S` of silence
+goes on (tests/runtime/test_netns.py cuts a worker's link for 6 s). Only `UNREACHABLE_S` of silence
 with no answer, Locust's own heartbeat timeout, loses the master then.
 
 Then the worker stops sending at once (`WorkerRuntime.abandon`: queued arrivals and in-flight requests
