@@ -5,6 +5,7 @@ files. A new YAML file of another kind fails here until it gets a line."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,15 @@ FILES = sorted(p for folder in ("examples", "deploy") for p in (REPO / folder).r
 BURSTY = {"openai-completions.yaml": "gamma"}
 
 
-class _TaggedLoader(yaml.SafeLoader):
-    """Reads compose's own tags (`!reset []`) as plain values."""
+class _TaggedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Reads compose's own tags (`!reset []`) as plain values (libyaml's parser where PyYAML has it: these
+    files are read at collection, in every xdist worker)."""
 
 
 _TaggedLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
+@functools.cache
 def _kind(path: Path) -> str:
     documents = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_TaggedLoader) if d is not None]
     first = documents[0] if documents else {}

@@ -17,23 +17,17 @@ external_kv_transfer), counted when a request's first token comes out. Per-reque
 `vllm:request_params_max_tokens`, `vllm:request_params_n`, `vllm:request_max_num_generation_tokens`,
 `vllm:request_prefill_kv_computed_tokens`, and `vllm:iteration_tokens_total` per engine step with output.
 llama.cpp (`--metrics`, no labels): see `LlamaCppMetrics` (written by hand, as llama-server does).
+
+prometheus-client is imported when a `VllmMetrics` is made or `content_type()` is asked (a scrape): an Ollama,
+SGLang or llama.cpp sim starts without it (~0.03 s of CPU, most of it its exposition's HTTP imports).
 """
 
 from __future__ import annotations
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-
 from llmload.sim.engine import StepResult
 
-__all__ = ["CONTENT_TYPE", "ITL_BUCKETS", "LlamaCppMetrics", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS",
-           "VllmMetrics"]
+__all__ = ["ITL_BUCKETS", "LlamaCppMetrics", "REQUEST_LATENCY_BUCKETS", "TTFT_BUCKETS", "VllmMetrics",
+           "content_type"]
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -42,7 +36,13 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-CONTENT_TYPE = CONTENT_TYPE_LATEST  # what prometheus-client (and so vLLM) answers /metrics with
+
+
+def content_type() -> str:
+    """What prometheus-client (and so vLLM) answers /metrics with."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return CONTENT_TYPE_LATEST
 
 
 def _buckets_1_2_5(max_value: int) -> tuple[int, ...]:
@@ -61,6 +61,8 @@ class VllmMetrics:
     """vLLM's Prometheus series for one model on engine 0."""
 
     def __init__(self, model: str, cache_info: dict[str, str], max_model_len: int = 8192) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=False)
         r, names = self.registry, ["model_name", "engine"]
         labels = {"model_name": model, "engine": "0"}
@@ -194,6 +196,8 @@ class VllmMetrics:
         self.success.get(reason, self.success["abort"]).inc()
 
     def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
 

@@ -30,7 +30,7 @@ from llmload.sim.groundtruth import GroundTruthRow, GroundTruthWriter
 from llmload.sim.http import Connection, Request, start_http_server
 from llmload.sim.info import OLLAMA_VERSION, VLLM_VERSION, InfoPages, token_ids
 from llmload.sim.loop import EngineLoop, Job, error_body
-from llmload.sim.metrics import CONTENT_TYPE, LlamaCppMetrics, VllmMetrics
+from llmload.sim.metrics import LlamaCppMetrics, VllmMetrics, content_type
 from llmload.sim.params import (
     EMBEDDINGS,
     ParamRefusal,
@@ -162,7 +162,7 @@ class SimServer:
             return 404, body, "text/plain; charset=utf-8" if isinstance(body, bytes) else json_type
         body = page()
         if path == "/metrics":
-            return 200, body, CONTENT_TYPE
+            return 200, body, content_type()
         if path == "/" and flavor == "ollama":
             return 200, body, "text/plain; charset=utf-8"
         return 200, body, json_type
@@ -492,9 +492,10 @@ def serve(*, flavor: str, host: str, port: int, seed: int, config_path: Path | N
     if flavor not in FLAVORS:
         raise ConfigError(f'unknown flavor "{flavor}", expected one of {", ".join(FLAVORS)}', key="--flavor")
     settings = load_sim_settings(config_path)
-    from prometheus_client import disable_created_metrics
+    if flavor == "vllm":  # the one flavour whose /metrics prometheus-client writes (llmload.sim.metrics)
+        from prometheus_client import disable_created_metrics
 
-    disable_created_metrics()  # vLLM and llama.cpp expose no *_created series
+        disable_created_metrics()  # vLLM exposes no *_created series
     writer = GroundTruthWriter(ground_truth_path)
     try:
         server = SimServer(flavor=flavor, settings=settings, seed=seed, model=model, ground_truth=writer)

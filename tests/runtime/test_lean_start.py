@@ -20,6 +20,9 @@ HEAVY = ("pandas", "pyarrow", "matplotlib")
 LAUNCHER_ONLY = ("gevent", "geventhttpclient", "llmload.sim.server")
 #: also kept out of the Locust child until a config needs it: a `json_schema` answer check (issue 42)
 WORKER_LAZY = ("jsonschema",)
+#: kept out of the sim's modules: prometheus-client until a vLLM sim makes its metrics (or a scrape asks for
+#: their content type), PyYAML until a sim reads a settings file
+SIM_LAZY = ("prometheus_client", "yaml")
 #: Locust's web UI (`locust.web`: Flask and its kin), kept out of a Locust process until it makes a web UI
 WEB_UI = ("flask", "jinja2", "werkzeug")
 
@@ -126,7 +129,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      f"run, outcome = Path({str(run_dir)!r}), {{}}\n"  # the outcome: as the master asks, the answer made
                      f"result = [finalise_run(run, parse_config({CONFIG!r}), report=False, outcome=outcome), "
                      "(run / 'summary.json').exists(), (run / 'report.html').exists(), outcome]", ("matplotlib",))]))
-    out.update(_chained([("sim", "import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent"))]))
+    out.update(_chained([("sim", "import llmload.cli, llmload.sim.server", HEAVY + ("llmload.config", "gevent") + SIM_LAZY)]))
     return out
 
 
@@ -162,7 +165,9 @@ def test_the_locust_runners_stop_names_its_caller_without_inspecting_the_stack(p
 
 def test_the_sim_starts_without_the_run_configs_models(probes):
     """`llmload sim` (a few hundred starts in the test suite) takes its length distributions and error
-    lines from `llmload.configbase`: building the run config's models cost each start 0.13 s of CPU."""
+    lines from `llmload.configbase`: building the run config's models cost each start 0.13 s of CPU. Nor
+    does it load prometheus-client (an Ollama, SGLang or llama.cpp sim never needs it: ~0.03 s) or PyYAML
+    (a sim without a settings file: ~0.01 s) with its modules."""
     assert probes["sim"]["loaded"] == []
 
 
