@@ -1,4 +1,5 @@
-"""The step controller runs `drain=False` steps (soak slices) back to back, without Locust.
+"""The step controller runs `drain=False` steps (soak slices) back to back, without Locust, in virtual time
+(`llmload.clocks.VirtualClock`: the times below are exact, whatever the machine's load).
 
 A fake local runner stands in for the workers: each step's in-flight requests finish `TAIL_S` after its
 arrivals end. Soak slices must start exactly when the previous slice's arrivals end (while its requests
@@ -10,7 +11,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from llmload.clock import now
+from llmload.clocks import VirtualClock
 from llmload.config import parse_config
 from llmload.records import Record
 from llmload.runtime.locustglue.seams import WorkerLink
@@ -25,7 +26,8 @@ TAIL_S = 0.3
 class FakeRunner:
     """A local runner whose one worker drains each step TAIL_S after its arrivals end."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
         self.controller: StepController | None = None
         self.sent: list[tuple[float, dict]] = []
         #: summaries the controller held for each step when it drained
@@ -39,8 +41,8 @@ class FakeRunner:
         self.sent.append((data["start_at"], step))
 
         def drain() -> None:
-            gevent.sleep(max(0.0, arrivals_end + TAIL_S - now()))
-            t = now() - TAIL_S
+            self.clock.sleep_until(arrivals_end + TAIL_S)
+            t = self.clock.now() - TAIL_S
             record = Record(request_id=step["label"], step=step["label"], worker="0", scheduled_at=t - 0.1,
                             outcome="ok", sent_at=t - 0.1, first_token_at=t - 0.05, last_token_at=t,
                             output_tokens=2, token_times=[t - 0.05, t])
@@ -53,8 +55,10 @@ class FakeRunner:
 
 def run_controller(tmp_path, shape: dict) -> tuple[StepController, list[str], FakeRunner]:
     config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": shape})
-    runner, lines = FakeRunner(), []
-    controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), out=lines.append)
+    clock = VirtualClock()
+    runner, lines = FakeRunner(clock), []
+    controller = StepController(config, tmp_path, WorkerLink(runner), build_plan(config), out=lines.append,
+                                clock=clock.now, sleep=clock.sleep)
     runner.controller = controller
     controller.run()
     return controller, lines, runner
@@ -68,7 +72,7 @@ def test_soak_slices_start_when_the_previous_arrivals_end_and_drain_meanwhile(tm
     for before, after in zip(steps, steps[1:], strict=False):
         assert after.start_at == pytest.approx(before.window_end, abs=1e-6)  # no pause
         assert before.drained_at > after.start_at  # its requests finished while the next ran
-        assert before.drained_at == pytest.approx(before.window_end + TAIL_S, abs=0.25)
+        assert before.drained_at == pytest.approx(before.window_end + TAIL_S, abs=1e-6)
     assert all(s.status is StepStatus.RUN and s.cancelled is False for s in steps)
     assert steps[-1].drained_at >= steps[-1].window_end + TAIL_S - 0.02  # the last slice drains
     table = [line for line in lines if line.startswith("soak-")]
