@@ -33,7 +33,9 @@ from llmload.runtime.master.step import Step
 __all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "TPOT_BUCKETS_S", "LiveMetrics", "add_route", "exposition", "install",
            "serve"]
 
-#: the text format's content type (prometheus_client's CONTENT_TYPE_LATEST)
+#: the text format's content type: 0.0.4, the format `generate_latest` writes for our names (all plain
+#: ASCII). prometheus_client 0.26's CONTENT_TYPE_LATEST says `version=1.0.0` (its UTF-8 names' format);
+#: 0.0.4 is what every Prometheus reads (tests/runtime/test_prom_scrape.py scrapes it with Debian's)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: upper bounds (seconds) of the TTFT, E2E and send lag histograms
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
