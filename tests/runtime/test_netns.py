@@ -164,10 +164,8 @@ def test_a_ladder_through_delayed_links_agrees_with_the_ground_truth_and_a_late_
         assert abs(entry["offset_s"]) <= entry["uncertainty_s"] + 0.005, clocks  # one host, one clock
 
 
-# its name keeps the former 10 s cut (now CUT_S) until tests/durations.json is regenerated (renamed, the
-# suite-order test finds that file naming a test that is gone): ..._link_cut_past_the_heartbeat_timeouts_...
 @pytest.mark.timeout(240)
-def test_a_workers_link_cut_for_ten_seconds_loses_nothing_and_the_next_steps_have_it_back(lab, tmp_path):
+def test_a_workers_link_cut_past_the_heartbeat_timeouts_loses_nothing_and_the_next_steps_have_it_back(lab, tmp_path):
     sim, proxy, master, workers, run_dir, gt = _start(lab, tmp_path, {
         "arrival": "constant", "warmup": "0s", "drain_timeout": "10s",
         # every step runs, whatever the cut step is judged (a fail on its error ratio stopped the ladder)
