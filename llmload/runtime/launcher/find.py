@@ -93,9 +93,9 @@ def served_model(config: Any, *, timeout_s: float = REACH_TIMEOUT_S, given: bool
     except PreflightFailed as exc:
         raise ConfigError(str(exc), key="URL") from None
     if given:
-        refusal, _ = served_model_check(config, found)
+        refusal, _ = served_model_check(config, found, remedy="give --model one of them")
         if refusal:
-            raise ConfigError(refusal.replace("set target.model to", "give --model"), key="--model")
+            raise ConfigError(refusal, key="--model")
     for info in found.values():
         if info["models"]:
             return str(info["models"][0])

@@ -41,9 +41,11 @@ def model_listed(model: str, listed: list[str]) -> bool:
     return (not tag and f"{model}:latest" in names) or (tag == "latest" and base in names)
 
 
-def served_model_check(config: Config, endpoints: dict[str, Any]) -> tuple[str | None, list[str]]:
+def served_model_check(config: Config, endpoints: dict[str, Any], *,
+                       remedy: str = "set target.model to one of them") -> tuple[str | None, list[str]]:
     """(refusal, warnings) for `target.model` against `check_reachable`'s endpoints (base URL ->
-    `{"status", "models", "ignores_model"}`): the refusal is one line (None: the run may go on)."""
+    `{"status", "models", "ignores_model"}`): the refusal is one line ending in `remedy` (what the user
+    changes: the config's key, or `llmload find`'s flag), None when the run may go on."""
     model, path = config.target.model, get_api(config.target.api).probe_path
     if not get_api(config.target.api).names_model or config.target.server in IGNORES_MODEL_SERVERS:
         return None, []
@@ -61,5 +63,5 @@ def served_model_check(config: Config, endpoints: dict[str, Any]) -> tuple[str |
         if not model_listed(model, listed):
             more = f" and {len(listed) - _SHOWN} more" if len(listed) > _SHOWN else ""
             return (f"{base} does not serve model {model!r}; it serves {', '.join(listed[:_SHOWN])}{more}: "
-                    "set target.model to one of them"), warnings
+                    + remedy), warnings
     return None, warnings
