@@ -23,6 +23,9 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    sim (20 seeds, 120 s steps at 4.2 to 5.1 req/s from steady state) the share's interval held the true
    knee 18 times (the percentile's: 12), worst error 7% (8.7%). The percentile fits still give the
    headroom, and the crossing for rows without a share (older summaries, hand-built rows).
+   A chained step's TTFT share read against its own arrivals (`<key>_cv_over` and its interval,
+   `analysis.share_cv`: a control variate from a queue model fed the run's arrivals) stands in for its
+   raw share wherever the row has one (`_adjusted_shares`).
    The interval spans the interpolation too: each share fit's crossing is taken on the chord in the
    share and on the chord in log share (a queue's share grows faster than linearly and at most
    exponentially between two steps: the truth lies between them); the point is the share's chord.
@@ -500,6 +503,19 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     return Crossing(float(grid[best]), low, high)
 
 
+def _adjusted_shares(rows: list[Mapping], slo: SLO) -> list[Mapping]:
+    """`rows`, each target's share and its interval taken from the control variate's (`<key>_cv_over`,
+    `analysis.share_cv`: the chained steps) where the row has one."""
+    out = []
+    for row in rows:
+        keys = [t.key for t in slo.thresholds if _num(row.get(f"{t.key}_cv_over")) is not None]
+        if keys:
+            row = {**row, **{f"{k}_over{end}": row.get(f"{k}_cv_over{end}") for k in keys
+                             for end in ("", "_low", "_high")}}
+        out.append(row)
+    return out
+
+
 def _chained(row: Mapping) -> bool:
     """A step of a phase that follows on without draining (the knee search's refine steps)."""
     phase = PHASES.get(str(row.get("phase")))
@@ -549,7 +565,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
-    rows = _transients(_without_cold_steps(rows), records)
+    rows = _transients(_without_cold_steps(_adjusted_shares(rows, slo)), records)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:

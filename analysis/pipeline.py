@@ -20,12 +20,14 @@ import pandas as pd
 import pyarrow as pa
 from pandas.api.types import union_categoricals
 
+from analysis import share_cv
 from analysis.burst import burst_summary, burst_vs_uniform
 from analysis.conditions import fixed_conditions
 from analysis.energy import energy_at_knee
 from analysis.limits import PromptCounts, add_limits, request_figures, step_limits
 from analysis.requests import FLOAT32_GAPS_ABOVE, PER_REQUEST_COLUMNS, derive_requests
 from analysis.run import KEPT_ONLY_COLUMNS, UNREAD_COLUMNS, RecordSource, Run
+from analysis.share_cv import History
 from analysis.soak import merged_slice_row, soak_slices
 from analysis.split import queueing_split
 from analysis.steps import (
@@ -221,7 +223,11 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     bursts = set(phases_where(burst_pair="burst"))
     columns = RUN_COLUMNS + OPTIONAL_COLUMNS + (tuple(c for c in PER_REQUEST_COLUMNS.values() if c) if any(
         s.get("phase") in bursts for s in plan_steps) else ())
-    keep = sum(pos.size for pos in groups.values()) <= KEEP_REQUESTS_UP_TO
+    total = sum(pos.size for pos in groups.values())
+    keep = total <= KEEP_REQUESTS_UP_TO
+    # the requests the TTFT shares are read against (`analysis.share_cv`): a run of rate steps not too long
+    poisson = {str(s.get("label")) for s in plan_steps if s.get("arrival") in share_cv.POISSON}
+    sent: list[History] | None = [] if poisson and total <= share_cv.MAX_REQUESTS else None
     kept = _KeptColumns(columns)  # every request's (a short run), else the burst steps' (burst_summary)
     read: list[tuple[str, np.ndarray]] = []  # (label, positions) in the order the steps were read
     done: set[str] = set()
@@ -248,6 +254,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
             prompts.add(req)
             if kept_here:
                 kept.add(label, req, pos)
+            if sent is not None and ran:
+                sent.append(share_cv.history_of(req))
         at = np.arange(len(req))
         gaps.disposable = names is None  # read once by the step's row, unless the instance rows read them after
         row = judged_step_row(req if ran else None, step, slo, client, tel, gaps, at)  # type: ignore[arg-type]
@@ -268,6 +276,9 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
         if keep:
             kept.add("\x00others", req, pos)
         del req
+    models: dict[str, str] = {}
+    if sent:
+        rows, models = share_cv.adjust_rows(rows, History.concat(sent), slo, poisson)
     steps = typed_table(rows)
     instances = typed_table(instance_rows) if instance_rows else None
     if not steps.empty:
@@ -282,6 +293,8 @@ def analyze(run: Run, slo: SLO, client: Client | None = None, *,
     if simulation is not None:  # `llmload run --virtual`: no server was measured, said first
         warnings = [simulation_warning(simulation), *warnings]
     summary = build_summary(steps, slo, conds, warnings=warnings, soak=soak, burst=burst)
+    if models and isinstance(summary.get("knee"), dict):  # the model each TTFT share was read against
+        summary["knee"]["share_models"] = models
     add_limits(summary, steps)
     energy = energy_at_knee(steps, summary.get("knee"), cost_per_hour=conds.get("cost_per_hour"))
     if energy is not None:  # no GPU energy (or no knee between steps): nothing said

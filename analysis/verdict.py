@@ -220,10 +220,12 @@ def _error_ratio_without_cancelled(metrics: dict) -> float:
 
 
 def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client | None = None,
-               telemetry: pd.DataFrame | None = None) -> tuple[str, list[str], dict]:
+               telemetry: pd.DataFrame | None = None, *, keep_history: bool = False) -> tuple[str, list[str], dict]:
     """Judge one step from its raw records (and telemetry if any): (verdict, failing, stats).
 
     Cheap enough for the Locust master after each step; `stats` is the step's row of `Analysis.steps`.
+    `keep_history`: `stats[SHARE_HISTORY]` holds the step's requests as `analysis.share_cv` reads them
+    (the knee search's estimate reads its TTFT shares against them).
     """
     if step.get("status") == "not_run":
         stats = empty_metrics(step)
@@ -236,4 +238,8 @@ def judge_step(step_records: pd.DataFrame, step: dict, slo: SLO, client: Client 
     stats = step_metrics(req, step, slo, TelemetryIndex(telemetry))
     verdict, failing, details = judge(stats, step, slo, client)
     stats.update(judged_fields(verdict, failing, details))
+    if keep_history:
+        from analysis.share_cv import SHARE_HISTORY, history_of
+
+        stats[SHARE_HISTORY] = history_of(req)
     return verdict, failing, stats

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--first-seed 1] [--configs demo,tpot] [--compress 4]
         [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick] [--virtual]
-        [--control-variate [poisson|exact]]
+        [--raw-shares]
 
 For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
 `llmload sim`, and the knee it writes (summary.json `knee`: rate, interval, binding target) against the
@@ -191,10 +191,10 @@ def one_search(name: str, seed: int, k: float, work: Path, *, quick: bool, budge
             "wall_s": round(wall_s, 1)}
 
 
-def virtual_searches(name: str, seeds: range, true_rate: float, *, control_variate: str | None = None) -> dict:
-    """The configuration's searches in virtual time (`llmload.sim.virtual_search`), scored. `control_variate`:
-    the knee from TTFT shares read with an arrival-only control variate, its replays `poisson` or `exact`
-    (bench/_share_control_variate.py, an experiment)."""
+def virtual_searches(name: str, seeds: range, true_rate: float, *, raw_shares: bool = False) -> dict:
+    """The configuration's searches in virtual time (`llmload.sim.virtual_search`), scored. `raw_shares`: the
+    knee from the steps' raw TTFT shares, without reading them against their arrivals (`analysis.share_cv`:
+    the estimator before it)."""
     from llmload.config import parse_config
     from llmload.sim.virtual_search import knee_accuracy
 
@@ -207,12 +207,11 @@ def virtual_searches(name: str, seeds: range, true_rate: float, *, control_varia
     if c.get("auto"):
         from llmload.sim.virtual_auto import auto_accuracy as knee_accuracy  # noqa: F811 (the auto run's)
     options = {}
-    if control_variate is not None:
-        import _share_control_variate
+    if raw_shares:
+        from analysis.knee import estimate_knee
 
-        _share_control_variate.install()
         slo = parse_config(config_of(seeds[0])).slo
-        options["estimate"] = _share_control_variate.estimate(slo, replay=control_variate)
+        options["estimate"] = lambda rows: estimate_knee(rows, slo)
     found = knee_accuracy(lambda seed: parse_config(config_of(seed)), c["sim"], (c["input"], c["output"]),
                           true_rate, seeds, **options)
     runs = [{**r, "wall_s": round(r["run_s"], 1)} for r in found.pop("runs")]
@@ -254,9 +253,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="compute the configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
-    ap.add_argument("--control-variate", nargs="?", const="poisson", choices=("poisson", "exact"), default=None,
-                    help="with --virtual: the knee from TTFT shares read with an arrival-only control variate, its "
-                         "replays `poisson` (default) or `exact` (bench/_share_control_variate.py, an experiment)")
+    ap.add_argument("--raw-shares", action="store_true",
+                    help="with --virtual: the knee from the steps' raw TTFT shares (not read against their arrivals, "
+                         "analysis.share_cv): the estimator before it")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
     if "demo-itself" in names and not args.virtual:
@@ -268,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         if args.virtual:
-            found = virtual_searches(name, seeds, true["rate"], control_variate=args.control_variate)
+            found = virtual_searches(name, seeds, true["rate"], raw_shares=args.raw_shares)
             results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
                              "config": CONFIGS[name]}
             print(f"  {name} (virtual time): {found['score']}", flush=True)

@@ -1,7 +1,7 @@
 """A config a user writes for a slow server (issue 41), against a sim whose true knee is known, in virtual time.
 
     PYTHONPATH=. python bench/user_config_case.py [--seeds 20] [--first-seed 1] [--min-samples N]
-        [--refine-duration 90s] [--truth-arrivals 30000] [--control-variate [poisson|exact]]
+        [--refine-duration 90s] [--truth-arrivals 30000] [--raw-shares]
         [--outputs fixed|uniform|exponential]
         [--out bench/results/user_config_case.json]
 
@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from _common import machine, write_result
 
-from analysis.knee import knee_sentence
+from analysis.knee import estimate_knee, knee_sentence
 from llmload.config import SLO, Config
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import RequestSizes, true_knee
@@ -70,9 +71,9 @@ def main() -> None:
     ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
     ap.add_argument("--truth-arrivals", type=int, default=30_000,
                     help="arrivals per rate of the true knee's steady state (fewer: a rougher truth, e.g. the smoke test)")
-    ap.add_argument("--control-variate", nargs="?", const="poisson", choices=("poisson", "exact"), default=None,
-                    help="the knee from TTFT shares read with an arrival-only control variate, its replays "
-                         "`poisson` (default) or `exact` (bench/_share_control_variate.py, an experiment)")
+    ap.add_argument("--raw-shares", action="store_true",
+                    help="the knee from the steps' raw TTFT shares (not read against their arrivals, "
+                         "analysis.share_cv): the estimator before it")
     ap.add_argument("--outputs", choices=("fixed", "uniform", "exponential"), default="fixed",
                     help="output lengths the sim's requests draw (default: 32 each, as the config writes)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
@@ -85,14 +86,10 @@ def main() -> None:
     print(f"true knee {t:.3f} req/s")
     errors, held, runs = [], 0, []
     options = {}
-    if args.control_variate:
-        import _share_control_variate
-
-        _share_control_variate.install()
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         config = user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration)
-        if args.control_variate:
-            options["estimate"] = _share_control_variate.estimate(config.slo, replay=args.control_variate)
+        if args.raw_shares:
+            options["estimate"] = partial(estimate_knee, slo=config.slo)
         found = virtual_search(config, SIM, sizes, **options)
         k = found.knee
         ok = (k is not None and k.rate is not None and (k.low is None or k.low <= t)
@@ -109,7 +106,7 @@ def main() -> None:
         print(f"answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
               f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
     write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
-                 control_variate=args.control_variate, outputs=args.outputs,
+                 raw_shares=args.raw_shares, outputs=args.outputs,
                  runs=runs, held=held,
                  median_error=statistics.median(errors) if errors else None,
                  worst_error=max(errors) if errors else None)

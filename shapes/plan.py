@@ -133,11 +133,14 @@ def refine_window_s(ladder: LadderShape, rate: float) -> float:
 
 
 def knee_estimator(config: Config) -> Callable[[list[dict]], Any]:
-    """`analysis.knee.estimate_knee` over step rows, with the config's SLO (and its confidence)."""
+    """`analysis.knee.estimate_knee` over step rows, with the config's SLO (and its confidence), each TTFT
+    share read against its step's arrivals where the rows carry their requests (`analysis.share_cv
+    .adjust_searched`), as the run's analysis reads them."""
     def estimate(rows: list[dict]) -> Any:
         from analysis.knee import estimate_knee  # pandas/scipy: only once a search runs
+        from analysis.share_cv import adjust_searched
 
-        return estimate_knee(rows, config.slo)
+        return estimate_knee(adjust_searched(rows, config.slo), config.slo)
 
     return estimate
 

@@ -31,7 +31,15 @@ from llmload.sim.engine import Engine, EngineLimits
 from llmload.sim.engine import Sequence as EngineSequence
 from llmload.sim.settings import SimSettings
 from llmload.sim.truth import RequestSizes, _sizes, engine_limits
-from llmload.sim.virtual_search import GAP_S, VirtualSearch, _Server, judge_row, score, step_table
+from llmload.sim.virtual_search import (
+    GAP_S,
+    VirtualSearch,
+    _Server,
+    judge_row,
+    knee_estimate,
+    score,
+    step_table,
+)
 
 __all__ = ["auto_accuracy", "run_closed", "virtual_auto"]
 
@@ -91,14 +99,13 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
                  *, flavor: str = "vllm", gap_s: float = GAP_S,
                  estimate: Callable[[list[dict]], Any] | None = None) -> VirtualSearch:
     """The run `config` (`shape: auto`) makes against a sim with `sim_settings`, in virtual time (module
-    docstring); `estimate`: the knee over judged rows (default `estimate_knee` with the config's SLO)."""
-    from analysis.knee import estimate_knee
+    docstring); `estimate`: the knee over judged rows (default `virtual_search.knee_estimate`: the run's
+    analysis' knee)."""
     from llmload.arrivals import step_offsets
     from shapes.auto import AutoSearch, auto_steps
 
     slo = config.slo
     seed = int(config.requests.seed)
-    estimate = estimate or (lambda rows: estimate_knee(rows, slo))
     limits = engine_limits(sim_settings, flavor)
     rng = np.random.default_rng([seed, 104729])
     clock = [0.0]
@@ -114,9 +121,10 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
 
     for spec in auto_steps(config):
         rows.append(probe(spec))
-    search = AutoSearch(config, rows, estimate=estimate, clock=lambda: clock[0])
     server: _Server | None = None  # the open-loop steps' engine (idle after the probe); time from `origin`
     origin = 0.0
+    estimate = estimate or knee_estimate(slo, lambda: server, specs, lambda: origin)
+    search = AutoSearch(config, rows, estimate=estimate, clock=lambda: clock[0])
 
     def launch(spec: Any, start_s: float) -> float:
         nonlocal server, origin

@@ -100,9 +100,44 @@ class _Server:
             self._frame = frame
         return self._frame
 
+    def history(self, specs: Sequence[Any], rows: Sequence[Mapping], origin: float = 0.0) -> Any:
+        """The requests so far as `analysis.share_cv` reads them (`History`), on the rows' clock (this
+        engine's time plus `origin`): judged where its step's row windows it and it completed."""
+        from analysis.share_cv import History
+
+        frame = self.frame()
+        labels = {int(s.index): str(s.label) for s in specs}
+        step = np.array([labels.get(int(i), "") for i in frame["step"].to_numpy()], dtype=object)
+        arrival = frame["arrival_s"].to_numpy(dtype=float) + origin
+        ttft = frame["ttft_s"].to_numpy(dtype=float)
+        judged = np.zeros(len(frame), dtype=bool)
+        for row in rows:
+            ws, we = float(row["window_start"]), float(row["window_end"])
+            judged |= (step == str(row.get("label"))) & (arrival >= ws) & (arrival < we)
+        judged &= np.isfinite(ttft) & np.isfinite(frame["e2e_s"].to_numpy(dtype=float))
+        return History(step, arrival, arrival, ttft, judged)
+
     def last_end(self) -> float:
         frame = self.frame()
         return float(np.nanmax(frame["end_s"].to_numpy())) if len(frame) else 0.0
+
+
+def knee_estimate(slo: Any, server: Callable[[], _Server | None], specs: Sequence[Any],
+                  origin: Callable[[], float] = lambda: 0.0) -> Callable[[list[dict]], Any]:
+    """The knee over judged rows as the run's analysis places it: `analysis.knee.estimate_knee` with each
+    Poisson step's TTFT share read against its arrivals (`analysis.share_cv`), from the engine's requests
+    so far (`server()`, None before any open-loop step; its time plus `origin()` is the rows' clock)."""
+    def estimate(rows: list[dict]) -> Any:
+        from analysis.knee import estimate_knee
+        from analysis.share_cv import POISSON, adjust_rows
+
+        engine = server()
+        if engine is not None and engine.arrivals:
+            poisson = {str(s.label) for s in specs if s.arrival in POISSON}
+            rows, _ = adjust_rows(rows, engine.history(specs, rows, origin()), slo, poisson)
+        return estimate_knee(rows, slo)
+
+    return estimate
 
 
 def judge_row(frame: Any, spec: Any, start_s: float, slo: Any) -> dict:
@@ -151,17 +186,16 @@ def virtual_search(config: Any, sim_settings: SimSettings | Mapping[str, Any] | 
     """The search `config` (a ladder with `refine:`; `llmload.config.Config`) runs against a sim with
     `sim_settings`, in virtual time (module docstring). `chain`: refine steps follow on without
     draining (default True: as the controller runs them); `estimate`: the knee
-    over judged rows (default `estimate_knee` with the config's SLO)."""
-    from analysis.knee import estimate_knee
+    over judged rows (default `knee_estimate`: the run's analysis' knee)."""
     from llmload.arrivals import step_offsets
     from shapes.plan import knee_search, ladder_steps, refine_step
 
     ladder = config.shape.ladder
     chain = True if chain is None else chain
     slo = config.slo
-    estimate = estimate or (lambda rows: estimate_knee(rows, slo))
     server = _Server(engine_limits(sim_settings, flavor), request_sizes, int(config.requests.seed))
     specs: list[Any] = []
+    estimate = estimate or knee_estimate(slo, lambda: server, specs)
     rows: list[dict] = []
     now = 0.0
 

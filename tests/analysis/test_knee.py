@@ -292,6 +292,23 @@ def test_a_failing_step_is_never_pooled_away_into_every_target_held():
     assert knee.failed_at == pytest.approx(4.0) and knee.failed_on == ("ttft_p95",)
 
 
+def test_an_idle_started_failure_inside_the_refine_steps_range_is_kept():
+    """bench/user_config_case.py seed 25: the ladder's r3.00 failed (7 of 90 over), the refine steps at 2.64,
+    2.64 and 3.00 passed; the failure lay inside the refine steps' range, was left out as a cold step, and
+    the answer said `knee above 3.0 req/s: no step failed a target`. A queue started empty reads under its
+    steady state: its failure is kept, and the knee has a rate."""
+    failed = {**_wilson_row(3.0, 0.078, 90, phase="ladder", verdict="fail"), "ttft_p95_over_low": 0.078}  # rising
+    steps = [_wilson_row(1.0, 0.0, 30, phase="ladder"), _wilson_row(2.0, 0.0, 60, phase="ladder"), failed,
+             _wilson_row(2.64, 0.0, 211, label="r2.64"), _wilson_row(2.64, 0.0, 211, label="r2.64-2"),
+             _wilson_row(3.0, 0.0125, 240, label="r3.00-2")]
+    knee = estimate_knee(steps, SO_TTFT)
+    assert knee.rate is not None and knee.failed_at == pytest.approx(3.0), knee
+    assert "no step failed" not in knee_sentence(knee)
+    # a cold step that passed inside the range is still left out: the same rows with r3.00 a pass
+    steps[2] = _wilson_row(3.0, 0.0, 90, phase="ladder", verdict="pass")
+    assert estimate_knee(steps, SO_TTFT).steps_used == 5
+
+
 def test_a_step_failed_on_a_count_dimension_is_said_where_no_latency_target_crossed():
     """Issue 44 item 1: a server answering most requests 429 fails on reject_ratio while every latency
     target holds: the knee sentence names the failure, never 'every target held at every rate run'."""

@@ -47,7 +47,8 @@ def judge_rows(rows: Iterable[dict], step: dict, config: Config, *, run_dir: Pat
     records = records_from_table(table, skip, consume=True)
     del table  # its buffers, consumed, free as the frame is made
     pyarrow.default_memory_pool().release_unused()  # the conversion's freed buffers back to the OS
-    return judge_step(records, step, config.slo, config.client, telemetry)
+    searches = config.shape.auto is not None or (config.shape.ladder is not None and config.shape.ladder.refine is not None)
+    return judge_step(records, step, config.slo, config.client, telemetry, keep_history=searches)
 
 
 def live_judge(run_dir: Path, recent: Any = None) -> Callable[[Iterable[dict], dict, Config], tuple]:

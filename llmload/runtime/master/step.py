@@ -95,7 +95,7 @@ class Step:
     """Everything the master knows of one step (see the module docstring)."""
 
     __slots__ = ("spec", "row", "bounds", "rows", "drained", "drain_event", "sent", "offsets", "cpu",
-                 "verdict", "failing", "stats", "table_row")
+                 "verdict", "failing", "stats", "table_row", "share_history")
 
     # plan.json fields the master writes (the spec's own fields are read from `spec`)
     index = _PlanField()
@@ -145,6 +145,9 @@ class Step:
         self.failing: list[str] = []
         self.stats: dict = {}
         self.table_row: dict | None = None
+        #: its requests as the knee search's estimate reads them (`analysis.share_cv.History`), once judged
+        #: live in a run that searches
+        self.share_history: Any = None
 
     def __repr__(self) -> str:
         return f"Step({self.label!r}, {self.status.value})"
@@ -212,8 +215,13 @@ class Step:
 
     def judged_row(self) -> dict:
         """The judged step as the knee search reads it (`judge_step`'s stats with its verdict)."""
-        return {**self.stats, "label": self.label, "target_rate": self.target_rate, "verdict": self.verdict,
-                "failing": list(self.failing)}
+        row = {**self.stats, "label": self.label, "target_rate": self.target_rate, "verdict": self.verdict,
+               "failing": list(self.failing), "arrival": self.spec.arrival}
+        if self.share_history is not None:
+            from analysis.share_cv import SHARE_HISTORY
+
+            row[SHARE_HISTORY] = self.share_history
+        return row
 
     def forget(self) -> None:
         """Judged: its summaries, offsets and sent counts are done with (the records are on disk), so hours of

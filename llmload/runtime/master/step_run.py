@@ -292,6 +292,9 @@ class StepRun:
         elif ctx.judge is not None:
             try:
                 verdict, failing, stats = ctx.judge(step_rows, dict(step.plan_row()), ctx.config)
+                from analysis.share_cv import SHARE_HISTORY  # judging imported the analysis already
+
+                step.share_history = stats.pop(SHARE_HISTORY, None)  # the search's, not a figure
             except Exception:
                 log.exception("live judging of %s failed", spec.label)
                 verdict = "unjudged"
