@@ -80,6 +80,17 @@ _STOP_CALLER = (
     "result = [len(stacks), [line for line in lines if line.startswith('Stopping all users')]]")
 
 
+#: Locust's entry (the rest of BOOT): its HTML report's module a stand-in, Jinja2 not loaded
+_LOCUST_MAIN = ("import locust.main\n"
+                "result = [getattr(sys.modules['locust.html'], '__file__', None), locust.html is sys.modules['locust.html']]")
+
+#: `locust.main`'s HTML report functions, called after the web UI (which imports the real module): the real ones
+_HTML_REPORT = ("from types import SimpleNamespace\nimport locust.html\n"
+                "options = SimpleNamespace(num_users=5, spawn_rate=0.5, run_time=None, html_file='r-{u}-{r}.html')\n"
+                "locust.main.process_html_filename(options)\n"
+                "result = [options.html_file, locust.html.__file__.endswith('html.py'), "
+                "locust.main.get_html_report.__name__]")
+
 #: a web UI made after a headless session's stop (the stage before): Locust's own class, from its real module
 _WEB_UI_MADE = (
     "import locust.env, locust.web\nui = env.create_web_ui('127.0.0.1', 0)\n"
@@ -98,6 +109,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
     out: dict[str, dict] = {}
     out.update(_chained([
         ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY + WEB_UI),
+        ("main", _LOCUST_MAIN, WEB_UI),
         ("worker", "import importlib.util\n"
                    "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
@@ -105,7 +117,8 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                    "llmload.records", HEAVY + WORKER_LAZY + WEB_UI),
         ("expect", "from llmload.config import Expect\nExpect(json_schema={'type': 'object'})", WORKER_LAZY),
         ("stop", _STOP_CALLER, WEB_UI),
-        ("web", _WEB_UI_MADE, WEB_UI)]))
+        ("web", _WEB_UI_MADE, WEB_UI),
+        ("html", _HTML_REPORT, ())]))
     out.update(_chained([
         ("launcher", "import llmload.runtime.launcher.run\n"
                      "from llmload.config import load_config\n"
@@ -186,6 +199,14 @@ def test_a_locust_process_imports_its_web_ui_only_when_it_makes_one(probes):
     assert probes["boot"]["loaded"] == [] and probes["worker"]["loaded"] == [] and probes["stop"]["loaded"] == []
     assert sorted(probes["web"]["loaded"]) == sorted(WEB_UI)
     assert probes["web"]["result"] == ["locust.web", True, True]
+
+
+def test_locusts_entry_imports_its_html_report_only_when_one_is_made(probes):
+    """`locust.main` imports `locust.html` (Jinja2: ~0.024 s of CPU per Locust process) for `--html`
+    alone: the boot stands in for it (`boot.defer_html_report`) until a report is made, and the web UI
+    (which renders its page with it) and the report functions get the real module."""
+    assert probes["main"]["loaded"] == [] and probes["main"]["result"] == [None, True]
+    assert probes["html"]["result"] == ["r-5-0.5.html", True, "get_html_report"]
 
 
 def test_the_locust_childs_boot_reads_the_entry_points_once(probes):

@@ -14,6 +14,9 @@ modules; once Locust is imported, `importlib.metadata.entry_points` is the stand
 Flask, Werkzeug, Jinja2, about 0.06 s of CPU), which a headless master and every worker never start.
 `import_locust` puts a stand-in for `locust.web` in its place (`defer_web_ui`): its `WebUI` imports the
 real module when a web UI is made (`llmload run --web`), and any other name is the real module's.
+Likewise `locust.main` imports Locust's HTML report (`locust.html`: Jinja2, about 0.024 s of CPU) for
+`--html` alone, which `llmload run` never passes: `defer_html_report` stands in for it until a report is
+made (or the real web UI, which renders its page with it, is imported).
 """
 
 from __future__ import annotations
@@ -22,14 +25,19 @@ import contextlib
 import importlib
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
 
-__all__ = ["WEB_MODULE", "defer_web_ui", "entry_points_read_once", "import_locust"]
+__all__ = ["HTML_MODULE", "WEB_MODULE", "defer_html_report", "defer_web_ui", "entry_points_read_once",
+           "import_locust"]
 
 #: Locust's web UI module (Flask and its kin), imported by `locust.env` for `Environment.create_web_ui` only
 WEB_MODULE = "locust.web"
+#: Locust's HTML report (Jinja2), imported by `locust.main` for `--html` only, and by its web UI
+HTML_MODULE = "locust.html"
+#: the names `locust.main` imports from it: functions, each the real one's when called
+HTML_NAMES = ("get_html_report", "process_html_filename")
 
 
 @contextlib.contextmanager
@@ -83,9 +91,46 @@ def defer_web_ui() -> None:
     sys.modules[WEB_MODULE] = stand_in
 
 
+def defer_html_report() -> None:
+    """Put a stand-in for `locust.html` in `sys.modules` (after `import locust`, before `locust.main`): its
+    `get_html_report` and `process_html_filename` call the real module's, imported on the first call (it
+    then takes the stand-in's place); any other name read from the stand-in is the real module's. Nothing
+    happens when `locust.main` or `locust.html` is imported already."""
+    if "locust.main" in sys.modules or HTML_MODULE in sys.modules:
+        return
+    stand_in = types.ModuleType(HTML_MODULE, "Locust's HTML report, imported when one is made (llmload boot)")
+
+    def real() -> types.ModuleType:
+        if sys.modules.get(HTML_MODULE) is stand_in:
+            del sys.modules[HTML_MODULE]
+        return importlib.import_module(HTML_MODULE)  # which sets `locust.html` to the real module too
+
+    def calling_the_real(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(real(), name)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def getattr_(name: str) -> Any:
+        if name.startswith("__"):  # the import system's questions (`__path__`, `__file__`): a plain module's
+            raise AttributeError(name)
+        return getattr(real(), name)
+
+    for name in HTML_NAMES:
+        setattr(stand_in, name, calling_the_real(name))
+    stand_in.__getattr__ = getattr_  # type: ignore[method-assign]
+    sys.modules[HTML_MODULE] = stand_in
+    package = sys.modules.get("locust")
+    if package is not None:
+        package.html = stand_in  # type: ignore[attr-defined]
+
+
 def import_locust() -> None:
     """`import locust` (gevent's monkey-patching included), reading the entry points once, its web UI
-    imported only when one is made (`defer_web_ui`)."""
+    imported only when one is made (`defer_web_ui`), its HTML report only when one is made
+    (`defer_html_report`)."""
     defer_web_ui()
     with entry_points_read_once():
         importlib.import_module("locust")
+    defer_html_report()
