@@ -85,7 +85,7 @@ from llmload.units import finite as _num
 from shapes.phases import PHASES, rate_phases
 from shapes.probe import cold_transient, saturation_of
 
-__all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence"]
+__all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence", "target_label"]
 
 #: step verdicts whose percentiles the knee uses (invalid/insufficient/not_run are ignored, and so is a
 #: `partial` step, stopped inside its window)
@@ -668,7 +668,8 @@ def _bound(value: float, decimals: int, *, up: bool) -> str:
     return f"{rounded:.{decimals}f}"
 
 
-def _label(key: str) -> str:
+def target_label(key: str) -> str:
+    """A target key as the answer names it: `ttft_p95` -> `TTFT p95`."""
     parsed = slo_dims.parse_threshold_key(key)
     if parsed is None:
         return key.replace("_", " ")
@@ -700,9 +701,9 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
         if knee.binding is not None:  # crossed at or below the lowest rate run
             bound = (f"below {_bound(knee.high, d, up=True)} req/s ({conf})" if knee.high is not None
                      else "below the rates run")
-            return f"knee {bound}: {_label(knee.binding)} is over its target at the lowest rate run"
+            return f"knee {bound}: {target_label(knee.binding)} is over its target at the lowest rate run"
         if knee.failed_at is not None:  # no percentile target crossed, yet a step failed: never "held"
-            dims = ", ".join(_label(d) for d in knee.failed_on) or "a target"
+            dims = ", ".join(target_label(d) for d in knee.failed_on) or "a target"
             latency = any(slo_dims.parse_threshold_key(d) for d in knee.failed_on)
             why = ("a step at a higher rate read under it: near the knee one step is a noisy draw; longer "
                    "steps there place it" if latency else "no latency target crossed its threshold at the rates run")
@@ -720,6 +721,6 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
         interval = f"at most {_bound(knee.high, d, up=True)}"
     else:
         interval = "not bounded by the steps run"
-    text = f"knee {fmt(knee.rate)} req/s ({interval}, {conf}): {_label(knee.binding or '')} binds"
-    others = [f"{_label(k)} at {v * 100:.0f}% of its target there" for k, v in knee.headroom.items()]
+    text = f"knee {fmt(knee.rate)} req/s ({interval}, {conf}): {target_label(knee.binding or '')} binds"
+    others = [f"{target_label(k)} at {v * 100:.0f}% of its target there" for k, v in knee.headroom.items()]
     return text + ("; " + "; ".join(others) if others else "")

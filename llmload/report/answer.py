@@ -265,6 +265,14 @@ def answer_sentences(analysis: Any, manifest: dict | None) -> tuple[str, list[st
     knee = knee_text(summary)
     if knee:
         out.append(knee)
+    models = (summary.get("knee") or {}).get("share_models") or {}
+    if models:  # the refine steps' TTFT shares were read against their arrivals (METRICS.md, the knee, 2a)
+        from analysis.knee import target_label
+
+        out.append("The refine steps' shares over their targets were read against their own arrivals, by a "
+                   "queue model fitted on this run's requests (" + "; ".join(
+                       f"{target_label(k)}: {v}" for k, v in models.items()) + "): the luck of the queue "
+                   "episodes a step's arrivals met is taken out (docs/METRICS.md, the knee, 2a).")
     last = as_number(summary.get("last_passing_rate"))
     failing = first_failing_step(steps, summary)
     passing = last_passing_step(steps, summary)

@@ -190,3 +190,13 @@ def test_the_live_search_reads_the_shares_the_final_analysis_reads(tmp_path, mon
     assert knee == estimate_knee(searched, slo)  # what the search was told
     # the final analysis fits its model on every step (the search's last estimate had all but the last)
     assert knee.low <= summary["knee"]["rate"] <= knee.high, (knee, summary["knee"])
+    # the answer names the model the shares were read against
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from llmload.report.answer import answer_sentences
+
+    model = summary["knee"]["share_models"]["ttft_p95"]
+    _verdict, said = answer_sentences(SimpleNamespace(summary=summary, steps=pd.DataFrame(summary["steps"])), None)
+    assert any("read against their own arrivals" in s and f"TTFT p95: {model}" in s for s in said), said
