@@ -198,5 +198,6 @@ def test_the_live_search_reads_the_shares_the_final_analysis_reads(tmp_path, mon
     from llmload.report.answer import answer_sentences
 
     model = summary["knee"]["share_models"]["ttft_p95"]
-    _verdict, said = answer_sentences(SimpleNamespace(summary=summary, steps=pd.DataFrame(summary["steps"])), None)
+    _verdict, said = answer_sentences(SimpleNamespace(summary=summary, steps=pd.DataFrame(summary["steps"]),
+                                                      slo=slo), None)
     assert any("read against their own arrivals" in s and f"TTFT p95: {model}" in s for s in said), said
