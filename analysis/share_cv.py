@@ -72,9 +72,10 @@ RAW_FLOOR = 0.25
 REPS = 400
 #: a step adjusted needs at least this many judged requests
 MIN_JUDGED = 5
-#: a run with more sent requests than this is not modelled (the fit walks every arrival for each grid rate):
-#: its raw shares stand
-MAX_REQUESTS = 200_000
+#: a run with more requests than this is not modelled, its raw shares stand: the fit walks every arrival for
+#: each of its ~550 trial queues (1.2 CPU s at 30,000), and the live search refits before each decision in
+#: the master's loop; a run this long has thousands of samples a step near the knee anyway
+MAX_REQUESTS = 50_000
 #: the arrival processes whose steps are adjusted (the replays draw Poisson arrivals)
 POISSON = ("poisson", "poisson_exact")
 #: the key of a judged step row that holds its requests' `History` (the live search's rows: `adjust_searched`)

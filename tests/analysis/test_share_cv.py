@@ -118,7 +118,7 @@ def test_chained_windows_at_the_knee_read_the_steady_state_share_with_half_the_s
     assert held >= 0.8, held
 
 
-def test_steps_of_other_arrivals_and_targets_other_than_ttft_keep_their_raw_share():
+def test_steps_of_other_arrivals_and_targets_other_than_ttft_keep_their_raw_share(monkeypatch):
     """Only chained steps with Poisson arrivals are read against the model (its replays are Poisson), and
     only TTFT targets; a drained step keeps its raw share; a run without a TTFT over its target fits no
     model and changes nothing."""
@@ -143,6 +143,10 @@ def test_steps_of_other_arrivals_and_targets_other_than_ttft_keep_their_raw_shar
     assert all("ttft_p95_cv_over" not in r for r in out)
     out, _ = adjust_rows(rows, history, SLO(ttft_p95=0.5), {"a", "b"})
     assert all("ttft_p95_cv_over" in r for r in out)
+    # a run longer than the model is fitted for keeps its raw shares
+    monkeypatch.setattr("analysis.share_cv.MAX_REQUESTS", len(sent) - 1)
+    out, models = adjust_rows(rows, history, SLO(ttft_p95=0.5), {"a", "b"})
+    assert models == {} and all("ttft_p95_cv_over" not in r for r in out)
 
 
 def test_the_live_search_reads_the_shares_the_final_analysis_reads(tmp_path, monkeypatch):
