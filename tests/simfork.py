@@ -65,10 +65,10 @@ def _run_command(argv: list[str], log: str, env: dict[str, str], cwd: str) -> No
     os.close(fd)
     # as PYTHONUNBUFFERED=1 makes them: every write reaches the file at once
     for name, errors in (("stdout", "strict"), ("stderr", "backslashreplace")):
-        stream = getattr(sys, name)
-        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream = getattr(sys, name)  # the forkserver's: the encoding and errors the command would have
         setattr(sys, name, io.TextIOWrapper(io.FileIO(1 if name == "stdout" else 2, "w", closefd=False),
-                                            encoding=encoding, errors=errors, write_through=True))
+                                            encoding=getattr(stream, "encoding", None) or "utf-8",
+                                            errors=getattr(stream, "errors", None) or errors, write_through=True))
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
