@@ -119,41 +119,25 @@ def history_of(req: Any) -> History:
                    floats("ttft_s"), judged)
 
 
-def virtual_waits(arrivals: np.ndarray, service_s: np.ndarray | float, work_s: float = 0.0,
-                  prev_s: float | None = None) -> np.ndarray:
-    """Lindley's waits of a single deterministic server: each row of `arrivals` (sorted seconds, (M, n)) with
-    its own `service_s` ((M,) or a scalar), from `work_s` seconds of work left just after `prev_s`."""
-    arr = np.atleast_2d(np.asarray(arrivals, dtype=float))
-    s = np.broadcast_to(np.asarray(service_s, dtype=float), (arr.shape[0],))
-    waits = np.empty_like(arr)
-    work = np.full(arr.shape[0], work_s)
-    prev = np.full(arr.shape[0], arr[0, 0] if prev_s is None and arr.size else (prev_s or 0.0))
-    for j in range(arr.shape[1]):
-        work = np.maximum(0.0, work - (arr[:, j] - prev))
-        waits[:, j] = work
-        work = work + s
-        prev = arr[:, j]
-    return waits
-
-
 def slot_waits(arrivals: np.ndarray, service_s: np.ndarray | float, slots: int,
                free_s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(waits, free): first come first served over `slots` deterministic servers, each row of `arrivals`
     ((M, n) sorted seconds) with its own `service_s` ((M,) or a scalar), from the servers free at `free_s`
-    ((slots,) or (M, slots) absolute seconds; all free by default); `free` the times after the last."""
+    ((slots,) or (M, slots) absolute seconds, as `free` of the same queue before; all free by default);
+    `free` the servers' free times after the last arrival, ascending.
+
+    Every request takes the same time, so requests end in the order they start, and request j starts when
+    it arrives or when request j - `slots` ends, whichever is later (Kiefer and Wolfowitz's recursion for
+    equal service times): `slots` columns at a time, no search for the free server."""
     arr = np.atleast_2d(np.asarray(arrivals, dtype=float))
-    m = arr.shape[0]
-    s = np.broadcast_to(np.asarray(service_s, dtype=float), (m,))
-    free = (np.full((m, slots), -np.inf) if free_s is None
-            else np.array(np.broadcast_to(free_s, (m, slots)), dtype=float))
-    waits = np.empty_like(arr)
-    rows = np.arange(m)
-    for j in range(arr.shape[1]):
-        k = np.argmin(free, axis=1)
-        start = np.maximum(arr[:, j], free[rows, k])
-        waits[:, j] = start - arr[:, j]
-        free[rows, k] = start + s
-    return waits, free
+    m, n = arr.shape
+    s = np.broadcast_to(np.asarray(service_s, dtype=float), (m,))[:, None]
+    ends = np.empty((m, n + slots))
+    ends[:, :slots] = -np.inf if free_s is None else np.sort(np.broadcast_to(free_s, (m, slots)), axis=1)
+    for first in range(0, n, slots):
+        last = min(first + slots, n)
+        ends[:, slots + first:slots + last] = np.maximum(arr[:, first:last], ends[:, first:last]) + s
+    return ends[:, slots:] - s - arr, ends[:, n:]
 
 
 @dataclass(frozen=True)
@@ -163,18 +147,12 @@ class Queue:
     service_s: float
     slots: int = 1
 
-    def state(self, history: np.ndarray) -> Any:
-        """The model's state after the sorted arrivals `history` (None: idle)."""
-        if not history.size:
-            return None
-        if self.slots == 1:
-            return float(virtual_waits(history, self.service_s)[0][-1]) + self.service_s, float(history[-1])
-        return slot_waits(history, self.service_s, self.slots)[1][0]
+    def state(self, history: np.ndarray) -> np.ndarray | None:
+        """The servers' free times after the sorted arrivals `history` (None: idle)."""
+        return slot_waits(history, self.service_s, self.slots)[1][0] if history.size else None
 
-    def waits(self, arrivals: np.ndarray, state: Any, start_s: float) -> np.ndarray:
-        """The waits ((M, n)) of each row of sorted `arrivals` from `state` (taken at or before `start_s`)."""
-        if self.slots == 1:
-            return virtual_waits(arrivals, self.service_s, *(state or (0.0, start_s)))
+    def waits(self, arrivals: np.ndarray, state: np.ndarray | None) -> np.ndarray:
+        """The waits ((M, n)) of each row of sorted `arrivals` from `state` (`state` of earlier arrivals)."""
         return slot_waits(arrivals, self.service_s, self.slots, state)[0]
 
     def describe(self) -> str:
@@ -190,7 +168,7 @@ def fit_queue(sent_s: np.ndarray, ttft_s: np.ndarray, judged: np.ndarray, limit_
     if not over.any():
         return None
     grid = MUS * rate
-    waits = virtual_waits(np.broadcast_to(sent_s, (len(grid), len(sent_s))), 1.0 / grid)
+    waits = slot_waits(np.broadcast_to(sent_s, (len(grid), len(sent_s))), 1.0 / grid, 1)[0]
     miss = ((waits[:, judged] > limit_s) != over).sum(axis=1)
     best = int(np.argmin(miss))
     queue, fewest = Queue(float(1.0 / grid[best])), int(miss[best])
@@ -213,7 +191,7 @@ def _replay_share(seed: int, start_s: float, window: tuple[float, float], rate: 
     rng = np.random.default_rng(seed)
     times = start_s + np.cumsum(rng.exponential(1.0 / rate, (REPS, int(rate * (we - start_s) * 1.5) + 30)), axis=1)
     inside = (times >= ws) & (times < we)
-    over = (queue.waits(times, state, start_s) > limit_s) & inside
+    over = (queue.waits(times, state) > limit_s) & inside
     each = over.sum(axis=1) / np.maximum(inside.sum(axis=1), 1)
     return float(over.sum() / max(inside.sum(), 1)), float(each.var()) / REPS
 
@@ -237,7 +215,7 @@ def _adjusted(row: dict, index: int, sent: History, queue: Queue, key: str, limi
     if not rate > 0:
         return row
     state = queue.state(sent.sent_s[sent.sent_s < start_s])
-    own = queue.waits(sent.sent_s[mine], state, start_s)[0][done[mine]]
+    own = queue.waits(sent.sent_s[mine], state)[0][done[mine]]
     exceed = (sent.ttft_s[done] > limit_s).astype(float)
     model = (own > limit_s).astype(float)
     expected, mc_var = _replay_share(7919 + index, start_s, (ws, we), rate, queue, state, limit_s)
