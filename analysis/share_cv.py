@@ -73,7 +73,7 @@ REPS = 400
 #: a step adjusted needs at least this many judged requests
 MIN_JUDGED = 5
 #: a run with more requests than this is not modelled, its raw shares stand: the fit walks every arrival for
-#: each of its ~550 trial queues (1.2 CPU s at 30,000), and the live search refits before each decision in
+#: each of its ~550 trial queues (0.6 CPU s at 30,000), and the live search refits before each decision in
 #: the master's loop; a run this long has thousands of samples a step near the knee anyway
 MAX_REQUESTS = 50_000
 #: the arrival processes whose steps are adjusted (the replays draw Poisson arrivals)
