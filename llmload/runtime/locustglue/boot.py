@@ -57,6 +57,31 @@ def entry_points_read_once() -> Iterator[None]:
         metadata.entry_points = real
 
 
+def _stand_in(name: str, doc: str, after: Callable[[types.ModuleType], None] | None = None,
+              ) -> tuple[types.ModuleType, Callable[[], types.ModuleType]]:
+    """(stand_in, real): a module put in `sys.modules` as `name`; `real()` imports the real module (it takes
+    the stand-in's place) and hands it to `after`; any name read from the stand-in that is not set on it is
+    the real module's."""
+    stand_in = types.ModuleType(name, doc)
+
+    def real() -> types.ModuleType:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        module = importlib.import_module(name)
+        if after is not None:
+            after(module)
+        return module
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__"):  # the import system's questions (`__path__`, `__file__`): a plain module's
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    stand_in.__getattr__ = getattr_  # type: ignore[method-assign]
+    sys.modules[name] = stand_in
+    return stand_in, real
+
+
 def defer_web_ui() -> None:
     """Put a stand-in for `locust.web` in `sys.modules` (before `import locust`): Locust's environment
     module binds its `WebUI` at import and calls it only in `create_web_ui`; the stand-in's `WebUI` imports
@@ -64,16 +89,14 @@ def defer_web_ui() -> None:
     stand-in is the real module's. Nothing happens when Locust is imported already."""
     if "locust" in sys.modules or WEB_MODULE in sys.modules:
         return
-    stand_in = types.ModuleType(WEB_MODULE, "Locust's web UI, imported when a web UI is made (llmload boot)")
 
-    def real() -> types.ModuleType:
-        if sys.modules.get(WEB_MODULE) is stand_in:
-            del sys.modules[WEB_MODULE]
-        module = importlib.import_module(WEB_MODULE)
+    def where_locust_looks(module: types.ModuleType) -> None:
         env = sys.modules.get("locust.env")
         if env is not None and getattr(env, "WebUI", None) is WebUI:
             env.WebUI = module.WebUI  # type: ignore[attr-defined]
-        return module
+
+    stand_in, real = _stand_in(WEB_MODULE, "Locust's web UI, imported when a web UI is made (llmload boot)",
+                               where_locust_looks)
 
     class WebUI:
         """Locust's `WebUI`, made from the real module on first use."""
@@ -81,29 +104,17 @@ def defer_web_ui() -> None:
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:
             return real().WebUI(*args, **kwargs)
 
-    def getattr_(name: str) -> Any:
-        if name.startswith("__"):  # the import system's questions (`__path__`, `__file__`): a plain module's
-            raise AttributeError(name)
-        return getattr(real(), name)
-
     stand_in.WebUI = WebUI  # type: ignore[attr-defined]
-    stand_in.__getattr__ = getattr_  # type: ignore[method-assign]
-    sys.modules[WEB_MODULE] = stand_in
 
 
 def defer_html_report() -> None:
     """Put a stand-in for `locust.html` in `sys.modules` (after `import locust`, before `locust.main`): its
     `get_html_report` and `process_html_filename` call the real module's, imported on the first call (it
-    then takes the stand-in's place); any other name read from the stand-in is the real module's. Nothing
-    happens when `locust.main` or `locust.html` is imported already."""
+    then takes the stand-in's place, and `locust.html` is set to it); any other name read from the
+    stand-in is the real module's. Nothing happens when `locust.main` or `locust.html` is imported already."""
     if "locust.main" in sys.modules or HTML_MODULE in sys.modules:
         return
-    stand_in = types.ModuleType(HTML_MODULE, "Locust's HTML report, imported when one is made (llmload boot)")
-
-    def real() -> types.ModuleType:
-        if sys.modules.get(HTML_MODULE) is stand_in:
-            del sys.modules[HTML_MODULE]
-        return importlib.import_module(HTML_MODULE)  # which sets `locust.html` to the real module too
+    stand_in, real = _stand_in(HTML_MODULE, "Locust's HTML report, imported when one is made (llmload boot)")
 
     def calling_the_real(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -112,15 +123,8 @@ def defer_html_report() -> None:
         call.__name__ = call.__qualname__ = name
         return call
 
-    def getattr_(name: str) -> Any:
-        if name.startswith("__"):  # the import system's questions (`__path__`, `__file__`): a plain module's
-            raise AttributeError(name)
-        return getattr(real(), name)
-
     for name in HTML_NAMES:
         setattr(stand_in, name, calling_the_real(name))
-    stand_in.__getattr__ = getattr_  # type: ignore[method-assign]
-    sys.modules[HTML_MODULE] = stand_in
     package = sys.modules.get("locust")
     if package is not None:
         package.html = stand_in  # type: ignore[attr-defined]
