@@ -70,6 +70,8 @@ SLOT_MARGIN = 0.6
 RAW_FLOOR = 0.25
 #: replays of a step's arrivals that give `E[C]`
 REPS = 400
+#: replayed arrivals held at once (a step of 30,000 arrivals is replayed some rows at a time: 16 MB an array)
+REPLAY_CELLS = 2_000_000
 #: a step adjusted needs at least this many judged requests
 MIN_JUDGED = 5
 #: a run with more requests than this is not modelled, its raw shares stand: the fit walks every arrival for
@@ -189,11 +191,18 @@ def _replay_share(seed: int, start_s: float, window: tuple[float, float], rate: 
     replays of Poisson arrivals at `rate` from `start_s`, from the model's `state` there."""
     ws, we = window
     rng = np.random.default_rng(seed)
-    times = start_s + np.cumsum(rng.exponential(1.0 / rate, (REPS, int(rate * (we - start_s) * 1.5) + 30)), axis=1)
-    inside = (times >= ws) & (times < we)
-    over = (queue.waits(times, state) > limit_s) & inside
-    each = over.sum(axis=1) / np.maximum(inside.sum(axis=1), 1)
-    return float(over.sum() / max(inside.sum(), 1)), float(each.var()) / REPS
+    columns = int(rate * (we - start_s) * 1.5) + 30
+    chunk = max(1, min(REPS, REPLAY_CELLS // columns))  # replays at a time: the same draws, bounded memory
+    over_n = inside_n = 0
+    each = []
+    for first in range(0, REPS, chunk):
+        times = start_s + np.cumsum(rng.exponential(1.0 / rate, (min(chunk, REPS - first), columns)), axis=1)
+        inside = (times >= ws) & (times < we)
+        over = (queue.waits(times, state) > limit_s) & inside
+        over_n += int(over.sum())
+        inside_n += int(inside.sum())
+        each.append(over.sum(axis=1) / np.maximum(inside.sum(axis=1), 1))
+    return over_n / max(inside_n, 1), float(np.concatenate(each).var()) / REPS
 
 
 def _adjusted(row: dict, index: int, sent: History, queue: Queue, key: str, limit_s: float,

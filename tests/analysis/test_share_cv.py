@@ -204,3 +204,16 @@ def test_the_live_search_reads_the_shares_the_final_analysis_reads(tmp_path, mon
     _verdict, said = answer_sentences(SimpleNamespace(summary=summary, steps=pd.DataFrame(summary["steps"]),
                                                       slo=slo), None)
     assert any("read against their own arrivals" in s and f"TTFT p95: {model}" in s for s in said), said
+
+
+def test_replays_held_some_rows_at_a_time_give_the_same_share(monkeypatch):
+    """A long step's replays are made a few rows at a time (`REPLAY_CELLS`, bounded memory): the same draws,
+    the same `E[C]` and variance as all at once."""
+    from analysis import share_cv
+
+    queue = Queue(0.3, 2)
+    state = queue.state(np.cumsum(np.random.default_rng(2).exponential(0.2, 200)))
+    whole = share_cv._replay_share(11, 40.0, (50.0, 110.0), 6.0, queue, state, 0.4)
+    monkeypatch.setattr(share_cv, "REPLAY_CELLS", 1500)  # 3 replays at a time
+    assert share_cv._replay_share(11, 40.0, (50.0, 110.0), 6.0, queue, state, 0.4) == pytest.approx(whole, rel=1e-12)
+    assert 0 < whole[0] < 1
