@@ -70,6 +70,9 @@ SLOT_MARGIN = 0.6
 RAW_FLOOR = 0.25
 #: replays of a step's arrivals that give `E[C]`
 REPS = 400
+#: trial queues' waits held at once when fitting (64 MB an array: the one-server grid of a 30,000-request run
+#: in two parts)
+FIT_CELLS = 8_000_000
 #: replayed arrivals held at once (a step of 30,000 arrivals is replayed some rows at a time: 16 MB an array)
 REPLAY_CELLS = 2_000_000
 #: a step adjusted needs at least this many judged requests
@@ -169,16 +172,21 @@ def fit_queue(sent_s: np.ndarray, ttft_s: np.ndarray, judged: np.ndarray, limit_
     over = ttft_s[judged] > limit_s
     if not over.any():
         return None
+    def misses(service_s: np.ndarray, servers: int) -> np.ndarray:
+        """Each trial queue's disagreements, some trial queues at a time (`FIT_CELLS`: bounded memory)."""
+        rows = max(1, FIT_CELLS // max(len(sent_s), 1))
+        return np.concatenate([
+            ((slot_waits(np.broadcast_to(sent_s, (len(part), len(sent_s))), part, servers)[0][:, judged]
+              > limit_s) != over).sum(axis=1) for part in np.array_split(service_s, -(-len(service_s) // rows))])
+
     grid = MUS * rate
-    waits = slot_waits(np.broadcast_to(sent_s, (len(grid), len(sent_s))), 1.0 / grid, 1)[0]
-    miss = ((waits[:, judged] > limit_s) != over).sum(axis=1)
+    miss = misses(1.0 / grid, 1)
     best = int(np.argmin(miss))
     queue, fewest = Queue(float(1.0 / grid[best])), int(miss[best])
     bar = SLOT_MARGIN * fewest  # more servers only where they follow the exceedances clearly better
     for c in (c for c in slots if c > 1):
         mus = grid[best] * np.exp(np.linspace(math.log(0.6), math.log(1.6), 49))
-        waits = slot_waits(np.broadcast_to(sent_s, (len(mus), len(sent_s))), c / mus, c)[0]
-        miss = ((waits[:, judged] > limit_s) != over).sum(axis=1)
+        miss = misses(c / mus, c)
         i = int(np.argmin(miss))
         if miss[i] < min(fewest, bar):
             queue, fewest = Queue(float(c / mus[i]), c), int(miss[i])

@@ -58,8 +58,9 @@ def test_the_models_waits_are_first_come_first_served(servers):
     assert queue.waits(arrivals[half:], state)[0] == pytest.approx(want[half:], abs=1e-9)
 
 
-def test_the_fit_finds_the_queue_that_made_the_exceedances():
-    """TTFTs made by a 2-server queue of 0.5 s: the fit names 2 servers near 0.5 s."""
+def test_the_fit_finds_the_queue_that_made_the_exceedances(monkeypatch):
+    """TTFTs made by a 2-server queue of 0.5 s: the fit names 2 servers near 0.5 s; fitted a few trial
+    queues at a time (`FIT_CELLS`, bounded memory), the same."""
     arrivals = np.cumsum(np.random.default_rng(3).exponential(1 / 3.6, 1500))
     ttft = _fcfs(arrivals, 0.5, 2) + 0.05
     fitted = fit_queue(arrivals, ttft, np.ones(len(arrivals), dtype=bool), 0.8, rate=3.6)
@@ -67,6 +68,8 @@ def test_the_fit_finds_the_queue_that_made_the_exceedances():
     queue, misses, over = fitted
     assert queue.slots == 2 and queue.service_s == pytest.approx(0.5, rel=0.05)
     assert over > 20 and misses <= 0.1 * over
+    monkeypatch.setattr("analysis.share_cv.FIT_CELLS", 7 * len(arrivals))
+    assert fit_queue(arrivals, ttft, np.ones(len(arrivals), dtype=bool), 0.8, rate=3.6) == fitted
 
 
 def _truth_share(limits, rng) -> float:
