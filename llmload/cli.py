@@ -35,6 +35,18 @@ app = FlagsApp(
 )
 
 
+#: the options `run` and `find` share
+ReportFlag = Annotated[bool, typer.Option(
+    help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
+         "`llmload report RUN_DIR` draws the report later).")]
+VirtualFlag = Annotated[bool, typer.Option(
+    help="Rehearse it all in seconds against the simulated server in virtual time (a SIMULATION: the target "
+         "is never contacted).")]
+SimFile = Annotated[Optional[Path], typer.Option(
+    help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the target "
+         "(default: the demo's server).")]
+
+
 def _show_version(value: bool) -> None:
     if value:
         from llmload import __version__
@@ -96,15 +108,9 @@ def run(
     worker_token_file: Annotated[Optional[Path], typer.Option(
         help="Master and workers: a file whose first line is the shared worker token (else the "
              "LLMLOAD_WORKER_TOKEN variable; docs/SECURITY.md).")] = None,
-    virtual: Annotated[bool, typer.Option(
-        help="Rehearse the whole run in seconds against the simulated server in virtual time (a SIMULATION: "
-             "the target is never contacted).")] = False,
-    sim: Annotated[Optional[Path], typer.Option(
-        help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the "
-             "target (default: the demo's server).")] = None,
-    report: Annotated[bool, typer.Option(
-        help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
-             "`llmload report RUN_DIR` draws the report later).")] = True,
+    virtual: VirtualFlag = False,
+    sim: SimFile = None,
+    report: ReportFlag = True,
 ) -> None:
     """Run a load test described by CONFIG and write a run directory."""
     if virtual or sim is not None:
@@ -144,15 +150,9 @@ def find(
     output: Annotated[Path, typer.Option(help="Folder for the run directory (and the config it ran).")] = Path("runs"),
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default: a new one under --output).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of the arrivals and request draws.")] = 1,
-    report: Annotated[bool, typer.Option(
-        help="Write report.html at the end (--no-report: summary.json, worksheet.csv and the records only; "
-             "`llmload report RUN_DIR` draws the report later).")] = True,
-    virtual: Annotated[bool, typer.Option(
-        help="Rehearse the whole search in seconds against the simulated server in virtual time (a "
-             "SIMULATION: the URL is never contacted).")] = False,
-    sim: Annotated[Optional[Path], typer.Option(
-        help="With --virtual: the sim settings (YAML, as `llmload sim --config`) that stand in for the "
-             "server (default: the demo's server).")] = None,
+    report: ReportFlag = True,
+    virtual: VirtualFlag = False,
+    sim: SimFile = None,
 ) -> None:
     """Find the knee from a URL and targets alone: a short probe of the server's range, then steps placed
     across it and a knee search, within --budget (`shape: auto`; docs/FIND.md)."""
