@@ -641,10 +641,14 @@ def knee_of(summary: Mapping) -> Knee | None:
 
 
 def _decimals(knee: Knee) -> int:
-    """Decimals for the knee's numbers: the interval's half-width sets the last digit shown."""
+    """Decimals for the knee's numbers: the interval's half-width sets the last digit shown; with an end
+    open, two significant figures of the point, as a one-sided bound has (`_bound`: `knee 0.7 req/s (at
+    most 0.67)` put the point over its own bound)."""
     if knee.low is not None and knee.high is not None and knee.high > knee.low:
         half = (knee.high - knee.low) / 2.0
         return max(0, min(3, -math.floor(math.log10(half))))
+    if knee.rate is not None and knee.rate > 0:
+        return max(1, min(3, 1 - math.floor(math.log10(knee.rate))))
     return 1
 
 

@@ -151,6 +151,8 @@ def test_knee_of_an_older_summary_estimates_from_its_steps():
     (Knee(None, 0.486, None, 0.9, None), "knee above 0.48 req/s (90%): no step failed a target"),
     (Knee(4.62, 4.41, None, 0.9, "ttft_p95"), "knee 4.6 req/s (at least 4.4, 90%): TTFT p95 binds"),
     (Knee(4.62, None, 4.91, 0.9, "ttft_p95"), "knee 4.6 req/s (at most 5.0, 90%): TTFT p95 binds"),
+    # a slow server's open interval: the point with the bound's two significant figures, never over it
+    (Knee(0.6566, None, 0.6672, 0.9, "ttft_p95"), "knee 0.66 req/s (at most 0.67, 90%): TTFT p95 binds"),
     (Knee(None, None, 1.04, 0.9, "ttft_p95"),
      "knee below 1.1 req/s (90%): TTFT p95 is over its target at the lowest rate run"),
     (None, "knee: not estimated (no judged step on the rate axis with a percentile target)"),
