@@ -187,7 +187,9 @@ def step_metrics(req: pd.DataFrame, step: dict, slo: SLO, tel: TelemetryIndex,
     good = int((req["good"].to_numpy(dtype=bool) & dispatched).sum())
     counts = pd.Series(outcome[in_win]).value_counts()
     outcomes = {str(k): int(v) for k, v in counts.items()}
-    finished_in_window = (outcome == "ok") & (end_at >= ws) & (end_at < we)
+    # a closed loop's window ends when its last request does (drained): one ending at that instant is in it
+    # (in virtual time the last batch ends at exactly `we`: `<` left out half a probe level's completions)
+    finished_in_window = (outcome == "ok") & (end_at >= ws) & ((end_at <= we) if _closed_loop(step) else (end_at < we))
     judged = arrivals - outcomes.get("client_error", 0)  # the generator's own failures: not the server's
     def per_s(count: int) -> float:
         return count / window_s if window_s > 0 else math.nan  # NaN window (no plan times): NaN
