@@ -111,3 +111,16 @@ def test_completions_to_decide_is_where_the_wilson_interval_leaves_the_level() -
         assert not ((before[0] > level) if share > level else (before[1] < level)), (share, level, need)
     assert completions_to_decide(0.05, 0.1, 40, 0.05, 0.9) == math.inf  # on the level: never
     assert math.isnan(completions_to_decide(math.nan, 0.1, 40, 0.05, 0.9))
+
+
+def test_past_the_data_the_high_end_is_the_sample_maximum() -> None:
+    """36 independent values bound a p95 from above with 84% (1 - 0.95^36), not the 95% a 90% interval
+    needs: the high end is the largest value, not one interpolated under it (a step with one TTFT over
+    its 2 s target then read a bound under the target, and passed)."""
+    values = np.full(36, 0.2)
+    values[[4, 17, 18]] = [1.05, 1.37, 1.38]
+    values[19] = 2.19
+    low, high = percentile_interval(values, 95, 0.9)
+    assert high == pytest.approx(2.19)
+    many = np.random.default_rng(3).exponential(1.0, 400)  # inside the data: an order statistic under the maximum
+    assert percentile_interval(many, 95, 0.9)[1] < many.max()

@@ -282,3 +282,15 @@ def test_good_output_tokens_never_exceed_output_tokens() -> None:
     assert row["output_tokens_per_s"] == pytest.approx(7 * 20 / 10)  # r0..r6 end before 10 s
     assert row["good_output_tokens_per_s"] == pytest.approx(7 * 20 / 10)  # the same requests, all good
     assert row["good_output_tokens_per_s"] <= row["output_tokens_per_s"]
+
+
+def test_a_closed_loop_levels_last_batch_ending_at_its_windows_end_counts() -> None:
+    """A closed-loop level's window ends as its last request does (drained): in virtual time a batch of
+    equal requests ends at exactly that instant, and each of them finished in the window. An open-loop
+    step's window is planned, and a request ending at its end belongs to the next one."""
+    rows = [request(f"a{i}", "s", 0.0, ttft=0.1, e2e=5.0, out=5) for i in range(4)]
+    rows += [request(f"b{i}", "s", 5.0, ttft=0.1, e2e=5.0, out=5) for i in range(4)]  # they end at 10.0
+    closed = _step_row(rows, start=0.0, length=10.0, phase="probe", rate=None, concurrency=4)
+    assert closed["completion_throughput"] == pytest.approx(8 / 10.0)
+    opened = _step_row(rows, start=0.0, length=10.0)
+    assert opened["completion_throughput"] == pytest.approx(4 / 10.0)
