@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/knee_accuracy.py [--seeds 10] [--first-seed 1] [--configs demo,tpot] [--compress 4]
         [--work /tmp/knee-accuracy] [--out bench/results/knee_accuracy.json] [--quick] [--virtual]
-        [--raw-shares]
+        [--raw-shares] [--runtime]
 
 For each sim configuration and seed: `llmload run` of a ladder with the knee search (`refine:`) against
 `llmload sim`, and the knee it writes (summary.json `knee`: rate, interval, binding target) against the
@@ -29,12 +29,18 @@ agreement, and wall time per search (goal 10 minutes). `--quick`: one seed of th
 with short steps (the smoke test's setting; its figures mean nothing). `--virtual`: the same searches
 in virtual time instead (`llmload.sim.virtual_search`: the tool's steps, judging and search against the
 sim's engine, no sockets, about a second a search; the times it reports are virtual seconds).
+`--runtime`: each search as `llmload run CONFIG --virtual --sim SIM` runs it (the product's own runtime:
+master, workers, judging, the `auto` probe and analysis, in one process in virtual time; about 8 CPU s a
+search). `virtual_auto` mirrors the runtime's `auto` only in part (its probe levels differ), so the
+runtime's figures are the ones a user gets.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,6 +91,11 @@ AUTO_CONFIGS: dict[str, dict[str, Any]] = {
     "auto-mid": {"sim": CONFIGS["tpot"]["sim"], "slo": CONFIGS["tpot"]["slo"], "input": 64, "output": 32,
                  "search": (1.0, 10.0),
                  "truth": {"rate": 5.51, "binding": "tpot_p95", "from": "true_knee, 3 x 50k arrivals (the tpot sim)"}},
+    #: a server we did not tune the method on: four slots, 3.5-4.3 s requests (256 in, 64 out); its knee lies at
+    #: 54% of its saturation, where an idle-started step's queue fills slowly (bench/README.md, session 4)
+    "auto-4slot": {"sim": {"max_num_seqs": 4, "step_base_s": "50ms", "decode_cost_s": "2ms", "prefill_cost_s": "0.5ms"},
+                   "slo": {"ttft_p95": 2.0, "tpot_p95": 0.3}, "input": 256, "output": 64, "search": (0.1, 2.0),
+                   "truth": {"rate": 0.487, "binding": "ttft_p95", "from": "true_knee, 3 x 20k arrivals"}},
     "auto-fast": {"sim": {"max_num_seqs": 32, "step_base_s": "15ms", "decode_cost_s": "0.45ms",
                           "prefill_cost_s": "0.03ms", "load_time_s": "0.2s"},
                   "slo": {"ttft_p95": 0.45, "tpot_p95": 0.06}, "input": 64, "output": 32, "search": (5.0, 60.0),
@@ -218,6 +229,49 @@ def virtual_searches(name: str, seeds: range, true_rate: float, *, raw_shares: b
     return {"runs": runs, "score": score(runs, true_rate), "virtual": found}
 
 
+def _runtime_one(job: tuple[str, int, Path]) -> dict:
+    """One search as `llmload run CONFIG --virtual --sim SIM` (a process of its own): the knee of its summary."""
+    name, seed, work = job
+    folder = work / f"{name}-{seed}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / "sim.yaml").write_text(yaml.safe_dump(CONFIGS[name]["sim"]))
+    config = demo_itself_config(seed) if name == "demo-itself" else run_config(name, "http://127.0.0.1:9", seed, 1.0,
+                                                                                quick=False)
+    (folder / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(folder / "run.yaml"), "--virtual",
+                           "--sim", str(folder / "sim.yaml"), "--no-report", "--out", str(folder / "run")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    (folder / "run.log").write_text(done.stdout)
+    summary = json.loads((folder / "run" / "summary.json").read_text())
+    knee = summary.get("knee") or {}
+    rows = summary.get("steps", [])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ends = [float(r["window_end"]) for r in rows if r.get("window_end") is not None]
+    starts = [float(r["window_start"]) - float(r.get("warmup_s") or 0.0) for r in rows if r.get("window_start") is not None]
+    virtual_s = max(ends) - min(starts) if ends and starts else 0.0
+    return {"seed": seed, "exit_code": done.returncode,
+            **{key: (None if knee.get(key) is None else float(knee[key])) for key in ("rate", "low", "high")},
+            "binding": knee.get("binding"), "search": summary.get("search"), "steps": len(rows),
+            "wall_s": round(virtual_s, 1),
+            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)}
+
+
+def runtime_searches(name: str, seeds: range, true_rate: float, work: Path, *, jobs: int = 2) -> dict:
+    """The configuration's searches as the product runs them in virtual time (`llmload run --virtual`), scored;
+    `wall_s` is the run's virtual span (its last window's end)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs) as pool:
+        runs = list(pool.map(_runtime_one, [(name, seed, work) for seed in seeds]))
+    for run in runs:
+        print(f"  seed {run['seed']}: knee {_num(run['rate'])} ({_num(run['low'])} to {_num(run['high'])}) "
+              f"{run['binding'] or 'nothing'} binds, search {run['search']}, {run['wall_s']} virtual s", flush=True)
+    return {"runs": runs, "score": score(runs, true_rate)}
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
@@ -253,19 +307,27 @@ def main(argv: list[str] | None = None) -> None:
                     help="compute the configurations' true knees instead of using the stored ones")
     ap.add_argument("--quick", action="store_true", help="one seed of the demo config, short steps (smoke test)")
     ap.add_argument("--virtual", action="store_true", help="the searches in virtual time (no sim process)")
+    ap.add_argument("--runtime", action="store_true",
+                    help="each search as `llmload run --virtual --sim` runs it (the product's runtime in virtual time)")
     ap.add_argument("--raw-shares", action="store_true",
                     help="with --virtual: the knee from the steps' raw TTFT shares (not read against their arrivals, "
                          "analysis.share_cv): the estimator before it")
     args = ap.parse_args(argv)
     names = ["demo"] if args.quick else [n.strip() for n in args.configs.split(",") if n.strip()]
-    if "demo-itself" in names and not args.virtual:
-        ap.error("demo-itself runs in virtual time only (--virtual); live, it is `llmload demo` itself")
+    if "demo-itself" in names and not (args.virtual or args.runtime):
+        ap.error("demo-itself runs in virtual time only (--virtual, --runtime); live, it is `llmload demo` itself")
     seeds = range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds))
     before = machine()
     results = {}
     for name in names:
         true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
+        if args.runtime:
+            found = runtime_searches(name, seeds, true["rate"], args.work)
+            results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
+                             "config": CONFIGS[name], "runtime": True}
+            print(f"  {name} (the runtime, virtual time): {found['score']}", flush=True)
+            continue
         if args.virtual:
             found = virtual_searches(name, seeds, true["rate"], raw_shares=args.raw_shares)
             results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
@@ -281,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, "runs": runs,
                          "score": score(runs, true["rate"]), "config": CONFIGS[name]}
         print(f"  {name}: {results[name]['score']}", flush=True)
-    write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick, virtual=args.virtual,
+    write_result(args.out, "knee_accuracy", argv, before, compress=args.compress, quick=args.quick,
+                 virtual=args.virtual, runtime=args.runtime,
                  budget_s=args.budget_s,
                  results=json.loads(json.dumps(results, default=str)))
     print(f"wrote {args.out}")
