@@ -522,6 +522,10 @@ def _chained(row: Mapping) -> bool:
     return phase is not None and not phase.drained
 
 
+#: rates within this share of each other are one rate to `_without_cold_steps` (`shapes.probe.SAME`'s share)
+SAME_RATE = 0.02
+
+
 def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     """`rows` less the drained steps (each started on an idle server: the ladder's) whose realised rate
     lies inside the range of the chained steps' rates: once two of those bracket them, their low
@@ -531,7 +535,9 @@ def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     chained = [x for r in rows if _chained(r) and (x := _num(r.get("offered_rate"))) is not None]
     if len(chained) < 2:
         return rows
-    lo, hi = min(chained), max(chained)
+    # the range's ends widened by `SAME_RATE`: a drained step at a chained one's rate (4.0600 against two
+    # chained steps at 4.0583 req/s) is the same rate read cold, and the curve would cross between them
+    lo, hi = min(chained) * (1.0 - SAME_RATE), max(chained) * (1.0 + SAME_RATE)
     return [r for r in rows if _chained(r) or r.get("verdict") == "fail"
             or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
 

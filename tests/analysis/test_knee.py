@@ -464,3 +464,27 @@ def test_a_slow_servers_transients_are_not_said_to_have_held():
     assert knee.rate is None and knee.failed_at is None and knee.low == pytest.approx(0.4861)
     text = knee_sentence(knee)
     assert text == "knee above 0.48 req/s (90%): no step failed a target", text
+
+
+def test_a_drained_step_at_the_chained_steps_rate_is_left_out_with_them() -> None:
+    """bench/knee_accuracy.py --runtime auto-mid seed 13: a placement step (drained, 49 s) at 4.0600 req/s
+    read a TPOT share of 0.065, two chained refine steps at 4.0583 read 0 of 487 each. Kept, the drained
+    one sat just right of them on the rate axis and the curve crossed the level between them: knee 4.06
+    against a truth of 5.5. Within 2% it is the same rate, read cold: the chained steps stand for it."""
+    slo = SLO(ttft_p95=1.0, tpot_p95=0.038)
+
+    def step(label, phase, rate, verdict, share, low, high, tpot, tpot_high, completed):
+        return {"label": label, "phase": phase, "offered_rate": rate, "verdict": verdict, "completed": completed,
+                "ttft_p95_s": 0.2, "ttft_p95_s_low": 0.15, "ttft_p95_s_high": 0.25, "ttft_p95_over": 0.0,
+                "ttft_p95_over_low": 0.0, "ttft_p95_over_high": 0.01,
+                "tpot_p95_s": tpot, "tpot_p95_s_low": tpot * 0.97, "tpot_p95_s_high": tpot_high,
+                "tpot_p95_over": share, "tpot_p95_over_low": low, "tpot_p95_over_high": high}
+
+    steps = [step("r7.88", "ladder", 7.8799, "fail", 0.245, 0.117, 0.442, 0.0411, 0.0430, 200),
+             step("r5.07", "ladder", 5.0700, "inconclusive", 0.07, 0.017, 0.252, 0.0391, 0.0411, 200),
+             step("r4.06", "ladder", 4.0600, "inconclusive", 0.065, 0.015, 0.237, 0.0392, 0.0407, 200),
+             step("r3.25", "ladder", 3.2465, "pass", 0.0, 0.0, 0.092, 0.0323, 0.0329, 187),
+             step("r4.06-2", "refine", 4.0583, "pass", 0.0, 0.0, 0.0368, 0.0338, 0.0342, 487),
+             step("r4.06-3", "refine", 4.0583, "pass", 0.0, 0.0, 0.0362, 0.0361, 0.0372, 487)]
+    knee = estimate_knee(steps, slo)
+    assert knee.binding == "tpot_p95" and knee.rate > 4.2 and knee.low >= 4.05
