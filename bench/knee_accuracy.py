@@ -229,16 +229,16 @@ def virtual_searches(name: str, seeds: range, true_rate: float, *, raw_shares: b
     return {"runs": runs, "score": score(runs, true_rate), "virtual": found}
 
 
-def _runtime_one(job: tuple[str, int, Path]) -> dict:
+def _runtime_one(job: tuple[str, int, Path, float | None]) -> dict:
     """One search as `llmload run CONFIG --virtual --sim SIM` (a process of its own): the knee of its summary."""
-    name, seed, work = job
+    name, seed, work, budget_s = job
     folder = work / f"{name}-{seed}"
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     (folder / "sim.yaml").write_text(yaml.safe_dump(CONFIGS[name]["sim"]))
     config = demo_itself_config(seed) if name == "demo-itself" else run_config(name, "http://127.0.0.1:9", seed, 1.0,
-                                                                                quick=False)
+                                                                                quick=False, budget_s=budget_s)
     (folder / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(folder / "run.yaml"), "--virtual",
@@ -259,13 +259,14 @@ def _runtime_one(job: tuple[str, int, Path]) -> dict:
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)}
 
 
-def runtime_searches(name: str, seeds: range, true_rate: float, work: Path, *, jobs: int = 2) -> dict:
+def runtime_searches(name: str, seeds: range, true_rate: float, work: Path, *, jobs: int = 2,
+                     budget_s: float | None = None) -> dict:
     """The configuration's searches as the product runs them in virtual time (`llmload run --virtual`), scored;
     `wall_s` is the run's virtual span (its last window's end)."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(jobs) as pool:
-        runs = list(pool.map(_runtime_one, [(name, seed, work) for seed in seeds]))
+        runs = list(pool.map(_runtime_one, [(name, seed, work, budget_s) for seed in seeds]))
     for run in runs:
         print(f"  seed {run['seed']}: knee {_num(run['rate'])} ({_num(run['low'])} to {_num(run['high'])}) "
               f"{run['binding'] or 'nothing'} binds, search {run['search']}, {run['wall_s']} virtual s", flush=True)
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         true = truth(name, quick=args.quick, arrivals=args.truth_arrivals, recompute=args.recompute_truth)
         print(f"{name}: true knee {_num(true['rate'])} req/s ({true['binding'] or 'nothing'} binds)", flush=True)
         if args.runtime:
-            found = runtime_searches(name, seeds, true["rate"], args.work)
+            found = runtime_searches(name, seeds, true["rate"], args.work, budget_s=args.budget_s)
             results[name] = {"truth": {k: v for k, v in true.items() if k != "detail"}, **found,
                              "config": CONFIGS[name], "runtime": True}
             print(f"  {name} (the runtime, virtual time): {found['score']}", flush=True)
