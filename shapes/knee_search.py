@@ -106,6 +106,9 @@ _AUTO_STOP_TEXT = {
     "no_pass": "the targets were crossed already at the lowest rate placed (a small fraction of the probe's "
                "saturation throughput): the server misses them at light load; compare its idle latency "
                "(the probe's one-user level) with the targets",
+    "no_verdict": "no step gave a verdict to estimate from: the budget left the rate steps too few completions "
+                  "at this server's speed (each insufficient step says the window it needs: give more "
+                  "--budget / shape.auto.budget), or the probe's levels completed nothing",
 }
 
 

@@ -194,6 +194,28 @@ def test_find_virtual_runs_the_same_search_against_the_sim_without_contacting_th
     assert written["target"] == {"url": url, "api": "openai-chat", "model": "sim-model"}
 
 
+def test_a_budget_too_short_for_a_slow_server_says_so(tmp_path):
+    """A server of four slow slots (a request takes 3.5 s) and a one-minute budget: the probe and one rate step
+    fit, the step completes too few requests for a verdict, and the answer says the budget was too short for
+    this server (not only "no step gave a verdict")."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from llmload.cli import app
+
+    sim_yaml = tmp_path / "sim.yaml"
+    sim_yaml.write_text(yaml.safe_dump({"max_num_seqs": 4, "step_base_s": "50ms", "decode_cost_s": "2ms",
+                                        "prefill_cost_s": "0.5ms"}))
+    result = CliRunner().invoke(app, ["find", "http://127.0.0.1:9", "--slo", "ttft_p95=2s", "--slo", "tpot_p95=300ms",
+                                      "--input-tokens", "256", "--output-tokens", "64", "--budget", "1m",
+                                      "--out", str(tmp_path / "run"), "--output", str(tmp_path / "runs"),
+                                      "--no-report", "--virtual", "--sim", str(sim_yaml)])
+    assert result.exit_code == 3, result.output[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["knee"] is None and summary["search"]["stopped"] == "no_verdict"
+    assert "too few completions" in result.output and "--budget" in result.output, result.output[-2000:]
+
+
 def test_find_sim_without_virtual_is_refused():
     from typer.testing import CliRunner
 
