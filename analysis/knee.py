@@ -51,6 +51,8 @@ step's interval `[y_low, y_high]` (`analysis.intervals`, at `slo.confidence`):
    state: no exceedance there says nothing), over it its share bounds the curve from below only, and
    the point's (central) fit takes it at its interval's high end: a reading just over the level would
    put the chord's crossing at the transient's own rate (bench/knee_accuracy.py auto-slow, +20%).
+   A calm step (no value over a target) takes the longest autocorrelation time of the steps near its rate
+   that had some (`_calm_steps`: its window cannot show how long the queue's episodes over the target last).
    A share curve that pooled a failure away (a step wholly over the level, yet the fitted curve never
    crosses it: a later step at a higher rate read under it) takes the binomial fit over every step
    instead, so a failing step is weighed, never dropped.
@@ -78,7 +80,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.intervals import effective_trials
+from analysis.intervals import effective_trials, wilson
 from llmload import slo as slo_dims
 from llmload.config import SLO
 from llmload.units import finite as _num
@@ -268,7 +270,7 @@ def _share_points(rows: list[Mapping], key: str, scale: float, figure: str, thre
             # its reading is low by an amount its window cannot tell: the point's fit takes the highest
             # share the window allows (its interval's high end), not a reading that puts the crossing at it
             point, high, p_high = high, 1.0, None
-        if p_high is not None and p_high <= threshold_s and f <= level:
+        if p_high is not None and p_high <= threshold_s and f <= level and not row.get(f"{CALM}{key}"):
             high = min(high, level)
         if p_low is not None and p_low > threshold_s and f > level:
             low = max(low, float(np.nextafter(level, 1.0)))
@@ -503,6 +505,10 @@ def _local_fit(rows: list[Mapping], key: str, level: float, guess: float, confid
     return Crossing(float(grid[best]), low, high)
 
 
+#: the prefix `_adjusted_shares` keeps a row's raw share under (its own window's count and interval)
+RAW = "_raw_"
+
+
 def _adjusted_shares(rows: list[Mapping], slo: SLO) -> list[Mapping]:
     """`rows`, each target's share and its interval taken from the control variate's (`<key>_cv_over`,
     `analysis.share_cv`: the chained steps) where the row has one."""
@@ -511,7 +517,8 @@ def _adjusted_shares(rows: list[Mapping], slo: SLO) -> list[Mapping]:
         keys = [t.key for t in slo.thresholds if _num(row.get(f"{t.key}_cv_over")) is not None]
         if keys:
             row = {**row, **{f"{k}_over{end}": row.get(f"{k}_cv_over{end}") for k in keys
-                             for end in ("", "_low", "_high")}}
+                             for end in ("", "_low", "_high")},
+                   **{f"{RAW}{k}_over{end}": row.get(f"{k}_over{end}") for k in keys for end in ("", "_high")}}
         out.append(row)
     return out
 
@@ -540,6 +547,55 @@ def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     lo, hi = min(chained) * (1.0 - SAME_RATE), max(chained) * (1.0 + SAME_RATE)
     return [r for r in rows if _chained(r) or r.get("verdict") == "fail"
             or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
+
+
+#: the mark `_calm_steps` puts on a step row (with the target's key after it) whose window saw no value over
+#: the target, with the autocorrelation time of a step near it that did
+CALM = "_calm_"
+#: steps within this share of a calm step's rate lend it their autocorrelation time (`_calm_steps`)
+CALM_SPAN = 0.3
+
+
+def _calm_steps(rows: list[Mapping], slo: SLO) -> list[Mapping]:
+    """`rows`, each step with no value over a percentile target (share 0) given the longest autocorrelation
+    time of the steps within `CALM_SPAN` of its rate that had some: its share's high end is the Wilson
+    interval's with that many fewer trials. A window with no value over the target cannot show how long the
+    queue's episodes over it last, and near the knee of a server of few slots a whole window can be calm:
+    bench/knee_accuracy.py auto-4slot, 0 of 114 TTFTs over 2 s in 216 s at 0.528 req/s (p95 0.33 s), where
+    the steady state has 7% over and the steps at 0.662 req/s showed 3 to 6 requests per independent value;
+    its own count made it a decisive bound under the knee (0.58 to 0.66 against 0.487). Where the trials
+    left are too few for an order statistic to bound the percentile at the interval's confidence, the row
+    is marked (`CALM` + key): its percentile, which reads far under the target, no longer caps its share
+    at the level (`_share_points`)."""
+    z = _z(slo.confidence)
+    out = [dict(r) for r in rows]
+    for t in slo.thresholds:
+        key = t.key
+        p = t.percentile / 100.0
+        order_min = math.log((1.0 - slo.confidence) / 2.0) / math.log(p) if 0 < p < 1 else 0.0
+        taus = []  # from each window's own count (a share read against its arrivals is narrower by the model)
+        for r in out:
+            raw = RAW if r.get(f"{RAW}{key}_over") is not None else ""
+            x, f, high, n = (_num(r.get(k)) for k in ("offered_rate", f"{raw}{key}_over", f"{raw}{key}_over_high",
+                                                       "completed"))
+            if x is None or f is None or high is None or not n or f <= 0 or r.get(TRANSIENT):
+                continue
+            trials = effective_trials(f, high, z)
+            if trials:
+                taus.append((x, max(1.0, n / trials)))
+        for r in out:
+            x, f, high, n = (_num(r.get(k)) for k in ("offered_rate", f"{key}_over", f"{key}_over_high", "completed"))
+            if x is None or f is None or f > 0 or high is None or not n:
+                continue
+            near = [tau for at, tau in taus if abs(at - x) <= CALM_SPAN * x]
+            own = effective_trials(0.0, high, z) if high > 0 else None
+            if not near or own is None or n / max(near) >= own:
+                continue
+            trials = n / max(near)
+            r[f"{key}_over_high"] = max(high, wilson(0.0, trials, z)[1])
+            if trials < order_min:
+                r[f"{CALM}{key}"] = True
+    return out
 
 
 #: the mark `_transients` puts on a step row that read an idle start's transient (`shapes.probe.cold_transient`)
@@ -574,7 +630,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
-    rows = _transients(_without_cold_steps(_adjusted_shares(rows, slo)), records)
+    rows = _calm_steps(_transients(_without_cold_steps(_adjusted_shares(rows, slo)), records), slo)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
     for t in slo.thresholds:

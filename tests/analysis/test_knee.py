@@ -384,7 +384,9 @@ def test_an_idle_started_pass_shorter_than_its_queues_relaxation_does_not_bound_
              _slow_step(0.625, (0.0, 0.0, 0.116), (1.5, 0.6, 3.2), "pass"),
              _slow_step(0.694, (0.125, 0.125, 0.384), (4.4, 2.0, 9.0), "fail")]
     blind = estimate_knee(steps, slo)
-    assert blind.low >= 0.62  # the transient pass at 0.625 bounds it: the truth (0.509) is out
+    # without the probe, the calm pass at 0.625 (0 over) takes the autocorrelation time of the failure at 0.694
+    # (`_calm_steps`): too few trials left to bound the knee there (before that, its low was 0.625: truth out)
+    assert blind.low < 0.509
     knee = estimate_knee([SLOW_PROBE, *steps], slo)
     assert knee.binding == "ttft_p95" and knee.low <= 0.509 <= knee.high
     assert 0.486 < knee.rate < 0.625  # between the steady pass and the failure, the transient pass left out
@@ -488,3 +490,34 @@ def test_a_drained_step_at_the_chained_steps_rate_is_left_out_with_them() -> Non
              step("r4.06-3", "refine", 4.0583, "pass", 0.0, 0.0, 0.0362, 0.0361, 0.0372, 487)]
     knee = estimate_knee(steps, slo)
     assert knee.binding == "tpot_p95" and knee.rate > 4.2 and knee.low >= 4.05
+
+
+def test_a_calm_window_near_the_knee_takes_the_autocorrelation_of_the_steps_near_it() -> None:
+    """bench/knee_accuracy.py --runtime auto-4slot with 30 minutes, seed 10 (true knee 0.487 req/s): a placement
+    step at 0.528 req/s read 0 of 114 TTFTs over 2 s in 216 s (p95 0.33 s), where the steady state has 7% over;
+    its own count (about 80 independent values) and its percentile far under the target made it a decisive
+    bound, and the knee came out 0.63 (0.58 to 0.66). The refine steps at 0.662 req/s show 3 to 6 requests per
+    independent value in their own windows: the calm step, with that many fewer, bounds nothing."""
+    slo = SLO(ttft_p95=2.0, tpot_p95=0.3)
+
+    def step(label, phase, rate, verdict, completed, share, low, high, p95, p95_low, p95_high, cv=None):
+        row = {"label": label, "phase": phase, "offered_rate": rate, "verdict": verdict, "completed": completed,
+               "ttft_p95_s": p95, "ttft_p95_s_low": p95_low, "ttft_p95_s_high": p95_high,
+               "ttft_p95_over": share, "ttft_p95_over_low": low, "ttft_p95_over_high": high,
+               "tpot_p95_s": 0.06, "tpot_p95_s_low": 0.055, "tpot_p95_s_high": 0.065, "tpot_p95_over": 0.0,
+               "tpot_p95_over_low": 0.0, "tpot_p95_over_high": 0.02}
+        if cv is not None:
+            row.update(zip(("ttft_p95_cv_over", "ttft_p95_cv_over_low", "ttft_p95_cv_over_high"), cv, strict=True))
+        return row
+
+    steps = [step("r0.53", "ladder", 0.528, "pass", 114, 0.0, 0.0, 0.0332, 0.33, 0.25, 0.85),
+             step("r0.794", "ladder", 0.796, "fail", 172, 0.366, 0.213, 0.553, 6.0, 4.0, 9.0),
+             step("r0.662-2", "refine", 0.662, "inconclusive", 298, 0.128, 0.069, 0.223, 2.4, 1.5, 3.3,
+                  cv=(0.165, 0.127, 0.212)),
+             step("r0.662-3", "refine", 0.662, "inconclusive", 298, 0.101, 0.060, 0.163, 2.3, 1.6, 3.0,
+                  cv=(0.175, 0.145, 0.210))]
+    knee = estimate_knee(steps, slo)
+    assert knee.binding == "ttft_p95" and (knee.low is None or knee.low <= 0.487) and knee.high >= 0.6
+    # with the refine steps' autocorrelation read from their model-narrowed shares instead (about one
+    # request per independent value), the calm step would still bound it: the raw windows' counts decide
+    assert estimate_knee([steps[0], steps[1]], slo).low >= 0.5  # no step near it had a value over: its own count
