@@ -21,6 +21,7 @@ from support import (
     start_sim,
     stop_process,
     truth_step_config,
+    unrendered_svg,
     wait_http,
     write_config,
 )
@@ -168,10 +169,7 @@ def unrendered_plots(monkeypatch) -> None:
     (`limits_view` imports `plots._svg` where it draws, so it draws this placeholder too.)"""
     from llmload.report import plots
 
-    def placeholder(fig, salt: str) -> str:
-        return f'<svg id="unrendered-{salt}"></svg>'
-
-    monkeypatch.setattr(plots, "_svg", placeholder)
+    monkeypatch.setattr(plots, "_svg", unrendered_svg)
 
 
 @pytest.fixture
