@@ -297,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=2.0, help="RSS sampling interval")
     parser.add_argument("--settle-min", type=float, default=2.0, help="RSS compared from this point to the end")
     parser.add_argument("--work", type=Path, default=None, help="keep the run here (default: a temporary folder)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="no report.html: the slices are read from summary.json either way; the peak RSS after "
+                             "the load then leaves the report's drawing out")
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args(argv)
     import yaml
@@ -312,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     config.write_text(yaml.safe_dump(run_config(url, rate=args.rate, duration_s=duration_s, slice_s=args.slice_s,
                                                 output_tokens=args.output_tokens), sort_keys=False))
     cmd = [sys.executable, "-m", "llmload.cli", "run", str(config), "--out", str(run_dir),
-           "--processes", str(args.processes)]
+           "--processes", str(args.processes)] + (["--no-report"] if args.no_report else [])
     try:
         with open(work / "run.log", "w", encoding="utf-8") as log:
             t_launch = time.time()
@@ -339,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                  slice_s=args.slice_s, output_tokens=args.output_tokens, input_tokens=16, processes=args.processes,
                  sim={"step_base_ms": args.base_ms, "step_cost_growth_ms_per_min": args.growth_ms_per_min},
                  launch_to_load_s=round(load_start - t_launch, 2), load_s=round(load_end - load_start, 1),
-                 finish_s=round(t_exit - load_end, 1), rss_sample_s=args.sample_s, settle_min=args.settle_min,
+                 finish_s=round(t_exit - load_end, 1), rss_sample_s=args.sample_s, settle_min=args.settle_min, report=not args.no_report,
                  rss=rss, records=records, slices=slices)
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -71,7 +71,7 @@ def _role(cmdline: str) -> str:
 
 
 def launch(url: str, work: Path, *, users: int, rate: float, duration: float, tokens: int, processes: int,
-           sim_pid: int) -> dict:
+           sim_pid: int, report: bool = True) -> dict:
     import yaml
     from _common import ChildSampler
 
@@ -82,6 +82,8 @@ def launch(url: str, work: Path, *, users: int, rate: float, duration: float, to
     cmd = [sys.executable, "-m", "llmload.cli", "run", str(config_path), "--out", str(run_dir)]
     if processes:
         cmd += ["--processes", str(processes)]
+    if not report:
+        cmd.append("--no-report")
     with ChildSampler(interval_s=0.1) as sampler:
         t0 = time.time()
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--processes", type=int, default=0)
+    parser.add_argument("--no-report", action="store_true",
+                        help="no report.html (its ~0.8 s of CPU comes after everything measured but wall_total_s)")
     parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
     args = parser.parse_args(argv)
     from _common import machine, start_sim, write_result
@@ -134,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for users in args.users:
             row = launch(url, work / f"users-{users}", users=users, rate=args.rate, duration=args.duration,
-                         tokens=args.max_tokens, processes=args.processes, sim_pid=sim.proc.pid)
+                         tokens=args.max_tokens, processes=args.processes, sim_pid=sim.proc.pid,
+                         report=not args.no_report)
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:

@@ -18,16 +18,18 @@ from support import (
     SimServer,
     TruthStepRun,
     free_port,
+    run_virtual_demo,
     start_sim,
     stop_process,
     truth_step_config,
+    unrendered_svg,
     wait_http,
     write_config,
 )
 
 # re-exported for modules that import them from here; prefer `from support import ...`
 __all__ = ["REPO", "SimServer", "free_port", "sim_factory", "start_sim",
-           "stop_process", "truth_step_run", "unrendered_plots", "vllm_sim", "wait_http"]
+           "stop_process", "truth_step_run", "unrendered_plots", "virtual_demo", "vllm_sim", "wait_http"]
 
 # A suite started with SIGINT ignored (`nohup`, or a background job of a non-interactive shell) would pass
 # that on to every process it starts, and the tests that stop a command with Ctrl-C would see it ignored.
@@ -168,15 +170,26 @@ def unrendered_plots(monkeypatch) -> None:
     (`limits_view` imports `plots._svg` where it draws, so it draws this placeholder too.)"""
     from llmload.report import plots
 
-    def placeholder(fig, salt: str) -> str:
-        return f'<svg id="unrendered-{salt}"></svg>'
-
-    monkeypatch.setattr(plots, "_svg", placeholder)
+    monkeypatch.setattr(plots, "_svg", unrendered_svg)
 
 
 @pytest.fixture
 def vllm_sim(sim_factory) -> SimServer:
     return sim_factory(flavor="vllm")
+
+
+@pytest.fixture(scope="session")
+def virtual_demo(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    """`llmload demo`'s two runs whole in virtual time (`support.run_virtual_demo`) into a folder, once for the
+    session: (folder, each run's exit code). tests/runtime/test_demo.py judges the demo's decisions on them,
+    tests/runtime/test_virtual_run.py runs the ladder once more for the same summary. Their reports' plots
+    are built but not drawn (`unrendered_plots`): their text is read; the live demo draws both reports."""
+    from llmload.report import plots
+
+    folder = tmp_path_factory.mktemp("virtual-demo")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "_svg", unrendered_svg)
+        return folder, run_virtual_demo(folder)
 
 
 @pytest.fixture(scope="session")

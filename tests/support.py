@@ -227,6 +227,12 @@ def assert_one_line(code: int, err: str, *, where: str, key: str | None = None) 
         assert key in lines[0], err
 
 
+def unrendered_svg(fig: object, salt: str) -> str:
+    """A report plot's placeholder for `llmload.report.plots._svg`: the plot is built (its data, axes and
+    lines), not drawn (matplotlib's savefig is most of a report's CPU); conftest's `unrendered_plots`."""
+    return f'<svg id="unrendered-{salt}"></svg>'
+
+
 def run_virtual_demo(folder: Path) -> dict[str, int]:
     """`llmload demo`'s two runs (its ladder and knee search, its burst replay and uniform twin) as the demo
     writes them, each run whole in virtual time (`llmload run --virtual`) against the demo's engine, into

@@ -32,9 +32,11 @@ TINY = {
     "report_build.py": ["--records", "100"],
     "analysis_bench.py": ["--records", "200"],
     "sim_timing.py": ["--streams", "2", "--tokens", "5"],
-    "startup.py": ["--users", "4", "--rate", "5", "--duration", "1"],
-    # the cold child is the breakdown's without its imports: these two import all that any mode does
-    "finalize.py": ["--records", "200", "--rounds", "1", "--telemetry", "--modes", "master", "breakdown"],
+    # no report.html: drawn after all it measures (0.8 s of CPU a run)
+    "startup.py": ["--users", "4", "--rate", "5", "--duration", "1", "--no-report"],
+    # the cold child is the breakdown's without its imports; the master's child differs from the cold one by
+    # its line of imports alone, whose modules tests/test_imports.py finds (1.6 s of CPU a child)
+    "finalize.py": ["--records", "200", "--rounds", "1", "--telemetry", "--modes", "breakdown"],
     # caching on alone: the off run is the same function with the sim's caching off (9 s of wall, 4 s of CPU)
     "prefix_ladder.py": ["--rates", "2", "--step-s", "1", "--work", "work", "--caching", "on"],
     # --quick's 4 workers and one driver, 200 records in 1 s instead of 1,200 in 3 s (every record counted)
@@ -61,8 +63,9 @@ TINY = {
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
     # 12 s at 20 req/s in three 4-s slices (the fewest its trend test takes), one worker; the sim's step
     # cost grows 60 ms a minute (a drift to find); 30 s in 5-s slices took 44 s of wall and 8.4 s of CPU
+    # no report.html: the slices are checked from summary.json (the report's drawing was 0.8 s of CPU)
     "soak.py": ["--minutes", "0.2", "--rate", "20", "--slice-s", "4", "--settle-min", "0.05", "--sample-s", "0.5",
-                "--processes", "1", "--growth-ms-per-min", "60"],
+                "--processes", "1", "--growth-ms-per-min", "60", "--no-report"],
 }
 
 

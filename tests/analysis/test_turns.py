@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from analysis_frames import plan_step, request, run_of
 
 from analysis import analyze
 from analysis.turns import turn_table
 from llmload.config import SLO
 from llmload.report.page import render_report
+
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
 
 
 def _session_rows() -> list[dict]:

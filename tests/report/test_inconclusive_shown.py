@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from report_fakes import make_analysis, make_manifest
 
 from analysis.summary import exit_code
@@ -15,6 +16,9 @@ from llmload.report.html import _cell_class
 from llmload.report.page import write_report
 from llmload.report.text import verdict_table
 from llmload.runtime.launcher.run import verdict_exit_code
+
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
 
 REPO = Path(__file__).resolve().parents[2]
 

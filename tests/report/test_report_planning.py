@@ -19,6 +19,9 @@ from llmload.config import SLO
 from llmload.report.page import render_report
 from llmload.report.planning import plan_run
 
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
+
 R1, R2 = 0.001 + 0.2 + 63 * 0.02, 0.001 + 0.4 + 63 * 0.02
 
 

@@ -4,10 +4,14 @@ the queueing split's rows folded under the chart that says it."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from report_fakes import make_analysis, make_manifest
 
 from llmload.report.answer import BURST_QUESTION, QUESTION, SOAK_QUESTION, question_of
 from llmload.report.page import render_report
+
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
 
 
 def test_each_run_opens_with_its_own_question():

@@ -11,6 +11,9 @@ from llmload.cli import main
 from llmload.errors import ConfigError
 from llmload.report import rereport
 
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
+
 
 @pytest.fixture
 def run_dir(tmp_path):

@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 from report_fakes import write_run_dir
 
 from llmload.cli import main
+
+#: the page's text is read here, never its plots: each plot is built but not drawn (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("unrendered_plots")
 
 
 def test_truncated_telemetry_is_one_line_and_the_verdict_comes_from_the_records(tmp_path, capsys):

@@ -2,13 +2,12 @@
 answers of ~0.8 s. Offered, achieved and goodput all said 5 req/s and the step passed while the server
 got ~1.3 req/s; now the step is invalid (`client_cap`), the live table and the closing lines say it in
 one line each, and summary.json names the limit with the server's received rate (the hostile server's
-log is the ground truth)."""
+log is the ground truth). The command's entry runs in this process (a launcher process would add only its
+imports); the Locust child is a real one, writing to the descriptors it inherits."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from hostile.hostile_server import hostile_server
@@ -17,19 +16,22 @@ from runtime_helpers import base_config, write_config
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_a_step_held_back_by_the_client_cap_is_named_and_never_passes(tmp_path):
+def test_a_step_held_back_by_the_client_cap_is_named_and_never_passes(tmp_path, capfd):
+    from llmload.cli import main
+
     with hostile_server("normal", tokens=8, delay_s=0.1) as server:
         config = base_config(server.url, {"ladder": {"arrival": "constant", "warmup": "0s",
                                                      "steps": [{"rate": 5, "duration": "3s"}]}},
                              slo={"ttft_p95": "1s", "min_samples": 2}, client={"max_concurrency": 1})
         config["target"]["model"] = "hostile-model"
         out = tmp_path / "run"
-        done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                               "--out", str(out), "--no-report"], capture_output=True, text=True, timeout=100)
+        capfd.readouterr()
+        code = main(["run", str(write_config(tmp_path, config)), "--out", str(out), "--no-report"])
+        done = capfd.readouterr()
         posts = [r for r in server.requests(method="POST") if r.path.endswith("/chat/completions")
                  and not (r.request_id or "preflight").startswith("preflight")]
-    said = done.stdout + done.stderr
-    assert done.returncode == 3, said
+    said = done.out + done.err
+    assert code == 3, said
     # `--no-report`: the run ends (not waiting for a report) with its summary and no report.html
     assert (out / "summary.json").exists() and (out / "worksheet.csv").exists() and not (out / "report.html").exists()
     step = json.loads((out / "summary.json").read_text())["steps"][0]

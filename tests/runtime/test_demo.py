@@ -10,7 +10,6 @@ import urllib.request
 import numpy as np
 import pandas as pd
 import pytest
-from support import run_virtual_demo
 
 from llmload.runtime.launcher.demo import DEMO_SCALE, answer_lines, demo_configs, run_demo
 
@@ -40,13 +39,6 @@ def test_demo_runs_the_knee_search_within_three_minutes_and_looks_for_no_gpu(tmp
     assert ladder.refine.duration == 60 / DEMO_SCALE and ladder.refine.budget == 300 / DEMO_SCALE
     assert scheduled + burst < 3 * 60 - 60  # drains, start-up and the reports fit in what is left
     assert all(c["conditions"]["gpus"] == 0 for c in configs.values())
-
-
-@pytest.fixture(scope="module")
-def virtual_demo(tmp_path_factory):
-    """The demo's two runs whole in virtual time (support.run_virtual_demo), once for this module."""
-    folder = tmp_path_factory.mktemp("virtual-demo")
-    return folder, run_virtual_demo(folder)
 
 
 @pytest.mark.slow

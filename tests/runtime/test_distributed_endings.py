@@ -5,7 +5,8 @@ A master SIGKILLed mid-step: its worker used to send the rest of the step to the
 every request the server finished (the sim's own log) is in its record file, it prints one line naming
 the lost master and exits 3. A second master on a port already in use used to run the 12 s pre-flight,
 print two tracebacks and exit 3 with an empty run directory; now it is one line naming the port and the
-flag that sets it, exit 2, and no run directory.
+flag that sets it, exit 2, and no run directory (those refusals run the command's entry in this process,
+with the Locust child's start patched to fail the test: nothing starts before them).
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def _llmload(*args: str) -> list[str]:
 
 def _llmload_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("llmload")]
+
+
+def _refused_in_process(monkeypatch, capfd, *args: str) -> tuple[int, str]:
+    """`llmload run ...` through its entry (`llmload.cli.main`) in this process, for a refusal that comes
+    before anything starts (a launcher process would add only its imports): the exit code and all it said."""
+    from llmload.cli import main
+
+    monkeypatch.setattr("llmload.runtime.launcher.run._start_gated", lambda: pytest.fail("Locust was started"))
+    capfd.readouterr()
+    code = main(["run", *args])
+    said = capfd.readouterr()
+    return code, said.out + said.err
 
 
 @pytest.mark.timeout(180)
@@ -89,23 +102,22 @@ def test_a_worker_whose_master_is_killed_stops_keeps_its_records_and_exits_3(sim
 
 
 @pytest.mark.timeout(120)
-def test_a_second_master_on_a_port_in_use_is_one_line_exit_2_and_leaves_no_run_directory(tmp_path):
+def test_a_second_master_on_a_port_in_use_is_one_line_exit_2_and_leaves_no_run_directory(tmp_path, monkeypatch,
+                                                                                      capfd):
     """The port is held by a listening socket, as a first master's holds it (a whole Locust master only to
     listen cost 1.3 s of CPU): the refusal comes before anything runs. The target is the discard port: a
     pre-flight before the refusal would end in exit 3 and "unreachable", not this one line."""
     config = base_config("http://127.0.0.1:9", {"ladder": {"arrival": "constant", "warmup": "0s",
                                                            "steps": [{"rate": 2, "duration": "30s"}]}})
     path = write_config(tmp_path, config)
-    env = {**os.environ, "LLMLOAD_WORKER_TOKEN": TOKEN}
+    monkeypatch.setenv("LLMLOAD_WORKER_TOKEN", TOKEN)
     with socket.socket() as first:
         first.bind(("127.0.0.1", 0))
         first.listen()
         port = first.getsockname()[1]
-        second = subprocess.run(_llmload("run", str(path), "--master", "--master-port", str(port),
-                                         "--out", str(tmp_path / "second")),
-                                env=env, capture_output=True, text=True, timeout=90)
-    said = second.stdout + second.stderr
-    assert second.returncode == 2, said[-3000:]
+        code, said = _refused_in_process(monkeypatch, capfd, str(path), "--master", "--master-port", str(port),
+                                         "--out", str(tmp_path / "second"))
+    assert code == 2, said[-3000:]
     assert _llmload_lines(said) == [line for line in said.splitlines() if line.strip()], said  # nothing else
     lines = _llmload_lines(said)
     assert lines == [f"llmload: error: --master-port {port}: cannot listen on 127.0.0.1:{port}: "
@@ -114,7 +126,7 @@ def test_a_second_master_on_a_port_in_use_is_one_line_exit_2_and_leaves_no_run_d
 
 
 @pytest.mark.timeout(60)
-def test_a_web_port_in_use_names_locust_web_port(tmp_path):
+def test_a_web_port_in_use_names_locust_web_port(tmp_path, monkeypatch, capfd):
     config = base_config("http://127.0.0.1:9", {"ladder": {"arrival": "constant", "warmup": "0s",
                                                            "steps": [{"rate": 2, "duration": "3s"}]}})
     path = write_config(tmp_path, config)
@@ -122,10 +134,9 @@ def test_a_web_port_in_use_names_locust_web_port(tmp_path):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = subprocess.run(_llmload("run", str(path), "--web", "--out", str(tmp_path / "run")),
-                              env={**os.environ, "LOCUST_WEB_PORT": str(port)}, capture_output=True, text=True,
-                              timeout=50)
-    lines = _llmload_lines(done.stdout + done.stderr)
-    assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
+        monkeypatch.setenv("LOCUST_WEB_PORT", str(port))
+        code, said = _refused_in_process(monkeypatch, capfd, str(path), "--web", "--out", str(tmp_path / "run"))
+    lines = _llmload_lines(said)
+    assert code == 2 and len(lines) == 1, said
     assert lines[0] == f"llmload: error: LOCUST_WEB_PORT {port}: cannot listen on 127.0.0.1:{port}: Address already in use"
     assert not (tmp_path / "run").exists()

@@ -137,35 +137,39 @@ def test_the_progress_figures_fold_in_only_the_new_summaries_and_agree_with_a_fu
 
 
 @pytest.mark.slow
-def test_a_quiet_run_prints_no_warning_and_ends_with_our_summary_in_our_style(vllm_sim, tmp_path):
+def test_a_quiet_run_prints_no_warning_and_ends_with_our_summary_in_our_style(vllm_sim, tmp_path, capfd,
+                                                                             monkeypatch):
     """One `llmload run` of a quiet ladder (2 req/s, Poisson) for what every run prints: no warning at all
     (every line a run prints is true; tests/runtime/test_run_warnings.py has the lines a saturated
     generator gets), our step table and summary in our style and nothing of Locust's, no GPU line for a
-    config that says there is no GPU, and how long the run will take, said once before the first step."""
-    import subprocess
-    import sys
+    config that says there is no GPU, and how long the run will take, said once before the first step.
+    The command's entry runs in this process (a launcher process would add only its imports); the Locust
+    child is a real one, writing to the descriptors it inherits."""
+    from llmload.cli import main
 
     config = base_config(vllm_sim.url, {"ladder": {"arrival": "poisson", "warmup": "1s", "drain_timeout": "10s",
                                                    "steps": [{"rate": 2, "duration": "4s"}]}},
                          telemetry={"gpu": "auto"}, conditions={"gpus": 0})
-    done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(write_config(tmp_path, config)),
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=180, cwd=REPO)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
+    monkeypatch.chdir(REPO)
+    capfd.readouterr()
+    code = main(["run", str(write_config(tmp_path, config)), "--out", str(tmp_path / "run")])
+    stdout, stderr = capfd.readouterr()
+    output = stdout + stderr
+    assert code == 0, output[-3000:]
     assert re.search(r"^r2\.00 .* pass", output, re.MULTILINE), output[-3000:]
     # the run directory's path is said too: a test directory's name may hold "warn"
     assert not re.search(r"warn|invalid", output.replace(str(tmp_path), ""), re.IGNORECASE), output
-    assert "Aggregated" not in output and "req/s" not in done.stderr
+    assert "Aggregated" not in output and "req/s" not in stderr
     assert "GPU" not in output and "NVML" not in output  # gpus: 0: no GPU looked for, nothing said
     assert not [line for line in output.splitlines() if LOCUST_LOG_LINE.match(line)]
-    last = [line for line in done.stdout.splitlines() if line.strip()][-1]
+    last = [line for line in stdout.splitlines() if line.strip()][-1]
     assert last.startswith("llmload: report ") and "(exit code" in last
     shape = json.loads((tmp_path / "run" / "manifest.json").read_text())["shape"]  # the config's shape ran
     assert (shape["source"], shape["replaces_config_shape"], len(shape["steps"])) == ("config", None, 1)
     assert "is not used" not in output
     # said once before the first step: 1 s of warm-up and 4 s of arrivals, a drain of up to 10 s
-    assert done.stdout.count("llmload: plan: 1 step, about 15 s (steps 5 s, a drain 10 s)") == 1, done.stdout
-    assert done.stdout.index("llmload: plan:") < done.stdout.index("r2.00")
+    assert stdout.count("llmload: plan: 1 step, about 15 s (steps 5 s, a drain 10 s)") == 1, stdout
+    assert stdout.index("llmload: plan:") < stdout.index("r2.00")
 
 
 class _HeldChild:

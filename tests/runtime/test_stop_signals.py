@@ -82,6 +82,18 @@ def test_a_stop_signal_after_the_run_has_finished_closes_and_is_not_an_interrupt
     assert out.getvalue() == "llmload: SIGINT: the run has finished: closing\n"
 
 
+def test_a_run_has_finished_once_its_summary_and_its_report_unless_off_are_written(tmp_path):
+    """What the launcher asks before a signal (`finished`): a `--web` run waits for Ctrl-C once its run
+    directory is written (tests/runtime/test_signals.py sends one to a run with no report)."""
+    from llmload.runtime.launcher.run import _run_finished
+
+    assert not _run_finished(tmp_path) and not _run_finished(tmp_path, report=False)
+    (tmp_path / "summary.json").write_text("{}")
+    assert _run_finished(tmp_path, report=False) and not _run_finished(tmp_path)  # the report still to come
+    (tmp_path / "report.html").write_text("")
+    assert _run_finished(tmp_path)
+
+
 def test_a_signal_before_the_child_exists_is_forwarded_when_it_does():
     out = io.StringIO()
     with StopSignals(out=out) as stops:
