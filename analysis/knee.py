@@ -568,7 +568,7 @@ def _calm_steps(rows: list[Mapping], slo: SLO) -> list[Mapping]:
     is marked (`CALM` + key): its percentile, which reads far under the target, no longer caps its share
     at the level (`_share_points`)."""
     z = _z(slo.confidence)
-    out = [dict(r) for r in rows]
+    out: list[dict] = [dict(r) for r in rows]
     for t in slo.thresholds:
         key = t.key
         p = t.percentile / 100.0
@@ -595,7 +595,7 @@ def _calm_steps(rows: list[Mapping], slo: SLO) -> list[Mapping]:
             r[f"{key}_over_high"] = max(high, wilson(0.0, trials, z)[1])
             if trials < order_min:
                 r[f"{CALM}{key}"] = True
-    return out
+    return list(out)
 
 
 #: the mark `_transients` puts on a step row that read an idle start's transient (`shapes.probe.cold_transient`)
