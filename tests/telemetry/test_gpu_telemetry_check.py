@@ -144,8 +144,9 @@ hold = float(sys.argv[2])
 state = os.environ["FAKE_GPU_STATE"]
 def say(i, held):
     began = time.time()
-    with open(state, "w") as f:
-        f.write(str(held))
+    with open(state + ".tmp", "w") as f:  # whole or not at all: a reader between a truncate and the write
+        f.write(str(held))                 # read 0 held (beside two hogs: a -512 MiB step that never was)
+    os.replace(state + ".tmp", state)
     print(json.dumps({"step": i, "began": began, "t": time.time(), "held_bytes": held}), flush=True)
 say(0, 0)
 time.sleep(hold)
