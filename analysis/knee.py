@@ -85,7 +85,7 @@ from llmload import slo as slo_dims
 from llmload.config import SLO
 from llmload.units import finite as _num
 from shapes.phases import PHASES, rate_phases
-from shapes.probe import cold_transient, saturation_of
+from shapes.probe import SAME, cold_transient, saturation_of
 
 __all__ = ["Crossing", "Knee", "estimate_knee", "knee_of", "knee_sentence", "target_label"]
 
@@ -529,10 +529,6 @@ def _chained(row: Mapping) -> bool:
     return phase is not None and not phase.drained
 
 
-#: rates within this share of each other are one rate to `_without_cold_steps` (`shapes.probe.SAME`'s share)
-SAME_RATE = 0.02
-
-
 def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     """`rows` less the drained steps (each started on an idle server: the ladder's) whose realised rate
     lies inside the range of the chained steps' rates: once two of those bracket them, their low
@@ -542,9 +538,9 @@ def _without_cold_steps(rows: list[Mapping]) -> list[Mapping]:
     chained = [x for r in rows if _chained(r) and (x := _num(r.get("offered_rate"))) is not None]
     if len(chained) < 2:
         return rows
-    # the range's ends widened by `SAME_RATE`: a drained step at a chained one's rate (4.0600 against two
+    # the range's ends widened by `shapes.probe.SAME` (rates that close are one rate): a drained step at a chained one's rate (4.0600 against two
     # chained steps at 4.0583 req/s) is the same rate read cold, and the curve would cross between them
-    lo, hi = min(chained) * (1.0 - SAME_RATE), max(chained) * (1.0 + SAME_RATE)
+    lo, hi = min(chained) * (1.0 - SAME), max(chained) * (1.0 + SAME)
     return [r for r in rows if _chained(r) or r.get("verdict") == "fail"
             or not lo <= (_num(r.get("offered_rate")) or 0.0) <= hi]
 
