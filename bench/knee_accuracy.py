@@ -232,13 +232,18 @@ def virtual_searches(name: str, seeds: range, true_rate: float, *, raw_shares: b
 def _runtime_one(job: tuple[str, int, Path, float | None]) -> dict:
     """One search as `llmload run CONFIG --virtual --sim SIM` (a process of its own): the knee of its summary."""
     name, seed, work, budget_s = job
-    folder = work / f"{name}-{seed}"
+    config = demo_itself_config(seed) if name == "demo-itself" else run_config(name, "http://127.0.0.1:9", seed, 1.0,
+                                                                                quick=False, budget_s=budget_s)
+    return {"seed": seed, **runtime_run(work / f"{name}-{seed}", config, CONFIGS[name]["sim"])}
+
+
+def runtime_run(folder: Path, config: dict, sim: dict) -> dict:
+    """`llmload run CONFIG --virtual --sim SIM` in `folder` (made afresh; a process of its own): the knee of its
+    summary, its steps and the run's virtual span and CPU seconds."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    (folder / "sim.yaml").write_text(yaml.safe_dump(CONFIGS[name]["sim"]))
-    config = demo_itself_config(seed) if name == "demo-itself" else run_config(name, "http://127.0.0.1:9", seed, 1.0,
-                                                                                quick=False, budget_s=budget_s)
+    (folder / "sim.yaml").write_text(yaml.safe_dump(sim))
     (folder / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "llmload.cli", "run", str(folder / "run.yaml"), "--virtual",
@@ -252,9 +257,10 @@ def _runtime_one(job: tuple[str, int, Path, float | None]) -> dict:
     ends = [float(r["window_end"]) for r in rows if r.get("window_end") is not None]
     starts = [float(r["window_start"]) - float(r.get("warmup_s") or 0.0) for r in rows if r.get("window_start") is not None]
     virtual_s = max(ends) - min(starts) if ends and starts else 0.0
-    return {"seed": seed, "exit_code": done.returncode,
+    return {"exit_code": done.returncode,
             **{key: (None if knee.get(key) is None else float(knee[key])) for key in ("rate", "low", "high")},
             "binding": knee.get("binding"), "search": summary.get("search"), "steps": len(rows),
+            "verdicts": [f"{r.get('label')}:{str(r.get('verdict'))[:4]}" for r in rows],
             "wall_s": round(virtual_s, 1),
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)}
 

@@ -49,18 +49,22 @@ def output_sizes(kind: str) -> RequestSizes:
 
 def user_config(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> Config:
     """The user's config as written, its requests drawn from `seed`."""
+    return Config.model_validate(user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration))
+
+
+def user_config_dict(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> dict:
+    """The user's config as its YAML would read, its requests drawn from `seed`."""
     slo: dict = dict(TARGETS)
     if min_samples is not None:
         slo["min_samples"] = min_samples
     refine: dict = {"budget": "6m"}
     if refine_duration:
         refine["duration"] = refine_duration
-    return Config.model_validate({
-        "target": {"url": "http://127.0.0.1:9", "model": "m"},
-        "requests": {"input_tokens": {"dist": "fixed", "value": SIZES[0]},
-                     "output_tokens": {"dist": "fixed", "value": SIZES[1]}, "seed": seed},
-        "shape": {"ladder": {"steps": [{"rate": r, "duration": "30s"} for r in (1, 2, 3, 4, 5)], "refine": refine}},
-        "slo": slo})
+    return {"target": {"url": "http://127.0.0.1:9", "model": "m"},
+            "requests": {"input_tokens": {"dist": "fixed", "value": SIZES[0]},
+                         "output_tokens": {"dist": "fixed", "value": SIZES[1]}, "seed": seed},
+            "shape": {"ladder": {"steps": [{"rate": r, "duration": "30s"} for r in (1, 2, 3, 4, 5)], "refine": refine}},
+            "slo": slo}
 
 
 def main() -> None:
@@ -76,6 +80,10 @@ def main() -> None:
                          "analysis.share_cv): the estimator before it")
     ap.add_argument("--outputs", choices=("fixed", "uniform", "exponential"), default="fixed",
                     help="output lengths the sim's requests draw (default: 32 each, as the config writes)")
+    ap.add_argument("--runtime", action="store_true",
+                    help="each seed as `llmload run CONFIG --virtual --sim SIM` runs it (the product's runtime in "
+                         "virtual time, about 5 CPU s a seed, two at a time) instead of `virtual_search`")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/user-config-case"), help="with --runtime: run directories")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "user_config_case.json")
     args = ap.parse_args()
     before = machine()
@@ -84,6 +92,8 @@ def main() -> None:
                       tol=0.005, arrivals=args.truth_arrivals, seeds=(1,))
     t = float(truth["rate"] if isinstance(truth, dict) else truth)
     print(f"true knee {t:.3f} req/s")
+    if args.runtime:
+        return runtime_main(args, t, before)
     errors, held, runs = [], 0, []
     options = {}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -108,6 +118,43 @@ def main() -> None:
     write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
                  raw_shares=args.raw_shares, outputs=args.outputs,
                  runs=runs, held=held,
+                 median_error=statistics.median(errors) if errors else None,
+                 worst_error=max(errors) if errors else None)
+
+
+def _runtime_seed(job: tuple[int, Path, int | None, str | None]) -> dict:
+    from knee_accuracy import runtime_run
+
+    seed, work, min_samples, refine_duration = job
+    config = user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration)
+    return {"seed": seed, **runtime_run(work / f"user-config-{seed}", config, SIM)}
+
+
+def runtime_main(args: argparse.Namespace, t: float, before: dict) -> None:
+    """The seeds through the product's runtime in virtual time (`llmload run --virtual --sim`), scored as above."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    if args.outputs != "fixed" or args.raw_shares:
+        sys.exit("user_config_case: --runtime runs the config as written (fixed outputs, the product's estimator)")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = [(seed, args.work, args.min_samples, args.refine_duration) for seed in seeds]
+    errors, held, runs = [], 0, []
+    with ProcessPoolExecutor(2) as pool:
+        for run in pool.map(_runtime_seed, jobs):
+            rate, low, high = run["rate"], run["low"], run["high"]
+            ok = rate is not None and (low is None or low <= t) and (high is None or t <= high)
+            held += ok
+            if rate is not None:
+                errors.append(abs(rate - t) / t)
+            runs.append({**run, "holds": bool(ok)})
+            print(f"{run['seed']:3d} {'holds' if ok else 'MISS '} knee {rate} ({low} to {high}) exit {run['exit_code']} "
+                  f"| {run['search']} {run['wall_s']:.0f} virtual s, {run['cpu_s']} CPU s | {' '.join(run['verdicts'])}",
+                  flush=True)
+    if errors:
+        print(f"runtime: answered {len(errors)} of {args.seeds}; interval holds the truth in {held}; point error median "
+              f"{statistics.median(errors):.1%}, worst {max(errors):.1%}; within 10% in {sum(e <= 0.1 for e in errors)}")
+    write_result(args.out, "user_config_case", sys.argv[1:], before, true_knee=t, truth_arrivals=args.truth_arrivals,
+                 runtime=True, runs=runs, held=held,
                  median_error=statistics.median(errors) if errors else None,
                  worst_error=max(errors) if errors else None)
 
