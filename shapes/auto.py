@@ -176,6 +176,13 @@ class AutoSearch:
         if self.stopped is None:
             self.stopped = reason
 
+    def reopen(self) -> bool:
+        """`KneeSearch.reopen`: a precision stop the steps settling then undid is taken back (True)."""
+        if self.knee_search is None or self.stopped != "precision" or not self.knee_search.reopen():
+            return False
+        self.stopped = None
+        return True
+
     def next_step(self) -> Ask | None:
         """The next step (`Ask.rate`: users for a probe level, req/s otherwise), or None when done."""
         if self.stopped is not None:
@@ -325,7 +332,7 @@ class AutoSearch:
             extra["sizing"] = {k: round(getattr(self.sizing, k), 3) for k in
                                ("warmup_s", "min_window_s", "max_place_s", "max_refine_s")}
         return AutoAnswer(knee=knee, stopped=self.stopped or "running", steps=steps, extensions=ext,
-                          elapsed_s=self.elapsed_s, range=self.range,
+                          elapsed_s=self.elapsed_s, reopened=ks.reopened if ks is not None else 0, range=self.range,
                           probe_steps=sum(1 for r in self.rows if r.get("phase") == "probe"),
                           placement_steps=sum(1 for r in self.rows if r.get("phase") == "ladder"), extra=extra)
 

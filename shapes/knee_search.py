@@ -37,7 +37,9 @@ Each `next_step`, in this order:
    from steps all on one side of the knee, does not know the curve's bend there: bench/knee_accuracy.py
    found such intervals too narrow). With a step still settling (`pending`: the answer will include
    it), the estimate at the decision before must have met this too (bench/knee_accuracy.py: a stop
-   made one step early was followed by a last step that moved the knee 12%);
+   made one step early was followed by a last step that moved the knee 12%). When the steps settling
+   then are recorded and the estimate over all of them is no longer precise, `reopen` takes the stop
+   back and the search goes on (the runner asks it once its last step drained);
 5. no target was crossed at any rate run: stop `no_failure` (extend the ladder upward); a target was
    crossed at or below the lowest rate run: stop `no_pass` (extend it downward);
 6. the next rate: the knee's point estimate (rounded to 3 significant figures); after `PROBE_AFTER`
@@ -188,11 +190,16 @@ class SearchAnswer:
     elapsed_s: float
     prior: float | None = None
     prior_note: str = ""
+    #: precision stops taken back (`KneeSearch.reopen`)
+    reopened: int = 0
 
     def to_dict(self) -> dict:
-        """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior."""
+        """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior,
+        `reopened` only when a precision stop was taken back."""
         out = {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
                "elapsed_s": round(self.elapsed_s, 3)}
+        if self.reopened:
+            out["reopened"] = self.reopened
         if self.prior is not None:
             out.update(prior=round(self.prior, 6), prior_note=self.prior_note)
         return out
@@ -235,6 +242,8 @@ class KneeSearch:
         self._knee: Any = None
         self._fresh = False
         self._was_precise = False  # the last decision's estimate met the precision stop
+        #: precision stops the steps settling then undid (`reopen`)
+        self.reopened = 0
         #: where the knee is expected (req/s): the first two refine steps bracket it (None: no prior, or
         #: dropped); `given_prior` keeps it for the answer
         self.prior = float(prior) if prior is not None and prior > 0 else None
@@ -355,9 +364,7 @@ class KneeSearch:
         repeat = self._extension(knee)  # before the precision stop: an undecided step inside the interval
         if repeat is not None:          # says the interval is not yet to be trusted
             return repeat, ""
-        width = knee.half_width_rel
-        precise = bool(knee.rate is not None and width is not None and width <= self.precision
-                       and self.refine_steps and self._measured_near(knee.rate))
+        precise = self._precise(knee)
         # with a step still settling (a chained search), the answer will include it: the estimate
         # without it must have been precise at the decision before too, or that step may still move it
         confirmed = precise and (self.pending == 0 or self._was_precise)
@@ -367,6 +374,25 @@ class KneeSearch:
         if knee.rate is None:  # a binding target without a crossing rate was over at the lowest rate
             return None, "no_failure" if knee.binding is None else "no_pass"
         return Ask(round_rate(float(knee.rate) * (1.0 + self._probe(float(knee.rate))))), ""
+
+    def _precise(self, knee: Any) -> bool:
+        """The precision stop's test (module docstring, 4) on `knee`."""
+        width = knee.half_width_rel
+        return bool(knee.rate is not None and width is not None and width <= self.precision
+                    and self.refine_steps and self._measured_near(knee.rate))
+
+    def reopen(self) -> bool:
+        """After the steps still settling at a precision stop are recorded: when they undid it (the
+        estimate over every step is no longer precise), the search goes on (True; `next_step` asks again,
+        within the budget and `max_steps` as before), else it stays stopped (False). A chained search
+        decides to stop while its last step settles; bench/user_config_case.py seed 25 stopped at 2.75 to
+        2.94 req/s, and the step that settled then (inconclusive at 3.0) left the interval open above."""
+        if self.stopped != "precision" or self.pending or self._precise(self.knee):
+            return False
+        self.stopped = None
+        self._was_precise = False
+        self.reopened += 1
+        return True
 
     def _prior_step(self, knee: Any) -> Ask | None:
         """The next of the two steps bracketing the prior (module docstring, 2), or None."""
@@ -444,4 +470,4 @@ class KneeSearch:
         """The result; `knee` is the last estimate made (None if none was)."""
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
                             extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
-                            prior=self.given_prior, prior_note=self.prior_note)
+                            prior=self.given_prior, prior_note=self.prior_note, reopened=self.reopened)

@@ -149,28 +149,32 @@ def virtual_auto(config: Any, sim_settings: SimSettings | Mapping[str, Any] | No
 
     pending: list[tuple[Any, float]] = []  # chained refine steps launched, not yet judged: (spec, start)
     taken: list[str] = [s.label for s in specs]
-    while (ask := search.next_step()) is not None:
-        spec = search.step_spec(ask.rate, index=len(specs), seed=seed, taken=taken)
-        taken.append(spec.label)
-        if spec.phase == "probe":
-            search.record(probe(spec))
-            continue
-        if spec.drain:  # a placement step: on an idle server, after every step before it ended
-            start = clock[0] if server is None else max(clock[0], settled_at())
-            launch(spec, start)
-            search.record(judged(spec, start))
+    while True:
+        while (ask := search.next_step()) is not None:
+            spec = search.step_spec(ask.rate, index=len(specs), seed=seed, taken=taken)
+            taken.append(spec.label)
+            if spec.phase == "probe":
+                search.record(probe(spec))
+                continue
+            if spec.drain:  # a placement step: on an idle server, after every step before it ended
+                start = clock[0] if server is None else max(clock[0], settled_at())
+                launch(spec, start)
+                search.record(judged(spec, start))
+                clock[0] = settled_at()
+                continue
+            start = pending[-1][1] + float(pending[-1][0].arrivals_s) if pending else clock[0]
+            end = launch(replace(spec, drain=False), start)
+            pending.append((spec, start))
+            clock[0] = end  # the next rate is decided as this step's arrivals end (a one-step lag)
+            while len(pending) > 1:
+                done, at = pending.pop(0)
+                search.record(judged(done, at))
+        for done, at in pending:  # the last chained step drains
             clock[0] = settled_at()
-            continue
-        start = pending[-1][1] + float(pending[-1][0].arrivals_s) if pending else clock[0]
-        end = launch(replace(spec, drain=False), start)
-        pending.append((spec, start))
-        clock[0] = end  # the next rate is decided as this step's arrivals end (a one-step lag)
-        while len(pending) > 1:
-            done, at = pending.pop(0)
             search.record(judged(done, at))
-    for done, at in pending:  # the last chained step drains
-        clock[0] = settled_at()
-        search.record(judged(done, at))
+        pending = []
+        if not search.reopen():  # a precision stop the last step undid: on from the drained server
+            break
     run_s = max(clock[0], settled_at() if server is not None else clock[0])
     rated = [r for r in search.rows if r.get("phase") in ("ladder", "refine")]
     return VirtualSearch(estimate(search.rows) if rated else None, search.stopped or "running", search.rows, run_s,

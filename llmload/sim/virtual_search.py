@@ -230,27 +230,32 @@ def virtual_search(config: Any, sim_settings: SimSettings | Mapping[str, Any] | 
 
     pending: list[tuple[Any, float]] = []  # launched refine steps not yet judged: (spec, start)
     start = now
-    while (ask := search.next_step()) is not None:
-        spec = refine(ask)
-        if chain and pending:
-            start = pending[-1][1] + float(pending[-1][0].arrivals_s)
-        end = launch(spec, start)
-        pending.append((spec, start))
-        if chain:
-            clock[0] = end  # the next rate is decided as this step's arrivals end, from the steps judged
-            while len(pending) > 1:  # the one before this step has settled (its queue drained meanwhile)
+    while True:
+        while (ask := search.next_step()) is not None:
+            spec = refine(ask)
+            if chain and pending:
+                start = pending[-1][1] + float(pending[-1][0].arrivals_s)
+            end = launch(spec, start)
+            pending.append((spec, start))
+            if chain:
+                clock[0] = end  # the next rate is decided as this step's arrivals end, from the steps judged
+                while len(pending) > 1:  # the one before this step has settled (its queue drained meanwhile)
+                    done, at = pending.pop(0)
+                    search.record(judge_row(server.frame(), done, at, slo))
+            else:
+                clock[0] = server.last_end() + gap_s
                 done, at = pending.pop(0)
-                search.record(judge_row(server.frame(), done, at, slo))
-        else:
+                search.record(judge_row(server.frame(), done, at, slo), wall_s=clock[0] - at,
+                              nominal_s=float(done.arrivals_s))
+                start = clock[0]
+        for done, at in pending:  # the last chained step drains
             clock[0] = server.last_end() + gap_s
-            done, at = pending.pop(0)
             search.record(judge_row(server.frame(), done, at, slo), wall_s=clock[0] - at,
                           nominal_s=float(done.arrivals_s))
-            start = clock[0]
-    for done, at in pending:  # the last chained step drains
-        clock[0] = server.last_end() + gap_s
-        search.record(judge_row(server.frame(), done, at, slo), wall_s=clock[0] - at,
-                      nominal_s=float(done.arrivals_s))
+        pending = []
+        if not search.reopen():  # a precision stop the last step undid: on from the drained server
+            break
+        start = clock[0]
     now = max(clock[0], server.last_end() + gap_s)
     rows = search.rows
     return VirtualSearch(estimate(rows), search.stopped or "running", rows, now, now - search_started, specs)

@@ -187,3 +187,25 @@ def test_a_search_step_of_a_drained_phase_runs_drained_and_is_handed_back_at_onc
     # at the decision after it (the one-step lag) and is handed back once it drained
     assert search.seen == [(0, 0), (1, 0), (1, 1)]
     assert [r["label"] for r in search.rows] == ["ladder-30", "refine-35"]
+
+
+def test_a_precision_stop_the_last_step_undoes_is_taken_back_and_the_search_goes_on(tmp_path):
+    """The search stops on precision while its last refine step settles; that step, judged, leaves the
+    interval open: the controller asks the search again once it drained, and one more step runs (from the
+    drained server) before the step cap. With an estimate the last step keeps precise it stops there."""
+
+    def searched(open_at: int | None, folder):
+        def estimate(rows):
+            refine = [r for r in rows if r["phase"] == "refine"]
+            return Knee(30.0, 29.5, None) if len(refine) == open_at else Knee(30.0, 29.5, 30.5)
+
+        controller, _ = run(folder, lambda rate, label: "pass" if rate < 30 else "fail", estimate,
+                            {"max_steps": 8, "budget": "1m", "precision": 0.05, "max_extensions": 0})
+        return [s.plan_row() for s in controller.steps if s.spec.phase == "refine"], controller.plan.data["search"]
+
+    kept, search = searched(None, tmp_path / "kept")
+    assert len(kept) == 7 and search["stopped"] == "precision" and "reopened" not in search
+    undone, search = searched(7, tmp_path / "undone")  # the 7th step, settling at the stop, opens the interval
+    assert len(undone) == 8 and search["stopped"] == "max_steps" and search["reopened"] == 1
+    chained_gap = undone[1]["start_at"] - undone[0]["start_at"]
+    assert undone[7]["start_at"] - undone[6]["start_at"] > chained_gap  # after the 7th drained, not chained to it

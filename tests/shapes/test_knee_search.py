@@ -281,6 +281,41 @@ def test_a_chained_search_stops_on_precision_only_when_the_estimate_before_was_p
     assert drained.next_step() is None and drained.answer.stopped == "precision"
 
 
+def test_a_precision_stop_the_settling_step_undoes_is_taken_back_and_the_search_goes_on():
+    """A chained search stops on precision while its last step still settles; once that step is recorded,
+    `reopen` takes the stop back when the estimate over every step is no longer precise (the search asks
+    again, and says so in its answer), and keeps it when the estimate still is."""
+    ladder = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "pass"},
+              {"label": "r4.40", "target_rate": 4.4, "offered_rate": 4.4, "verdict": "pass"},
+              {"label": "r6.00", "target_rate": 6.0, "offered_rate": 6.0, "verdict": "fail"}]
+
+    def step(rate: float, n: int) -> dict:
+        return {"label": f"s{n}", "target_rate": rate, "offered_rate": rate * (1.02 if n % 2 else 0.98),
+                "verdict": "pass"}
+
+    def search(after: FakeKnee) -> KneeSearch:
+        def estimate(rows: list) -> FakeKnee:  # precise over the ladder and two steps; `after` with the third
+            return FakeKnee(4.6, 4.45, 4.75) if len(rows) < 6 else after
+
+        chained = KneeSearch(ladder, estimate=estimate, precision=0.05, max_extensions=0, step_s=1, clock=Clock())
+        first, second = chained.next_step(), chained.next_step()
+        chained.record(step(first.rate, 1))
+        third = chained.next_step()
+        chained.record(step(second.rate, 2))
+        assert chained.next_step() is None and chained.stopped == "precision" and chained.pending == 1
+        assert not chained.reopen()  # not before the settling step is in
+        chained.record(step(third.rate, 3))
+        return chained
+
+    undone = search(FakeKnee(4.7, 4.5, None))  # the last step left the interval open above
+    assert undone.reopen() and undone.stopped is None
+    assert undone.next_step() is not None
+    assert undone.answer.to_dict()["reopened"] == 1
+    kept = search(FakeKnee(4.62, 4.5, 4.74))
+    assert not kept.reopen() and kept.stopped == "precision" and kept.next_step() is None
+    assert "reopened" not in kept.answer.to_dict()
+
+
 def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_budget():
     """No refine.duration (issue 41): a step's window comes from the completions the nearest undecided
     step said would decide it, at most an even share of the budget left among SHARE_STEPS steps, at least

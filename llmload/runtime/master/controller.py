@@ -364,22 +364,27 @@ class StepController:
         refine: list[Step] = []  # the refine steps sent, in order
         handed = 0  # how many of them the search has been given, judged
         next_start: float | None = None
-        while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
-            spec = self.shape.search_step(self.config, ask.rate, index=len(self.steps), seed=self.seed,
-                                          taken=[s.label for s in self.steps])
-            if PHASES[spec.phase].drained:  # `auto`'s probe and placement steps: run as planned ones are
-                self._search_drained(search, Step(spec, extends=ask.extends))
-                continue
-            if getattr(ask, "window_s", None) is not None:  # the search sized it (no refine.duration)
-                spec = replace(spec, duration_s=float(ask.window_s))
-            step = Step(replace(spec, drain=False), extends=ask.extends)
-            self.tally.add(step)
-            self._add(step)
-            refine.append(step)
-            next_start = self._run_undrained(step, next_start, judged_live=True)
-            handed = self._record_judged(search, refine, handed, keep=1)
-        gevent.joinall(self._tails)  # the last step drains
-        self._record_judged(search, refine, handed, keep=0)
+        while True:
+            while not self.stopping and not self.failed and (ask := search.next_step()) is not None:
+                spec = self.shape.search_step(self.config, ask.rate, index=len(self.steps), seed=self.seed,
+                                              taken=[s.label for s in self.steps])
+                if PHASES[spec.phase].drained:  # `auto`'s probe and placement steps: run as planned ones are
+                    self._search_drained(search, Step(spec, extends=ask.extends))
+                    continue
+                if getattr(ask, "window_s", None) is not None:  # the search sized it (no refine.duration)
+                    spec = replace(spec, duration_s=float(ask.window_s))
+                step = Step(replace(spec, drain=False), extends=ask.extends)
+                self.tally.add(step)
+                self._add(step)
+                refine.append(step)
+                next_start = self._run_undrained(step, next_start, judged_live=True)
+                handed = self._record_judged(search, refine, handed, keep=1)
+            gevent.joinall(self._tails)  # the last step drains
+            handed = self._record_judged(search, refine, handed, keep=0)
+            # a precision stop the step settling then undid: the search goes on (from the drained server)
+            if self.stopping or self.failed or not callable(getattr(search, "reopen", None)) or not search.reopen():
+                break
+            next_start = None
         if self.stopping or self.failed:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
