@@ -2,8 +2,8 @@
 start the longest work first (under `--dist loadgroup` a worker that starts a two-minute test last is
 the suite's tail).
 
-    python -m pytest -n 10 --dist loadgroup -m 'not quiet' --junitxml=/tmp/busy.xml
-    python -m pytest -n 3 --dist loadgroup -m quiet --junitxml=/tmp/quiet.xml
+    python -m pytest -n 14 --dist loadgroup -m 'not quiet' --junitxml=/tmp/busy.xml
+    python -m pytest -n 4 --dist loadgroup -m quiet --junitxml=/tmp/quiet.xml
     python scripts/test_durations.py /tmp/busy.xml /tmp/quiet.xml
 
 Measure beside two `python -c "while True: pass"` processes, as the README's time is stated. Only tests

@@ -39,7 +39,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # pytest rewrites the asserts of every test module it collects (about 320: 7 s of CPU per pytest process,
-# and the README's command starts twelve: a controller and seven xdist workers, then a controller and three) and keeps
+# and the README's command starts twenty: a controller and fourteen xdist workers, then a controller and four) and keeps
 # the result in __pycache__ (git-ignored), but writes nothing when bytecode writing is off
 # (PYTHONDONTWRITEBYTECODE, set in some images): then every process rewrites them all again. The suite's
 # own process writes its cache whatever that setting (the processes it starts keep the setting).

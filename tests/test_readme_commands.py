@@ -170,4 +170,4 @@ def test_the_readme_s_test_command_is_ci_s():
     # its workers (pytest-xdist) come with the test extra, and its groups are the ones tests/conftest.py sets
     assert "pytest-xdist" in pyproject and "--dist loadgroup -m 'not quiet'" in command
     # what needs few neighbours comes after, on fewer workers (its groups kept: the real engine's on one)
-    assert command.endswith("&& python -m pytest -n 3 --dist loadgroup -m quiet")
+    assert command.endswith("&& python -m pytest -n 4 --dist loadgroup -m quiet")
