@@ -143,7 +143,7 @@ def slot_waits(arrivals: np.ndarray, service_s: np.ndarray | float, slots: int,
     m, n = arr.shape
     s = np.broadcast_to(np.asarray(service_s, dtype=float), (m,))
     start = np.full((m, slots), -np.inf) if free_s is None else np.sort(np.broadcast_to(free_s, (m, slots)), axis=1)
-    if m == 1 and not np.isnan(arr).any():  # (max() of Python floats does not propagate NaN as np.maximum does)
+    if m == 1 and not (np.isnan(arr).any() or np.isnan(start).any()):  # (Python's max() keeps no NaN as np.maximum)
         each, ends_row = float(s[0]), start[0].tolist()
         for at in arr[0].tolist():
             ends_row.append(max(at, ends_row[-slots]) + each)
