@@ -133,16 +133,32 @@ def slot_waits(arrivals: np.ndarray, service_s: np.ndarray | float, slots: int,
 
     Every request takes the same time, so requests end in the order they start, and request j starts when
     it arrives or when request j - `slots` ends, whichever is later (Kiefer and Wolfowitz's recursion for
-    equal service times): `slots` columns at a time, no search for the free server."""
+    equal service times): `slots` columns at a time, no search for the free server.
+
+    The same float operations in the same order either way: one row (a queue's own requests, its state) in a
+    loop over Python floats, ~40x fewer calls than numpy's per-column ones; several rows (the fit's trial
+    queues, the replays) a block of columns at a time over the transposed rows, each block one contiguous
+    slice (a third less CPU than strided columns)."""
     arr = np.atleast_2d(np.asarray(arrivals, dtype=float))
     m, n = arr.shape
-    s = np.broadcast_to(np.asarray(service_s, dtype=float), (m,))[:, None]
-    ends = np.empty((m, n + slots))
-    ends[:, :slots] = -np.inf if free_s is None else np.sort(np.broadcast_to(free_s, (m, slots)), axis=1)
-    for first in range(0, n, slots):
-        last = min(first + slots, n)
-        ends[:, slots + first:slots + last] = np.maximum(arr[:, first:last], ends[:, first:last]) + s
-    return ends[:, slots:] - s - arr, ends[:, n:]
+    s = np.broadcast_to(np.asarray(service_s, dtype=float), (m,))
+    start = np.full((m, slots), -np.inf) if free_s is None else np.sort(np.broadcast_to(free_s, (m, slots)), axis=1)
+    if m == 1 and not (np.isnan(arr).any() or np.isnan(start).any()):  # (Python's max() keeps no NaN as np.maximum)
+        each, ends_row = float(s[0]), start[0].tolist()
+        for at in arr[0].tolist():
+            ends_row.append(max(at, ends_row[-slots]) + each)
+        ends = np.array([ends_row])
+    else:
+        by_column = np.empty((n + slots, m))  # ends, transposed: row j is request j - slots of every queue
+        by_column[:slots] = start.T
+        arr_by_column = np.ascontiguousarray(arr.T)
+        for first in range(0, n, slots):
+            last = min(first + slots, n)
+            block = by_column[slots + first:slots + last]
+            np.maximum(arr_by_column[first:last], by_column[first:last], out=block)
+            block += s
+        ends = by_column.T
+    return ends[:, slots:] - s[:, None] - arr, ends[:, n:]
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,7 @@ class TelemetrySink:
                     if self._last.get(key) == value:
                         continue
                     self._last[key] = value
-                out.append(json.dumps({"t": t, "source": p.source, "metric": p.metric, "value": value,
-                                       "step": step, "labels": p.labels}, separators=(",", ":")))
+                out.append(_line(t, step, p, value))
             if out and self.stopped_at is None and not self._file.closed:
                 free = free_bytes(self.path.parent)
                 if free is not None and free < self.reserve_bytes:
@@ -154,6 +153,25 @@ class TelemetrySink:
                     from llmload.diskfull import warn_unwritable
 
                     warn_unwritable(self.path, exc, "the last telemetry lines are lost")
+
+
+def _line(t: float, step: str | None, p: Point, value: float) -> str:
+    """The line `json.dumps` makes of `{"t", "source", "metric", "value", "step", "labels"}` (separators `,`
+    and `:`), put together from the same pieces (`float.__repr__`, json's own string encoder) where every
+    value is a plain float, str or None: a third of the CPU of building and encoding the dict, the same text.
+    (`value` is a finite float here.)"""
+    source, metric, labels = p.source, p.metric, p.labels
+    if (type(t) is float and math.isfinite(t) and type(source) is str and type(metric) is str
+            and (step is None or type(step) is str) and (labels is None or type(labels) is str)):
+        return ('{"t":' + repr(t) + ',"source":' + _json_str(source) + ',"metric":' + _json_str(metric)
+                + ',"value":' + repr(value) + ',"step":' + ("null" if step is None else _json_str(step))
+                + ',"labels":' + ("null" if labels is None else _json_str(labels)) + "}")
+    return json.dumps({"t": t, "source": source, "metric": metric, "value": value, "step": step, "labels": labels},
+                      separators=(",", ":"))
+
+
+#: the string encoder `json.dumps` uses (ensure_ascii, its default)
+_json_str = json.encoder.encode_basestring_ascii
 
 
 def _valid(row: object) -> bool:

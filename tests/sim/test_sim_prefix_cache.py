@@ -105,6 +105,9 @@ def _chat(client: openai.OpenAI, text: str) -> None:
                                    max_tokens=3)
 
 
+# both on one xdist worker: the `openai` package's import is 0.6 s of CPU in each worker that runs one (at
+# 20:46 on 7 December two workers each paid it for one of these)
+@pytest.mark.xdist_group("tests/sim/test_sim_prefix_cache.py::openai")
 @pytest.mark.parametrize("enabled", [True, False])
 def test_openai_client_sees_faster_prefill_and_metrics_count_hits(sim_factory, enabled):
     import openai
