@@ -375,6 +375,8 @@ def _wait_locust(cmd: list[str], run_dir: Path | None, *, made: bool = False, ch
         return exit_code
     if run_dir is None:  # a worker: Locust's own code
         return code
+    if code == DISK_FULL_EXIT:  # the Locust process said the disk is full and named this exit code: a summary
+        return code             # that fitted does not make the run directory whole (its verdict's code would hide it)
     if verdict is not None:
         return verdict
     if code in (2, 3, DISK_FULL_EXIT):  # the Locust process said why (`llmload: error: ...`) before it exited
