@@ -128,13 +128,20 @@ class Knee:
     #: a count one such as the reject ratio), and that step's failing dimensions; None when none failed
     failed_at: float | None = None
     failed_on: tuple[str, ...] = ()
+    #: the lowest realised rate of a step that passed on an idle server but is no evidence that its rate
+    #: holds: it read its transient (`TRANSIENT`, a bound from below only) or ran at the chained steps'
+    #: rates (`_without_cold_steps`, left out); None when no such step passed
+    cold_pass_at: float | None = None
 
     def to_dict(self) -> dict:
-        """summary.json's `knee`."""
-        return {"rate": self.rate, "low": self.low, "high": self.high, "confidence": self.confidence,
-                "binding": self.binding, "targets": {k: c.to_dict() for k, c in self.targets.items()},
-                "headroom": dict(self.headroom), "basis": self.basis, "steps_used": self.steps_used,
-                "failed_at": self.failed_at, "failed_on": list(self.failed_on)}
+        """summary.json's `knee` (`cold_pass_at` only when an idle-started pass was set aside)."""
+        out = {"rate": self.rate, "low": self.low, "high": self.high, "confidence": self.confidence,
+               "binding": self.binding, "targets": {k: c.to_dict() for k, c in self.targets.items()},
+               "headroom": dict(self.headroom), "basis": self.basis, "steps_used": self.steps_used,
+               "failed_at": self.failed_at, "failed_on": list(self.failed_on)}
+        if self.cold_pass_at is not None:
+            out["cold_pass_at"] = self.cold_pass_at
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Knee:
@@ -143,7 +150,8 @@ class Knee:
                    targets={str(k): Crossing.from_dict(v) for k, v in (d.get("targets") or {}).items()},
                    headroom={str(k): float(v) for k, v in (d.get("headroom") or {}).items() if v is not None},
                    basis=str(d.get("basis") or BASIS), steps_used=int(d.get("steps_used") or 0),
-                   failed_at=_num(d.get("failed_at")), failed_on=tuple(str(v) for v in d.get("failed_on") or ()))
+                   failed_at=_num(d.get("failed_at")), failed_on=tuple(str(v) for v in d.get("failed_on") or ()),
+                   cold_pass_at=_num(d.get("cold_pass_at")))
 
     @property
     def half_width_rel(self) -> float | None:
@@ -626,6 +634,7 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     rows = [r for r in records if str(r.get("phase")) in phases and r.get("verdict") in JUDGED
             and r.get("status") != "partial" and _num(r.get("offered_rate")) is not None]
     confidence = slo.confidence if confidence is None else confidence
+    judged = rows
     rows = _calm_steps(_transients(_without_cold_steps(_adjusted_shares(rows, slo)), records), slo)
     scale = _z(confidence) / _z(slo.confidence)
     fits = []
@@ -664,6 +673,10 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     failed = [(x, list(r.get("failing") or [])) for r in rows
               if r.get("verdict") == "fail" and (x := _num(r.get("offered_rate"))) is not None]
     failed_at, failed_on = min(failed, key=lambda item: item[0]) if failed else (None, [])
+    # passes on an idle server set aside: read as transients, or left out beside the chained steps
+    kept = {str(r.get("label")) for r in rows if not r.get(TRANSIENT)}
+    cold_passes = [x for r in judged if r.get("verdict") == "pass" and str(r.get("label")) not in kept
+                   and (x := _num(r.get("offered_rate"))) is not None]
     headroom = {}
     if rate is not None:
         for f in fits:
@@ -672,7 +685,8 @@ def estimate_knee(steps: Sequence[Mapping] | Any, slo: SLO, *, confidence: float
     return Knee(rate=rate, low=low, high=high, confidence=confidence,
                 binding=binding_fit.key if crossed else None,
                 targets={f.key: f.crossing for f in fits}, headroom=headroom, steps_used=used,
-                failed_at=failed_at, failed_on=tuple(str(d) for d in failed_on))
+                failed_at=failed_at, failed_on=tuple(str(d) for d in failed_on),
+                cold_pass_at=min(cold_passes, default=None))
 
 
 # --------------------------------------------------------------------------- readers
@@ -763,6 +777,13 @@ def knee_sentence(knee: Knee | None, slo: SLO | None = None) -> str:
         if knee.binding is not None:  # crossed at or below the lowest rate run
             bound = (f"below {_bound(knee.high, d, up=True)} req/s ({conf})" if knee.high is not None
                      else "below the rates run")
+            cold = knee.cold_pass_at
+            if cold is not None and (knee.high is None or cold <= knee.high):
+                # a step under it passed, but on an idle server (a transient, or beside the chained steps at
+                # its rate): never "over at the lowest rate run" above a pass in the step table
+                return (f"knee {bound}: {target_label(knee.binding)} is over its target at the lowest rate "
+                        f"that read its steady state (the pass at {_bound(cold, d, up=False)} req/s started on "
+                        "an idle server: no evidence that rate holds)")
             return f"knee {bound}: {target_label(knee.binding)} is over its target at the lowest rate run"
         if knee.failed_at is not None:  # no percentile target crossed, yet a step failed: never "held"
             dims = ", ".join(target_label(d) for d in knee.failed_on) or "a target"

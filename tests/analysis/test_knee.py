@@ -521,3 +521,21 @@ def test_a_calm_window_near_the_knee_takes_the_autocorrelation_of_the_steps_near
     # with the refine steps' autocorrelation read from their model-narrowed shares instead (about one
     # request per independent value), the calm step would still bound it: the raw windows' counts decide
     assert estimate_knee([steps[0], steps[1]], slo).low >= 0.5  # no step near it had a value over: its own count
+
+
+def test_a_knee_below_an_idle_started_pass_says_that_pass_is_no_evidence_not_that_the_lowest_rate_failed():
+    """`llmload find --virtual` on an 8-slot sim (true knee 1.43 req/s), seed 1 with 12 minutes: a placement
+    step at 1.74 req/s passed on an idle server, the chained steps at 1.77 failed, and the answer said `knee
+    below 1.8 req/s: TTFT p95 is over its target at the lowest rate run` above a pass in its own table. A
+    pass the estimate sets aside (a transient here: the probe in the rows) is named as such."""
+    slo = SLO(ttft_p95=3.75, tpot_p95=0.15)
+    steps = [_slow_step(0.625, (0.0, 0.0, 0.116), (1.5, 0.6, 3.2), "pass"),
+             {**_slow_step(0.64, (0.2, 0.12, 0.35), (6.0, 4.5, 9.0), "fail"), "phase": "refine", "label": "r0.64"},
+             {**_slow_step(0.66, (0.3, 0.2, 0.45), (8.0, 6.0, 11.0), "fail"), "phase": "refine", "label": "r0.66"}]
+    knee = estimate_knee([SLOW_PROBE, *steps], slo)
+    assert knee.rate is None and knee.binding == "ttft_p95" and knee.cold_pass_at == 0.625
+    text = knee_sentence(knee)
+    assert "lowest rate run" not in text and "the pass at 0.62 req/s started on an idle server" in text, text
+    assert Knee.from_dict(knee.to_dict()) == knee  # summary.json keeps it (the report says the same)
+    steady = estimate_knee(steps, slo)  # no probe: the pass is a steady reading and places the point
+    assert steady.rate is not None and steady.cold_pass_at is None and "cold_pass_at" not in steady.to_dict()
