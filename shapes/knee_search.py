@@ -27,7 +27,7 @@ Each `next_step`, in this order:
 3. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
    threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
    knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
-   step at that rate passed or failed (`Ask.extends` names it). The repeat is an extra point of the same
+   step at that rate passed or failed, nor one is still settling (`Ask.extends` names it). The repeat is an extra point of the same
    rate, not a longer window: the estimate fits every point, so the repeats pool where they agree. It
    comes before the precision stop: an undecided step inside the interval says the interval is not to
    be trusted yet;
@@ -236,6 +236,8 @@ class KneeSearch:
         #: refine steps asked for (`next_step`) and not yet recorded: a chained search decides the next
         #: rate while the step before it still settles
         self.pending = 0
+        #: the target rates of those steps, oldest first (a rate settling is not repeated again: `_extension`)
+        self._settling: list[float] = []
         self.extensions: dict[float, int] = {}
         self.overrun_s = 0.0
         self.stopped: str | None = None
@@ -277,6 +279,8 @@ class KneeSearch:
         self.rows.append(dict(row))
         self.refine_steps += 1
         self.pending = max(0, self.pending - 1)
+        if self._settling:
+            self._settling.pop(0)
         self._fresh = False
         if wall_s is not None and nominal_s is not None:
             self.overrun_s = max(self.overrun_s, float(wall_s) - float(nominal_s))
@@ -305,6 +309,7 @@ class KneeSearch:
             key = round(ask.rate, 9)
             self.extensions[key] = self.extensions.get(key, 0) + 1
         self.pending += 1
+        self._settling.append(round(ask.rate, 9))
         return ask
 
     def step_cost_s(self, rate: float, window_s: float | None = None) -> float:
@@ -453,8 +458,8 @@ class KneeSearch:
             if target is None:
                 continue
             at = offered if offered is not None else target
-            if not _inside(at, low, high) or round(target, 9) in decided:
-                continue
+            if not _inside(at, low, high) or round(target, 9) in decided or round(target, 9) in self._settling:
+                continue  # decided, or a step at its rate still settles (a chained search): its verdict first
             if self.extensions.get(round(target, 9), 0) >= self.max_extensions:
                 continue
             candidates.append((abs(at - centre) if centre is not None else 0.0, target, str(row.get("label"))))

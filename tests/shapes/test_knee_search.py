@@ -146,6 +146,24 @@ def test_no_extension_once_a_step_at_that_rate_decided_nor_far_below_an_open_int
     assert search.next_step() == Ask(4.2)
 
 
+def test_a_chained_search_does_not_repeat_a_rate_again_while_its_repeat_still_settles():
+    # a chained search decides its next step while the one before settles: the repeat of r4.00 asked first
+    # may still pass or fail, so the next step goes to the estimate, and r4.00 is repeated again only once
+    # that repeat came back inconclusive too (bench/user_config_case.py seed 28: r4.00-2 failed while
+    # r4.00-3, asked before it was judged, spent 90 s of a 6-minute budget at 4.0 against a knee at 3.47)
+    rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"}]
+    search = KneeSearch(rows, estimate=lambda rows: FakeKnee(3.8, 3.5, 4.2), precision=0.01, budget_s=1e6,
+                        max_steps=10, max_extensions=2, step_s=10, clock=Clock())
+    first = search.next_step()
+    assert first == Ask(4.0, extends="r4.00")
+    second = search.next_step()  # the repeat still settles
+    assert second.extends is None and second.rate == 3.8
+    search.record({"label": "r4.00-2", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"})
+    third = search.next_step()  # the repeat came back undecided, the step at 3.8 still settles
+    assert third == Ask(4.0, extends="r4.00")
+    assert search.answer.extensions == 2
+
+
 def test_no_extension_when_max_extensions_is_zero():
     rows = [{"label": "r4.00", "target_rate": 4.0, "offered_rate": 4.0, "verdict": "inconclusive"}]
     search = KneeSearch(rows, estimate=lambda rows: FakeKnee(4.2, 3.5, 5.0), max_extensions=0, step_s=1,
