@@ -24,13 +24,18 @@ Each `next_step`, in this order:
    precision stop run first; a prior outside the interval of the knee estimated so far (the server is not
    the one the prior knew) is dropped (`prior_note` says so) and the search goes on as without one. The
    prior places steps only: the knee is estimated from the judged steps alone;
-3. an `inconclusive` step whose realised rate lies inside the knee's interval (its target straddles the
-   threshold just where the answer is decided; an unbounded end of the interval counts as 10% from the
-   knee) is run again at the same target rate, at most `max_extensions` times per rate and only while no
-   step at that rate passed or failed, nor one is still settling (`Ask.extends` names it). The repeat is an extra point of the same
-   rate, not a longer window: the estimate fits every point, so the repeats pool where they agree. It
-   comes before the precision stop: an undecided step inside the interval says the interval is not to
-   be trusted yet;
+3. an `inconclusive` step whose realised rate lies inside the knee's interval and within `precision` of
+   its point (its target straddles the threshold just where the answer is decided; an unbounded end of
+   the interval counts as 10% from the knee) is run again at the same target rate, at most
+   `max_extensions` times per rate, only while no step at that rate passed or failed, and not while a
+   repeat of it still settles (a chained search decides its next step before the one before is judged)
+   (`Ask.extends` names it). The repeat is an extra point of the same rate, not a longer window: the
+   estimate fits every point, so the repeats pool where they agree. It comes before the precision stop:
+   an undecided step inside the interval says the interval is not to be trusted yet (every step inside a
+   precise interval lies within `precision` of its point). One farther from the point is not repeated: a
+   step at the estimate tells more of the crossing (bench/knee_accuracy.py: auto-4slot's placement steps,
+   read cold, were repeated 20-30% from the knee, median error 27%; 11% since; bench/user_config_case.py
+   seed 28 ran its ladder's 4.0 req/s twice more against a knee at 3.47, -13.5%; -2.3% since);
 4. the knee's relative half-width (`Knee.half_width_rel`) is at most `precision`, at least one refine
    step ran, and judged steps ran within 2 x `precision` of the knee on both sides of it: stop
    `precision` (an interval from the ladder alone, interpolated across a wide gap between its steps, or
@@ -448,6 +453,9 @@ class KneeSearch:
             (knee.low + knee.high) / 2 if knee.low is not None and knee.high is not None else None)
         low = knee.low if knee.low is not None or centre is None else centre * (1 - NEAR_OPEN_END)
         high = knee.high if knee.high is not None or centre is None else centre * (1 + NEAR_OPEN_END)
+        if centre is not None:  # within the precision of the point: only there can it hold a precise interval open
+            low, high = (max(low, centre * (1 - self.precision)) if low is not None else None,
+                         min(high, centre * (1 + self.precision)) if high is not None else None)
         decided = {round(t, 9) for row in self.rows if row.get("verdict") in ("pass", "fail")
                    and (t := _number(row.get("target_rate"))) is not None}
         candidates = []

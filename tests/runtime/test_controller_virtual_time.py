@@ -215,17 +215,19 @@ def test_the_knee_search_budget_counts_each_step_and_its_extension_in_the_contro
                               max_steps=refine.max_steps, max_extensions=refine.max_extensions, step_s=20.0)
 
     shape = {"ladder": {"warmup": "0s", "arrival": "constant", "drain_timeout": "5s",
-                        "steps": [{"rate": 20, "duration": "20s"}, {"rate": 40, "duration": "20s"}],
+                        "steps": [{"rate": 20, "duration": "20s"}, {"rate": 30, "duration": "20s"},
+                                  {"rate": 40, "duration": "20s"}],
                         "refine": {"max_steps": 6, "budget": "60s", "precision": 0.01, "max_extensions": 1}}}
     controller, _, clock, lines = make(tmp_path, shape, [WorkerPlan(tail_s=2.0)], judge=judge,
                                        shape=VirtualShape(estimate))
     controller.run()
     refine = [s for s in steps_of(tmp_path) if s["phase"] == "refine"]
     # refine steps follow on without draining: each starts as the one before's 20 s of arrivals end and
-    # drains 2 s later, in the background. The second is decided while the first still settles (a
-    # one-step lag: the same estimate); the first was inconclusive inside the interval: the third extends
-    # it. A fourth (20 s) no longer fits the 60 s; the last step's 2 s drain is the budget's only overrun
-    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, None), (30.0, "r30.00")]
+    # drains 2 s later, in the background. The ladder's step at 30 was inconclusive at the estimate: the
+    # first extends it; the second and third are decided while a step at 30 still settles: the estimate
+    # (the third moved by the precision below it, where no refine step ran). A fourth (20 s) no longer
+    # fits the 60 s; the last step's 2 s drain is the budget's only overrun
+    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, "r30.00"), (30.0, None), (29.7, None)]
     assert [s["start_at"] - refine[0]["start_at"] for s in refine] == [0.0, 20.0, 40.0]
     assert [s["drained_at"] - s["start_at"] for s in refine] == [22.0, 22.0, 22.0]
     assert plan_json(tmp_path)["search"] == {"stopped": "budget", "steps": 3, "extensions": 1,

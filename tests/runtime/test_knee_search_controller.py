@@ -62,10 +62,10 @@ class Shape(ConfigSearch):
                           max_steps=refine.max_steps, max_extensions=refine.max_extensions, step_s=0.05)
 
 
-def run(tmp_path, verdict_of, estimate, refine=None):
+def run(tmp_path, verdict_of, estimate, refine=None, ladder=(20, 40)):
     config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "shape": {"ladder": {
         "warmup": "0s", "arrival": "constant",
-        "steps": [{"rate": 20, "duration": "0.05s"}, {"rate": 40, "duration": "0.05s"}],
+        "steps": [{"rate": rate, "duration": "0.05s"} for rate in ladder],
         "refine": refine or {"max_steps": 4, "budget": "1m"}}}})
 
     def judge(rows, step, config):
@@ -99,11 +99,13 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
         return "pass" if rate < 25 else "fail" if rate > 35 else "inconclusive"
 
     controller, lines = run(tmp_path, verdict, estimate, {"max_steps": 3, "budget": "1m", "precision": 0.01,
-                                                          "max_extensions": 1})
+                                                          "max_extensions": 1}, ladder=(20, 30, 40))
     refine = [s.plan_row() for s in controller.steps if s.spec.phase == "refine"]
-    # the first refine step is at the estimate; the second is decided while the first still settles (a
-    # one-step lag): the same estimate; the first was inconclusive inside the interval: repeated once
-    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, None), (30.0, None), (30.0, "r30.00")]
+    # the ladder's step at 30 was inconclusive inside the interval, at its point: the first refine step
+    # repeats it; the second is decided while the first still settles (a one-step lag), the third while
+    # the second does: a step at 30 settles, so neither repeats it again; both go to the estimate (the
+    # third moved by the precision below it, where no refine step ran yet)
+    assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, "r30.00"), (30.0, None), (29.7, None)]
     assert [s["status"] for s in refine] == ["run"] * 3
     # they follow on without draining (each starts as the one before's arrivals end), and a local
     # runner judges them live all the same: the search needs their verdicts
