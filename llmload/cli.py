@@ -280,9 +280,11 @@ def gpu_agent(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; a project error becomes one line on stderr and its exit code."""
     from llmload import startsignal
+    from llmload.blas import one_blas_thread
     from llmload.redaction import install_console_redaction
 
     startsignal.restore()  # a Ctrl-C from here on is KeyboardInterrupt, caught below or by the command
+    one_blas_thread()  # before numpy loads: its BLAS threads' start-up spin cost each process ~0.07 s of CPU
 
     install_console_redaction(handlers=False)  # an API key read by this process is never printed
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from runtime_helpers import base_config, plan, records, run_locust, write_config
 
+from llmload.blas import BLAS_THREADS_ENV, one_blas_thread
 from llmload.config import parse_config
 from llmload.runtime.launcher.run import VERDICT_EXIT_CODES
 from llmload.runtime.locustglue import session as session_mod
@@ -61,6 +63,14 @@ _ENTRY_POINTS_READ = (
     "metadata.PathDistribution.read_text = real")
 
 
+#: a probe's first lines: no OPENBLAS_NUM_THREADS inherited from the suite's environment (the probe tests ours)
+_NO_BLAS_SETTING = f"import os\nos.environ.pop({BLAS_THREADS_ENV!r}, None)"
+#: numpy loaded (by the worker's modules): the BLAS setting and the threads of the process (OpenBLAS's pool: one
+#: per core beside the main thread, unless told one)
+_BLAS_THREADS = (f"result = ['numpy' in sys.modules, os.environ.get({BLAS_THREADS_ENV!r}), "
+                 "len(os.listdir('/proc/self/task'))]")
+
+
 #: the launcher's probe builds this config's plan (two ladder steps, each with its own seed)
 _LADDER = base_config("http://127.0.0.1:1", {"ladder": {"steps": [{"rate": 1, "duration": "1s"},
                                                                   {"rate": 2, "duration": "1s"}]}})
@@ -108,18 +118,21 @@ def probes(tmp_path_factory) -> dict[str, dict]:
     write_run(run_dir)
     out: dict[str, dict] = {}
     out.update(_chained([
-        ("boot", f"{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY + WEB_UI),
+        ("boot", f"{_NO_BLAS_SETTING}\n{_COUNT_ENTRY_POINTS}\n{_boot()}\n{_ENTRY_POINTS_READ}", HEAVY + WEB_UI),
         ("main", _LOCUST_MAIN, WEB_UI),
         ("worker", "import importlib.util\n"
                    "spec = importlib.util.spec_from_file_location('lf', 'locustfiles/llm.py')\n"
                    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
                    "import shapes.llm, llmload.runtime.worker.scheduler, llmload.runtime.worker.sending, "
                    "llmload.records", HEAVY + WORKER_LAZY + WEB_UI),
+        ("blas", _BLAS_THREADS, ()),
         ("expect", "from llmload.config import Expect\nExpect(json_schema={'type': 'object'})", WORKER_LAZY),
         ("stop", _STOP_CALLER, WEB_UI),
         ("web", _WEB_UI_MADE, WEB_UI),
         ("html", _HTML_REPORT, ())]))
     out.update(_chained([
+        ("command", f"{_NO_BLAS_SETTING}\nimport llmload.cli\nllmload.cli.main(['--version'])\n"
+                    f"result = os.environ.get({BLAS_THREADS_ENV!r})", ("numpy",)),
         ("launcher", "import llmload.runtime.launcher.run\n"
                      "from llmload.config import load_config\n"
                      "from llmload.runtime.master.preflight import check_reachable\n"
@@ -131,7 +144,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      "from llmload.runtime.launcher.stop_signals import end_process_group\n"
                      "import subprocess\nchild = subprocess.Popen([sys.executable, '-c', ''], start_new_session=True)\n"
                      "child.wait()\nend_process_group(child.pid)",
-         HEAVY + LAUNCHER_ONLY + ("psutil",)),
+         HEAVY + LAUNCHER_ONLY + ("psutil", "numpy")),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
@@ -147,10 +160,38 @@ def probes(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_launcher_imports_no_pandas(probes):
-    """It builds the plan (the steps' seeds are numpy's `SeedSequence`), and imports no psutil ending
-    the Locust child's process group when nothing is left in it."""
+    """It builds the plan, and imports no psutil ending the Locust child's process group when nothing is
+    left in it. Nor numpy: the steps' seeds are numpy's `SeedSequence` words, computed without it
+    (`shapes.seedseq`: numpy's import was ~0.08 s of CPU per `llmload run`, its BLAS threads' spin more)."""
     assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
+
+
+def test_the_command_and_the_locust_child_start_numpy_with_one_blas_thread(probes):
+    """numpy's OpenBLAS starts a thread per core at import, each spinning ~0.1 s before it sleeps (~0.07 s
+    of CPU per process on 2 cores): the `llmload` command's `main` and a Locust child's boot ask for one
+    thread first (`llmload.blas`), so the child has no thread beside its own once numpy is loaded."""
+    assert probes["command"]["result"] == "1" and probes["command"]["loaded"] == []
+    loaded, setting, threads = probes["blas"]["result"]
+    assert loaded and setting == "1"
+    assert threads == 1
+
+
+def test_one_blas_thread_keeps_a_setting_and_leaves_a_loaded_numpy_alone(monkeypatch):
+    """A user's OPENBLAS_NUM_THREADS is theirs; once numpy is imported the setting is read already, and a
+    process that imported it (the test suite's) is not told anything (nor, through it, its children)."""
+    import numpy  # noqa: F401
+
+    monkeypatch.delenv(BLAS_THREADS_ENV, raising=False)
+    one_blas_thread()
+    assert BLAS_THREADS_ENV not in os.environ
+    monkeypatch.delitem(sys.modules, "numpy")
+    monkeypatch.setenv(BLAS_THREADS_ENV, "3")
+    one_blas_thread()
+    assert os.environ[BLAS_THREADS_ENV] == "3"
+    monkeypatch.delenv(BLAS_THREADS_ENV)
+    one_blas_thread()
+    assert os.environ[BLAS_THREADS_ENV] == "1"
 
 
 def test_worker_side_modules_import_no_pandas(probes):

@@ -17,6 +17,9 @@ real module when a web UI is made (`llmload run --web`), and any other name is t
 Likewise `locust.main` imports Locust's HTML report (`locust.html`: Jinja2, about 0.024 s of CPU) for
 `--html` alone, which `llmload run` never passes: `defer_html_report` stands in for it until a report is
 made (or the real web UI, which renders its page with it, is imported).
+
+It also keeps numpy's OpenBLAS to one thread unless the environment asks for more (`llmload.blas`): its
+thread pool's start-up spin was ~0.07 s of CPU in every Locust process.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import types
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
+
+from llmload.blas import one_blas_thread
 
 __all__ = ["HTML_MODULE", "WEB_MODULE", "defer_html_report", "defer_web_ui", "entry_points_read_once",
            "import_locust"]
@@ -133,7 +138,9 @@ def defer_html_report() -> None:
 def import_locust() -> None:
     """`import locust` (gevent's monkey-patching included), reading the entry points once, its web UI
     imported only when one is made (`defer_web_ui`), its HTML report only when one is made
-    (`defer_html_report`)."""
+    (`defer_html_report`). First, before the child's imports reach numpy: one BLAS thread unless the
+    environment asks for more (`llmload.blas`: ~0.07 s of CPU per Locust process)."""
+    one_blas_thread()
     defer_web_ui()
     with entry_points_read_once():
         importlib.import_module("locust")
