@@ -64,7 +64,7 @@ TINY = {
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
     # 12 s at 10 req/s in three 4-s slices (the fewest its trend test takes), one worker; the sim's step
     # cost grows 60 ms a minute (a drift to find); 30 s in 5-s slices took 44 s of wall and 8.4 s of CPU, 20 req/s
-    # 0.6 s more than 10 (the same trends, none drifting in 12 s, and verdict)
+    # about 0.4 s more than 10 (six runs each; the same trends, none drifting in 12 s, and verdict)
     # no report.html: the slices are checked from summary.json (the report's drawing was 0.8 s of CPU)
     "soak.py": ["--minutes", "0.2", "--rate", "10", "--slice-s", "4", "--settle-min", "0.05", "--sample-s", "0.5",
                 "--processes", "1", "--growth-ms-per-min", "60", "--no-report"],
