@@ -42,9 +42,10 @@ SLO = {"ttft_p95": "5s", "tpot_p95": "1s", "min_samples": 5}
 
 #: the request mix: prompt tokens (uniform, min and max), answer tokens, and the ladder's warm-up (s); `--quick`'s
 #: are smaller (its figures mean nothing): one thread serves a request of 16-96 + 8 tokens in about 0.3 s of CPU,
-#: 8-24 + 4 in about half that, and a 1-s warm-up sends fewer (the engine's 4.5 s of the smoke test -> 2.7 s)
+#: 8-24 + 4 in about half that, and a 1-s warm-up sends fewer (the engine's 4.5 s of the smoke test -> 2.7 s); the
+#: 0.5-s warm-up at the quick rates (at most 1 req/s) sends none
 MIX = ((16, 96), 8, 3.0)
-QUICK_MIX = ((8, 24), 4, 1.0)
+QUICK_MIX = ((8, 24), 4, 0.5)
 
 
 def config(url: str, *, rates: list[float], step_s: float, refine: dict | None, quick: bool = False) -> dict:
@@ -282,10 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     import analysis
     from llmload.sim.whatif import sizes_from_records
 
-    step_s = 4.0 if args.quick else 45.0
-    fit_rates = args.fit_rates or ([0.15, 0.4] if args.quick else [0.06, 0.12, 0.2, 0.35])
-    search_rates = args.search_rates or ([0.2, 0.5] if args.quick else [0.08, 0.16, 0.28])
-    refine = ({"budget": "20s", "duration": "8s", "max_steps": 1} if args.quick
+    # `--quick`: 2-s steps at twice the rates of its former 4-s ones, the same 1 and 2 requests a step (the engine's
+    # CPU is its requests'): each run 4 s shorter, the smoke test 26 s -> 18 s of wall for the same CPU
+    step_s = 2.0 if args.quick else 45.0
+    fit_rates = args.fit_rates or ([0.3, 0.8] if args.quick else [0.06, 0.12, 0.2, 0.35])
+    search_rates = args.search_rates or ([0.4, 1.0] if args.quick else [0.08, 0.16, 0.28])
+    refine = ({"budget": "10s", "duration": "4s", "max_steps": 1} if args.quick
               else {"budget": "300s", "precision": 0.05, "max_steps": 4})
     parallels = (args.parallel, args.other)
     fit_of = lambda url: config(url, rates=fit_rates, step_s=step_s, refine=None, quick=args.quick)  # noqa: E731

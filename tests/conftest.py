@@ -47,8 +47,11 @@ sys.dont_write_bytecode = False
 
 #: markers whose tests run one at a time on one xdist worker: one llama-server (CPU-bound, its figures are
 #: what those tests assert), one Docker Compose project (the two modes publish the same host port and
-#: check that none of the other's containers is left), one Chromium
-ONE_WORKER_MARKERS = ("real_engine", "docker", "browser")
+#: check that none of the other's containers is left), one Chromium; the property tests (`hypothesis`, which
+#: they import inside the test: a worker that collects a module importing it pays 0.17 s of CPU for the import
+#: and 0.1 s for hypothesis' pytest plugin reading the constants of every local module, so the fourteen workers
+#: paid it fourteen times, while the ten property tests fell on about half of them)
+ONE_WORKER_MARKERS = ("real_engine", "docker", "browser", "hypothesis")
 #: fixture scopes whose value tests share: their tests go to one worker, so the fixture is built once
 SHARED_SCOPES = ("module", "package", "session")
 
@@ -140,6 +143,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     Objects the tests make are collected as before."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter's summary, which comes after every sessionfinish
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker that ran no property test (`hypothesis` never imported) drops hypothesis' pytest plugin
+    before its terminal summary: the plugin's summary imports hypothesis (0.13 s of CPU) to say whether it wrote
+    observations, and there is nothing of hypothesis' to report (the controller's summary still runs it)."""
+    if hasattr(session.config, "workerinput") and "hypothesis" not in sys.modules:
+        plugin = session.config.pluginmanager.get_plugin("hypothesispytest")
+        if plugin is not None:
+            session.config.pluginmanager.unregister(plugin)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -183,6 +183,7 @@ def test_a_ladder_of_more_than_max_steps_is_one_line(run_cli):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.hypothesis
 def test_any_alias_structure_loads_or_is_one_config_error():
     """Property: anchors and aliases in any arrangement (lists, mappings, merge keys) give data or one
     ConfigError, quickly; never a hang, a MemoryError or another exception."""

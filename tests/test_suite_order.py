@@ -137,3 +137,28 @@ def test_xdist_can_rename_an_item_into_its_group():
     except AttributeError:  # a pytest that keeps the id elsewhere: the rename goes nowhere
         renamed = None
     assert renamed == "tests/x.py::t@group", f"pytest {pytest.__version__} ignores xdist's rename"
+
+
+
+def test_property_tests_import_hypothesis_inside_and_carry_its_mark():
+    """No test module imports hypothesis at its top (every xdist worker collects every module: each would pay
+    its import and its plugin's scan of the local modules' constants), and a module that draws with `given`
+    marks its property tests `hypothesis`, the marker that puts them on one worker (`ONE_WORKER_MARKERS`)."""
+    assert "hypothesis" in conftest.ONE_WORKER_MARKERS
+    top_level, unmarked = [], []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        name = path.relative_to(REPO).as_posix()
+        for node in tree.body:
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(module.split(".")[0] == "hypothesis" for module in modules):
+                top_level.append(name)
+        draws = any(isinstance(n, ast.Call) and ast.unparse(n.func) in ("given", "hypothesis.given")
+                    for n in ast.walk(tree))
+        marked = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+                  and {ast.unparse(d) for d in n.decorator_list} & {"pytest.mark.hypothesis", "property_test"}]
+        if draws and not marked:
+            unmarked.append(name)
+    assert not top_level, f"hypothesis imported at the top of {top_level}: import it inside the test"
+    assert not unmarked, f"modules drawing with given() but no test marked @pytest.mark.hypothesis: {unmarked}"

@@ -8,8 +8,6 @@ import json
 
 import pytest
 from client_helpers import fixed_requests, send_batch, serve, sim_target
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from llmload.client import Transport
 
@@ -37,26 +35,31 @@ _OLLAMA_PIECES = [
     b'{"message":{"role":"assistant","thinking":"hm"},"done":false}',
 ]
 
-_sse_event = st.one_of(
-    st.sampled_from(_OPENAI_PIECES).map(lambda p: b"data: " + p + b"\n\n"),
-    st.sampled_from(_SSE_LINES).map(lambda line: line + b"\n"),
-    st.binary(max_size=12),
-)
-_ndjson_line = st.one_of(st.sampled_from(_OLLAMA_PIECES).map(lambda p: p + b"\n"), st.binary(max_size=12))
+def _streams():
+    """A framing (ollama-chat: NDJSON, openai-chat: SSE), its body split at up to 6 random byte positions, and
+    whether the server ends the body cleanly (False: it drops the connection)."""
+    from hypothesis import strategies as st
 
+    sse_event = st.one_of(
+        st.sampled_from(_OPENAI_PIECES).map(lambda p: b"data: " + p + b"\n\n"),
+        st.sampled_from(_SSE_LINES).map(lambda line: line + b"\n"),
+        st.binary(max_size=12),
+    )
+    ndjson_line = st.one_of(st.sampled_from(_OLLAMA_PIECES).map(lambda p: p + b"\n"), st.binary(max_size=12))
 
-@st.composite
-def _split(draw, body: bytes) -> list[bytes]:
-    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=6)))
-    edges = [0, *cuts, len(body)]
-    return [body[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    @st.composite
+    def split(draw, body: bytes) -> list[bytes]:
+        cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=6)))
+        edges = [0, *cuts, len(body)]
+        return [body[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
+    @st.composite
+    def stream(draw) -> tuple[str, list[bytes], bool]:
+        ndjson = draw(st.booleans())
+        body = b"".join(draw(st.lists(ndjson_line if ndjson else sse_event, max_size=8)))
+        return ("ollama-chat" if ndjson else "openai-chat"), draw(split(body)), draw(st.booleans())
 
-@st.composite
-def _stream(draw) -> tuple[str, list[bytes], bool]:
-    ndjson = draw(st.booleans())
-    body = b"".join(draw(st.lists(_ndjson_line if ndjson else _sse_event, max_size=8)))
-    return ("ollama-chat" if ndjson else "openai-chat"), draw(_split(body)), draw(st.booleans())
+    return stream()
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +71,19 @@ def servers():
         server.stop()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(stream=_stream())
-def test_no_record_is_ok_or_counts_tokens_without_output(servers, stream) -> None:
+@pytest.mark.hypothesis  # imported here, not when the module is collected: tests/conftest.py
+def test_no_record_is_ok_or_counts_tokens_without_output(servers) -> None:
+    from hypothesis import given, settings
+
+    @settings(max_examples=150, deadline=None)
+    @given(stream=_streams())
+    def check(stream) -> None:
+        _one_stream(servers, stream)
+
+    check()
+
+
+def _one_stream(servers, stream) -> None:
     api, pieces, clean_end = stream
     server = servers[clean_end]
     server.events = pieces

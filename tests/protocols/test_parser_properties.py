@@ -4,11 +4,11 @@ MAX_LINE_BYTES and buffer an unfinished line in linear time (item 1)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import pytest
 
 from llmload.apis.sglang_generate import SGLangGenerateParser
 from llmload.protocols import (
@@ -22,20 +22,32 @@ from llmload.protocols import (
     StreamDecoder,
 )
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**80), 2**80),
-                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
-_json = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                     max_leaves=8)
+#: the property tests' marker: hypothesis is imported inside them, so that collecting this module does not
+#: import it (tests/conftest.py: `hypothesis` tests run on one xdist worker, the only one that pays for it)
+property_test = pytest.mark.hypothesis
+
+
+@functools.cache
+def _json():
+    """Any JSON value (a few leaves)."""
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**80), 2**80),
+                        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                        max_leaves=8)
 
 
 def _shaped(template):
     """`template` with any of its leaves (and sub-objects) replaced by arbitrary JSON."""
+    from hypothesis import strategies as st
+
     if isinstance(template, dict):
-        return st.fixed_dictionaries({k: st.one_of(_shaped(v), _json) for k, v in template.items()})
+        return st.fixed_dictionaries({k: st.one_of(_shaped(v), _json()) for k, v in template.items()})
     if isinstance(template, list):
-        return st.one_of(st.lists(_shaped(template[0]), max_size=2), _json) if template else _json
-    return st.one_of(st.just(template), _json)
+        return st.one_of(st.lists(_shaped(template[0]), max_size=2), _json()) if template else _json()
+    return st.one_of(st.just(template), _json())
 
 
 _OPENAI = {"id": "x", "object": "chat.completion.chunk",
@@ -71,22 +83,32 @@ def _run(parser_factory, payloads, *, as_bytes: bool = False) -> None:
         _well_typed(parser.parse(text.encode() if as_bytes else text))
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(_shaped(_OPENAI), _json), min_size=1, max_size=4))
-def test_openai_parser_takes_any_json(payloads) -> None:
-    _run(OpenAIStreamParser, payloads)
+def _check_any_json(parser_factory, template: dict, *, as_bytes: bool = False) -> None:
+    """100 examples: lists of 1-4 payloads, each `template` with any part replaced by any JSON, or any JSON."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.one_of(_shaped(template), _json()), min_size=1, max_size=4))
+    def check(payloads) -> None:
+        _run(parser_factory, payloads, as_bytes=as_bytes)
+
+    check()
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(_shaped(_OLLAMA), _json), min_size=1, max_size=4))
-def test_ollama_parser_takes_any_json(payloads) -> None:
-    _run(OllamaStreamParser, payloads, as_bytes=True)
+@property_test
+def test_openai_parser_takes_any_json() -> None:
+    _check_any_json(OpenAIStreamParser, _OPENAI)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.one_of(_shaped(_SGLANG), _json), min_size=1, max_size=4))
-def test_sglang_parser_takes_any_json(payloads) -> None:
-    _run(SGLangGenerateParser, payloads)
+@property_test
+def test_ollama_parser_takes_any_json() -> None:
+    _check_any_json(OllamaStreamParser, _OLLAMA, as_bytes=True)
+
+
+@property_test
+def test_sglang_parser_takes_any_json() -> None:
+    _check_any_json(SGLangGenerateParser, _SGLANG)
 
 
 def test_the_shapes_from_the_issue_are_malformed() -> None:
