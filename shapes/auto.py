@@ -131,6 +131,9 @@ class AutoSearch:
         self._knee: Any = None
         #: the placement walk ended on the budget with a rate still to run (not on a bracket or its end)
         self._walk_cut = False
+        #: the seconds a placement step that did not fit lacked (the answer's `short_s` when the walk's end
+        #: was the budget's)
+        self._short_s: float | None = None
         self.probe_max = min(int(self.auto.probe_max_concurrency),
                              int(config.client.max_concurrency or self.auto.probe_max_concurrency))
 
@@ -240,8 +243,10 @@ class AutoSearch:
         rate = None if len(placed) >= MAX_PLACEMENT else next_placement(server.saturation_rps, placed)
         if rate is not None:
             rate = round_rate(rate)
-            if self._fits(sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)):
+            cost = sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)
+            if self._fits(cost):
                 return self._ask("place", rate)
+            self._short_s = self.elapsed_s + cost + STEP_GAP_S + CLOSING_S - float(self.auto.budget)
             if not placed:  # not one rate step fits in what the probe left of the budget
                 self.stopped = "budget"
                 return None
@@ -322,8 +327,11 @@ class AutoSearch:
     @property
     def answer(self) -> AutoAnswer:
         ks = self.knee_search
+        short = self._short_s
         if ks is not None:
             knee, steps, ext = ks.answer.knee, ks.refine_steps, sum(ks.extensions.values())
+            if ks.stopped == "budget":
+                short = ks.short_s
         else:
             rated = [r for r in self.rows if r.get("phase") in rate_phases()]
             knee, steps, ext = (self.estimate(rated) if rated else None), 0, 0
@@ -332,7 +340,8 @@ class AutoSearch:
             extra["sizing"] = {k: round(getattr(self.sizing, k), 3) for k in
                                ("warmup_s", "min_window_s", "max_place_s", "max_refine_s")}
         return AutoAnswer(knee=knee, stopped=self.stopped or "running", steps=steps, extensions=ext,
-                          elapsed_s=self.elapsed_s, reopened=ks.reopened if ks is not None else 0, range=self.range,
+                          elapsed_s=self.elapsed_s, reopened=ks.reopened if ks is not None else 0,
+                          short_s=short if self.stopped == "budget" else None, range=self.range,
                           probe_steps=sum(1 for r in self.rows if r.get("phase") == "probe"),
                           placement_steps=sum(1 for r in self.rows if r.get("phase") == "ladder"), extra=extra)
 

@@ -135,16 +135,22 @@ def steps_text(steps: int, extensions: int = 0) -> str:
     return text
 
 
-def stop_text(stopped: str | None, *, auto: bool = False) -> str:
+def stop_text(stopped: str | None, *, auto: bool = False, short_s: float | None = None) -> str:
     """A short phrase for a stop reason ("" for None); `auto`: the search of an `auto` shape, whose
-    rates the tool placed (the advice is about the server, not a ladder to extend).
+    rates the tool placed (the advice is about the server, not a ladder to extend); `short_s`: for a
+    budget stop, the seconds the next step lacked (summary.json `search.short_s`).
 
     >>> stop_text("no_pass").endswith("extend the ladder downward"), "ladder" in stop_text("no_pass", auto=True)
     (True, False)
+    >>> stop_text("budget", short_s=46.2)
+    "the search's time budget would run out before another step; the next one needed 47 s more"
     """
     if not stopped:
         return ""
-    return (auto and _AUTO_STOP_TEXT.get(stopped)) or _STOP_TEXT.get(stopped, stopped)
+    text = (auto and _AUTO_STOP_TEXT.get(stopped)) or _STOP_TEXT.get(stopped, stopped)
+    if stopped == "budget" and short_s is not None and short_s > 0:
+        text += f"; the next one needed {math.ceil(round(short_s, 3)):d} s more"
+    return text
 
 
 def round_rate(rate: float, digits: int = 3) -> float:
@@ -197,14 +203,18 @@ class SearchAnswer:
     prior_note: str = ""
     #: precision stops taken back (`KneeSearch.reopen`)
     reopened: int = 0
+    #: a budget stop: the seconds the next step's projected cost exceeded what was left (None otherwise)
+    short_s: float | None = None
 
     def to_dict(self) -> dict:
         """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior,
-        `reopened` only when a precision stop was taken back."""
+        `reopened` only when a precision stop was taken back, `short_s` only with a budget stop."""
         out = {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
                "elapsed_s": round(self.elapsed_s, 3)}
         if self.reopened:
             out["reopened"] = self.reopened
+        if self.stopped == "budget" and self.short_s is not None:
+            out["short_s"] = round(self.short_s, 1)
         if self.prior is not None:
             out.update(prior=round(self.prior, 6), prior_note=self.prior_note)
         return out
@@ -246,6 +256,8 @@ class KneeSearch:
         self.extensions: dict[float, int] = {}
         self.overrun_s = 0.0
         self.stopped: str | None = None
+        #: at a budget stop, how many seconds the next step's projected cost exceeded what was left
+        self.short_s: float | None = None
         self._knee: Any = None
         self._fresh = False
         self._was_precise = False  # the last decision's estimate met the precision stop
@@ -307,8 +319,9 @@ class KneeSearch:
             return None
         if self.size is not None:
             ask = Ask(ask.rate, ask.extends, self._window(ask.rate))
-        if self.step_cost_s(ask.rate, ask.window_s) > self.budget_s - self.elapsed_s:
-            self.stopped = "budget"
+        cost, left = self.step_cost_s(ask.rate, ask.window_s), self.budget_s - self.elapsed_s
+        if cost > left:
+            self.stopped, self.short_s = "budget", cost - left
             return None
         if ask.extends is not None:
             key = round(ask.rate, 9)
@@ -483,4 +496,5 @@ class KneeSearch:
         """The result; `knee` is the last estimate made (None if none was)."""
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
                             extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
-                            prior=self.given_prior, prior_note=self.prior_note, reopened=self.reopened)
+                            prior=self.given_prior, prior_note=self.prior_note, reopened=self.reopened,
+                            short_s=self.short_s)

@@ -227,7 +227,7 @@ def knee_text(summary: dict) -> str:
     if search.get("stopped"):
         steps = search.get("steps") or 0
         text += (f" The knee search stopped after {steps_text(steps, search.get('extensions') or 0)}: "
-                 f"{stop_text(search['stopped'], auto='auto' in search)}.")
+                 f"{stop_text(search['stopped'], auto='auto' in search, short_s=search.get('short_s'))}.")
     return text
 
 

@@ -122,6 +122,11 @@ def test_the_closing_line_without_a_knee_never_shows_none():
     for stopped in ("no_failure", "no_pass", "no_verdict", "budget", None):
         line = search_line(stopped, 1)
         assert "None" not in line and line.startswith("  knee search: ")
+    # a budget stop says what the next step lacked, rounded up (and nothing where it is not known)
+    assert search_line("budget", 0, auto=True, short_s=46.2) == (
+        "  knee search: stopped: the search's time budget would run out before another step; the next one "
+        "needed 47 s more (0 refine steps)")
+    assert "needed" not in search_line("budget", 2) and "needed" not in search_line("precision", 2, short_s=5.0)
 
 
 def test_a_search_step_of_a_drained_phase_runs_drained_and_is_handed_back_at_once(tmp_path):

@@ -78,6 +78,11 @@ def test_the_budget_counts_from_the_run_start():
     assert search.elapsed_s == pytest.approx(102.0)  # the planned level's window and its gap
     assert search.next_step() is None  # no probe level past a fifth of the budget; no placement fits
     assert search.stopped == "budget"
+    # what the first placement step lacked: its warm-up, window and drain, the gap and the closing past 2 min
+    sizing = search.sizing
+    cost = sizing.warmup_s + search.place_window_s(0.7) + 3.0 * 1.0 + 2.0 + 10.0
+    assert search.answer.short_s == pytest.approx(102.0 + cost - 120.0)
+    assert search.answer.to_dict()["short_s"] == pytest.approx(102.0 + cost - 120.0, abs=0.05)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -180,3 +185,4 @@ def test_a_walk_the_budget_cut_before_a_failing_step_stops_on_the_budget_not_on_
     now[0] = 470.0  # the next placement (0.9 x saturation) no longer fits
     assert search.next_step() is None
     assert search.stopped == "budget" and search.answer.stopped == "budget"
+    assert search.answer.short_s > 0  # the placement step the walk still wanted did not fit

@@ -179,6 +179,9 @@ def test_the_budget_is_projected_a_step_that_cannot_finish_is_not_started():
     search, asked, clock = run(Server(4.6, noise=0.3), precision=0.001, budget_s=50.0, step_s=12.0, overrun_s=3.0)
     assert search.answer.stopped == "budget"
     assert len(asked) == 3 and clock.t <= 50.0
+    # the fourth would have taken 15 s where 5 were left: the answer says what it lacked
+    assert search.answer.short_s == pytest.approx(10.0) and search.answer.to_dict()["short_s"] == 10.0
+    assert stop_text("budget", short_s=search.answer.short_s).endswith("; the next one needed 10 s more")
     assert "budget" in stop_text("budget")
 
 
@@ -411,3 +414,13 @@ def test_a_prior_outside_the_ladders_interval_is_dropped_and_said():
     assert said["prior"] == 7.5 and "outside" in said["prior_note"]
     assert abs(asked[0].rate - 4.6) / 4.6 < 0.15  # the search went on from the estimate
     assert search.answer.stopped == "precision"
+
+
+def test_a_budget_stop_says_what_the_next_step_lacked():
+    # summary.json's search.short_s, in the sentence the CLI and the report print (older summaries have none)
+    from llmload.report.answer import knee_text
+
+    short = {"search": {"stopped": "budget", "steps": 0, "short_s": 45.04, "auto": {"range": None}}}
+    assert knee_text(short).endswith("the search's time budget would run out before another step; the next one "
+                                     "needed 46 s more.")
+    assert "needed" not in knee_text({"search": {"stopped": "budget", "steps": 2}})

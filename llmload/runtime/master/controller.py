@@ -89,14 +89,15 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
     return min(LEAD_S, LOCAL_LEAD_S + arrivals * LEAD_PER_ARRIVAL_S)
 
 
-def search_line(stopped: str | None, steps: int, extensions: int = 0, *, auto: bool = False) -> str:
+def search_line(stopped: str | None, steps: int, extensions: int = 0, *, auto: bool = False,
+                short_s: float | None = None) -> str:
     """The knee search's closing line: why it stopped and how many refine steps it ran (the knee itself
     is the run's answer, printed from the analysis once the run is finalised). Never a None. `auto`: the
-    search of an `auto` shape (`stop_text`)."""
+    search of an `auto` shape, `short_s` what a budget stop lacked for the next step (`stop_text`)."""
     from shapes.knee_search import steps_text, stop_text
 
     lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
-    return (f"  knee search: {lead}stopped: {stop_text(stopped, auto=auto) or 'not run'} "
+    return (f"  knee search: {lead}stopped: {stop_text(stopped, auto=auto, short_s=short_s) or 'not run'} "
             f"({steps_text(steps, extensions)})")
 
 
@@ -390,7 +391,7 @@ class StepController:
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
         self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions,
-                             auto="auto" in self.plan.data["search"]))
+                             auto="auto" in self.plan.data["search"], short_s=self.plan.data["search"].get("short_s")))
         if getattr(search, "prior_note", ""):  # refine.prior dropped: the ladder disagreed with it
             self.out(f"llmload: note: {search.prior_note}")
         self.events.search_finished.fire(answer=search.answer)
