@@ -3,6 +3,7 @@ queue-time quantiles from histogram deltas agree with its ground-truth log withi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -127,12 +128,29 @@ def test_ollama_loaded_model_appears_in_api_ps(sim_factory, tmp_path: Path) -> N
     assert (_series(frame, src, "scrape_error") == 0).all()
 
 
+def _failed_scrapes(path: Path, source: str) -> int:
+    """The `scrape_error` samples of value 1 for `source` written to the telemetry file so far (a line still
+    being written is skipped)."""
+    count = 0
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        count += row["source"] == source and row["metric"] == "scrape_error" and row["value"] == 1
+    return count
+
+
 def test_a_server_that_dies_leaves_a_recorded_gap(sim_factory, tmp_path: Path) -> None:
     sim = sim_factory(flavor="vllm", config={"load_time_s": 0, "faults": {"exit_after_s": "2s"}})
     collector = TelemetryCollector(config_for(sim.url, telemetry=FAST), tmp_path)
     collector.start()
     sim.proc.wait(10)
-    time.sleep(0.5)
+    # polling goes on after it died: wait for three failed scrapes (five polls' time when both cores are free;
+    # beside two CPU hogs 0.5 s once held one), at most 10 s
+    deadline = time.monotonic() + 10.0
+    while _failed_scrapes(tmp_path / "telemetry.jsonl", f"server:{sim.url}") < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
     collector.stop()
     frame = read_telemetry(finalise_telemetry(tmp_path).parent)
     errors = frame[(frame["source"] == f"server:{sim.url}") & (frame["metric"] == "scrape_error")]
