@@ -39,6 +39,9 @@ POINTS_JS = """() => {
   return path ? (path.getAttribute('d').match(/[ML]/g) || []).length : 0;
 }"""
 
+#: the live tab's poll period (llmload/runtime/locustglue/webui_tab.js `POLL_MS`)
+POLL_MS = 1000
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
@@ -151,6 +154,11 @@ def test_a_run_from_the_form_shows_live_charts_truthful_rps_verdict_and_report(s
             assert page.locator("th", has_text="TTFT p95 ms").is_visible()
             answer = page.locator("#llmload-answer li").all_inner_texts()
             page.screenshot(path=str(tmp_path / "done.png"), full_page=True)
+            # the link is one element while the result stands (not rebuilt on each poll: a click whose press
+            # and release straddled a rebuild opened nothing, and beside two CPU hogs no popup came in 30 s)
+            link.evaluate("a => { a.dataset.seen = '1'; }")
+            page.wait_for_timeout(3 * POLL_MS)
+            assert link.get_attribute("data-seen") == "1"
             with page.expect_popup() as popup_info:
                 link.click()
             report = popup_info.value

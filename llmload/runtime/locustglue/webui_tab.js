@@ -242,9 +242,15 @@
     }[s.state] || s.state;
   }
 
+  // the result box is rebuilt only when the result changed: rebuilt on every poll, its report link was
+  // a new element each second, and a click whose press and release straddled a rebuild opened nothing
+  var shownResult = null;
   function renderResult(s) {
     var box = panel.querySelector("#llmload-result");
     var r = s.result;
+    var key = JSON.stringify(r || null);
+    if (key === shownResult) return;
+    shownResult = key;
     if (!r) { box.hidden = true; return; }
     box.hidden = false;
     box.style.borderColor = verdictColor(r.verdict);
