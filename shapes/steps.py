@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from shapes.phases import PHASES as _PHASES
-from shapes.seedseq import first_state_word
 
 __all__ = [
     "ARRIVALS",
@@ -138,10 +139,8 @@ class StepSpec:
 
 
 def derive_seed(run_seed: int, index: int) -> int:
-    """A step's own seed from the run seed and the step index (independent streams per step): numpy's
-    `SeedSequence([run_seed & 0xFFFFFFFF, index]).generate_state(1)[0]`, computed without numpy
-    (`shapes.seedseq`: the launcher plans without importing it)."""
-    return first_state_word([int(run_seed) & 0xFFFFFFFF, int(index)])
+    """A step's own seed from the run seed and the step index (independent streams per step)."""
+    return int(np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, int(index)]).generate_state(1)[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,7 @@ def probes(tmp_path_factory) -> dict[str, dict]:
                      "from llmload.runtime.launcher.stop_signals import end_process_group\n"
                      "import subprocess\nchild = subprocess.Popen([sys.executable, '-c', ''], start_new_session=True)\n"
                      "child.wait()\nend_process_group(child.pid)",
-         HEAVY + LAUNCHER_ONLY + ("psutil", "numpy")),
+         HEAVY + LAUNCHER_ONLY + ("psutil",)),
         ("master", "from llmload.runtime.master.preflight import write_run_manifest, start_telemetry, preflight\n"
                    "import llmload.telemetry.manifest, llmload.telemetry.collector\n"
                    "from llmload.telemetry import build_manifest, write_manifest, TelemetryCollector\n"
@@ -160,9 +160,8 @@ def probes(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_launcher_imports_no_pandas(probes):
-    """It builds the plan, and imports no psutil ending the Locust child's process group when nothing is
-    left in it. Nor numpy: the steps' seeds are numpy's `SeedSequence` words, computed without it
-    (`shapes.seedseq`: numpy's import was ~0.08 s of CPU per `llmload run`, its BLAS threads' spin more)."""
+    """It builds the plan (the steps' seeds are numpy's `SeedSequence`), and imports no psutil ending
+    the Locust child's process group when nothing is left in it."""
     assert probes["launcher"]["result"] == 2
     assert probes["launcher"]["loaded"] == []
 
