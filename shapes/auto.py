@@ -243,10 +243,10 @@ class AutoSearch:
         rate = None if len(placed) >= MAX_PLACEMENT else next_placement(server.saturation_rps, placed)
         if rate is not None:
             rate = round_rate(rate)
-            cost = sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate)
-            if self._fits(cost):
+            short = self._short_by(sizing.warmup_s + self.place_window_s(rate) + self._drain_s(rate))
+            if short <= 0:
                 return self._ask("place", rate)
-            self._short_s = self.elapsed_s + cost + STEP_GAP_S + CLOSING_S - float(self.auto.budget)
+            self._short_s = short
             if not placed:  # not one rate step fits in what the probe left of the budget
                 self.stopped = "budget"
                 return None
@@ -271,8 +271,10 @@ class AutoSearch:
         self._asked = ("refine", ask.rate)
         return ask
 
-    def _fits(self, cost_s: float) -> bool:
-        return self.elapsed_s + cost_s + STEP_GAP_S + CLOSING_S <= float(self.auto.budget)
+    def _short_by(self, cost_s: float) -> float:
+        """The seconds a step costing `cost_s` (and its gap, and the run's closing) would overrun the
+        budget by; at most 0 when it fits."""
+        return self.elapsed_s + cost_s + STEP_GAP_S + CLOSING_S - float(self.auto.budget)
 
     def _drain_s(self, rate: float) -> float:
         """A drained step's expected tail: a few idle requests (more near saturation)."""

@@ -248,10 +248,9 @@ class KneeSearch:
         self.clock = clock
         self.started = clock()
         self.refine_steps = 0
-        #: refine steps asked for (`next_step`) and not yet recorded: a chained search decides the next
-        #: rate while the step before it still settles
-        self.pending = 0
-        #: the target rates of those steps, oldest first (a rate settling is not repeated again: `_extension`)
+        #: the target rates of the refine steps asked for (`next_step`) and not yet recorded, oldest first: a
+        #: chained search decides the next rate while the step before it still settles (`pending`), and a
+        #: rate settling is not repeated again (`_extension`)
         self._settling: list[float] = []
         self.extensions: dict[float, int] = {}
         self.overrun_s = 0.0
@@ -284,6 +283,11 @@ class KneeSearch:
     def elapsed_s(self) -> float:
         return self.clock() - self.started
 
+    @property
+    def pending(self) -> int:
+        """Refine steps asked for and not yet recorded."""
+        return len(self._settling)
+
     def use_clock(self, clock: Callable[[], float]) -> None:
         """Measure the budget on `clock` from now (the controller's: a search a shape made with the default
         clock runs on the run's clock, virtual in tests)."""
@@ -295,7 +299,6 @@ class KneeSearch:
         the budget how much a step costs beyond its schedule."""
         self.rows.append(dict(row))
         self.refine_steps += 1
-        self.pending = max(0, self.pending - 1)
         if self._settling:
             self._settling.pop(0)
         self._fresh = False
@@ -326,7 +329,6 @@ class KneeSearch:
         if ask.extends is not None:
             key = round(ask.rate, 9)
             self.extensions[key] = self.extensions.get(key, 0) + 1
-        self.pending += 1
         self._settling.append(round(ask.rate, 9))
         return ask
 
