@@ -107,11 +107,13 @@ def test_refine_steps_follow_the_estimate_and_repeat_an_inconclusive_step(tmp_pa
     # third moved by the precision below it, where no refine step ran yet)
     assert [(s["target_rate"], s.get("extends")) for s in refine] == [(30.0, "r30.00"), (30.0, None), (29.7, None)]
     assert [s["status"] for s in refine] == ["run"] * 3
-    # they follow on without draining (each starts as the one before's arrivals end), and a local
-    # runner judges them live all the same: the search needs their verdicts
+    # they follow on without draining, and a local runner judges them live all the same: the search needs
+    # their verdicts. Each starts as the one before's arrivals end: planned so, never earlier (the exact
+    # times are test_controller_virtual_time's, in virtual time: here in real seconds a busy machine's
+    # wake-ups moved a start by 65 and 126 ms past a 60-ms tolerance, beside two hogs and in CI)
     assert [s["drain"] for s in refine] == [False] * 3
     for before, after in zip(refine, refine[1:], strict=False):
-        assert abs(after["start_at"] - (before["start_at"] + before["warmup_s"] + before["duration_s"])) < 0.06
+        assert after["start_at"] >= before["start_at"] + before["warmup_s"] + before["duration_s"] - 1e-6
     assert [s["live_verdict"] for s in refine] == ["inconclusive"] * 3
     assert controller.plan.data["search"] == {"stopped": "max_steps", "steps": 3, "extensions": 1,
                                               "elapsed_s": controller.plan.data["search"]["elapsed_s"]}
