@@ -74,6 +74,9 @@ class FakeRunner:
         self.controller.on_drained(DrainedMessage(label=label, worker="0", put=1, finished=1))
 
 
+# quiet: its fake worker is a greenlet that samples `waiting` every 50 ms of real time through a 1.2-s step; in
+# CI's busy part (fourteen workers, 2026-12-08) it got no turn inside the step and the mean read 0
+@pytest.mark.quiet
 @pytest.mark.parametrize("judged", [False, True])
 def test_live_table_shows_the_steps_server_waiting_and_running_rates(tmp_path, judged):
     config = parse_config({"target": {"url": "http://127.0.0.1:9"}, "slo": {"min_samples": 1},
