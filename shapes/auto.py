@@ -329,11 +329,14 @@ class AutoSearch:
     @property
     def answer(self) -> AutoAnswer:
         ks = self.knee_search
-        short = self._short_s
+        short, needed = self._short_s, None
         if ks is not None:
-            knee, steps, ext = ks.answer.knee, ks.refine_steps, sum(ks.extensions.values())
+            search = ks.answer
+            knee, steps, ext = search.knee, ks.refine_steps, sum(ks.extensions.values())
             if ks.stopped == "budget":
                 short = ks.short_s
+            if search.budget_needed_s is not None:  # the whole run's budget: what came before the search too
+                needed = self.elapsed_s - search.elapsed_s + search.budget_needed_s + CLOSING_S
         else:
             rated = [r for r in self.rows if r.get("phase") in rate_phases()]
             knee, steps, ext = (self.estimate(rated) if rated else None), 0, 0
@@ -343,7 +346,9 @@ class AutoSearch:
                                ("warmup_s", "min_window_s", "max_place_s", "max_refine_s")}
         return AutoAnswer(knee=knee, stopped=self.stopped or "running", steps=steps, extensions=ext,
                           elapsed_s=self.elapsed_s, reopened=ks.reopened if ks is not None else 0,
-                          short_s=short if self.stopped == "budget" else None, range=self.range,
+                          short_s=short if self.stopped == "budget" else None,
+                          budget_needed_s=needed if self.stopped == "budget" else None,
+                          precision=float(self.auto.precision), range=self.range,
                           probe_steps=sum(1 for r in self.rows if r.get("phase") == "probe"),
                           placement_steps=sum(1 for r in self.rows if r.get("phase") == "ladder"), extra=extra)
 

@@ -76,8 +76,8 @@ from typing import Any
 
 from llmload.units import finite as _number
 
-__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "round_rate", "steps_text",
-           "stop_text"]
+__all__ = ["JUDGED", "STOP_REASONS", "Ask", "KneeSearch", "SearchAnswer", "Sizing", "duration_text", "round_rate",
+           "search_stop_text", "steps_text", "stop_text"]
 
 #: an unbounded end of the knee's interval, for "near the knee": this share of the knee away
 NEAR_OPEN_END = 0.10
@@ -135,22 +135,47 @@ def steps_text(steps: int, extensions: int = 0) -> str:
     return text
 
 
-def stop_text(stopped: str | None, *, auto: bool = False, short_s: float | None = None) -> str:
+def stop_text(stopped: str | None, *, auto: bool = False, short_s: float | None = None,
+              needed_s: float | None = None, precision: float | None = None) -> str:
     """A short phrase for a stop reason ("" for None); `auto`: the search of an `auto` shape, whose
     rates the tool placed (the advice is about the server, not a ladder to extend); `short_s`: for a
-    budget stop, the seconds the next step lacked (summary.json `search.short_s`).
+    budget stop, the seconds the next step lacked (summary.json `search.short_s`); `needed_s` and
+    `precision`: the budget projected to bring the interval within the precision (`search.budget_needed_s`).
 
     >>> stop_text("no_pass").endswith("extend the ladder downward"), "ladder" in stop_text("no_pass", auto=True)
     (True, False)
     >>> stop_text("budget", short_s=46.2)
     "the search's time budget would run out before another step; the next one needed 47 s more"
+    >>> stop_text("budget", short_s=10, needed_s=1430, precision=0.05)[-57:]
+    'needed 10 s more; ±5% would need a budget of about 24 min'
     """
     if not stopped:
         return ""
     text = (auto and _AUTO_STOP_TEXT.get(stopped)) or _STOP_TEXT.get(stopped, stopped)
     if stopped == "budget" and short_s is not None and short_s > 0:
         text += f"; the next one needed {math.ceil(round(short_s, 3)):d} s more"
+    if stopped == "budget" and needed_s is not None and needed_s > 0 and precision:
+        text += f"; ±{100 * precision:g}% would need a budget of about {duration_text(needed_s)}"
     return text
+
+
+def search_stop_text(search: Mapping[str, Any], *, auto: bool | None = None) -> str:
+    """`stop_text` of a plan.json / summary.json `search` (its `stopped`, `short_s`, `budget_needed_s` and
+    `precision`); `auto` defaults to whether the search is an `auto` shape's (it has `auto`)."""
+    return stop_text(search.get("stopped"), auto="auto" in search if auto is None else auto,
+                     short_s=search.get("short_s"), needed_s=search.get("budget_needed_s"),
+                     precision=search.get("precision"))
+
+
+def duration_text(seconds: float) -> str:
+    """A budget, rounded up: whole seconds under two minutes, whole minutes from there.
+
+    >>> duration_text(46.2), duration_text(119.5), duration_text(1430), duration_text(7200)
+    ('47 s', '120 s', '24 min', '120 min')
+    """
+    if seconds < 120:
+        return f"{math.ceil(round(seconds, 3)):d} s"
+    return f"{math.ceil(round(seconds / 60, 3)):d} min"
 
 
 def round_rate(rate: float, digits: int = 3) -> float:
@@ -205,16 +230,23 @@ class SearchAnswer:
     reopened: int = 0
     #: a budget stop: the seconds the next step's projected cost exceeded what was left (None otherwise)
     short_s: float | None = None
+    #: a budget stop with the knee's interval bounded but wider than the precision: the search budget
+    #: projected to narrow it to `precision` (`KneeSearch.budget_needed_s`; None otherwise)
+    budget_needed_s: float | None = None
+    precision: float | None = None
 
     def to_dict(self) -> dict:
         """plan.json's `search` (summary.json copies it); `prior` and `prior_note` only with a prior,
-        `reopened` only when a precision stop was taken back, `short_s` only with a budget stop."""
+        `reopened` only when a precision stop was taken back, `short_s` only with a budget stop,
+        `budget_needed_s` (with the `precision` it is for) only with a budget stop that projected one."""
         out = {"stopped": self.stopped, "steps": self.steps, "extensions": self.extensions,
                "elapsed_s": round(self.elapsed_s, 3)}
         if self.reopened:
             out["reopened"] = self.reopened
         if self.stopped == "budget" and self.short_s is not None:
             out["short_s"] = round(self.short_s, 1)
+        if self.stopped == "budget" and self.budget_needed_s is not None:
+            out.update(budget_needed_s=round(self.budget_needed_s, 1), precision=self.precision)
         if self.prior is not None:
             out.update(prior=round(self.prior, 6), prior_note=self.prior_note)
         return out
@@ -331,6 +363,19 @@ class KneeSearch:
             self.extensions[key] = self.extensions.get(key, 0) + 1
         self._settling.append(round(ask.rate, 9))
         return ask
+
+    def budget_needed_s(self) -> float | None:
+        """At a budget stop whose knee's interval is bounded but wider than `precision`, after at least one
+        refine step: the budget (this search's, `refine.budget`) projected to narrow it to `precision`. An
+        interval's half-width narrows as one over the square root of the load near the knee, where the
+        refine steps run, so the time spent so far x (half-width / precision)^2 (bench/README.md checks it
+        in virtual time). None otherwise: a knee open at an end needs a step beyond it, not more time."""
+        if self.stopped != "budget" or not self.refine_steps:
+            return None
+        width = getattr(self.knee, "half_width_rel", None)  # over every step recorded, the last settled one too
+        if width is None or not width > self.precision:
+            return None
+        return self.elapsed_s * (width / self.precision) ** 2
 
     def step_cost_s(self, rate: float, window_s: float | None = None) -> float:
         """The projected wall time of a step at `rate` (with `window_s`, a sized one): its schedule plus
@@ -499,4 +544,5 @@ class KneeSearch:
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
                             extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
                             prior=self.given_prior, prior_note=self.prior_note, reopened=self.reopened,
-                            short_s=self.short_s)
+                            short_s=self.short_s, budget_needed_s=self.budget_needed_s(),
+                            precision=self.precision)

@@ -216,7 +216,7 @@ def knee_text(summary: dict) -> str:
     """The knee sentence (`analysis.knee.knee_sentence` of `knee_of(summary)`) and why the knee search
     stopped (summary.json `search`); "" for a run with no rate axis (no knee to state)."""
     from analysis.knee import knee_of, knee_sentence
-    from shapes.knee_search import steps_text, stop_text
+    from shapes.knee_search import search_stop_text, steps_text
 
     knee = knee_of(summary)
     search = summary.get("search") or {}
@@ -227,7 +227,7 @@ def knee_text(summary: dict) -> str:
     if search.get("stopped"):
         steps = search.get("steps") or 0
         text += (f" The knee search stopped after {steps_text(steps, search.get('extensions') or 0)}: "
-                 f"{stop_text(search['stopped'], auto='auto' in search, short_s=search.get('short_s'))}.")
+                 f"{search_stop_text(search)}.")
     return text
 
 

@@ -186,3 +186,32 @@ def test_a_walk_the_budget_cut_before_a_failing_step_stops_on_the_budget_not_on_
     assert search.next_step() is None
     assert search.stopped == "budget" and search.answer.stopped == "budget"
     assert search.answer.short_s > 0  # the placement step the walk still wanted did not fit
+
+
+def test_a_budget_stop_projects_the_whole_runs_budget_for_the_precision():
+    # 100 s of probe and placement, then 200 s of refine steps that left the knee at 5.0 +-10%: the refine time
+    # x (10% / 5%)^2 = 800 s, plus the 100 s before the search and the run's closing (shapes.auto.CLOSING_S)
+    from dataclasses import dataclass
+
+    from shapes.auto import CLOSING_S
+    from shapes.knee_search import KneeSearch
+
+    @dataclass(frozen=True)
+    class Wide:
+        rate: float = 5.0
+        low: float = 4.5
+        high: float = 5.5
+        binding: str = "tpot_p95"
+        half_width_rel: float = 0.10
+
+    now = [100.0]
+    search = AutoSearch(auto_config(), [], estimate=lambda rows: Wide(), clock=lambda: now[0], spent_s=100.0)
+    search.stage = "refine"
+    search.knee_search = KneeSearch([], estimate=lambda rows: Wide(), precision=0.05, budget_s=250.0, step_s=90.0,
+                                    clock=lambda: now[0])
+    search.knee_search.refine_steps = 2
+    now[0] = 300.0
+    assert search.next_step() is None and search.stopped == "budget"  # a third 90 s step does not fit in 50 s
+    said = search.answer.to_dict()
+    assert said["budget_needed_s"] == pytest.approx(100.0 + 200.0 * 4 + CLOSING_S)
+    assert said["precision"] == 0.05 and said["short_s"] == pytest.approx(40.0)

@@ -185,6 +185,40 @@ def test_the_budget_is_projected_a_step_that_cannot_finish_is_not_started():
     assert "budget" in stop_text("budget")
 
 
+def test_a_budget_stop_with_a_wide_interval_projects_the_budget_the_precision_needs():
+    # two 30 s refine steps (35 s of wall time each) fit in 80 s; the estimate over them is 5.0 (4.5 to 5.5):
+    # +-10% against a precision of 5%, so the budget projected is the 70 s spent x (0.10 / 0.05)^2 = 280 s
+    clock, widths = Clock(), iter([0.12, 0.11, 0.10])
+    row = {"label": "r5.00", "target_rate": 5.0, "offered_rate": 5.0, "verdict": "inconclusive"}
+
+    def estimate(rows):
+        return FakeKnee(5.0, 5.0 - 5.0 * (w := next(widths, 0.10)), 5.0 + 5.0 * w)
+
+    search = KneeSearch([row], estimate=estimate, precision=0.05, budget_s=80.0, max_extensions=0, step_s=30.0,
+                        clock=clock)
+    while (ask := search.next_step()) is not None:
+        clock.t += 35.0
+        search.record({**row, "label": f"r{ask.rate}"}, wall_s=35.0, nominal_s=30.0)
+    answer = search.answer
+    assert (answer.stopped, answer.steps) == ("budget", 2)
+    assert answer.budget_needed_s == pytest.approx(70.0 * (0.10 / 0.05) ** 2)
+    said = answer.to_dict()
+    assert said["budget_needed_s"] == 280.0 and said["precision"] == 0.05
+    assert stop_text("budget", needed_s=said["budget_needed_s"], precision=0.05).endswith(
+        "; ±5% would need a budget of about 5 min")
+    # none where more time is not the answer: an interval open at an end, one already precise, a stop
+    # that was not the budget's, or no refine step to scale from
+    for knee in (FakeKnee(5.0, None, 5.5), FakeKnee(5.0, 4.9, 5.1)):
+        other = KneeSearch([row], estimate=lambda rows, knee=knee: knee, precision=0.05, budget_s=80.0,
+                           max_extensions=0, step_s=30.0, clock=Clock())
+        other.refine_steps, other.stopped = 1, "budget"
+        assert other.answer.budget_needed_s is None and "budget_needed_s" not in other.answer.to_dict()
+    search.stopped = "max_steps"
+    assert search.answer.budget_needed_s is None
+    cold = KneeSearch([row], estimate=estimate, precision=0.05, budget_s=10.0, step_s=30.0, clock=Clock())
+    assert cold.next_step() is None and cold.answer.stopped == "budget" and cold.answer.budget_needed_s is None
+
+
 def test_max_steps_caps_the_refine_steps():
     search, asked, _ = run(Server(4.6, noise=0.3), precision=0.001, max_steps=2)
     assert (search.answer.stopped, len(asked)) == ("max_steps", 2)
@@ -424,3 +458,7 @@ def test_a_budget_stop_says_what_the_next_step_lacked():
     assert knee_text(short).endswith("the search's time budget would run out before another step; the next one "
                                      "needed 46 s more.")
     assert "needed" not in knee_text({"search": {"stopped": "budget", "steps": 2}})
+    # and the budget projected for the precision asked (summary.json search.budget_needed_s)
+    wide = {"search": {"stopped": "budget", "steps": 3, "short_s": 120.5, "budget_needed_s": 1480.0,
+                       "precision": 0.05, "auto": {"range": None}}}
+    assert knee_text(wide).endswith("needed 121 s more; ±5% would need a budget of about 25 min.")

@@ -121,12 +121,12 @@ def answer_lines(folder: Path) -> list[str]:
     ladder, burst = _summary(folder, "ladder"), _summary(folder, "burst")
     if ladder is not None:
         from analysis.knee import knee_of, knee_sentence  # the one answer, as the report states it
-        from shapes.knee_search import steps_text, stop_text
+        from shapes.knee_search import search_stop_text, steps_text
 
         search = ladder.get("search") or {}
         steps = search.get("steps") or 0
         stopped = (f" (knee search: {steps_text(steps, search.get('extensions') or 0)}, stopped: "
-                   f"{stop_text(search['stopped'], short_s=search.get('short_s'))})" if search.get("stopped") else "")
+                   f"{search_stop_text(search, auto=False)})" if search.get("stopped") else "")
         lines.append(f"llmload demo: {knee_sentence(knee_of(ladder))}{stopped}")
     if burst is not None:
         by_label = {s["label"]: s for s in burst.get("steps", [])}

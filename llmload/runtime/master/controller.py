@@ -90,15 +90,16 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
 
 
 def search_line(stopped: str | None, steps: int, extensions: int = 0, *, auto: bool = False,
-                short_s: float | None = None) -> str:
+                short_s: float | None = None, needed_s: float | None = None, precision: float | None = None) -> str:
     """The knee search's closing line: why it stopped and how many refine steps it ran (the knee itself
     is the run's answer, printed from the analysis once the run is finalised). Never a None. `auto`: the
-    search of an `auto` shape, `short_s` what a budget stop lacked for the next step (`stop_text`)."""
+    search of an `auto` shape; `short_s` what a budget stop lacked for the next step, `needed_s` the budget
+    projected for `precision` (`stop_text`)."""
     from shapes.knee_search import steps_text, stop_text
 
     lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
-    return (f"  knee search: {lead}stopped: {stop_text(stopped, auto=auto, short_s=short_s) or 'not run'} "
-            f"({steps_text(steps, extensions)})")
+    why = stop_text(stopped, auto=auto, short_s=short_s, needed_s=needed_s, precision=precision)
+    return f"  knee search: {lead}stopped: {why or 'not run'} ({steps_text(steps, extensions)})"
 
 
 class StepController:
@@ -390,8 +391,10 @@ class StepController:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
-        self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions,
-                             auto="auto" in self.plan.data["search"], short_s=self.plan.data["search"].get("short_s")))
+        done = self.plan.data["search"]
+        self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions, auto="auto" in done,
+                             short_s=done.get("short_s"), needed_s=done.get("budget_needed_s"),
+                             precision=done.get("precision")))
         if getattr(search, "prior_note", ""):  # refine.prior dropped: the ladder disagreed with it
             self.out(f"llmload: note: {search.prior_note}")
         self.events.search_finished.fire(answer=search.answer)
