@@ -47,17 +47,21 @@ def output_sizes(kind: str) -> RequestSizes:
     return draw
 
 
-def user_config(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> Config:
+def user_config(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None,
+                refine_budget: str = "6m") -> Config:
     """The user's config as written, its requests drawn from `seed`."""
-    return Config.model_validate(user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration))
+    return Config.model_validate(user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration,
+                                                  refine_budget=refine_budget))
 
 
-def user_config_dict(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None) -> dict:
-    """The user's config as its YAML would read, its requests drawn from `seed`."""
+def user_config_dict(seed: int, *, min_samples: int | None = None, refine_duration: str | None = None,
+                     refine_budget: str = "6m") -> dict:
+    """The user's config as its YAML would read, its requests drawn from `seed` (`refine_budget`: its 6 minutes,
+    or another budget to try)."""
     slo: dict = dict(TARGETS)
     if min_samples is not None:
         slo["min_samples"] = min_samples
-    refine: dict = {"budget": "6m"}
+    refine: dict = {"budget": refine_budget}
     if refine_duration:
         refine["duration"] = refine_duration
     return {"target": {"url": "http://127.0.0.1:9", "model": "m"},
@@ -73,6 +77,7 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--min-samples", type=int, default=None, help="write slo.min_samples (default: unset)")
     ap.add_argument("--refine-duration", default=None, help="write refine.duration (default: unset, sized)")
+    ap.add_argument("--refine-budget", default="6m", help="refine.budget (default: 6m, as the user wrote it)")
     ap.add_argument("--truth-arrivals", type=int, default=30_000,
                     help="arrivals per rate of the true knee's steady state (fewer: a rougher truth, e.g. the smoke test)")
     ap.add_argument("--raw-shares", action="store_true",
@@ -97,7 +102,8 @@ def main() -> None:
     errors, held, runs = [], 0, []
     options = {}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        config = user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration)
+        config = user_config(seed, min_samples=args.min_samples, refine_duration=args.refine_duration,
+                             refine_budget=args.refine_budget)
         if args.raw_shares:
             options["estimate"] = partial(estimate_knee, slo=config.slo)
         found = virtual_search(config, SIM, sizes, **options)
@@ -122,11 +128,12 @@ def main() -> None:
                  worst_error=max(errors) if errors else None)
 
 
-def _runtime_seed(job: tuple[int, Path, int | None, str | None]) -> dict:
+def _runtime_seed(job: tuple[int, Path, int | None, str | None, str]) -> dict:
     from knee_accuracy import runtime_run
 
-    seed, work, min_samples, refine_duration = job
-    config = user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration)
+    seed, work, min_samples, refine_duration, refine_budget = job
+    config = user_config_dict(seed, min_samples=min_samples, refine_duration=refine_duration,
+                              refine_budget=refine_budget)
     return {"seed": seed, **runtime_run(work / f"user-config-{seed}", config, SIM)}
 
 
@@ -137,7 +144,7 @@ def runtime_main(args: argparse.Namespace, t: float, before: dict) -> None:
     if args.outputs != "fixed" or args.raw_shares:
         sys.exit("user_config_case: --runtime runs the config as written (fixed outputs, the product's estimator)")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    jobs = [(seed, args.work, args.min_samples, args.refine_duration) for seed in seeds]
+    jobs = [(seed, args.work, args.min_samples, args.refine_duration, args.refine_budget) for seed in seeds]
     errors, held, runs = [], 0, []
     with ProcessPoolExecutor(2) as pool:
         for run in pool.map(_runtime_seed, jobs):

@@ -146,8 +146,8 @@ def stop_text(stopped: str | None, *, auto: bool = False, short_s: float | None 
     (True, False)
     >>> stop_text("budget", short_s=46.2)
     "the search's time budget would run out before another step; the next one needed 47 s more"
-    >>> stop_text("budget", auto=True, short_s=10, needed_s=1430, precision=0.05)[-57:]
-    'needed 10 s more; ±5% would need a budget of about 24 min'
+    >>> stop_text("budget", auto=True, short_s=10, needed_s=1430, precision=0.05)[-59:]
+    'needed 10 s more; ±5% would take a budget of 24 min or more'
     """
     if not stopped:
         return ""
@@ -156,7 +156,7 @@ def stop_text(stopped: str | None, *, auto: bool = False, short_s: float | None 
         text += f"; the next one needed {math.ceil(round(short_s, 3)):d} s more"
     if stopped == "budget" and needed_s is not None and needed_s > 0 and precision:
         budget = "a budget" if auto else "a refine budget"  # shape.auto.budget (find's --budget), refine.budget
-        text += f"; ±{100 * precision:g}% would need {budget} of about {duration_text(needed_s)}"
+        text += f"; ±{100 * precision:g}% would take {budget} of {duration_text(needed_s)} or more"
     return text
 
 

@@ -131,7 +131,7 @@ def test_the_closing_line_without_a_knee_never_shows_none():
     assert "needed" not in search_line("budget", 2) and "needed" not in search_line("precision", 2, short_s=5.0)
     # and the budget projected for the precision (plan.json search.budget_needed_s)
     assert search_line("budget", 3, short_s=20, needed_s=2766.7, precision=0.01).endswith(
-        "needed 20 s more; ±1% would need a refine budget of about 47 min (3 refine steps)")
+        "needed 20 s more; ±1% would take a refine budget of 47 min or more (3 refine steps)")
 
 
 def test_a_search_step_of_a_drained_phase_runs_drained_and_is_handed_back_at_once(tmp_path):

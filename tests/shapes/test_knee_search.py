@@ -205,7 +205,7 @@ def test_a_budget_stop_with_a_wide_interval_projects_the_budget_the_precision_ne
     said = answer.to_dict()
     assert said["budget_needed_s"] == 280.0 and said["precision"] == 0.05
     assert stop_text("budget", needed_s=said["budget_needed_s"], precision=0.05).endswith(
-        "; ±5% would need a refine budget of about 5 min")
+        "; ±5% would take a refine budget of 5 min or more")
     # none where more time is not the answer: an interval open at an end, one already precise, a stop
     # that was not the budget's, or no refine step to scale from
     for knee in (FakeKnee(5.0, None, 5.5), FakeKnee(5.0, 4.9, 5.1)):
@@ -461,4 +461,4 @@ def test_a_budget_stop_says_what_the_next_step_lacked():
     # and the budget projected for the precision asked (summary.json search.budget_needed_s)
     wide = {"search": {"stopped": "budget", "steps": 3, "short_s": 120.5, "budget_needed_s": 1480.0,
                        "precision": 0.05, "auto": {"range": None}}}
-    assert knee_text(wide).endswith("needed 121 s more; ±5% would need a budget of about 25 min.")
+    assert knee_text(wide).endswith("needed 121 s more; ±5% would take a budget of 25 min or more.")
