@@ -54,9 +54,11 @@ Each `next_step`, in this order:
    steps (`size`: no `refine.duration` written), from the samples it needs near the knee: the
    completions the nearest undecided step within `NEAR_SHARE` of the rate said would decide it
    (`needs_completions`: its share's interval and the effective trials per completion it showed, its
-   autocorrelation), at this rate; without such a step, `shapes.probe.REFINE_EFFECTIVE` (60)
-   independent samples times the largest autocorrelation time of the judged steps near the rate (none
-   there: the base window); at
+   autocorrelation), at this rate, but no more than `shapes.probe.REFINE_EFFECTIVE` (60) independent
+   samples times the largest autocorrelation time of the judged steps near the rate, which is the
+   window without such a step (none judged near: the base window). A step at the knee itself never
+   decides, so its need has no bound: uncapped, a budget of 16-44 minutes went into four to six steps
+   of 4-6 minutes each, two of them far over the knee (bench/README.md, session 8); at
    most an even share of what is left of the budget among `SHARE_STEPS` steps, at least the base window
    (a step near the knee needs more samples than any other: bench/knee_accuracy.py found 90 s steps at
    4 req/s held the truth 19 of 20 times where 30 s steps held it 13). The last step that fits takes
@@ -397,11 +399,12 @@ class KneeSearch:
         needs = self._needs_near(rate)
         near = [row for row in self.rows if row.get("verdict") in JUDGED
                 and (at := _number(row.get("offered_rate"))) is not None and abs(at - rate) <= NEAR_SHARE * rate]
-        if needs is None and near:  # no undecided step near: independent samples x the autocorrelation time there
+        keys = sorted({str(k)[:-5] for row in near for k in row if str(k).endswith("_over")})
+        if near and (keys or needs is None):  # independent samples x the autocorrelation time there, at most
             from shapes.probe import REFINE_EFFECTIVE, autocorrelation_time
 
-            keys = sorted({str(k)[:-5] for row in near for k in row if str(k).endswith("_over")})
-            needs = REFINE_EFFECTIVE * autocorrelation_time(near, keys, self.size.confidence)
+            effective = REFINE_EFFECTIVE * autocorrelation_time(near, keys, self.size.confidence)
+            needs = effective if needs is None else min(needs, effective)
         if needs is None:  # nothing judged near the rate: the base window
             window = base
         elif rate > 0:

@@ -376,7 +376,8 @@ def test_a_precision_stop_the_settling_step_undoes_is_taken_back_and_the_search_
 
 def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_budget():
     """No refine.duration (issue 41): a step's window comes from the completions the nearest undecided
-    step said would decide it, at most an even share of the budget left among SHARE_STEPS steps, at least
+    step said would decide it (at most 60 independent samples at the autocorrelation time the shares near
+    it show), at most an even share of the budget left among SHARE_STEPS steps, at least
     the base window; the last step that fits takes what is left; a step never plans past max_arrivals."""
     from shapes.knee_search import SHARE_STEPS, Sizing
 
@@ -411,6 +412,13 @@ def test_a_sizing_search_sizes_each_step_from_the_samples_it_needs_within_its_bu
     near = KneeSearch(decided, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
                       clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 10.0, warmup_s=10.0))
     assert near.next_step().window_s == pytest.approx(60 / 3.8, rel=0.05)  # 60 independent samples, tau ~1
+    # an undecided step at the knee itself asks for 20,000 completions (it never decides): the window is still
+    # the 60 independent samples the shares near it show, not the budget's share (90 s)
+    undecided = [*decided, {"label": "r3.9", "target_rate": 3.9, "offered_rate": 3.9, "verdict": "inconclusive",
+                            "needs_completions": 20_000.0}]
+    capped = KneeSearch(undecided, estimate=lambda _rows: knee, budget_s=400.0, max_steps=10, max_extensions=0,
+                        clock=lambda: 0.0, size=Sizing(base_s=lambda rate: 10.0, warmup_s=10.0))
+    assert capped.next_step().window_s == pytest.approx(60 / 3.8, rel=0.05)
     fixed = KneeSearch(rows, estimate=lambda _rows: knee, budget_s=400.0, step_s=40.0, clock=lambda: 0.0)
     assert fixed.next_step().window_s is None  # refine.duration written: the step's own window
 
