@@ -57,8 +57,8 @@ Each `next_step`, in this order:
    autocorrelation), at this rate, but no more than `shapes.probe.REFINE_EFFECTIVE` (60) independent
    samples times the largest autocorrelation time of the judged steps near the rate, which is the
    window without such a step (none judged near: the base window). A step at the knee itself never
-   decides, so its need has no bound: uncapped, a budget of 16-44 minutes went into four to six steps
-   of 4-6 minutes each, two of them far over the knee (bench/README.md, session 8); at
+   decides, so its need has no bound: uncapped, budgets of 7-44 minutes went into four to six steps of
+   up to 6 minutes each, some of them far over the knee (bench/README.md, session 8); at
    most an even share of what is left of the budget among `SHARE_STEPS` steps, at least the base window
    (a step near the knee needs more samples than any other: bench/knee_accuracy.py found 90 s steps at
    4 req/s held the truth 19 of 20 times where 30 s steps held it 13). The last step that fits takes
