@@ -61,8 +61,8 @@ TINY = {
     # `--parallel`: the second live search is the first's run directory (`live` reuses it), two
     # llama-server runs instead of three (35 s of CPU was 20), every step of the script still runs
     "twin_real.py": ["--quick", "--work", "work", "--parallel", "4", "--other", "4"],
-    # 2,000 s a rate instead of 100,000: the same oracle, a noisier spread
-    "knee_floor.py": ["--horizon-s", "2000", "--windows", "100", "320"],
+    # 500 s a rate instead of 100,000, one window length: the same oracle, a noisier spread
+    "knee_floor.py": ["--horizon-s", "500", "--windows", "100"],
     "prior_search.py": ["--configs", "demo", "--seeds", "1", "--steps", "2", "--offsets", "0.05"],
     # 12 s at 10 req/s in three 4-s slices (the fewest its trend test takes), one worker; the sim's step
     # cost grows 60 ms a minute (a drift to find); 30 s in 5-s slices took 44 s of wall and 8.4 s of CPU, 20 req/s
