@@ -233,7 +233,7 @@ class SearchAnswer:
     reopened: int = 0
     #: a budget stop: the seconds the next step's projected cost exceeded what was left (None otherwise)
     short_s: float | None = None
-    #: a budget stop with the knee's interval bounded but wider than the precision: the search budget
+    #: a budget stop with the knee's interval bounded but wider than the precision: the least search budget
     #: projected to narrow it to `precision` (`KneeSearch.budget_needed_s`; None otherwise)
     budget_needed_s: float | None = None
     precision: float | None = None
@@ -369,10 +369,11 @@ class KneeSearch:
 
     def budget_needed_s(self) -> float | None:
         """At a budget stop whose knee's interval is bounded but wider than `precision`, after at least one
-        refine step: the budget (this search's, `refine.budget`) projected to narrow it to `precision`. An
-        interval's half-width narrows as one over the square root of the load near the knee, where the
-        refine steps run, so the time spent so far x (half-width / precision)^2 (bench/README.md checks it
-        in virtual time). None otherwise: a knee open at an end needs a step beyond it, not more time."""
+        refine step: the least budget (this search's, `refine.budget`) projected to narrow it to `precision`.
+        An interval's half-width narrows at most as fast as one over the square root of the load near the
+        knee, where the refine steps run (sampling noise alone), so the time spent so far x (half-width /
+        precision)^2; bench/README.md (session 8) reran searches at it in virtual time. None otherwise: a
+        knee open at an end needs a step beyond it, not more time."""
         if self.stopped != "budget" or not self.refine_steps:
             return None
         width = getattr(self.knee, "half_width_rel", None)  # over every step recorded, the last settled one too
@@ -544,9 +545,10 @@ class KneeSearch:
 
     @property
     def answer(self) -> SearchAnswer:
-        """The result; `knee` is the last estimate made (None if none was)."""
+        """The result; `knee` is the last estimate made (None if none was): at a budget stop that projects a
+        budget, the estimate over every step recorded, which the projection reads."""
+        needed = self.budget_needed_s()
         return SearchAnswer(knee=self._knee, stopped=self.stopped or "running", steps=self.refine_steps,
                             extensions=sum(self.extensions.values()), elapsed_s=self.elapsed_s,
                             prior=self.given_prior, prior_note=self.prior_note, reopened=self.reopened,
-                            short_s=self.short_s, budget_needed_s=self.budget_needed_s(),
-                            precision=self.precision)
+                            short_s=self.short_s, budget_needed_s=needed, precision=self.precision)
