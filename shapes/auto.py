@@ -347,7 +347,7 @@ class AutoSearch:
         return AutoAnswer(knee=knee, stopped=self.stopped or "running", steps=steps, extensions=ext,
                           elapsed_s=self.elapsed_s, reopened=ks.reopened if ks is not None else 0,
                           short_s=short if self.stopped == "budget" else None,
-                          budget_needed_s=needed if self.stopped == "budget" else None,
+                          budget_needed_s=needed,
                           precision=float(self.auto.precision), range=self.range,
                           probe_steps=sum(1 for r in self.rows if r.get("phase") == "probe"),
                           placement_steps=sum(1 for r in self.rows if r.get("phase") == "ladder"), extra=extra)

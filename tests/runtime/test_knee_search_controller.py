@@ -125,12 +125,12 @@ def test_the_closing_line_without_a_knee_never_shows_none():
         line = search_line(stopped, 1)
         assert "None" not in line and line.startswith("  knee search: ")
     # a budget stop says what the next step lacked, rounded up (and nothing where it is not known)
-    assert search_line("budget", 0, auto=True, short_s=46.2) == (
+    assert search_line("budget", 0, search={"auto": {}, "short_s": 46.2}) == (
         "  knee search: stopped: the search's time budget would run out before another step; the next one "
         "needed 47 s more (0 refine steps)")
-    assert "needed" not in search_line("budget", 2) and "needed" not in search_line("precision", 2, short_s=5.0)
+    assert "needed" not in search_line("budget", 2) and "needed" not in search_line("precision", 2, search={"short_s": 5.0})
     # and the budget projected for the precision (plan.json search.budget_needed_s)
-    assert search_line("budget", 3, short_s=20, needed_s=2766.7, precision=0.01).endswith(
+    assert search_line("budget", 3, search={"short_s": 20, "budget_needed_s": 2766.7, "precision": 0.01}).endswith(
         "needed 20 s more; ±1% would take a refine budget of 47 min or more (3 refine steps)")
 
 

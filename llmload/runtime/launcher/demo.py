@@ -126,7 +126,7 @@ def answer_lines(folder: Path) -> list[str]:
         search = ladder.get("search") or {}
         steps = search.get("steps") or 0
         stopped = (f" (knee search: {steps_text(steps, search.get('extensions') or 0)}, stopped: "
-                   f"{search_stop_text(search, auto=False)})" if search.get("stopped") else "")
+                   f"{search_stop_text(search)})" if search.get("stopped") else "")
         lines.append(f"llmload demo: {knee_sentence(knee_of(ladder))}{stopped}")
     if burst is not None:
         by_label = {s["label"]: s for s in burst.get("steps", [])}

@@ -36,7 +36,7 @@ makes the shape's `tick()` return None (after a short drain phase so late result
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -89,16 +89,16 @@ def step_lead_s(spec: StepSpec, *, local: bool, dataset: bool = False) -> float:
     return min(LEAD_S, LOCAL_LEAD_S + arrivals * LEAD_PER_ARRIVAL_S)
 
 
-def search_line(stopped: str | None, steps: int, extensions: int = 0, *, auto: bool = False,
-                short_s: float | None = None, needed_s: float | None = None, precision: float | None = None) -> str:
+def search_line(stopped: str | None, steps: int, extensions: int = 0, *,
+                search: Mapping[str, Any] | None = None) -> str:
     """The knee search's closing line: why it stopped and how many refine steps it ran (the knee itself
-    is the run's answer, printed from the analysis once the run is finalised). Never a None. `auto`: the
-    search of an `auto` shape; `short_s` what a budget stop lacked for the next step, `needed_s` the budget
-    projected for `precision` (`stop_text`)."""
-    from shapes.knee_search import steps_text, stop_text
+    is the run's answer, printed from the analysis once the run is finalised). Never a None. `search`:
+    plan.json's `search`, for what the stop's phrase adds (`search_stop_text`: an `auto` shape's advice,
+    what a budget stop lacked, the budget projected for the precision)."""
+    from shapes.knee_search import search_stop_text, steps_text
 
     lead = {"no_pass": "no rate passed; ", "no_failure": "no rate failed; "}.get(stopped or "", "")
-    why = stop_text(stopped, auto=auto, short_s=short_s, needed_s=needed_s, precision=precision)
+    why = search_stop_text({**(search or {}), "stopped": stopped})
     return f"  knee search: {lead}stopped: {why or 'not run'} ({steps_text(steps, extensions)})"
 
 
@@ -391,10 +391,8 @@ class StepController:
             search.stop()
         self.plan.data["search"] = search.answer.to_dict()
         self.plan.write()
-        done = self.plan.data["search"]
-        self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions, auto="auto" in done,
-                             short_s=done.get("short_s"), needed_s=done.get("budget_needed_s"),
-                             precision=done.get("precision")))
+        self.out(search_line(search.stopped, search.refine_steps, search.answer.extensions,
+                             search=self.plan.data["search"]))
         if getattr(search, "prior_note", ""):  # refine.prior dropped: the ladder disagreed with it
             self.out(f"llmload: note: {search.prior_note}")
         self.events.search_finished.fire(answer=search.answer)
