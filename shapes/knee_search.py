@@ -90,6 +90,12 @@ PROBE = 1.0
 SHARE_STEPS = 4
 #: an undecided step this close to the rate (relative) tells how many samples a step there needs
 NEAR_SHARE = 0.2
+#: a budget stop's interval is projected (`KneeSearch.budget_needed_s`) only up to this many times the
+#: precision: a wider one is mostly the interpolation across a gap between steps, which the next step near
+#: the knee narrows at once, not sampling noise (examples/vllm-openai-chat.yaml's 3-minute search: +-37%,
+#: projected 103 minutes; 12 minutes gave +-6%); the projections checked in bench/README.md (session 8)
+#: were 1.1 to 2.8 times
+PROJECT_WIDTH = 3.0
 #: the verdicts that place a step on the curve (as `analysis.knee` reads them)
 JUDGED = ("pass", "fail", "inconclusive")
 
@@ -373,11 +379,12 @@ class KneeSearch:
         An interval's half-width narrows at most as fast as one over the square root of the load near the
         knee, where the refine steps run (sampling noise alone), so the time spent so far x (half-width /
         precision)^2; bench/README.md (session 8) reran searches at it in virtual time. None otherwise: a
-        knee open at an end needs a step beyond it, not more time."""
+        knee open at an end needs a step beyond it, not more time, and a half-width over `PROJECT_WIDTH` x
+        the precision is not projected either (see there)."""
         if self.stopped != "budget" or not self.refine_steps:
             return None
         width = getattr(self.knee, "half_width_rel", None)  # over every step recorded, the last settled one too
-        if width is None or not width > self.precision:
+        if width is None or not self.precision < width <= PROJECT_WIDTH * self.precision:
             return None
         return self.elapsed_s * (width / self.precision) ** 2
 

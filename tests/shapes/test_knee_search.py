@@ -206,9 +206,10 @@ def test_a_budget_stop_with_a_wide_interval_projects_the_budget_the_precision_ne
     assert said["budget_needed_s"] == 280.0 and said["precision"] == 0.05
     assert stop_text("budget", needed_s=said["budget_needed_s"], precision=0.05).endswith(
         "; ±5% would take a refine budget of 5 min or more")
-    # none where more time is not the answer: an interval open at an end, one already precise, a stop
-    # that was not the budget's, or no refine step to scale from
-    for knee in (FakeKnee(5.0, None, 5.5), FakeKnee(5.0, 4.9, 5.1)):
+    # none where more time is not the answer: an interval open at an end, one already precise, one over
+    # PROJECT_WIDTH x the precision (+-20%: mostly interpolation across a gap), a stop that was not the
+    # budget's, or no refine step to scale from
+    for knee in (FakeKnee(5.0, None, 5.5), FakeKnee(5.0, 4.9, 5.1), FakeKnee(5.0, 4.0, 6.0)):
         other = KneeSearch([row], estimate=lambda rows, knee=knee: knee, precision=0.05, budget_s=80.0,
                            max_extensions=0, step_s=30.0, clock=Clock())
         other.refine_steps, other.stopped = 1, "budget"
