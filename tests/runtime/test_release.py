@@ -16,6 +16,7 @@ from llmload.runtime.wire.messages import StepMessage
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
 
+@pytest.mark.quiet  # its lags are the timerfd's within 2 ms: CI's busy part (14 workers) gave a median of 3.8 ms
 def test_one_wake_up_at_the_time_and_no_yield_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
     real_sleep = gevent.sleep
